@@ -1,0 +1,405 @@
+//! The wire protocol between the forkvm host daemon and the guest agent.
+//!
+//! The agent runs inside every microVM and is reached over a virtio-serial port
+//! (`org.forkvm.agent.0`) that QEMU exposes on the host as a unix socket. A serial
+//! port is a plain byte stream, so messages are framed:
+//!
+//! ```text
+//!  0        4        8        12                  12+H               12+H+P
+//!  +--------+--------+--------+-------------------+------------------+
+//!  | magic  | hlen   | plen   | header: JSON      | payload: raw     |
+//!  | "FVA1" | u32 LE | u32 LE | (hlen bytes)      | (plen bytes)     |
+//!  +--------+--------+--------+-------------------+------------------+
+//! ```
+//!
+//! * `magic` is checked on every frame, so a desynchronised stream (for example
+//!   a host that reconnected half-way through a frame) is detected at once
+//!   instead of being misread as a giant length.
+//! * The header is a JSON object tagged by `type` ([`HostMsg`] or [`GuestMsg`]).
+//! * The payload carries bulk bytes without base64 inflation: stdin for an
+//!   exec, stdout/stderr chunks, file contents.
+//! * `hlen` is limited to [`MAX_HEADER`] and `plen` to [`MAX_PAYLOAD`]; a frame
+//!   over either limit is a protocol error, never an allocation.
+//!
+//! Every request carries an `id` chosen by the host; every message the guest
+//! sends about that request echoes it. An exec produces any number of
+//! [`GuestMsg::Output`] frames followed by exactly one [`GuestMsg::Exited`] (or
+//! [`GuestMsg::Error`]). Every other request produces exactly one reply.
+//!
+//! Connection semantics: the host may disconnect and reconnect at any time
+//! (daemon restart). The guest then discards any partial frame it had read.
+//! Replies written while no host was connected are delivered to the next
+//! connection; the host drops replies whose `id` it does not know.
+//!
+//! Compatibility rule: [`PROTOCOL_VERSION`] changes when a message changes
+//! meaning. New optional fields may be added without a bump (both sides ignore
+//! unknown fields in replies, and requests only gain fields with defaults).
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// Frame magic: "FVA1".
+pub const MAGIC: [u8; 4] = *b"FVA1";
+/// Bytes before the header.
+pub const PREFIX_LEN: usize = 12;
+/// Largest accepted JSON header.
+pub const MAX_HEADER: u32 = 1 << 20;
+/// Largest accepted payload in one frame (file transfers and stdin above this
+/// are refused by the sender).
+pub const MAX_PAYLOAD: u32 = 64 << 20;
+/// Size of the stdout/stderr chunks the agent sends.
+pub const OUTPUT_CHUNK: usize = 64 << 10;
+/// Protocol version reported by `pong`.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The virtio-serial port name the agent listens on.
+pub const PORT_NAME: &str = "org.forkvm.agent.0";
+
+/// A message from the host to the guest agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HostMsg {
+    /// Liveness check. Answered by [`GuestMsg::Pong`].
+    Ping { id: u64 },
+    /// Run a program. The frame payload is the whole of its stdin (it is then
+    /// closed). Answered by `Output*` then `Exited`.
+    Exec {
+        id: u64,
+        argv: Vec<String>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        #[serde(default)]
+        cwd: Option<String>,
+        /// Kill the process group after this long; `None` means no limit.
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+    /// Write the payload to `path`, replacing it. Answered by `FileWritten`.
+    WriteFile {
+        id: u64,
+        path: String,
+        #[serde(default = "default_mode")]
+        mode: u32,
+        /// Create missing parent directories.
+        #[serde(default)]
+        create_dirs: bool,
+    },
+    /// Read a file of at most `max_bytes`. Answered by `FileData`.
+    ReadFile { id: u64, path: String, max_bytes: u64 },
+    /// Flush filesystems and power the VM off. Answered by `ShutdownAck`.
+    Shutdown { id: u64 },
+}
+
+fn default_mode() -> u32 {
+    0o644
+}
+
+impl HostMsg {
+    /// The request id.
+    pub fn id(&self) -> u64 {
+        match self {
+            HostMsg::Ping { id }
+            | HostMsg::Exec { id, .. }
+            | HostMsg::WriteFile { id, .. }
+            | HostMsg::ReadFile { id, .. }
+            | HostMsg::Shutdown { id } => *id,
+        }
+    }
+}
+
+/// Which output stream an [`GuestMsg::Output`] chunk belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// A message from the guest agent to the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum GuestMsg {
+    Pong {
+        id: u64,
+        agent_version: String,
+        protocol: u32,
+        /// Seconds since the guest kernel booted.
+        uptime_ms: u64,
+    },
+    /// A chunk of output; the bytes are the frame payload.
+    Output { id: u64, stream: Stream },
+    /// The process ended. Exactly one of `exit_code`/`signal` is set.
+    Exited {
+        id: u64,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        timed_out: bool,
+        duration_ms: u64,
+    },
+    FileWritten { id: u64, size: u64 },
+    /// The file contents are the frame payload.
+    FileData { id: u64, size: u64, mode: u32 },
+    ShutdownAck { id: u64 },
+    /// The request failed. `code` is one of the `ERR_*` constants.
+    Error { id: u64, code: String, message: String },
+}
+
+impl GuestMsg {
+    /// The id of the request this message answers.
+    pub fn id(&self) -> u64 {
+        match self {
+            GuestMsg::Pong { id, .. }
+            | GuestMsg::Output { id, .. }
+            | GuestMsg::Exited { id, .. }
+            | GuestMsg::FileWritten { id, .. }
+            | GuestMsg::FileData { id, .. }
+            | GuestMsg::ShutdownAck { id }
+            | GuestMsg::Error { id, .. } => *id,
+        }
+    }
+}
+
+/// Error codes carried by [`GuestMsg::Error`].
+pub const ERR_NOT_FOUND: &str = "not_found";
+pub const ERR_SPAWN: &str = "spawn_failed";
+pub const ERR_TOO_LARGE: &str = "too_large";
+pub const ERR_IO: &str = "io";
+pub const ERR_INVALID: &str = "invalid";
+
+/// Why a frame could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("bad frame magic {0:02x?}: the stream is out of sync")]
+    BadMagic([u8; 4]),
+    #[error("frame header of {0} bytes exceeds the {MAX_HEADER} byte limit")]
+    HeaderTooLarge(u32),
+    #[error("frame payload of {0} bytes exceeds the {MAX_PAYLOAD} byte limit")]
+    PayloadTooLarge(u32),
+    #[error("frame header is not a valid message")]
+    BadHeader(#[source] serde_json::Error),
+    #[error("i/o error on the agent channel")]
+    Io(#[from] io::Error),
+}
+
+/// One decoded frame: a typed header and its payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame<M> {
+    pub msg: M,
+    pub payload: Vec<u8>,
+}
+
+/// Encode a frame into bytes.
+pub fn encode<M: Serialize>(msg: &M, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
+    if payload.len() > MAX_PAYLOAD as usize {
+        return Err(FrameError::PayloadTooLarge(
+            u32::try_from(payload.len()).unwrap_or(u32::MAX),
+        ));
+    }
+    let header = serde_json::to_vec(msg).map_err(FrameError::BadHeader)?;
+    if header.len() > MAX_HEADER as usize {
+        return Err(FrameError::HeaderTooLarge(header.len() as u32));
+    }
+    let mut out = Vec::with_capacity(PREFIX_LEN + header.len() + payload.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(payload);
+    Ok(out)
+}
+
+/// Parse the 12-byte prefix into (header length, payload length).
+pub fn parse_prefix(prefix: &[u8; PREFIX_LEN]) -> Result<(u32, u32), FrameError> {
+    let magic = [prefix[0], prefix[1], prefix[2], prefix[3]];
+    if magic != MAGIC {
+        return Err(FrameError::BadMagic(magic));
+    }
+    let hlen = u32::from_le_bytes([prefix[4], prefix[5], prefix[6], prefix[7]]);
+    let plen = u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]);
+    if hlen > MAX_HEADER {
+        return Err(FrameError::HeaderTooLarge(hlen));
+    }
+    if plen > MAX_PAYLOAD {
+        return Err(FrameError::PayloadTooLarge(plen));
+    }
+    Ok((hlen, plen))
+}
+
+/// Try to decode one frame from the front of `buf`. On success the frame's
+/// bytes are removed from `buf`. `Ok(None)` means more bytes are needed.
+pub fn decode<M: for<'de> Deserialize<'de>>(
+    buf: &mut Vec<u8>,
+) -> Result<Option<Frame<M>>, FrameError> {
+    if buf.len() < PREFIX_LEN {
+        return Ok(None);
+    }
+    let mut prefix = [0u8; PREFIX_LEN];
+    prefix.copy_from_slice(&buf[..PREFIX_LEN]);
+    let (hlen, plen) = parse_prefix(&prefix)?;
+    let total = PREFIX_LEN + hlen as usize + plen as usize;
+    if buf.len() < total {
+        return Ok(None);
+    }
+    let hend = PREFIX_LEN + hlen as usize;
+    let msg = serde_json::from_slice(&buf[PREFIX_LEN..hend]).map_err(FrameError::BadHeader)?;
+    let payload = buf[hend..total].to_vec();
+    buf.drain(..total);
+    Ok(Some(Frame { msg, payload }))
+}
+
+/// Read exactly one frame from a blocking reader. `Ok(None)` is a clean EOF
+/// before the first byte of a frame.
+pub fn read_frame<M: for<'de> Deserialize<'de>, R: Read>(
+    r: &mut R,
+) -> Result<Option<Frame<M>>, FrameError> {
+    let mut prefix = [0u8; PREFIX_LEN];
+    let mut got = 0;
+    while got < PREFIX_LEN {
+        let n = r.read(&mut prefix[got..])?;
+        if n == 0 {
+            if got == 0 {
+                return Ok(None);
+            }
+            return Err(FrameError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        got += n;
+    }
+    let (hlen, plen) = parse_prefix(&prefix)?;
+    let mut header = vec![0u8; hlen as usize];
+    r.read_exact(&mut header)?;
+    let mut payload = vec![0u8; plen as usize];
+    r.read_exact(&mut payload)?;
+    let msg = serde_json::from_slice(&header).map_err(FrameError::BadHeader)?;
+    Ok(Some(Frame { msg, payload }))
+}
+
+/// Write one frame to a blocking writer.
+pub fn write_frame<M: Serialize, W: Write>(
+    w: &mut W,
+    msg: &M,
+    payload: &[u8],
+) -> Result<(), FrameError> {
+    let bytes = encode(msg, payload)?;
+    w.write_all(&bytes)?;
+    w.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec() -> HostMsg {
+        HostMsg::Exec {
+            id: 7,
+            argv: vec!["python3".into(), "-c".into(), "print(1)".into()],
+            env: BTreeMap::from([("A".into(), "b".into())]),
+            cwd: Some("/tmp".into()),
+            timeout_ms: Some(1000),
+        }
+    }
+
+    #[test]
+    fn roundtrip_through_buffer_and_reader() {
+        let bytes = encode(&exec(), b"stdin bytes").unwrap();
+        let mut buf = bytes.clone();
+        let f: Frame<HostMsg> = decode(&mut buf).unwrap().unwrap();
+        assert_eq!(f.msg, exec());
+        assert_eq!(f.payload, b"stdin bytes");
+        assert!(buf.is_empty());
+        let f2: Frame<HostMsg> = read_frame(&mut &bytes[..]).unwrap().unwrap();
+        assert_eq!(f2, f);
+    }
+
+    #[test]
+    fn partial_frames_wait_for_more_bytes() {
+        let bytes = encode(&GuestMsg::ShutdownAck { id: 1 }, b"").unwrap();
+        for cut in 0..bytes.len() {
+            let mut buf = bytes[..cut].to_vec();
+            assert!(decode::<GuestMsg>(&mut buf).unwrap().is_none(), "cut {cut}");
+            assert_eq!(buf.len(), cut);
+        }
+    }
+
+    #[test]
+    fn two_frames_back_to_back() {
+        let mut buf = encode(&HostMsg::Ping { id: 1 }, b"").unwrap();
+        buf.extend(encode(&HostMsg::Ping { id: 2 }, b"x").unwrap());
+        let a: Frame<HostMsg> = decode(&mut buf).unwrap().unwrap();
+        let b: Frame<HostMsg> = decode(&mut buf).unwrap().unwrap();
+        assert_eq!(a.msg.id(), 1);
+        assert_eq!(b.msg.id(), 2);
+        assert_eq!(b.payload, b"x");
+    }
+
+    #[test]
+    fn corrupt_magic_is_rejected() {
+        let mut bytes = encode(&HostMsg::Ping { id: 1 }, b"").unwrap();
+        bytes[0] = b'X';
+        assert!(matches!(
+            decode::<HostMsg>(&mut bytes),
+            Err(FrameError::BadMagic(_))
+        ));
+    }
+
+    #[test]
+    fn oversized_lengths_are_rejected_without_allocating() {
+        let mut bytes = encode(&HostMsg::Ping { id: 1 }, b"").unwrap();
+        bytes[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode::<HostMsg>(&mut bytes.clone()),
+            Err(FrameError::PayloadTooLarge(_))
+        ));
+        assert!(matches!(
+            read_frame::<HostMsg, _>(&mut &bytes[..]),
+            Err(FrameError::PayloadTooLarge(_))
+        ));
+        bytes[4..8].copy_from_slice(&(MAX_HEADER + 1).to_le_bytes());
+        assert!(matches!(
+            decode::<HostMsg>(&mut bytes),
+            Err(FrameError::HeaderTooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn corrupt_header_json_is_rejected() {
+        let mut bytes = encode(&HostMsg::Ping { id: 1 }, b"").unwrap();
+        bytes[PREFIX_LEN] = b'!';
+        assert!(matches!(
+            decode::<HostMsg>(&mut bytes),
+            Err(FrameError::BadHeader(_))
+        ));
+    }
+
+    #[test]
+    fn unknown_message_type_is_rejected() {
+        let header = br#"{"type":"format_disk","id":1}"#;
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend((header.len() as u32).to_le_bytes());
+        bytes.extend(0u32.to_le_bytes());
+        bytes.extend(header);
+        assert!(matches!(
+            decode::<HostMsg>(&mut bytes),
+            Err(FrameError::BadHeader(_))
+        ));
+    }
+
+    #[test]
+    fn truncated_stream_is_an_error_not_eof() {
+        let bytes = encode(&HostMsg::Ping { id: 1 }, b"abc").unwrap();
+        let r = read_frame::<HostMsg, _>(&mut &bytes[..bytes.len() - 1]);
+        assert!(matches!(r, Err(FrameError::Io(_))));
+        let r = read_frame::<HostMsg, _>(&mut &bytes[..0]);
+        assert!(matches!(r, Ok(None)));
+    }
+
+    #[test]
+    fn oversized_payload_is_refused_by_encoder() {
+        let big = vec![0u8; MAX_PAYLOAD as usize + 1];
+        assert!(matches!(
+            encode(&HostMsg::Ping { id: 1 }, &big),
+            Err(FrameError::PayloadTooLarge(_))
+        ));
+    }
+}
