@@ -1,1 +1,40 @@
-//! placeholder
+//! The forkvm REST API as shared by the daemon, the CLI and the tests.
+//!
+//! * [`types`]: request and response bodies (with OpenAPI schemas);
+//! * [`routes`]: the table of operations — the daemon builds its router from
+//!   it, and a test checks it against the checked-in OpenAPI document;
+//! * [`codes`]: the machine-readable error codes;
+//! * [`client`]: a small HTTP/1.1 client for the unix socket and TCP.
+//!
+//! The transport is HTTP/1.1 on a unix socket (default
+//! `$FORKVM_HOME/forkvm.sock`) or on TCP with a bearer token. Bodies are JSON
+//! except file contents (`application/octet-stream`) and logs (`text/plain`).
+//! Errors are `{"error": {"code": "...", "message": "..."}}` with a 4xx/5xx
+//! status.
+
+pub mod client;
+pub mod codes;
+pub mod routes;
+pub mod types;
+
+pub use client::{Client, ClientError, Target};
+pub use types::*;
+
+/// The environment variable naming the daemon's address.
+pub const ENV_URL: &str = "FORKVM_URL";
+/// The environment variable holding the bearer token for TCP.
+pub const ENV_TOKEN: &str = "FORKVM_TOKEN";
+/// The environment variable naming the data directory.
+pub const ENV_HOME: &str = "FORKVM_HOME";
+/// The data directory when `FORKVM_HOME` is unset.
+pub const DEFAULT_HOME: &str = "/var/lib/forkvm";
+/// The socket file name inside the data directory.
+pub const SOCKET_NAME: &str = "forkvm.sock";
+
+/// The data directory: `$FORKVM_HOME` or `/var/lib/forkvm`.
+pub fn home_dir() -> std::path::PathBuf {
+    std::env::var_os(ENV_HOME)
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| DEFAULT_HOME.into())
+}

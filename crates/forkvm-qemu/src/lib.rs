@@ -1,1 +1,19 @@
-//! placeholder
+//! The QEMU driver: everything forkvm knows about running QEMU.
+//!
+//! * [`qmp`]: an async QMP client with events;
+//! * [`spec`]: the `microvm` machine description and its command line;
+//! * [`process`]: launching QEMU detached from the daemon and re-finding it;
+//! * [`accel`]: choosing KVM or TCG, with the reason;
+//! * [`features`]: the QEMU version and the features forkvm relies on;
+//! * [`disk`]: copy-on-write root disks.
+
+pub mod accel;
+pub mod disk;
+pub mod features;
+pub mod process;
+pub mod qmp;
+pub mod spec;
+
+pub use accel::{AccelChoice, HostVirt};
+pub use qmp::{Qmp, QmpError, QmpEvent};
+pub use spec::{Accel, MachineSpec, MemoryBackend};

@@ -1,0 +1,367 @@
+//! A minimal HTTP/1.1 client for the forkvm daemon, over a unix socket or TCP.
+//!
+//! `FORKVM_URL` selects the target: `unix:///path/to/forkvm.sock` (or a bare
+//! path) or `http://host:port`. Without it, the default socket in the data
+//! directory is used. `FORKVM_TOKEN` is sent as a bearer token.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::types::*;
+
+/// Where the daemon listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Unix(PathBuf),
+    /// `host:port`
+    Tcp(String),
+}
+
+impl Target {
+    /// Parse a `FORKVM_URL` value.
+    pub fn parse(url: &str) -> Result<Target, String> {
+        if let Some(p) = url.strip_prefix("unix://") {
+            return Ok(Target::Unix(PathBuf::from(p)));
+        }
+        if url.starts_with('/') {
+            return Ok(Target::Unix(PathBuf::from(url)));
+        }
+        if let Some(rest) = url.strip_prefix("http://") {
+            let hostport = rest.trim_end_matches('/');
+            if hostport.is_empty() || hostport.contains('/') {
+                return Err(format!("bad FORKVM_URL {url:?}: expected http://HOST:PORT"));
+            }
+            return Ok(Target::Tcp(hostport.to_string()));
+        }
+        Err(format!(
+            "bad FORKVM_URL {url:?}: use unix:///path/to/forkvm.sock or http://HOST:PORT"
+        ))
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Unix(p) => write!(f, "unix://{}", p.display()),
+            Target::Tcp(h) => write!(f, "http://{h}"),
+        }
+    }
+}
+
+/// Client errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach the forkvm daemon at {target}: {source}")]
+    Connect {
+        target: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("HTTP error talking to the daemon: {0}")]
+    Http(String),
+    /// The daemon answered with an error status.
+    #[error("{message} ({code}, HTTP {status})")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    #[error("unexpected response from the daemon: {0}")]
+    Decode(String),
+}
+
+impl ClientError {
+    /// The API error code, if the daemon returned one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            ClientError::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+/// A raw response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: StatusCode,
+    pub content_type: Option<String>,
+    pub body: Bytes,
+}
+
+/// The daemon client.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub target: Target,
+    pub token: Option<String>,
+    /// Per-request timeout (exec requests add their own timeout to it).
+    pub timeout: Duration,
+}
+
+impl Client {
+    pub fn new(target: Target, token: Option<String>) -> Client {
+        Client {
+            target,
+            token,
+            timeout: Duration::from_secs(600),
+        }
+    }
+
+    /// From `FORKVM_URL`/`FORKVM_TOKEN`, defaulting to the local socket.
+    pub fn from_env() -> Result<Client, String> {
+        let target = match std::env::var(crate::ENV_URL) {
+            Ok(u) if !u.is_empty() => Target::parse(&u)?,
+            _ => Target::Unix(crate::home_dir().join(crate::SOCKET_NAME)),
+        };
+        let token = std::env::var(crate::ENV_TOKEN).ok().filter(|t| !t.is_empty());
+        Ok(Client::new(target, token))
+    }
+
+    /// The default unix socket path for a data directory.
+    pub fn default_socket(home: &Path) -> PathBuf {
+        home.join(crate::SOCKET_NAME)
+    }
+
+    /// Send one request and return the raw response, whatever its status.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Bytes, &str)>,
+    ) -> Result<Response, ClientError> {
+        let fut = self.raw_inner(method, path, body);
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| ClientError::Http(format!("no response within {:?}", self.timeout)))?
+    }
+
+    async fn raw_inner(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Bytes, &str)>,
+    ) -> Result<Response, ClientError> {
+        let connect_err = |source| ClientError::Connect {
+            target: self.target.to_string(),
+            source,
+        };
+        let mut req = Request::builder().method(method).uri(path);
+        req = match &self.target {
+            Target::Unix(_) => req.header(HOST, "localhost"),
+            Target::Tcp(h) => req.header(HOST, h.as_str()),
+        };
+        if let Some(t) = &self.token {
+            req = req.header(AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let payload = match body {
+            Some((b, ct)) => {
+                req = req.header(CONTENT_TYPE, ct);
+                b
+            }
+            None => Bytes::new(),
+        };
+        let req = req
+            .body(Full::new(payload))
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        let resp = match &self.target {
+            Target::Unix(p) => {
+                let s = tokio::net::UnixStream::connect(p).await.map_err(connect_err)?;
+                send(TokioIo::new(s), req).await?
+            }
+            Target::Tcp(h) => {
+                let s = tokio::net::TcpStream::connect(h.as_str())
+                    .await
+                    .map_err(connect_err)?;
+                send(TokioIo::new(s), req).await?
+            }
+        };
+        let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_bytes();
+        Ok(Response {
+            status,
+            content_type,
+            body,
+        })
+    }
+
+    /// Send a request and turn non-2xx statuses into [`ClientError::Api`].
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Bytes, &str)>,
+    ) -> Result<Bytes, ClientError> {
+        let r = self.raw(method, path, body).await?;
+        if r.status.is_success() {
+            return Ok(r.body);
+        }
+        Err(match serde_json::from_slice::<ErrorBody>(&r.body) {
+            Ok(e) => ClientError::Api {
+                status: r.status.as_u16(),
+                code: e.error.code,
+                message: e.error.message,
+            },
+            Err(_) => ClientError::Api {
+                status: r.status.as_u16(),
+                code: "http".into(),
+                message: String::from_utf8_lossy(&r.body).into_owned(),
+            },
+        })
+    }
+
+    async fn json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<T, ClientError> {
+        let body = match body {
+            Some(b) => Some((
+                Bytes::from(serde_json::to_vec(b).map_err(|e| ClientError::Decode(e.to_string()))?),
+                "application/json",
+            )),
+            None => None,
+        };
+        let bytes = self.call(method, path, body).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    pub async fn health(&self) -> Result<Health, ClientError> {
+        self.json(Method::GET, "/v1/health", None::<&()>).await
+    }
+
+    pub async fn info(&self) -> Result<Info, ClientError> {
+        self.json(Method::GET, "/v1/info", None::<&()>).await
+    }
+
+    pub async fn create_sandbox(&self, req: &CreateSandbox) -> Result<Sandbox, ClientError> {
+        self.json(Method::POST, "/v1/sandboxes", Some(req)).await
+    }
+
+    pub async fn list_sandboxes(&self) -> Result<SandboxList, ClientError> {
+        self.json(Method::GET, "/v1/sandboxes", None::<&()>).await
+    }
+
+    pub async fn get_sandbox(&self, id: &str) -> Result<Sandbox, ClientError> {
+        self.json(Method::GET, &format!("/v1/sandboxes/{}", enc(id)), None::<&()>)
+            .await
+    }
+
+    pub async fn delete_sandbox(&self, id: &str) -> Result<(), ClientError> {
+        self.call(Method::DELETE, &format!("/v1/sandboxes/{}", enc(id)), None)
+            .await
+            .map(drop)
+    }
+
+    pub async fn exec(&self, id: &str, req: &ExecRequest) -> Result<ExecResult, ClientError> {
+        self.json(Method::POST, &format!("/v1/sandboxes/{}/exec", enc(id)), Some(req))
+            .await
+    }
+
+    pub async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        mode: Option<u32>,
+        data: Bytes,
+    ) -> Result<FileWritten, ClientError> {
+        let mut uri = format!("/v1/sandboxes/{}/files?path={}", enc(id), enc(path));
+        if let Some(m) = mode {
+            uri.push_str(&format!("&mode={m:o}"));
+        }
+        let b = self
+            .call(Method::PUT, &uri, Some((data, "application/octet-stream")))
+            .await?;
+        serde_json::from_slice(&b).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    pub async fn read_file(&self, id: &str, path: &str) -> Result<Bytes, ClientError> {
+        self.call(
+            Method::GET,
+            &format!("/v1/sandboxes/{}/files?path={}", enc(id), enc(path)),
+            None,
+        )
+        .await
+    }
+
+    pub async fn logs(&self, id: &str) -> Result<Bytes, ClientError> {
+        self.call(Method::GET, &format!("/v1/sandboxes/{}/logs", enc(id)), None)
+            .await
+    }
+}
+
+async fn send<I>(io: I, req: Request<Full<Bytes>>) -> Result<hyper::Response<hyper::body::Incoming>, ClientError>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| ClientError::Http(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| ClientError::Http(e.to_string()))
+}
+
+/// Percent-encode a path segment or query value.
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse() {
+        assert_eq!(
+            Target::parse("unix:///run/x.sock").unwrap(),
+            Target::Unix("/run/x.sock".into())
+        );
+        assert_eq!(
+            Target::parse("/run/x.sock").unwrap(),
+            Target::Unix("/run/x.sock".into())
+        );
+        assert_eq!(
+            Target::parse("http://127.0.0.1:7070/").unwrap(),
+            Target::Tcp("127.0.0.1:7070".into())
+        );
+        assert!(Target::parse("https://x").is_err());
+        assert!(Target::parse("http://").is_err());
+    }
+
+    #[test]
+    fn encoding_escapes_query_metacharacters() {
+        assert_eq!(enc("/tmp/a b&c=d"), "/tmp/a%20b%26c%3Dd");
+        assert_eq!(enc("é"), "%C3%A9");
+    }
+}

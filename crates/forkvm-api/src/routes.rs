@@ -1,0 +1,34 @@
+//! The table of API operations: one typed action per route.
+//!
+//! The daemon's router is built by matching on [`Op`], so a route cannot exist
+//! without an entry here, and the OpenAPI drift test compares this table with
+//! the checked-in document.
+
+/// One API operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Health,
+    Info,
+    CreateSandbox,
+    ListSandboxes,
+    GetSandbox,
+    DeleteSandbox,
+    Exec,
+    WriteFile,
+    ReadFile,
+    Logs,
+}
+
+/// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
+pub const ROUTES: &[(Op, &str, &str)] = &[
+    (Op::Health, "GET", "/v1/health"),
+    (Op::Info, "GET", "/v1/info"),
+    (Op::CreateSandbox, "POST", "/v1/sandboxes"),
+    (Op::ListSandboxes, "GET", "/v1/sandboxes"),
+    (Op::GetSandbox, "GET", "/v1/sandboxes/{id}"),
+    (Op::DeleteSandbox, "DELETE", "/v1/sandboxes/{id}"),
+    (Op::Exec, "POST", "/v1/sandboxes/{id}/exec"),
+    (Op::WriteFile, "PUT", "/v1/sandboxes/{id}/files"),
+    (Op::ReadFile, "GET", "/v1/sandboxes/{id}/files"),
+    (Op::Logs, "GET", "/v1/sandboxes/{id}/logs"),
+];

@@ -1,0 +1,244 @@
+//! Request and response bodies of the REST API.
+//!
+//! Every request body uses `deny_unknown_fields`: a misspelt field is an
+//! error, never silently ignored. Response bodies may gain fields over time,
+//! so clients should ignore fields they do not know.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `POST /v1/sandboxes`: start a sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// Image name; `default` when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Guest RAM in MiB (default 512).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+    /// vCPUs (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+}
+
+/// Lifecycle state of a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    /// QEMU is up and the guest is booting.
+    Starting,
+    /// The guest agent answers.
+    Running,
+    /// QEMU exited or the guest died; `failure` says why.
+    Failed,
+}
+
+/// Where the time of a spawn went, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SpawnTimings {
+    /// Creating the sandbox directory, RAM file and disk overlay.
+    pub prepare_ms: f64,
+    /// Starting QEMU until QMP answered.
+    pub qemu_start_ms: f64,
+    /// From QMP ready until the guest agent answered a ping.
+    pub boot_ms: f64,
+    pub total_ms: f64,
+}
+
+/// Memory use of a sandbox's QEMU process, from `/proc/<pid>/smaps_rollup`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MemoryUsage {
+    pub rss_kib: u64,
+    pub pss_kib: u64,
+    pub private_dirty_kib: u64,
+}
+
+/// A sandbox as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Sandbox {
+    pub id: String,
+    pub state: SandboxState,
+    pub image: String,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    /// `kvm` or `tcg`.
+    pub accel: String,
+    /// The QEMU process id while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// RFC 3339 creation time.
+    pub created_at: String,
+    /// Why the sandbox failed, when `state` is `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<SpawnTimings>,
+    /// Present on `GET /v1/sandboxes/{id}` while QEMU runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryUsage>,
+}
+
+/// `GET /v1/sandboxes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxList {
+    pub sandboxes: Vec<Sandbox>,
+}
+
+/// How `stdout`/`stderr` are encoded in an [`ExecResult`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputEncoding {
+    /// UTF-8 text; invalid sequences are replaced with U+FFFD.
+    #[default]
+    Utf8,
+    /// Exact bytes, base64 (standard alphabet, padded).
+    Base64,
+}
+
+/// `POST /v1/sandboxes/{id}/exec`: run a command and wait for it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    /// Program and arguments; `argv[0]` is looked up on the guest's PATH.
+    pub argv: Vec<String>,
+    /// Extra environment variables, on top of the agent's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory (default `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Standard input as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    /// Standard input as base64 bytes (instead of `stdin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_base64: Option<String>,
+    /// Kill the command after this many milliseconds (default: no limit,
+    /// bounded by the server's maximum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Keep at most this many bytes of each of stdout and stderr (default and
+    /// maximum: the server's `max_exec_output_bytes`). Output past it is
+    /// drained and counted, and the `*_truncated` flag is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_bytes: Option<u64>,
+    /// Encoding of the output in the response (default `utf8`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<OutputEncoding>,
+}
+
+/// The result of a finished command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecResult {
+    /// Exit status, when the command exited normally.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command, if one did.
+    pub signal: Option<i32>,
+    /// The command ran past `timeout_ms` and was killed.
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub encoding: OutputEncoding,
+    /// Total bytes the command wrote, including any dropped past the cap.
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// Run time inside the guest.
+    pub duration_ms: u64,
+}
+
+/// `PUT /v1/sandboxes/{id}/files`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FileWritten {
+    pub path: String,
+    pub size: u64,
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// Always `ok` when the daemon answers.
+    pub status: String,
+    pub version: String,
+}
+
+/// The accelerator in use and why it was chosen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AccelInfo {
+    /// `kvm` or `tcg`.
+    pub kind: String,
+    pub reason: String,
+}
+
+/// The QEMU in use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct QemuInfo {
+    pub path: String,
+    pub version: String,
+}
+
+/// Limits the daemon enforces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Limits {
+    pub max_memory_mib: u32,
+    pub max_cpus: u32,
+    pub max_sandboxes: u32,
+    pub max_exec_output_bytes: u64,
+    pub max_exec_timeout_ms: u64,
+    pub max_file_bytes: u64,
+    pub max_request_bytes: u64,
+}
+
+/// `GET /v1/info`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Info {
+    pub version: String,
+    pub accel: AccelInfo,
+    pub qemu: QemuInfo,
+    pub limits: Limits,
+    /// The daemon's data directory.
+    pub home: String,
+    /// Images that can be spawned.
+    pub images: Vec<String>,
+    /// Sandboxes known to the daemon, in any state.
+    pub sandboxes: u32,
+}
+
+/// The body of every error response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// A machine-readable code and a message saying what to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// One of the codes in [`crate::codes`].
+    pub code: String,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_request_fields_are_rejected() {
+        let e = serde_json::from_str::<CreateSandbox>(r#"{"image":"default","memry_mib":5}"#)
+            .unwrap_err();
+        assert!(e.to_string().contains("memry_mib"), "{e}");
+        assert!(serde_json::from_str::<ExecRequest>(r#"{"argv":["x"],"shell":true}"#).is_err());
+    }
+
+    #[test]
+    fn optional_fields_default() {
+        let c: CreateSandbox = serde_json::from_str("{}").unwrap();
+        assert_eq!(c, CreateSandbox::default());
+        let e: ExecRequest = serde_json::from_str(r#"{"argv":["true"]}"#).unwrap();
+        assert!(e.env.is_empty() && e.stdin.is_none() && e.encoding.is_none());
+    }
+}

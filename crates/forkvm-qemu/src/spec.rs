@@ -1,0 +1,249 @@
+//! The microvm machine spec and its QEMU command line.
+//!
+//! Every forkvm sandbox is the same shape of machine:
+//!
+//! * `microvm` with ACPI, so virtio-mmio devices are discovered as ACPI
+//!   `LNRO0005` devices (the kernel has no cmdline virtio-mmio devices);
+//! * guest RAM from a `memory-backend-file`, so the RAM is a file that
+//!   snapshots can copy and clones can map copy-on-write;
+//! * the kernel booted directly by PVH from an ELF vmlinux (no firmware, no
+//!   decompressor);
+//! * one virtio-blk root disk: a qcow2 overlay over a read-only image;
+//! * one virtio-serial port for the guest agent on a unix-socket chardev that
+//!   QEMU listens on (the daemon connects, and may reconnect after a restart);
+//! * the serial console written to a log file;
+//! * QMP on a unix socket.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The accelerator QEMU uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+impl fmt::Display for Accel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        })
+    }
+}
+
+impl std::str::FromStr for Accel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "kvm" => Ok(Accel::Kvm),
+            "tcg" => Ok(Accel::Tcg),
+            other => Err(format!("unknown accelerator {other:?}: use kvm or tcg")),
+        }
+    }
+}
+
+/// Where guest RAM lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryBackend {
+    /// The file backing guest RAM (on a RAM-backed filesystem for speed).
+    pub path: PathBuf,
+    /// `share=on`: guest writes go to the file (a template's own RAM).
+    /// `share=off`: writes are private copy-on-write (a clone).
+    pub share: bool,
+    /// Open the file read-only (clones of an immutable snapshot). Always paired
+    /// with `rom=off`, because a read-only backend otherwise becomes ROM and the
+    /// guest hangs silently.
+    pub readonly: bool,
+}
+
+/// The full description of one microVM.
+#[derive(Debug, Clone)]
+pub struct MachineSpec {
+    /// A short name for `ps` and QEMU's `-name`.
+    pub name: String,
+    pub accel: Accel,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub cmdline: String,
+    pub memory: MemoryBackend,
+    /// The root disk: a qcow2 file (usually an overlay over a read-only base).
+    pub root_disk: PathBuf,
+    pub agent_socket: PathBuf,
+    pub qmp_socket: PathBuf,
+    pub console_log: PathBuf,
+    /// `Some("defer")` starts QEMU waiting for `migrate-incoming`.
+    pub incoming: Option<String>,
+}
+
+impl MachineSpec {
+    /// The QEMU argument vector (without the binary).
+    pub fn to_args(&self) -> Vec<String> {
+        let mem = format!("{}M", self.memory_mib);
+        let mut backend = format!(
+            "memory-backend-file,id=mem,size={mem},mem-path={},share={}",
+            self.memory.path.display(),
+            on_off(self.memory.share)
+        );
+        if self.memory.readonly {
+            backend.push_str(",readonly=on,rom=off");
+        }
+        let (accel, cpu) = match self.accel {
+            Accel::Kvm => ("kvm", "host"),
+            // thread=multi runs each vCPU on its own host thread under TCG.
+            Accel::Tcg => ("tcg,thread=multi", "max"),
+        };
+        let mut a: Vec<String> = vec![
+            "-name".into(),
+            format!("forkvm-{},process=forkvm-{}", self.name, self.name),
+            "-M".into(),
+            "microvm,acpi=on,memory-backend=mem".into(),
+            "-accel".into(),
+            accel.into(),
+            "-cpu".into(),
+            cpu.into(),
+            "-smp".into(),
+            self.cpus.to_string(),
+            "-m".into(),
+            mem,
+            "-object".into(),
+            backend,
+            "-kernel".into(),
+            self.kernel.display().to_string(),
+            "-initrd".into(),
+            self.initrd.display().to_string(),
+            "-append".into(),
+            self.cmdline.clone(),
+            "-nodefaults".into(),
+            "-no-user-config".into(),
+            "-display".into(),
+            "none".into(),
+            // A guest reboot (panic=1 or `reboot`) ends QEMU, so the daemon sees it.
+            "-no-reboot".into(),
+            "-chardev".into(),
+            format!("file,id=console,path={}", self.console_log.display()),
+            "-serial".into(),
+            "chardev:console".into(),
+            "-blockdev".into(),
+            format!(
+                "driver=file,filename={},node-name=root-file",
+                self.root_disk.display()
+            ),
+            "-blockdev".into(),
+            "driver=qcow2,file=root-file,node-name=root".into(),
+            "-device".into(),
+            "virtio-blk-device,drive=root".into(),
+            "-device".into(),
+            "virtio-serial-device,max_ports=2".into(),
+            "-chardev".into(),
+            format!(
+                "socket,id=agent,path={},server=on,wait=off",
+                self.agent_socket.display()
+            ),
+            "-device".into(),
+            format!(
+                "virtserialport,chardev=agent,name={}",
+                forkvm_agent_port_name()
+            ),
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", self.qmp_socket.display()),
+        ];
+        if let Some(inc) = &self.incoming {
+            a.push("-incoming".into());
+            a.push(inc.clone());
+        }
+        a
+    }
+}
+
+/// Kept in sync with `forkvm_agent_protocol::PORT_NAME` (checked by a test in
+/// the daemon, which depends on both crates).
+pub fn forkvm_agent_port_name() -> &'static str {
+    "org.forkvm.agent.0"
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// The kernel command line every sandbox boots with.
+pub fn kernel_cmdline(hostname: &str, extra: &str) -> String {
+    // panic=1 with -no-reboot turns a guest panic into a QEMU exit.
+    // 8250.nr_uarts=1 and the quiet flags shave boot time under TCG.
+    let mut s = format!(
+        "console=ttyS0 panic=1 quiet loglevel=4 8250.nr_uarts=1 \
+         random.trust_cpu=on forkvm.root=/dev/vda forkvm.hostname={hostname}"
+    );
+    if !extra.is_empty() {
+        s.push(' ');
+        s.push_str(extra);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> MachineSpec {
+        MachineSpec {
+            name: "sb1".into(),
+            accel: Accel::Tcg,
+            memory_mib: 512,
+            cpus: 2,
+            kernel: "/k".into(),
+            initrd: "/i".into(),
+            cmdline: kernel_cmdline("sb1", ""),
+            memory: MemoryBackend {
+                path: "/dev/shm/x".into(),
+                share: true,
+                readonly: false,
+            },
+            root_disk: "/d.qcow2".into(),
+            agent_socket: "/a.sock".into(),
+            qmp_socket: "/q.sock".into(),
+            console_log: "/c.log".into(),
+            incoming: None,
+        }
+    }
+
+    #[test]
+    fn args_describe_a_microvm_with_file_backed_ram() {
+        let a = spec().to_args().join(" ");
+        assert!(a.contains("-M microvm,acpi=on,memory-backend=mem"));
+        assert!(a.contains("memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/x,share=on"));
+        assert!(!a.contains("rom=off"));
+        assert!(a.contains("-accel tcg,thread=multi -cpu max"));
+        assert!(a.contains("name=org.forkvm.agent.0"));
+        assert!(!a.contains("-incoming"));
+    }
+
+    #[test]
+    fn readonly_clone_memory_always_sets_rom_off() {
+        let mut s = spec();
+        s.memory.readonly = true;
+        s.memory.share = false;
+        s.incoming = Some("defer".into());
+        s.accel = Accel::Kvm;
+        let a = s.to_args().join(" ");
+        assert!(a.contains("share=off,readonly=on,rom=off"));
+        assert!(a.contains("-incoming defer"));
+        assert!(a.contains("-accel kvm -cpu host"));
+    }
+
+    #[test]
+    fn accel_parses_and_rejects() {
+        assert_eq!("kvm".parse::<Accel>().unwrap(), Accel::Kvm);
+        assert!("xen".parse::<Accel>().unwrap_err().contains("kvm or tcg"));
+    }
+}
