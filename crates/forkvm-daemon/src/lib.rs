@@ -1,1 +1,204 @@
-//! placeholder
+//! The forkvm host daemon (`forkvm serve`).
+//!
+//! It owns every microVM on the host. It serves the REST API (see [`api`]) on
+//! a unix socket and optionally on TCP with a bearer token, keeps its state in
+//! SQLite (see [`db`]), and drives QEMU through `forkvm-qemu` and the guest
+//! agent through [`agent`].
+//!
+//! Start-up order matters:
+//! 1. take an exclusive `flock` on `daemon.lock`, so two daemons never manage
+//!    the same data directory;
+//! 2. choose the accelerator (which may boot a probe VM);
+//! 3. re-attach to sandboxes an earlier daemon left running;
+//! 4. only then bind the socket, so a client never sees a half-started daemon.
+//!
+//! On SIGTERM/SIGINT the daemon stops serving and exits, leaving the VMs
+//! running; the next daemon re-attaches to them.
+
+pub mod agent;
+pub mod api;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod sandbox;
+pub mod util;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use forkvm_qemu::{Accel, AccelChoice, HostVirt};
+
+pub use config::Config;
+pub use sandbox::Manager;
+
+/// Errors that stop the daemon from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("another forkvm daemon already manages {0} (its lock is held); use it, or stop it first")]
+    AlreadyRunning(String),
+}
+
+/// Boot our kernel with `forkvm.probe=1` under KVM and check that the guest
+/// reaches its init within a few seconds.
+async fn kvm_probe(cfg: &Config) -> Result<Duration, String> {
+    if !cfg.kernel().is_file() || !cfg.initrd().is_file() {
+        return Err("guest kernel/initramfs not built yet, so no probe could run".into());
+    }
+    let dir = cfg.home.join("tmp");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let log = dir.join(format!("kvm-probe-{}.log", std::process::id()));
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new(&cfg.qemu)
+        .args(["-M", "microvm,acpi=on", "-accel", "kvm", "-cpu", "host", "-m", "256M"])
+        .args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"])
+        .arg("-kernel")
+        .arg(cfg.kernel())
+        .arg("-initrd")
+        .arg(cfg.initrd())
+        .args(["-append", "console=ttyS0 panic=-1 forkvm.probe=1"])
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start QEMU: {e}"))?;
+    let r = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+    if r.is_err() {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    let out = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    if out.contains("FORKVM_PROBE_OK") {
+        Ok(t.elapsed())
+    } else if r.is_err() {
+        Err("the probe VM did not reach init within 20 s".into())
+    } else {
+        let tail: String = out.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
+        Err(format!("the probe VM stopped before init: {tail}"))
+    }
+}
+
+/// Choose the accelerator for this host (see `forkvm_qemu::accel`).
+pub async fn choose_accel(cfg: &Config, requested: Option<Accel>) -> Result<AccelChoice, String> {
+    let host = HostVirt::read();
+    forkvm_qemu::accel::choose(requested, &host, || kvm_probe(cfg)).await
+}
+
+fn lock_home(home: &Path) -> Result<std::fs::File, StartError> {
+    use std::os::unix::io::AsRawFd;
+    let path = home.join("daemon.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StartError::Setup(format!("cannot open {}: {e}", path.display())))?;
+    // SAFETY: flock(2) on a file descriptor we own; no memory is involved.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        return Err(StartError::AlreadyRunning(home.display().to_string()));
+    }
+    Ok(f)
+}
+
+/// Run the daemon until SIGTERM/SIGINT.
+pub async fn serve(cfg: Config) -> Result<(), StartError> {
+    let setup = |what: &str, e: &dyn std::fmt::Display| StartError::Setup(format!("{what}: {e}"));
+    std::fs::create_dir_all(&cfg.home)
+        .map_err(|e| setup(&format!("cannot create {}", cfg.home.display()), &e))?;
+    std::fs::create_dir_all(cfg.sandboxes_dir()).map_err(|e| setup("cannot create sandboxes dir", &e))?;
+    let _lock = lock_home(&cfg.home)?;
+
+    if cfg.tcp.is_some() && cfg.token.as_deref().is_none_or(str::is_empty) {
+        return Err(StartError::Setup(
+            "serving on TCP needs a bearer token: set FORKVM_TOKEN".into(),
+        ));
+    }
+    let qemu_version = forkvm_qemu::features::version(&cfg.qemu)
+        .await
+        .map_err(|e| StartError::Setup(format!("{e}; run scripts/setup.sh to install QEMU >= 10")))?;
+    if qemu_version.major < 10 {
+        return Err(StartError::Setup(format!(
+            "{} is too old: forkvm needs QEMU >= 10 (run scripts/setup.sh)",
+            qemu_version.text
+        )));
+    }
+    let accel = choose_accel(&cfg, cfg.accel)
+        .await
+        .map_err(StartError::Setup)?;
+    tracing::info!("accelerator: {} ({})", accel.accel, accel.reason);
+
+    let db = db::Db::open(&cfg.db_path()).map_err(|e| setup("cannot open the state database", &e))?;
+    let socket = cfg.socket.clone();
+    let tcp = cfg.tcp;
+    let token = cfg.token.clone();
+    let mgr = Manager::new(cfg, db, accel, qemu_version.text);
+    mgr.recover()
+        .await
+        .map_err(|e| StartError::Setup(format!("cannot re-attach sandboxes: {e}")))?;
+
+    // We hold the lock, so a socket file left here is stale.
+    let _ = std::fs::remove_file(&socket);
+    let ul = tokio::net::UnixListener::bind(&socket)
+        .map_err(|e| setup(&format!("cannot bind {}", socket.display()), &e))?;
+    let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+    tracing::info!("listening on {}", socket.display());
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let unix_app = api::router(mgr.clone(), None);
+    let mut stop1 = stop_rx.clone();
+    let unix_task = tokio::spawn(async move {
+        let _ = axum::serve(ul, unix_app)
+            .with_graceful_shutdown(async move {
+                let _ = stop1.wait_for(|s| *s).await;
+            })
+            .await;
+    });
+    let tcp_task = match tcp {
+        Some(addr) => {
+            let tl = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| setup(&format!("cannot bind {addr}"), &e))?;
+            tracing::info!("listening on http://{addr} (bearer token required)");
+            let app = api::router(mgr.clone(), token);
+            let mut stop2 = stop_rx.clone();
+            Some(tokio::spawn(async move {
+                let _ = axum::serve(tl, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop2.wait_for(|s| *s).await;
+                    })
+                    .await;
+            }))
+        }
+        None => None,
+    };
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| setup("cannot install SIGTERM handler", &e))?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down; sandboxes keep running");
+    let _ = stop_tx.send(true);
+    // In-flight requests get a moment to finish; VMs are not touched.
+    let _ = tokio::time::timeout(Duration::from_secs(5), unix_task).await;
+    if let Some(t) = tcp_task {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
+    let _ = std::fs::remove_file(&socket);
+    Ok(())
+}
+
+/// Re-exported for the CLI.
+pub use forkvm_qemu::features;
+
+/// Shared handle type used by tests.
+pub type SharedManager = Arc<Manager>;

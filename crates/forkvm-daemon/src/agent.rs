@@ -1,0 +1,339 @@
+//! The host side of the guest-agent channel (see `forkvm_agent_protocol`).
+//!
+//! One connection per sandbox, to the unix socket QEMU listens on for the
+//! agent's virtio-serial port. A reader task routes each guest frame to the
+//! request that owns its id. Ids start at a random point for every connection
+//! so that a reply written by the guest for a request from a previous daemon
+//! (delivered when we reconnect) can never be taken for a new request's reply.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use forkvm_agent_protocol::{self as proto, Frame, GuestMsg, HostMsg};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, watch};
+
+/// Errors talking to the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot connect to the agent socket {0}: {1}")]
+    Connect(String, std::io::Error),
+    #[error("the guest agent connection closed (the VM stopped or crashed)")]
+    Closed,
+    #[error("the guest agent did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the guest agent refused the request: {message} ({code})")]
+    Guest { code: String, message: String },
+    #[error("protocol error on the agent channel: {0}")]
+    Protocol(String),
+}
+
+type Routes = Arc<Mutex<HashMap<u64, mpsc::Sender<Frame<GuestMsg>>>>>;
+
+/// A connection to one guest agent.
+pub struct AgentConn {
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    routes: Routes,
+    next_id: AtomicU64,
+    closed: watch::Receiver<bool>,
+}
+
+/// A finished command.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOutcome {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+}
+
+/// An exec request as the daemon issues it.
+#[derive(Debug, Clone, Default)]
+pub struct ExecSpec {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub stdin: Vec<u8>,
+    pub timeout_ms: Option<u64>,
+    /// Keep at most this many bytes of each stream.
+    pub max_output: u64,
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        return t.as_nanos() as u64;
+    }
+    u64::from_le_bytes(b)
+}
+
+impl AgentConn {
+    /// Connect to the agent socket.
+    pub async fn connect(path: &Path) -> Result<Arc<AgentConn>, AgentError> {
+        let s = UnixStream::connect(path)
+            .await
+            .map_err(|e| AgentError::Connect(path.display().to_string(), e))?;
+        let (mut read, write) = s.into_split();
+        let routes: Routes = Arc::default();
+        let (closed_tx, closed) = watch::channel(false);
+        let r2 = routes.clone();
+        tokio::spawn(async move {
+            let mut buf = Vec::with_capacity(1 << 16);
+            let mut chunk = vec![0u8; 1 << 16];
+            'outer: loop {
+                let n = match read.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                buf.extend_from_slice(&chunk[..n]);
+                loop {
+                    match proto::decode::<GuestMsg>(&mut buf) {
+                        Ok(Some(frame)) => {
+                            let id = frame.msg.id();
+                            let tx = r2.lock().ok().and_then(|m| m.get(&id).cloned());
+                            if let Some(tx) = tx {
+                                // Backpressure: a slow consumer slows the guest.
+                                let _ = tx.send(frame).await;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!("agent channel out of sync: {e}");
+                            break 'outer;
+                        }
+                    }
+                }
+            }
+            if let Ok(mut m) = r2.lock() {
+                m.clear();
+            }
+            let _ = closed_tx.send(true);
+        });
+        Ok(Arc::new(AgentConn {
+            writer: tokio::sync::Mutex::new(write),
+            routes,
+            next_id: AtomicU64::new(random_u64() >> 12),
+            closed,
+        }))
+    }
+
+    /// True once the connection has closed.
+    pub fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    async fn start(
+        &self,
+        make: impl FnOnce(u64) -> HostMsg,
+        payload: &[u8],
+    ) -> Result<(u64, mpsc::Receiver<Frame<GuestMsg>>), AgentError> {
+        if self.is_closed() {
+            return Err(AgentError::Closed);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(256);
+        if let Ok(mut m) = self.routes.lock() {
+            m.insert(id, tx);
+        }
+        let bytes = proto::encode(&make(id), payload).map_err(|e| AgentError::Protocol(e.to_string()))?;
+        let mut w = self.writer.lock().await;
+        if w.write_all(&bytes).await.is_err() {
+            self.finish(id);
+            return Err(AgentError::Closed);
+        }
+        Ok((id, rx))
+    }
+
+    fn finish(&self, id: u64) {
+        if let Ok(mut m) = self.routes.lock() {
+            m.remove(&id);
+        }
+    }
+
+    async fn one_reply(
+        &self,
+        make: impl FnOnce(u64) -> HostMsg,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Frame<GuestMsg>, AgentError> {
+        let (id, mut rx) = self.start(make, payload).await?;
+        let r = tokio::time::timeout(timeout, rx.recv()).await;
+        self.finish(id);
+        match r {
+            Err(_) => Err(AgentError::Timeout(timeout)),
+            Ok(None) => Err(AgentError::Closed),
+            Ok(Some(Frame {
+                msg: GuestMsg::Error { code, message, .. },
+                ..
+            })) => Err(AgentError::Guest { code, message }),
+            Ok(Some(f)) => Ok(f),
+        }
+    }
+
+    /// Ping; returns the agent version.
+    pub async fn ping(&self, timeout: Duration) -> Result<String, AgentError> {
+        match self.one_reply(|id| HostMsg::Ping { id }, b"", timeout).await?.msg {
+            GuestMsg::Pong { agent_version, .. } => Ok(agent_version),
+            other => Err(AgentError::Protocol(format!("expected pong, got {other:?}"))),
+        }
+    }
+
+    /// Run a command to completion, keeping at most `max_output` bytes of each
+    /// stream. `deadline` bounds the whole call on the host side, so a hung
+    /// guest cannot hold a request forever.
+    pub async fn exec(&self, spec: ExecSpec, deadline: Duration) -> Result<ExecOutcome, AgentError> {
+        let ExecSpec {
+            argv,
+            env,
+            cwd,
+            stdin,
+            timeout_ms,
+            max_output,
+        } = spec;
+        let (id, mut rx) = self
+            .start(
+                |id| HostMsg::Exec {
+                    id,
+                    argv,
+                    env,
+                    cwd,
+                    timeout_ms,
+                },
+                &stdin,
+            )
+            .await?;
+        let mut out = ExecOutcome::default();
+        let collect = async {
+            while let Some(f) = rx.recv().await {
+                match f.msg {
+                    GuestMsg::Output { stream, .. } => {
+                        let (buf, count) = match stream {
+                            proto::Stream::Stdout => (&mut out.stdout, &mut out.stdout_bytes),
+                            proto::Stream::Stderr => (&mut out.stderr, &mut out.stderr_bytes),
+                        };
+                        *count += f.payload.len() as u64;
+                        let room = max_output.saturating_sub(buf.len() as u64) as usize;
+                        buf.extend_from_slice(&f.payload[..f.payload.len().min(room)]);
+                    }
+                    GuestMsg::Exited {
+                        exit_code,
+                        signal,
+                        timed_out,
+                        duration_ms,
+                        ..
+                    } => {
+                        out.exit_code = exit_code;
+                        out.signal = signal;
+                        out.timed_out = timed_out;
+                        out.duration_ms = duration_ms;
+                        return Ok(());
+                    }
+                    GuestMsg::Error { code, message, .. } => {
+                        return Err(AgentError::Guest { code, message })
+                    }
+                    other => {
+                        return Err(AgentError::Protocol(format!(
+                            "unexpected reply to exec: {other:?}"
+                        )))
+                    }
+                }
+            }
+            Err(AgentError::Closed)
+        };
+        let r = tokio::time::timeout(deadline, collect).await;
+        self.finish(id);
+        match r {
+            Err(_) => Err(AgentError::Timeout(deadline)),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(())) => Ok(out),
+        }
+    }
+
+    /// Write a file in the guest.
+    pub async fn write_file(
+        &self,
+        path: &str,
+        mode: u32,
+        data: &[u8],
+        timeout: Duration,
+    ) -> Result<u64, AgentError> {
+        let path = path.to_string();
+        let f = self
+            .one_reply(
+                |id| HostMsg::WriteFile {
+                    id,
+                    path,
+                    mode,
+                    create_dirs: true,
+                },
+                data,
+                timeout,
+            )
+            .await?;
+        match f.msg {
+            GuestMsg::FileWritten { size, .. } => Ok(size),
+            other => Err(AgentError::Protocol(format!("expected file_written, got {other:?}"))),
+        }
+    }
+
+    /// Read a file from the guest.
+    pub async fn read_file(
+        &self,
+        path: &str,
+        max_bytes: u64,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, AgentError> {
+        let path = path.to_string();
+        let f = self
+            .one_reply(|id| HostMsg::ReadFile { id, path, max_bytes }, b"", timeout)
+            .await?;
+        match f.msg {
+            GuestMsg::FileData { .. } => Ok(f.payload),
+            other => Err(AgentError::Protocol(format!("expected file_data, got {other:?}"))),
+        }
+    }
+}
+
+/// Connect to the agent and wait until it answers a ping, or until `deadline`
+/// passes, or until `abort` resolves (QEMU died). Pings are repeated because a
+/// ping sent before the guest opened its port may be dropped by the guest
+/// kernel.
+pub async fn wait_ready(
+    socket: &PathBuf,
+    deadline: Duration,
+) -> Result<Arc<AgentConn>, AgentError> {
+    let start = tokio::time::Instant::now();
+    let conn = loop {
+        match AgentConn::connect(socket).await {
+            Ok(c) => break c,
+            Err(e) if start.elapsed() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    };
+    loop {
+        let left = deadline.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(AgentError::Timeout(deadline));
+        }
+        match conn.ping(left.min(Duration::from_millis(250))).await {
+            Ok(_) => return Ok(conn),
+            Err(AgentError::Timeout(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}

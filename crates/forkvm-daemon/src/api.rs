@@ -1,0 +1,493 @@
+//! The REST API: the HTTP layer only parses requests into typed calls on the
+//! [`Manager`] and renders results; every decision lives in the manager.
+//!
+//! The router is built from `forkvm_api::routes::ROUTES`, and the OpenAPI
+//! document is generated from the `#[utoipa::path]` annotations below. A test
+//! compares both with the checked-in `docs/openapi.json`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use axum::{Json, Router};
+use base64::Engine;
+use forkvm_api::routes::{Op, ROUTES};
+use forkvm_api::*;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use utoipa::OpenApi;
+
+use crate::agent::{AgentError, ExecSpec};
+use crate::error::ApiError;
+use crate::sandbox::Manager;
+
+type AppState = Arc<Manager>;
+
+/// The OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "forkvm",
+        description = "Run AI-agent sandboxes as microVMs and fork them while they run.",
+        license(name = "Apache-2.0")
+    ),
+    paths(
+        health, info, create_sandbox, list_sandboxes, get_sandbox, delete_sandbox,
+        exec, write_file, read_file, logs
+    ),
+    components(schemas(ErrorBody, ErrorDetail))
+)]
+pub struct ApiDoc;
+
+/// The OpenAPI document as pretty JSON (what `docs/openapi.json` holds).
+pub fn openapi_json() -> String {
+    let mut s = ApiDoc::openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+/// A JSON body parsed with our error format: malformed JSON and unknown
+/// fields are 400 `invalid_request` with serde's explanation.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| body_error(e.status(), e.body_text()))?;
+        if bytes.is_empty() {
+            return Err(ApiError::invalid("the request needs a JSON body"));
+        }
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+    }
+}
+
+fn body_error(status: StatusCode, text: String) -> ApiError {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(status, codes::PAYLOAD_TOO_LARGE, format!("request body too large: {text}"))
+    } else {
+        ApiError::invalid(format!("cannot read the request body: {text}"))
+    }
+}
+
+fn handler(op: Op) -> MethodRouter<AppState> {
+    use axum::routing::{delete, get, post, put};
+    match op {
+        Op::Health => get(health),
+        Op::Info => get(info),
+        Op::CreateSandbox => post(create_sandbox),
+        Op::ListSandboxes => get(list_sandboxes),
+        Op::GetSandbox => get(get_sandbox),
+        Op::DeleteSandbox => delete(delete_sandbox),
+        Op::Exec => post(exec),
+        Op::WriteFile => put(write_file),
+        Op::ReadFile => get(read_file),
+        Op::Logs => get(logs),
+    }
+}
+
+/// The router for every route in the table.
+pub fn router(state: AppState, token: Option<String>) -> Router {
+    let mut r: Router<AppState> = Router::new();
+    for (op, _, path) in ROUTES {
+        r = r.route(path, handler(*op));
+    }
+    let limit = state.cfg.limits.max_request_bytes as usize;
+    let r = r
+        .fallback(|req: Request| async move {
+            ApiError::not_found(format!("no route {} {}", req.method(), req.uri().path()))
+        })
+        .method_not_allowed_fallback(|req: Request| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                codes::INVALID_REQUEST,
+                format!("{} is not allowed on {}", req.method(), req.uri().path()),
+            )
+        })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state);
+    match token {
+        Some(t) => r.layer(axum::middleware::from_fn(move |req: Request, next: Next| {
+            let t = t.clone();
+            async move { auth(&t, req, next).await }
+        })),
+        None => r,
+    }
+}
+
+/// Bearer-token check for the TCP listener, in constant time.
+async fn auth(token: &str, req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            codes::UNAUTHORIZED,
+            "missing or wrong bearer token; set FORKVM_TOKEN to the daemon's token",
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// Compare without an early exit, so timing does not reveal a prefix match.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0xff);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}
+
+/// Liveness.
+#[utoipa::path(get, path = "/v1/health", tag = "daemon",
+    responses((status = 200, body = Health)))]
+async fn health() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+/// Version, accelerator and why, QEMU, limits.
+#[utoipa::path(get, path = "/v1/info", tag = "daemon",
+    responses((status = 200, body = Info)))]
+async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
+    Ok(Json(Info {
+        version: env!("CARGO_PKG_VERSION").into(),
+        accel: AccelInfo {
+            kind: m.accel.accel.to_string(),
+            reason: m.accel.reason.clone(),
+        },
+        qemu: QemuInfo {
+            path: m.cfg.qemu.display().to_string(),
+            version: m.qemu_version.clone(),
+        },
+        limits: m.cfg.limits.clone(),
+        home: m.cfg.home.display().to_string(),
+        images: m.cfg.images(),
+        sandboxes: m.db.count()?,
+    }))
+}
+
+/// Boot a sandbox; returns once its guest agent answers.
+#[utoipa::path(post, path = "/v1/sandboxes", tag = "sandboxes",
+    request_body = CreateSandbox,
+    responses(
+        (status = 201, body = Sandbox),
+        (status = 400, body = ErrorBody, description = "bad memory/cpus, malformed JSON or unknown fields"),
+        (status = 404, body = ErrorBody, description = "unknown image"),
+        (status = 429, body = ErrorBody, description = "sandbox limit reached"),
+        (status = 500, body = ErrorBody, description = "QEMU failed"),
+        (status = 504, body = ErrorBody, description = "the guest did not boot in time")))]
+async fn create_sandbox(
+    State(m): State<AppState>,
+    JsonBody(req): JsonBody<CreateSandbox>,
+) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+    // Run the spawn on its own task: if the client disconnects, the spawn
+    // still completes or cleans up, instead of being dropped half-way.
+    let sb = tokio::spawn(async move { m.create(req).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("spawn task failed: {e}")))??;
+    Ok((StatusCode::CREATED, Json(sb)))
+}
+
+/// All sandboxes, in any state.
+#[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes",
+    responses((status = 200, body = SandboxList)))]
+async fn list_sandboxes(State(m): State<AppState>) -> Result<Json<SandboxList>, ApiError> {
+    Ok(Json(SandboxList {
+        sandboxes: m.list()?,
+    }))
+}
+
+/// One sandbox, with the memory use of its QEMU.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody)))]
+async fn get_sandbox(State(m): State<AppState>, Path(id): Path<String>) -> Result<Json<Sandbox>, ApiError> {
+    m.get(&id).map(Json)
+}
+
+/// Stop a sandbox and delete everything it had.
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn delete_sandbox(State(m): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    tokio::spawn(async move { m.remove(&id).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn agent_error(id: &str, e: AgentError) -> ApiError {
+    match e {
+        AgentError::Timeout(d) => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            codes::GUEST_TIMEOUT,
+            format!(
+                "the guest agent of {id} did not answer within {d:?}; the guest may be hung — see `forkvm logs {id}`"
+            ),
+        ),
+        AgentError::Guest { code, message } => {
+            let status = match code.as_str() {
+                forkvm_agent_protocol::ERR_NOT_FOUND => StatusCode::NOT_FOUND,
+                forkvm_agent_protocol::ERR_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+                forkvm_agent_protocol::ERR_INVALID | forkvm_agent_protocol::ERR_SPAWN => {
+                    StatusCode::BAD_REQUEST
+                }
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            let c = match status {
+                StatusCode::NOT_FOUND => codes::NOT_FOUND,
+                StatusCode::PAYLOAD_TOO_LARGE => codes::PAYLOAD_TOO_LARGE,
+                StatusCode::BAD_REQUEST => codes::INVALID_REQUEST,
+                _ => codes::GUEST_ERROR,
+            };
+            ApiError::new(status, c, message)
+        }
+        other => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            codes::GUEST_ERROR,
+            format!("{other}; check `forkvm ps` and `forkvm logs {id}`"),
+        ),
+    }
+}
+
+/// Run a command in the sandbox and wait for it to finish.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    request_body = ExecRequest,
+    responses(
+        (status = 200, body = ExecResult, description = "the command ran (whatever its exit code)"),
+        (status = 400, body = ErrorBody, description = "bad request or the command could not start"),
+        (status = 404, body = ErrorBody, description = "no such sandbox or executable"),
+        (status = 409, body = ErrorBody, description = "the sandbox is not running"),
+        (status = 502, body = ErrorBody, description = "the guest went away"),
+        (status = 504, body = ErrorBody, description = "the guest did not answer")))]
+async fn exec(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<ExecRequest>,
+) -> Result<Json<ExecResult>, ApiError> {
+    let l = &m.cfg.limits;
+    if req.argv.is_empty() || req.argv[0].is_empty() {
+        return Err(ApiError::invalid("argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"]"));
+    }
+    let stdin = match (req.stdin, req.stdin_base64) {
+        (Some(_), Some(_)) => return Err(ApiError::invalid("give stdin or stdin_base64, not both")),
+        (Some(s), None) => s.into_bytes(),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b.as_bytes())
+            .map_err(|e| ApiError::invalid(format!("stdin_base64 is not valid base64: {e}")))?,
+        (None, None) => Vec::new(),
+    };
+    if stdin.len() as u64 > l.max_file_bytes {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            codes::PAYLOAD_TOO_LARGE,
+            format!("stdin is {} bytes, over the limit of {}", stdin.len(), l.max_file_bytes),
+        ));
+    }
+    let timeout_ms = req.timeout_ms.unwrap_or(l.max_exec_timeout_ms);
+    if timeout_ms == 0 || timeout_ms > l.max_exec_timeout_ms {
+        return Err(ApiError::invalid(format!(
+            "timeout_ms must be between 1 and {}",
+            l.max_exec_timeout_ms
+        )));
+    }
+    let max_output = req.max_output_bytes.unwrap_or(l.max_exec_output_bytes);
+    if max_output > l.max_exec_output_bytes {
+        return Err(ApiError::invalid(format!(
+            "max_output_bytes may be at most {}",
+            l.max_exec_output_bytes
+        )));
+    }
+    let live = m.running(&id)?;
+    let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
+    let spec = ExecSpec {
+        argv: req.argv,
+        env: req.env,
+        cwd: req.cwd,
+        stdin,
+        timeout_ms: Some(timeout_ms),
+        max_output,
+    };
+    let deadline = Duration::from_millis(timeout_ms) + Manager::HOST_GRACE;
+    let out = agent.exec(spec, deadline).await.map_err(|e| agent_error(&id, e))?;
+    let encoding = req.encoding.unwrap_or_default();
+    let render = |b: &[u8]| match encoding {
+        OutputEncoding::Utf8 => String::from_utf8_lossy(b).into_owned(),
+        OutputEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(b),
+    };
+    Ok(Json(ExecResult {
+        exit_code: out.exit_code,
+        signal: out.signal,
+        timed_out: out.timed_out,
+        stdout: render(&out.stdout),
+        stderr: render(&out.stderr),
+        encoding,
+        stdout_truncated: out.stdout_bytes > out.stdout.len() as u64,
+        stderr_truncated: out.stderr_bytes > out.stderr.len() as u64,
+        stdout_bytes: out.stdout_bytes,
+        stderr_bytes: out.stderr_bytes,
+        duration_ms: out.duration_ms,
+    }))
+}
+
+/// Query of the file endpoints.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct FileQuery {
+    /// Absolute path in the guest.
+    path: String,
+    /// Octal mode for writes (default 644).
+    #[serde(default)]
+    mode: Option<String>,
+}
+
+fn check_guest_path(p: &str) -> Result<(), ApiError> {
+    if !p.starts_with('/') {
+        return Err(ApiError::invalid(format!("path must be absolute (got {p:?})")));
+    }
+    if p.contains('\0') {
+        return Err(ApiError::invalid("path must not contain NUL"));
+    }
+    Ok(())
+}
+
+fn file_query(q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>) -> Result<FileQuery, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::invalid(format!("bad query: {}; use ?path=/absolute/path", e.body_text())))
+}
+
+/// Write a file in the guest (atomically: temp file, fsync, rename).
+#[utoipa::path(put, path = "/v1/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "sandbox id"), FileQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = FileWritten), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+async fn write_file(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<FileWritten>, ApiError> {
+    let q = file_query(q)?;
+    check_guest_path(&q.path)?;
+    let body = body.map_err(|e| body_error(e.status(), e.body_text()))?;
+    let mode = match &q.mode {
+        Some(s) => u32::from_str_radix(s, 8)
+            .ok()
+            .filter(|m| *m <= 0o7777)
+            .ok_or_else(|| ApiError::invalid(format!("mode {s:?} is not an octal mode like 644")))?,
+        None => 0o644,
+    };
+    if body.len() as u64 > m.cfg.limits.max_file_bytes {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            codes::PAYLOAD_TOO_LARGE,
+            format!("file is {} bytes, over the limit of {}", body.len(), m.cfg.limits.max_file_bytes),
+        ));
+    }
+    let live = m.running(&id)?;
+    let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
+    let size = agent
+        .write_file(&q.path, mode, &body, Duration::from_secs(120))
+        .await
+        .map_err(|e| agent_error(&id, e))?;
+    Ok(Json(FileWritten { path: q.path, size }))
+}
+
+/// Read a file from the guest.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "sandbox id"), FileQuery),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+async fn read_file(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = file_query(q)?;
+    check_guest_path(&q.path)?;
+    let live = m.running(&id)?;
+    let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
+    let data = agent
+        .read_file(&q.path, m.cfg.limits.max_file_bytes, Duration::from_secs(120))
+        .await
+        .map_err(|e| agent_error(&id, e))?;
+    let mut h = HeaderMap::new();
+    h.insert(header::CONTENT_TYPE, "application/octet-stream".parse().expect("static header"));
+    Ok((h, data).into_response())
+}
+
+/// The serial console of the sandbox (the last 1 MiB).
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/logs", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 200, content_type = "text/plain", body = String), (status = 404, body = ErrorBody)))]
+async fn logs(State(m): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    m.get(&id)?;
+    let text = crate::util::tail_file(&m.cfg.sandbox_paths(&id).console, 1 << 20);
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_is_correct() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq(b"", b""));
+    }
+
+    /// The checked-in OpenAPI document must equal what the server generates,
+    /// and every route the server has must be in it (and nothing else).
+    #[test]
+    fn openapi_document_matches_the_server() {
+        let checked_in_path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+        let checked_in = std::fs::read_to_string(&checked_in_path).unwrap_or_default();
+        let generated = openapi_json();
+        assert!(
+            checked_in == generated,
+            "docs/openapi.json is out of date; regenerate it with\n  cargo run -q -p forkvm-cli -- openapi > docs/openapi.json"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&checked_in).unwrap();
+        let mut in_doc = std::collections::BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for method in item.as_object().unwrap().keys() {
+                in_doc.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+        let in_server: std::collections::BTreeSet<_> = ROUTES
+            .iter()
+            .map(|(_, m, p)| (m.to_string(), p.to_string()))
+            .collect();
+        assert_eq!(in_doc, in_server, "routes in docs/openapi.json differ from the server's");
+        for (_, m, _) in ROUTES {
+            assert!(["GET", "POST", "PUT", "DELETE"].contains(m));
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Daemon configuration and the on-disk layout of `$FORKVM_HOME`.
+//!
+//! ```text
+//! $FORKVM_HOME/                      (default /var/lib/forkvm)
+//!   forkvm.sock                      the API socket (0600)
+//!   daemon.lock                      flock held by the running daemon
+//!   state.db                         SQLite state (see db.rs)
+//!   guest/vmlinux                    ELF kernel for PVH boot      } built by
+//!   guest/initramfs.img              modules + the guest agent   } scripts/setup.sh
+//!   images/<name>/rootfs.ext4        read-only root image        }
+//!   sandboxes/<id>/disk.qcow2        copy-on-write root disk
+//!   sandboxes/<id>/{qmp,agent}.sock  QEMU sockets
+//!   sandboxes/<id>/console.log       the serial console
+//!   sandboxes/<id>/qemu.log          QEMU's own stderr
+//! /dev/shm/forkvm-<hash of home>/<id>.mem   guest RAM (RAM-backed)
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use forkvm_api::Limits;
+use forkvm_qemu::Accel;
+
+/// Everything the daemon needs to start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub home: PathBuf,
+    /// The unix socket to serve on.
+    pub socket: PathBuf,
+    /// Also serve on TCP (requires `token`).
+    pub tcp: Option<SocketAddr>,
+    pub token: Option<String>,
+    /// `--accel` override.
+    pub accel: Option<Accel>,
+    pub qemu: PathBuf,
+    /// Directory for guest RAM files.
+    pub run_dir: PathBuf,
+    pub limits: Limits,
+    /// How long a boot may take before the spawn fails.
+    pub boot_timeout_secs: u64,
+}
+
+impl Config {
+    /// Defaults for a data directory.
+    pub fn for_home(home: &Path) -> Config {
+        let host_mib = crate::util::host_memory_mib();
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1);
+        Config {
+            home: home.to_path_buf(),
+            socket: home.join(forkvm_api::SOCKET_NAME),
+            tcp: None,
+            token: None,
+            accel: None,
+            qemu: forkvm_qemu::process::qemu_binary(),
+            run_dir: default_run_dir(home),
+            limits: Limits {
+                max_memory_mib: host_mib.clamp(256, 65_536) as u32,
+                max_cpus: (cpus * 2).clamp(1, 64),
+                max_sandboxes: 1000,
+                max_exec_output_bytes: 64 << 20,
+                max_exec_timeout_ms: 24 * 3600 * 1000,
+                // The agent protocol carries a file in one frame.
+                max_file_bytes: u64::from(forkvm_agent_protocol::MAX_PAYLOAD),
+                max_request_bytes: 96 << 20,
+            },
+            boot_timeout_secs: 180,
+        }
+    }
+
+    pub fn guest_dir(&self) -> PathBuf {
+        self.home.join("guest")
+    }
+    pub fn kernel(&self) -> PathBuf {
+        self.guest_dir().join("vmlinux")
+    }
+    pub fn initrd(&self) -> PathBuf {
+        self.guest_dir().join("initramfs.img")
+    }
+    pub fn images_dir(&self) -> PathBuf {
+        self.home.join("images")
+    }
+    pub fn image_rootfs(&self, name: &str) -> PathBuf {
+        self.images_dir().join(name).join("rootfs.ext4")
+    }
+    pub fn sandboxes_dir(&self) -> PathBuf {
+        self.home.join("sandboxes")
+    }
+    pub fn db_path(&self) -> PathBuf {
+        self.home.join("state.db")
+    }
+
+    /// The names of the images that have a root filesystem.
+    pub fn images(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.images_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("rootfs.ext4").is_file())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Paths of one sandbox.
+    pub fn sandbox_paths(&self, id: &str) -> SandboxPaths {
+        let dir = self.sandboxes_dir().join(id);
+        SandboxPaths {
+            disk: dir.join("disk.qcow2"),
+            qmp: dir.join("qmp.sock"),
+            agent: dir.join("agent.sock"),
+            console: dir.join("console.log"),
+            qemu_log: dir.join("qemu.log"),
+            mem: self.run_dir.join(format!("{id}.mem")),
+            dir,
+        }
+    }
+}
+
+/// The files of one sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxPaths {
+    pub dir: PathBuf,
+    pub disk: PathBuf,
+    pub qmp: PathBuf,
+    pub agent: PathBuf,
+    pub console: PathBuf,
+    pub qemu_log: PathBuf,
+    pub mem: PathBuf,
+}
+
+impl SandboxPaths {
+    /// Remove what only a running VM needs (RAM, disk, sockets), keeping the
+    /// console and QEMU logs so a failed sandbox can still be inspected.
+    pub fn remove_runtime(&self) {
+        for p in [&self.mem, &self.disk, &self.qmp, &self.agent] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Remove everything.
+    pub fn remove_all(&self) {
+        self.remove_runtime();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Guest RAM lives on /dev/shm (RAM-backed, so the file is as fast as
+/// anonymous memory), in a directory unique to the data directory so that
+/// two daemons with different homes never collide.
+fn default_run_dir(home: &Path) -> PathBuf {
+    // FNV-1a: stable across runs and Rust versions (unlike DefaultHasher).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in home.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    PathBuf::from(format!("/dev/shm/forkvm-{:08x}", h as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_dirs_differ_per_home_and_are_stable() {
+        let a = Config::for_home(Path::new("/var/lib/forkvm"));
+        let b = Config::for_home(Path::new("/tmp/other"));
+        assert_ne!(a.run_dir, b.run_dir);
+        assert_eq!(a.run_dir, Config::for_home(Path::new("/var/lib/forkvm")).run_dir);
+        let p = a.sandbox_paths("sb-1");
+        assert_eq!(p.dir, Path::new("/var/lib/forkvm/sandboxes/sb-1"));
+        assert!(p.mem.starts_with(&a.run_dir));
+    }
+}

@@ -1,0 +1,320 @@
+//! The daemon's persistent state, in SQLite (`$FORKVM_HOME/state.db`).
+//!
+//! The database is the source of truth across daemon restarts: on start the
+//! daemon reads every sandbox row and re-attaches to the QEMU processes that
+//! are still alive. SQLite runs in WAL mode with `synchronous=NORMAL`: a
+//! crash can lose the last transaction but never corrupts the file.
+//!
+//! Schema changes bump `user_version` and add a migration step in
+//! [`Db::migrate`].
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use forkvm_api::{SandboxState, SpawnTimings};
+
+/// A stored sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxRow {
+    pub id: String,
+    pub state: SandboxState,
+    pub image: String,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub accel: String,
+    pub pid: Option<u32>,
+    pub created_at: String,
+    pub failure: Option<String>,
+    pub timings: Option<SpawnTimings>,
+}
+
+/// Database errors.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("state database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("state database holds an unreadable row: {0}")]
+    Corrupt(String),
+}
+
+/// A handle on the state database.
+pub struct Db {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA_VERSION: i64 = 1;
+
+fn state_str(s: SandboxState) -> &'static str {
+    match s {
+        SandboxState::Starting => "starting",
+        SandboxState::Running => "running",
+        SandboxState::Failed => "failed",
+    }
+}
+
+fn parse_state(s: &str) -> Result<SandboxState, DbError> {
+    Ok(match s {
+        "starting" => SandboxState::Starting,
+        "running" => SandboxState::Running,
+        "failed" => SandboxState::Failed,
+        other => return Err(DbError::Corrupt(format!("unknown state {other:?}"))),
+    })
+}
+
+impl Db {
+    /// Open (creating if needed) the database at `path`.
+    pub fn open(path: &Path) -> Result<Db, DbError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let db = Db {
+            conn: Mutex::new(conn),
+        };
+        db.migrate()?;
+        Ok(db)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves the connection usable: SQLite
+        // rolls back the open statement itself.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn migrate(&self) -> Result<(), DbError> {
+        let conn = self.lock();
+        let v: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if v < 1 {
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS sandboxes (
+                    id TEXT PRIMARY KEY,
+                    state TEXT NOT NULL,
+                    image TEXT NOT NULL,
+                    memory_mib INTEGER NOT NULL,
+                    cpus INTEGER NOT NULL,
+                    accel TEXT NOT NULL,
+                    pid INTEGER,
+                    created_at TEXT NOT NULL,
+                    failure TEXT,
+                    timings TEXT
+                );",
+            )?;
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        Ok(())
+    }
+
+    pub fn insert(&self, r: &SandboxRow) -> Result<(), DbError> {
+        let timings = r
+            .timings
+            .as_ref()
+            .map(|t| serde_json::to_string(t).unwrap_or_default());
+        self.lock().execute(
+            "INSERT INTO sandboxes (id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                r.id,
+                state_str(r.state),
+                r.image,
+                r.memory_mib,
+                r.cpus,
+                r.accel,
+                r.pid,
+                r.created_at,
+                r.failure,
+                timings
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Record that the sandbox runs (with its pid and spawn timings).
+    pub fn set_running(&self, id: &str, pid: u32, timings: &SpawnTimings) -> Result<(), DbError> {
+        let t = serde_json::to_string(timings).unwrap_or_default();
+        self.lock().execute(
+            "UPDATE sandboxes SET state='running', pid=?2, timings=?3 WHERE id=?1",
+            params![id, pid, t],
+        )?;
+        Ok(())
+    }
+
+    /// Record the pid as soon as QEMU starts, so a daemon crash during boot
+    /// can still find and clean up the process.
+    pub fn set_pid(&self, id: &str, pid: u32) -> Result<(), DbError> {
+        self.lock()
+            .execute("UPDATE sandboxes SET pid=?2 WHERE id=?1", params![id, pid])?;
+        Ok(())
+    }
+
+    pub fn set_failed(&self, id: &str, reason: &str) -> Result<(), DbError> {
+        self.lock().execute(
+            "UPDATE sandboxes SET state='failed', pid=NULL, failure=?2 WHERE id=?1",
+            params![id, reason],
+        )?;
+        Ok(())
+    }
+
+    pub fn delete(&self, id: &str) -> Result<bool, DbError> {
+        Ok(self
+            .lock()
+            .execute("DELETE FROM sandboxes WHERE id=?1", params![id])?
+            > 0)
+    }
+
+    pub fn get(&self, id: &str) -> Result<Option<SandboxRow>, DbError> {
+        let conn = self.lock();
+        let row = conn
+            .query_row(
+                "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings
+                 FROM sandboxes WHERE id=?1",
+                params![id],
+                raw_row,
+            )
+            .optional()?;
+        row.map(finish_row).transpose()
+    }
+
+    pub fn list(&self) -> Result<Vec<SandboxRow>, DbError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings
+             FROM sandboxes ORDER BY created_at, id",
+        )?;
+        let rows = stmt.query_map([], raw_row)?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(finish_row(r?)?);
+        }
+        Ok(out)
+    }
+
+    pub fn count(&self) -> Result<u32, DbError> {
+        Ok(self
+            .lock()
+            .query_row("SELECT COUNT(*) FROM sandboxes", [], |r| r.get(0))?)
+    }
+}
+
+type Raw = (
+    String,
+    String,
+    String,
+    u32,
+    u32,
+    String,
+    Option<u32>,
+    String,
+    Option<String>,
+    Option<String>,
+);
+
+fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+        r.get(9)?,
+    ))
+}
+
+fn finish_row(r: Raw) -> Result<SandboxRow, DbError> {
+    let timings = match r.9 {
+        Some(t) => Some(
+            serde_json::from_str(&t)
+                .map_err(|e| DbError::Corrupt(format!("timings of {}: {e}", r.0)))?,
+        ),
+        None => None,
+    };
+    Ok(SandboxRow {
+        state: parse_state(&r.1)?,
+        id: r.0,
+        image: r.2,
+        memory_mib: r.3,
+        cpus: r.4,
+        accel: r.5,
+        pid: r.6,
+        created_at: r.7,
+        failure: r.8,
+        timings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str) -> SandboxRow {
+        SandboxRow {
+            id: id.into(),
+            state: SandboxState::Starting,
+            image: "default".into(),
+            memory_mib: 512,
+            cpus: 1,
+            accel: "tcg".into(),
+            pid: None,
+            created_at: "2026-01-01T00:00:00Z".into(),
+            failure: None,
+            timings: None,
+        }
+    }
+
+    #[test]
+    fn lifecycle_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            let db = Db::open(&path).unwrap();
+            db.insert(&row("a")).unwrap();
+            db.insert(&row("b")).unwrap();
+            let t = SpawnTimings {
+                total_ms: 5.0,
+                ..Default::default()
+            };
+            db.set_running("a", 42, &t).unwrap();
+            db.set_failed("b", "boom").unwrap();
+            assert!(db.insert(&row("a")).is_err(), "duplicate id must fail");
+        }
+        let db = Db::open(&path).unwrap();
+        let a = db.get("a").unwrap().unwrap();
+        assert_eq!(a.state, SandboxState::Running);
+        assert_eq!(a.pid, Some(42));
+        assert_eq!(a.timings.unwrap().total_ms, 5.0);
+        let b = db.get("b").unwrap().unwrap();
+        assert_eq!(b.failure.as_deref(), Some("boom"));
+        assert_eq!(db.count().unwrap(), 2);
+        assert!(db.delete("a").unwrap());
+        assert!(!db.delete("a").unwrap());
+        assert!(db.get("a").unwrap().is_none());
+    }
+
+    #[test]
+    fn corrupt_rows_are_reported_not_panicked() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("s.db")).unwrap();
+        db.insert(&row("x")).unwrap();
+        db.lock()
+            .execute("UPDATE sandboxes SET state='exploded'", [])
+            .unwrap();
+        assert!(matches!(db.get("x"), Err(DbError::Corrupt(_))));
+        db.lock()
+            .execute("UPDATE sandboxes SET state='running', timings='{bad'", [])
+            .unwrap();
+        assert!(matches!(db.list(), Err(DbError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_garbage_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        std::fs::write(&path, b"this is not a database, just some bytes........").unwrap();
+        assert!(Db::open(&path).is_err());
+    }
+}

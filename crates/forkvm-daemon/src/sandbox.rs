@@ -1,0 +1,534 @@
+//! The sandbox lifecycle: spawn, monitor, exec, remove, and re-attach after a
+//! daemon restart.
+//!
+//! ```text
+//!  POST /v1/sandboxes
+//!      │ validate (image, limits)        → 4xx, nothing created
+//!      ▼
+//!  starting ── QEMU exits / boot timeout ──▶ error; row and files removed
+//!      │ agent answers ping
+//!      ▼
+//!  running ─── QEMU exits (panic, kill) ──▶ failed (reason kept, runtime files removed)
+//!      │ DELETE                                   │ DELETE
+//!      ▼                                          ▼
+//!   removed (process killed, files and row gone)
+//! ```
+//!
+//! Each live sandbox has a monitor task that owns the wait for its QEMU. Any
+//! exit the daemon did not ask for turns the sandbox into `failed` with a
+//! reason read from the exit status and the serial console.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use forkvm_api::{codes, CreateSandbox, Sandbox, SandboxState, SpawnTimings};
+use forkvm_qemu::process::{self, Launched};
+use forkvm_qemu::spec::kernel_cmdline;
+use forkvm_qemu::{AccelChoice, MachineSpec, MemoryBackend};
+use tokio::sync::watch;
+
+use crate::agent::{self, AgentConn, AgentError};
+use crate::config::{Config, SandboxPaths};
+use crate::db::{Db, SandboxRow};
+use crate::error::ApiError;
+use crate::util;
+
+/// Defaults for a spawn request.
+pub const DEFAULT_IMAGE: &str = "default";
+pub const DEFAULT_MEMORY_MIB: u32 = 512;
+pub const DEFAULT_CPUS: u32 = 1;
+/// Smallest guest the default kernel and image boot in.
+pub const MIN_MEMORY_MIB: u32 = 128;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Booting,
+    Running,
+    Removing,
+}
+
+/// A sandbox whose QEMU the daemon is watching.
+pub struct Live {
+    pub id: String,
+    pub pid: u32,
+    phase: Mutex<Phase>,
+    agent: tokio::sync::Mutex<Option<Arc<AgentConn>>>,
+    exited: watch::Receiver<Option<String>>,
+    paths: SandboxPaths,
+}
+
+impl Live {
+    fn phase(&self) -> Phase {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn set_phase(&self, p: Phase) -> Phase {
+        let mut g = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::replace(&mut *g, p)
+    }
+
+    /// The agent connection, reconnecting if the previous one closed.
+    pub async fn agent(&self) -> Result<Arc<AgentConn>, AgentError> {
+        let mut g = self.agent.lock().await;
+        if let Some(c) = g.as_ref() {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+        }
+        let c = AgentConn::connect(&self.paths.agent).await?;
+        *g = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Wait until QEMU has exited (returns at once if it already has).
+    async fn wait_exit(&self, timeout: Duration) -> bool {
+        let mut rx = self.exited.clone();
+        let r = tokio::time::timeout(timeout, rx.wait_for(|e| e.is_some())).await;
+        r.is_ok()
+    }
+}
+
+/// How the monitor waits for QEMU.
+enum Waiter {
+    /// We launched it: wait(2) gives the real status.
+    Child(tokio::process::Child),
+    /// An earlier daemon launched it: poll /proc.
+    Foreign,
+}
+
+/// The sandbox manager: the daemon's core.
+pub struct Manager {
+    pub cfg: Config,
+    pub db: Db,
+    pub accel: AccelChoice,
+    pub qemu_version: String,
+    live: Mutex<HashMap<String, Arc<Live>>>,
+}
+
+impl Manager {
+    pub fn new(cfg: Config, db: Db, accel: AccelChoice, qemu_version: String) -> Arc<Manager> {
+        Arc::new(Manager {
+            cfg,
+            db,
+            accel,
+            qemu_version,
+            live: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn live(&self, id: &str) -> Option<Arc<Live>> {
+        self.live_map().get(id).cloned()
+    }
+
+    /// The API view of a row (with memory figures when asked and running).
+    pub fn view(&self, r: SandboxRow, with_memory: bool) -> Sandbox {
+        let memory = match (with_memory, r.state, r.pid) {
+            (true, SandboxState::Running, Some(pid)) => util::memory_usage(pid),
+            _ => None,
+        };
+        Sandbox {
+            id: r.id,
+            state: r.state,
+            image: r.image,
+            memory_mib: r.memory_mib,
+            cpus: r.cpus,
+            accel: r.accel,
+            pid: r.pid,
+            created_at: r.created_at,
+            failure: r.failure,
+            timings: r.timings,
+            memory,
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Result<Sandbox, ApiError> {
+        if !util::valid_id(id) {
+            return Err(ApiError::sandbox_not_found(id));
+        }
+        let row = self
+            .db
+            .get(id)?
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        Ok(self.view(row, true))
+    }
+
+    pub fn list(&self) -> Result<Vec<Sandbox>, ApiError> {
+        Ok(self
+            .db
+            .list()?
+            .into_iter()
+            .map(|r| self.view(r, false))
+            .collect())
+    }
+
+    /// Check a spawn request against the limits and the installed images.
+    fn validate(&self, req: &CreateSandbox) -> Result<(String, u32, u32), ApiError> {
+        let l = &self.cfg.limits;
+        let image = req.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into());
+        if !util::valid_id(&image) {
+            return Err(ApiError::invalid(format!(
+                "image name {image:?} is not valid: use letters, digits, '-' and '_'"
+            )));
+        }
+        let memory = req.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
+        if memory < MIN_MEMORY_MIB || memory > l.max_memory_mib {
+            return Err(ApiError::invalid(format!(
+                "memory_mib must be between {MIN_MEMORY_MIB} and {} (got {memory})",
+                l.max_memory_mib
+            )));
+        }
+        let cpus = req.cpus.unwrap_or(DEFAULT_CPUS);
+        if cpus == 0 || cpus > l.max_cpus {
+            return Err(ApiError::invalid(format!(
+                "cpus must be between 1 and {} (got {cpus})",
+                l.max_cpus
+            )));
+        }
+        if !self.cfg.image_rootfs(&image).is_file() {
+            let have = self.cfg.images();
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                codes::IMAGE_NOT_FOUND,
+                format!(
+                    "image {image:?} not found; available: {}. Build the default image with scripts/setup.sh",
+                    if have.is_empty() { "none".to_string() } else { have.join(", ") }
+                ),
+            ));
+        }
+        for (what, p) in [("kernel", self.cfg.kernel()), ("initramfs", self.cfg.initrd())] {
+            if !p.is_file() {
+                return Err(ApiError::internal(format!(
+                    "guest {what} {} is missing; run scripts/setup.sh",
+                    p.display()
+                )));
+            }
+        }
+        if self.db.count()? >= l.max_sandboxes {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                codes::LIMIT_EXCEEDED,
+                format!(
+                    "the daemon already holds {} sandboxes (the limit); remove some with `forkvm rm`",
+                    l.max_sandboxes
+                ),
+            ));
+        }
+        Ok((image, memory, cpus))
+    }
+
+    /// Boot a new sandbox and wait until its agent answers.
+    pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Sandbox, ApiError> {
+        let t0 = Instant::now();
+        let (image, memory_mib, cpus) = self.validate(&req)?;
+        let id = util::new_id("sb");
+        let paths = self.cfg.sandbox_paths(&id);
+        let row = SandboxRow {
+            id: id.clone(),
+            state: SandboxState::Starting,
+            image: image.clone(),
+            memory_mib,
+            cpus,
+            accel: self.accel.accel.to_string(),
+            pid: None,
+            created_at: util::now_rfc3339(),
+            failure: None,
+            timings: None,
+        };
+        self.db.insert(&row)?;
+        match self.boot(&id, &image, memory_mib, cpus, &paths, t0).await {
+            Ok(timings) => {
+                let mut row = self
+                    .db
+                    .get(&id)?
+                    .ok_or_else(|| ApiError::internal("sandbox row vanished during boot"))?;
+                row.timings = Some(timings);
+                Ok(self.view(row, false))
+            }
+            Err(e) => {
+                // Nothing of a failed spawn stays behind.
+                let live = self.live_map().remove(&id);
+                if let Some(live) = live {
+                    live.set_phase(Phase::Removing);
+                    process::kill(live.pid, libc::SIGKILL);
+                    live.wait_exit(Duration::from_secs(10)).await;
+                }
+                paths.remove_all();
+                let _ = self.db.delete(&id);
+                Err(e)
+            }
+        }
+    }
+
+    async fn boot(
+        self: &Arc<Self>,
+        id: &str,
+        image: &str,
+        memory_mib: u32,
+        cpus: u32,
+        paths: &SandboxPaths,
+        t0: Instant,
+    ) -> Result<SpawnTimings, ApiError> {
+        let io = |what: &str, e: std::io::Error| {
+            ApiError::internal(format!("cannot create {what}: {e}; check free space and permissions"))
+        };
+        std::fs::create_dir_all(&paths.dir).map_err(|e| io("the sandbox directory", e))?;
+        std::fs::create_dir_all(&self.cfg.run_dir).map_err(|e| io("the RAM directory", e))?;
+        forkvm_qemu::disk::create_overlay(&self.cfg.image_rootfs(image), &paths.disk)
+            .await
+            .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
+        let prepare_ms = ms(t0.elapsed());
+
+        let spec = MachineSpec {
+            name: id.to_string(),
+            accel: self.accel.accel,
+            memory_mib,
+            cpus,
+            kernel: self.cfg.kernel(),
+            initrd: self.cfg.initrd(),
+            cmdline: kernel_cmdline(id, ""),
+            memory: MemoryBackend {
+                path: paths.mem.clone(),
+                share: true,
+                readonly: false,
+            },
+            root_disk: paths.disk.clone(),
+            agent_socket: paths.agent.clone(),
+            qmp_socket: paths.qmp.clone(),
+            console_log: paths.console.clone(),
+            incoming: None,
+        };
+        let t1 = Instant::now();
+        let Launched { child, pid, qmp } =
+            process::launch(&self.cfg.qemu, &spec, &paths.qemu_log, Duration::from_secs(30))
+                .await
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, codes::QEMU_FAILED, e.to_string()))?;
+        // The QMP session is not needed after start-up; closing it is fine
+        // (QEMU's QMP server accepts a new client later).
+        drop(qmp);
+        self.db.set_pid(id, pid)?;
+        let qemu_start_ms = ms(t1.elapsed());
+        let live = self.attach(id, pid, paths.clone(), Phase::Booting, Waiter::Child(child));
+
+        let t2 = Instant::now();
+        let deadline = Duration::from_secs(self.cfg.boot_timeout_secs);
+        let mut exited = live.exited.clone();
+        let conn = tokio::select! {
+            r = agent::wait_ready(&paths.agent, deadline) => r.map_err(|e| {
+                ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    codes::GUEST_TIMEOUT,
+                    format!("the guest did not come up: {e}. Console tail:\n{}", util::tail_file(&paths.console, 2000)),
+                )
+            })?,
+            r = exited.wait_for(|e| e.is_some()) => {
+                let why = r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default();
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    codes::QEMU_FAILED,
+                    format!("the VM died while booting: {why}"),
+                ));
+            }
+        };
+        *live.agent.lock().await = Some(conn);
+        let boot_ms = ms(t2.elapsed());
+        let timings = SpawnTimings {
+            prepare_ms,
+            qemu_start_ms,
+            boot_ms,
+            total_ms: ms(t0.elapsed()),
+        };
+        // Only now does an unexpected exit count as a failure of a running
+        // sandbox; before this the spawn itself reports it.
+        if live.set_phase(Phase::Running) != Phase::Booting {
+            return Err(ApiError::conflict("the sandbox was removed while it booted"));
+        }
+        self.db.set_running(id, pid, &timings)?;
+        Ok(timings)
+    }
+
+    /// Register a live sandbox and start its monitor.
+    fn attach(
+        self: &Arc<Self>,
+        id: &str,
+        pid: u32,
+        paths: SandboxPaths,
+        phase: Phase,
+        waiter: Waiter,
+    ) -> Arc<Live> {
+        let (tx, rx) = watch::channel(None);
+        let live = Arc::new(Live {
+            id: id.to_string(),
+            pid,
+            phase: Mutex::new(phase),
+            agent: tokio::sync::Mutex::new(None),
+            exited: rx,
+            paths,
+        });
+        self.live_map().insert(id.to_string(), live.clone());
+        let me = self.clone();
+        let l2 = live.clone();
+        tokio::spawn(async move {
+            let status = match waiter {
+                Waiter::Child(mut c) => match c.wait().await {
+                    Ok(s) => describe_status(s),
+                    Err(e) => format!("could not wait for QEMU: {e}"),
+                },
+                Waiter::Foreign => {
+                    process::wait_foreign_exit(l2.pid, &l2.id).await;
+                    "QEMU exited (started by an earlier daemon, so its exit status is unknown)".to_string()
+                }
+            };
+            let reason = failure_reason(&status, &l2.paths);
+            let _ = tx.send(Some(reason.clone()));
+            me.on_exit(&l2, &reason);
+        });
+        live
+    }
+
+    /// QEMU exited. If nobody asked for that, the sandbox has failed.
+    fn on_exit(&self, live: &Live, reason: &str) {
+        if live.phase() != Phase::Running {
+            return; // a removal or a failing spawn handles its own cleanup
+        }
+        tracing::warn!("sandbox {} failed: {reason}", live.id);
+        if let Err(e) = self.db.set_failed(&live.id, reason) {
+            tracing::error!("cannot record failure of {}: {e}", live.id);
+        }
+        live.paths.remove_runtime();
+        self.live_map().remove(&live.id);
+    }
+
+    /// Remove a sandbox: kill its VM and delete its files and record.
+    pub async fn remove(&self, id: &str) -> Result<(), ApiError> {
+        if !util::valid_id(id) {
+            return Err(ApiError::sandbox_not_found(id));
+        }
+        let row = self
+            .db
+            .get(id)?
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        if let Some(live) = self.live(id) {
+            match live.set_phase(Phase::Removing) {
+                Phase::Booting => {
+                    live.set_phase(Phase::Booting);
+                    return Err(ApiError::conflict(format!(
+                        "sandbox {id} is still starting; remove it once the spawn returns"
+                    )));
+                }
+                Phase::Removing => {
+                    return Err(ApiError::conflict(format!("sandbox {id} is already being removed")))
+                }
+                Phase::Running => {}
+            }
+            process::kill(live.pid, libc::SIGKILL);
+            if !live.wait_exit(Duration::from_secs(15)).await {
+                return Err(ApiError::internal(format!(
+                    "QEMU (pid {}) of sandbox {id} did not exit after SIGKILL",
+                    live.pid
+                )));
+            }
+            self.live_map().remove(id);
+        } else if let (SandboxState::Running | SandboxState::Starting, Some(pid)) = (row.state, row.pid) {
+            // Not attached (should not happen after recovery), but never leave
+            // a VM behind.
+            if process::is_our_qemu(pid, id) {
+                process::kill(pid, libc::SIGKILL);
+            }
+        }
+        self.cfg.sandbox_paths(id).remove_all();
+        self.db.delete(id)?;
+        Ok(())
+    }
+
+    /// A running sandbox, or a clear error.
+    pub fn running(&self, id: &str) -> Result<Arc<Live>, ApiError> {
+        let row = self.get(id)?;
+        match row.state {
+            SandboxState::Running => self.live(id).ok_or_else(|| {
+                ApiError::conflict(format!("sandbox {id} is not attached to this daemon"))
+            }),
+            SandboxState::Starting => Err(ApiError::conflict(format!("sandbox {id} is still starting"))),
+            SandboxState::Failed => Err(ApiError::conflict(format!(
+                "sandbox {id} has failed ({}); remove it with `forkvm rm {id}`",
+                row.failure.unwrap_or_default()
+            ))),
+        }
+    }
+
+    /// Re-attach to the sandboxes of an earlier daemon (run once at start).
+    pub async fn recover(self: &Arc<Self>) -> Result<(), ApiError> {
+        for row in self.db.list()? {
+            let paths = self.cfg.sandbox_paths(&row.id);
+            let alive = row.pid.is_some_and(|p| process::is_our_qemu(p, &row.id));
+            match (row.state, row.pid) {
+                (SandboxState::Running, Some(pid)) if alive => {
+                    tracing::info!("re-attached to sandbox {} (pid {pid})", row.id);
+                    self.attach(&row.id, pid, paths, Phase::Running, Waiter::Foreign);
+                }
+                (SandboxState::Starting, pid) => {
+                    // The spawn request died with the old daemon; its caller
+                    // never got an id, so nobody can use this sandbox.
+                    if let Some(pid) = pid.filter(|_| alive) {
+                        process::kill(pid, libc::SIGKILL);
+                    }
+                    paths.remove_all();
+                    self.db.delete(&row.id)?;
+                }
+                (SandboxState::Running, _) => {
+                    let reason = "QEMU exited while the daemon was not running";
+                    self.db.set_failed(&row.id, reason)?;
+                    paths.remove_runtime();
+                }
+                (SandboxState::Failed, _) => paths.remove_runtime(),
+            }
+        }
+        Ok(())
+    }
+
+    /// Exec timeout handling: the agent kills at `timeout_ms`; the host gives
+    /// it this much longer before declaring the guest hung.
+    pub const HOST_GRACE: Duration = Duration::from_secs(15);
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0 * 100.0).round() / 100.0
+}
+
+fn describe_status(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(sig) = s.signal() {
+        let name = match sig {
+            libc::SIGKILL => " (SIGKILL)",
+            libc::SIGTERM => " (SIGTERM)",
+            libc::SIGSEGV => " (SIGSEGV)",
+            libc::SIGABRT => " (SIGABRT)",
+            _ => "",
+        };
+        format!("QEMU was killed by signal {sig}{name}")
+    } else {
+        format!("QEMU exited with status {}", s.code().unwrap_or(-1))
+    }
+}
+
+/// Turn an exit status plus the console log into a reason a user can act on.
+fn failure_reason(status: &str, paths: &SandboxPaths) -> String {
+    let console = util::tail_file(&paths.console, 64 << 10);
+    if let Some(line) = console.lines().rev().find(|l| l.contains("Kernel panic")) {
+        return format!("guest kernel panic: {}", line.trim());
+    }
+    if let Some(line) = console.lines().rev().find(|l| l.contains("forkvm-agent: FATAL")) {
+        return format!("guest init failed: {}", line.trim());
+    }
+    let qemu_err = util::tail_file(&paths.qemu_log, 2000);
+    let qemu_err = qemu_err.trim();
+    if qemu_err.is_empty() {
+        status.to_string()
+    } else {
+        format!("{status}: {qemu_err}")
+    }
+}

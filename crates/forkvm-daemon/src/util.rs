@@ -1,0 +1,151 @@
+//! Small helpers: ids, timestamps, process memory.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use forkvm_api::MemoryUsage;
+
+/// A new sandbox id: `sb-` and 12 random hex digits.
+pub fn new_id(prefix: &str) -> String {
+    let mut b = [0u8; 6];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let n = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        b.copy_from_slice(&n.to_le_bytes()[..6]);
+    }
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{prefix}-{hex}")
+}
+
+/// True for ids this daemon could have made; anything else is rejected
+/// before it reaches a path.
+pub fn valid_id(id: &str) -> bool {
+    id.len() <= 64
+        && !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Now as RFC 3339 UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    rfc3339(SystemTime::now())
+}
+
+/// Format a time as RFC 3339 UTC.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, day) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// RSS, PSS and private dirty memory of a process, from smaps_rollup.
+pub fn memory_usage(pid: u32) -> Option<MemoryUsage> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    Some(parse_smaps_rollup(&text))
+}
+
+fn parse_smaps_rollup(text: &str) -> MemoryUsage {
+    let mut m = MemoryUsage::default();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(key), Some(val)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let Ok(v) = val.parse::<u64>() else { continue };
+        match key {
+            "Rss:" => m.rss_kib = v,
+            "Pss:" => m.pss_kib = v,
+            "Private_Dirty:" => m.private_dirty_kib = v,
+            _ => {}
+        }
+    }
+    m
+}
+
+/// Host RAM in MiB.
+pub fn host_memory_mib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map(|kib| kib / 1024)
+        .unwrap_or(4096)
+}
+
+/// The last `max` bytes of a file, as lossy UTF-8.
+pub fn tail_file(path: &std::path::Path, max: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
+    let mut buf = Vec::new();
+    let _ = f.take(max).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_305_600_123);
+        assert_eq!(rfc3339(t), "2026-11-22T00:00:00.123Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn ids_are_unique_and_valid() {
+        let a = new_id("sb");
+        let b = new_id("sb");
+        assert_ne!(a, b);
+        assert!(valid_id(&a) && a.starts_with("sb-") && a.len() == 15);
+        assert!(!valid_id("../etc"));
+        assert!(!valid_id(""));
+        assert!(!valid_id(&"a".repeat(65)));
+    }
+
+    #[test]
+    fn smaps_rollup_parses() {
+        let m = parse_smaps_rollup(
+            "00400000-7ffd [rollup]\nRss:  100 kB\nPss:  60 kB\nPrivate_Dirty:  7 kB\nbogus\n",
+        );
+        assert_eq!((m.rss_kib, m.pss_kib, m.private_dirty_kib), (100, 60, 7));
+    }
+}
