@@ -1,2 +1,442 @@
-//! placeholder
-fn main() {}
+//! `forkvm`: the command-line interface.
+//!
+//! Every command except `serve`, `doctor` and `openapi` talks to the daemon
+//! over its REST API (the `FORKVM_URL` socket, or the default one). When the
+//! default socket does not answer, the CLI starts a local daemon itself
+//! (`forkvm serve`, detached, logging to `$FORKVM_HOME/daemon.log`).
+//!
+//! Every command takes `--json` for machine-readable output. Exit codes:
+//! `forkvm run`/`exec` exit with the command's own code (124 when it timed
+//! out, 128+N when a signal killed it); other failures exit 1 (2 for usage).
+
+mod doctor;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use base64::Engine;
+use clap::{Parser, Subcommand};
+use forkvm_api::{Client, ClientError, CreateSandbox, ExecRequest, OutputEncoding, Target};
+
+#[derive(Parser)]
+#[command(name = "forkvm", version, about = "Run AI-agent sandboxes as microVMs and fork them while they run")]
+struct Cli {
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct SpawnArgs {
+    /// Image to boot.
+    #[arg(long, default_value = "default")]
+    image: String,
+    /// Guest RAM in MiB.
+    #[arg(long, value_name = "MiB")]
+    memory: Option<u32>,
+    /// Number of vCPUs.
+    #[arg(long)]
+    cpus: Option<u32>,
+}
+
+#[derive(clap::Args, Clone)]
+struct ExecArgs {
+    /// Forward this process's stdin to the command.
+    #[arg(short = 'i', long = "interactive")]
+    stdin: bool,
+    /// Set an environment variable (repeatable).
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Working directory in the guest.
+    #[arg(short = 'w', long = "workdir")]
+    cwd: Option<String>,
+    /// Kill the command after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// The command and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    argv: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Spawn a sandbox, run one command in it, print its output, remove it.
+    Run {
+        #[command(flatten)]
+        spawn: SpawnArgs,
+        #[command(flatten)]
+        exec: ExecArgs,
+    },
+    /// Spawn a sandbox and print its id.
+    Spawn {
+        #[command(flatten)]
+        spawn: SpawnArgs,
+    },
+    /// Run a command in a sandbox.
+    Exec {
+        id: String,
+        #[command(flatten)]
+        exec: ExecArgs,
+    },
+    /// List sandboxes.
+    Ps,
+    /// Remove sandboxes.
+    Rm {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Print a sandbox's serial console.
+    Logs { id: String },
+    /// Show a sandbox in detail (with its memory use).
+    Inspect { id: String },
+    /// Show the daemon's version, accelerator, QEMU and limits.
+    Info,
+    /// Check everything forkvm needs on this host.
+    Doctor,
+    /// Run the daemon in the foreground.
+    Serve {
+        /// Data directory.
+        #[arg(long, env = "FORKVM_HOME", default_value = forkvm_api::DEFAULT_HOME)]
+        home: PathBuf,
+        /// Unix socket (default: $FORKVM_HOME/forkvm.sock).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Also listen on TCP at ADDR:PORT (requires FORKVM_TOKEN).
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: Option<std::net::SocketAddr>,
+        /// Force the accelerator instead of detecting it.
+        #[arg(long, value_parser = ["kvm", "tcg"])]
+        accel: Option<String>,
+    },
+    /// Print the OpenAPI document of the REST API.
+    Openapi,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("forkvm: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("forkvm: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let json = cli.json;
+    match cli.cmd {
+        Cmd::Serve {
+            home,
+            socket,
+            listen,
+            accel,
+        } => {
+            init_tracing();
+            let mut cfg = forkvm_daemon::Config::for_home(&home);
+            if let Some(s) = socket {
+                cfg.socket = s;
+            }
+            cfg.tcp = listen;
+            cfg.token = std::env::var(forkvm_api::ENV_TOKEN).ok().filter(|t| !t.is_empty());
+            cfg.accel = accel.map(|a| a.parse()).transpose().map_err(|e: String| anyhow!(e))?;
+            forkvm_daemon::serve(cfg).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Openapi => {
+            print!("{}", forkvm_daemon::api::openapi_json());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Doctor => doctor::run(json).await,
+        Cmd::Info => {
+            let c = client().await?;
+            let i = c.info().await?;
+            if json {
+                print_json(&i)?;
+            } else {
+                println!("forkvm {}", i.version);
+                println!("accelerator: {} — {}", i.accel.kind, i.accel.reason);
+                println!("qemu:        {} ({})", i.qemu.version, i.qemu.path);
+                println!("home:        {}", i.home);
+                println!("images:      {}", i.images.join(", "));
+                println!("sandboxes:   {}", i.sandboxes);
+                let l = &i.limits;
+                println!(
+                    "limits:      memory ≤ {} MiB, cpus ≤ {}, sandboxes ≤ {}, exec output ≤ {} MiB/stream, files ≤ {} MiB",
+                    l.max_memory_mib,
+                    l.max_cpus,
+                    l.max_sandboxes,
+                    l.max_exec_output_bytes >> 20,
+                    l.max_file_bytes >> 20
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Spawn { spawn } => {
+            let c = client().await?;
+            let sb = c.create_sandbox(&spawn_req(&spawn)).await?;
+            if json {
+                print_json(&sb)?;
+            } else {
+                println!("{}", sb.id);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Exec { id, exec } => {
+            let c = client().await?;
+            do_exec(&c, &id, &exec, json).await
+        }
+        Cmd::Run { spawn, exec } => {
+            let c = client().await?;
+            let req = exec_req(&exec)?; // validate before booting anything
+            drop(req);
+            let sb = c.create_sandbox(&spawn_req(&spawn)).await?;
+            let r = do_exec(&c, &sb.id, &exec, json).await;
+            // The sandbox goes whatever happened to the command.
+            if let Err(e) = c.delete_sandbox(&sb.id).await {
+                eprintln!("forkvm: warning: could not remove sandbox {}: {e}", sb.id);
+            }
+            r
+        }
+        Cmd::Ps => {
+            let c = client().await?;
+            let l = c.list_sandboxes().await?;
+            if json {
+                print_json(&l)?;
+            } else {
+                println!(
+                    "{:<16} {:<9} {:<10} {:>7} {:>4} {:<5} {:<24} FAILURE",
+                    "ID", "STATE", "IMAGE", "MEM", "CPUS", "ACCEL", "CREATED"
+                );
+                for s in l.sandboxes {
+                    println!(
+                        "{:<16} {:<9} {:<10} {:>6}M {:>4} {:<5} {:<24} {}",
+                        s.id,
+                        format!("{:?}", s.state).to_lowercase(),
+                        s.image,
+                        s.memory_mib,
+                        s.cpus,
+                        s.accel,
+                        s.created_at,
+                        s.failure.unwrap_or_default()
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Inspect { id } => {
+            let c = client().await?;
+            print_json(&c.get_sandbox(&id).await?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Rm { ids } => {
+            let c = client().await?;
+            let mut failed = false;
+            let mut removed = Vec::new();
+            for id in ids {
+                match c.delete_sandbox(&id).await {
+                    Ok(()) => {
+                        if !json {
+                            println!("{id}");
+                        }
+                        removed.push(id);
+                    }
+                    Err(e) => {
+                        eprintln!("forkvm: cannot remove {id}: {e}");
+                        failed = true;
+                    }
+                }
+            }
+            if json {
+                print_json(&serde_json::json!({ "removed": removed }))?;
+            }
+            Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Cmd::Logs { id } => {
+            let c = client().await?;
+            let b = c.logs(&id).await?;
+            if json {
+                print_json(&serde_json::json!({ "id": id, "console": String::from_utf8_lossy(&b) }))?;
+            } else {
+                std::io::stdout().write_all(&b)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FORKVM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
+    CreateSandbox {
+        image: Some(a.image.clone()),
+        memory_mib: a.memory,
+        cpus: a.cpus,
+    }
+}
+
+fn exec_req(a: &ExecArgs) -> Result<ExecRequest> {
+    let mut env = BTreeMap::new();
+    for kv in &a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--env {kv:?} must look like KEY=VALUE"))?;
+        if k.is_empty() {
+            bail!("--env {kv:?} has an empty name");
+        }
+        env.insert(k.to_string(), v.to_string());
+    }
+    let timeout_ms = match a.timeout {
+        Some(t) if !(t > 0.0 && t.is_finite()) => bail!("--timeout must be a positive number of seconds"),
+        Some(t) => Some((t * 1000.0).ceil() as u64),
+        None => None,
+    };
+    Ok(ExecRequest {
+        argv: a.argv.clone(),
+        env,
+        cwd: a.cwd.clone(),
+        timeout_ms,
+        encoding: Some(OutputEncoding::Base64),
+        ..Default::default()
+    })
+}
+
+async fn do_exec(c: &Client, id: &str, a: &ExecArgs, json: bool) -> Result<ExitCode> {
+    let mut req = exec_req(a)?;
+    if a.stdin {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf).context("reading stdin")?;
+        req.stdin_base64 = Some(base64::engine::general_purpose::STANDARD.encode(buf));
+    }
+    if json {
+        req.encoding = Some(OutputEncoding::Utf8);
+    }
+    let r = c.exec(id, &req).await?;
+    if json {
+        print_json(&r)?;
+    } else {
+        let dec = |s: &str| base64::engine::general_purpose::STANDARD.decode(s);
+        let out = dec(&r.stdout).map_err(|e| anyhow!("bad stdout from daemon: {e}"))?;
+        let err = dec(&r.stderr).map_err(|e| anyhow!("bad stderr from daemon: {e}"))?;
+        std::io::stdout().write_all(&out)?;
+        std::io::stdout().flush()?;
+        std::io::stderr().write_all(&err)?;
+        for (name, trunc, total, kept) in [
+            ("stdout", r.stdout_truncated, r.stdout_bytes, out.len()),
+            ("stderr", r.stderr_truncated, r.stderr_bytes, err.len()),
+        ] {
+            if trunc {
+                eprintln!(
+                    "forkvm: {name} truncated: the command wrote {total} bytes, {kept} were kept (the server's max_exec_output_bytes)"
+                );
+            }
+        }
+    }
+    if r.timed_out {
+        if !json {
+            eprintln!(
+                "forkvm: the command timed out after {} ms and was killed",
+                r.duration_ms
+            );
+        }
+        return Ok(ExitCode::from(124));
+    }
+    Ok(match (r.exit_code, r.signal) {
+        (Some(c), _) => ExitCode::from((c & 0xff) as u8),
+        (None, Some(s)) => ExitCode::from((128 + s).clamp(0, 255) as u8),
+        _ => ExitCode::from(1),
+    })
+}
+
+/// A client for the daemon, starting a local one when the default socket
+/// does not answer.
+async fn client() -> Result<Client> {
+    let c = Client::from_env().map_err(|e| anyhow!(e))?;
+    match c.health().await {
+        Ok(_) => return Ok(c),
+        Err(ClientError::Connect { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let explicit = std::env::var(forkvm_api::ENV_URL).is_ok_and(|u| !u.is_empty());
+    let Target::Unix(sock) = &c.target else {
+        bail!("no forkvm daemon answers at {}; start one with `forkvm serve --listen ...`", c.target);
+    };
+    let home = forkvm_api::home_dir();
+    if explicit && *sock != home.join(forkvm_api::SOCKET_NAME) {
+        bail!("no forkvm daemon answers at {}; start one with `forkvm serve --socket {}`", c.target, sock.display());
+    }
+    start_daemon(&home)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        match c.health().await {
+            Ok(_) => return Ok(c),
+            Err(ClientError::Connect { .. }) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                let log = home.join("daemon.log");
+                let tail = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+                bail!(
+                    "started a daemon but it does not answer ({e}); its log {} ends with:\n{}",
+                    log.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+        }
+    }
+}
+
+fn start_daemon(home: &std::path::Path) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    std::fs::create_dir_all(home).with_context(|| format!("creating {}", home.display()))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(home.join("daemon.log"))
+        .context("opening daemon.log")?;
+    let exe = std::env::current_exe().context("finding the forkvm binary")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("serve")
+        .env(forkvm_api::ENV_HOME, home)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: setsid() is async-signal-safe and touches no memory; it detaches
+    // the daemon from our terminal and session so it outlives this command.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("starting `forkvm serve`")?;
+    eprintln!(
+        "forkvm: started a local daemon (pid {}, home {}, log daemon.log)",
+        child.id(),
+        home.display()
+    );
+    Ok(())
+}
