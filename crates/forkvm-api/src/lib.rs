@@ -18,6 +18,7 @@ pub mod routes;
 pub mod types;
 
 pub use client::{Client, ClientError, Target};
+pub use hyper::Method;
 pub use types::*;
 
 /// The environment variable naming the daemon's address.

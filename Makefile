@@ -1,0 +1,29 @@
+# forkvm: the two commands a new user needs are `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+export FORKVM_HOME ?= /var/lib/forkvm
+
+.PHONY: setup build demo test lint unit-test vm-test bench-boot clean-test
+
+## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
+setup:
+	bash scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release -p forkvm-cli
+
+## Set up, then boot the default image, run Python in it, and show the result.
+demo: build
+	bash scripts/demo.sh
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## Set up and run every test: lint, unit tests, and the VM integration tests under the real QEMU.
+test: setup lint
+	$(CARGO) test --workspace -- --include-ignored
+
+## Benchmarks (not part of `make test`).
+bench-boot: build
+	bash bench/boot/run.sh

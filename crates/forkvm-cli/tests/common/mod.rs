@@ -1,0 +1,256 @@
+//! Shared helpers for the VM integration tests: a real daemon (the `forkvm`
+//! binary under test) with its own data directory, the real QEMU and the
+//! guest artefacts built by `scripts/setup.sh`.
+//!
+//! These tests are `#[ignore]`d so that plain `cargo test` runs only unit
+//! tests on a machine without QEMU; `make test` runs them with
+//! `--include-ignored`. When QEMU or the artefacts are missing they fail with
+//! a message saying how to fix it — they never pass silently.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_forkvm");
+
+/// Where the guest artefacts live (`$FORKVM_ARTIFACTS` or `/var/lib/forkvm`).
+pub fn artifacts() -> PathBuf {
+    std::env::var_os("FORKVM_ARTIFACTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/lib/forkvm"))
+}
+
+/// Fail loudly unless QEMU and the guest artefacts are present.
+pub fn require_vm_prereqs() {
+    let qemu = Command::new("qemu-system-x86_64").arg("--version").output();
+    assert!(
+        qemu.is_ok_and(|o| o.status.success()),
+        "these tests need qemu-system-x86_64 (>= 10): run scripts/setup.sh (make test does)"
+    );
+    let a = artifacts();
+    for f in ["guest/vmlinux", "guest/initramfs.img", "images/default/rootfs.ext4"] {
+        assert!(
+            a.join(f).is_file(),
+            "these tests need {}: run scripts/setup.sh (make test does)",
+            a.join(f).display()
+        );
+    }
+}
+
+/// A daemon with a private data directory that shares the built artefacts.
+pub struct Daemon {
+    pub home: PathBuf,
+    pub child: Option<Child>,
+    pub tcp: Option<(String, String)>,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        Self::start_with(None)
+    }
+
+    /// Start with a TCP listener too: `(addr, token)`.
+    pub fn start_with(tcp: Option<(String, String)>) -> Daemon {
+        require_vm_prereqs();
+        // Short path: unix socket paths are limited to 108 bytes.
+        let dir = tempfile::Builder::new().prefix("fvt-").tempdir_in("/tmp").expect("tempdir");
+        let home = dir.path().to_path_buf();
+        for sub in ["guest", "images"] {
+            std::os::unix::fs::symlink(artifacts().join(sub), home.join(sub)).expect("symlink");
+        }
+        let mut d = Daemon { home, child: None, tcp, _dir: dir };
+        d.spawn_process();
+        d
+    }
+
+    /// (Re)start the daemon process on the same home.
+    pub fn spawn_process(&mut self) {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve").env("FORKVM_HOME", &self.home).env_remove("FORKVM_URL");
+        if let Some((addr, token)) = &self.tcp {
+            cmd.args(["--listen", addr]).env("FORKVM_TOKEN", token);
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.home.join("daemon.log"))
+            .expect("log");
+        cmd.stdin(Stdio::null()).stdout(log.try_clone().expect("log")).stderr(log);
+        // If the test process dies, the daemon gets SIGTERM (and exits
+        // gracefully). The death signal fires when the *thread* that forked
+        // exits, which is why the shared daemon is started from a thread that
+        // lives as long as the process.
+        // SAFETY: prctl is async-signal-safe and touches no memory.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        self.child = Some(cmd.spawn().expect("start forkvm serve"));
+        let sock = self.home.join("forkvm.sock");
+        let t = Instant::now();
+        while !sock.exists() {
+            assert!(t.elapsed() < Duration::from_secs(60), "daemon did not start: {}", self.log());
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("daemon exited ({st}): {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.home.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Stop the daemon process: SIGTERM (graceful) or SIGKILL.
+    pub fn stop(&mut self, sig: i32) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling the daemon process this fixture started.
+            unsafe { libc::kill(c.id() as i32, sig) };
+            let _ = c.wait();
+        }
+    }
+
+    /// A `forkvm` command aimed at this daemon.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(BIN);
+        c.env("FORKVM_HOME", &self.home).env_remove("FORKVM_URL").env_remove("FORKVM_TOKEN");
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// Run `forkvm ARGS` and return its output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("run forkvm")
+    }
+
+    /// Run and require success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "forkvm {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&a)).expect("json output")
+    }
+
+    pub fn spawn(&self) -> Sandbox<'_> {
+        let id = self.ok(&["spawn"]).trim().to_string();
+        assert!(id.starts_with("sb-"), "unexpected spawn output {id:?}");
+        Sandbox { d: self, id }
+    }
+
+    pub fn client(&self) -> forkvm_api::Client {
+        forkvm_api::Client::new(forkvm_api::Target::Unix(self.home.join("forkvm.sock")), None)
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        forkvm_daemon::Config::for_home(&self.home).run_dir
+    }
+
+    /// Files that a sandbox leaves while it exists (for leak checks).
+    pub fn sandbox_files(&self, id: &str) -> Vec<PathBuf> {
+        let p = forkvm_daemon::Config::for_home(&self.home).sandbox_paths(id);
+        [p.dir, p.mem, p.disk, p.qmp, p.agent].into_iter().filter(|f| f.exists()).collect()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Remove whatever sandboxes are left, then stop the daemon.
+        if self.child.is_some() {
+            if let Ok(o) = self.cmd().args(["--json", "ps"]).output() {
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.stdout) {
+                    for s in v["sandboxes"].as_array().into_iter().flatten() {
+                        if let Some(id) = s["id"].as_str() {
+                            let _ = self.cmd().args(["rm", id]).output();
+                        }
+                    }
+                }
+            }
+        }
+        self.stop(libc::SIGTERM);
+        let rd = self.run_dir();
+        let _ = std::fs::remove_dir(rd);
+    }
+}
+
+/// A sandbox removed when dropped.
+pub struct Sandbox<'a> {
+    pub d: &'a Daemon,
+    pub id: String,
+}
+
+impl Sandbox<'_> {
+    pub fn exec(&self, args: &[&str]) -> Output {
+        let mut a = vec!["exec", self.id.as_str(), "--"];
+        a.extend_from_slice(args);
+        self.d.run(&a)
+    }
+    pub fn pid(&self) -> u32 {
+        let v = self.d.json(&["inspect", &self.id]);
+        v["pid"].as_u64().expect("pid") as u32
+    }
+}
+
+impl Drop for Sandbox<'_> {
+    fn drop(&mut self) {
+        let _ = self.d.run(&["rm", &self.id]);
+    }
+}
+
+/// True if a process with this pid exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Poll until `f` is true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f()
+}
+
+/// One daemon shared by the tests of a binary that do not restart it.
+pub fn shared() -> &'static Daemon {
+    static D: OnceLock<Daemon> = OnceLock::new();
+    D.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::panic::catch_unwind(Daemon::start));
+            loop {
+                std::thread::park();
+            }
+        });
+        match rx.recv().expect("daemon thread") {
+            Ok(d) => d,
+            Err(e) => std::panic::resume_unwind(e),
+        }
+    })
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
