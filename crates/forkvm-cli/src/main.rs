@@ -281,7 +281,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FORKVM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {

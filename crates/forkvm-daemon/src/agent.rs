@@ -7,7 +7,7 @@
 //! (delivered when we reconnect) can never be taken for a new request's reply.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,7 +41,12 @@ pub struct AgentConn {
     routes: Routes,
     next_id: AtomicU64,
     closed: watch::Receiver<bool>,
+    /// Set when a write timed out and the stream may be out of sync.
+    broken: std::sync::atomic::AtomicBool,
 }
+
+/// How long one request may take to be written to the guest.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A finished command.
 #[derive(Debug, Clone, Default)]
@@ -129,12 +134,13 @@ impl AgentConn {
             routes,
             next_id: AtomicU64::new(random_u64() >> 12),
             closed,
+            broken: Default::default(),
         }))
     }
 
     /// True once the connection has closed.
     pub fn is_closed(&self) -> bool {
-        *self.closed.borrow()
+        *self.closed.borrow() || self.broken.load(Ordering::Relaxed)
     }
 
     async fn start(
@@ -150,13 +156,32 @@ impl AgentConn {
         if let Ok(mut m) = self.routes.lock() {
             m.insert(id, tx);
         }
-        let bytes = proto::encode(&make(id), payload).map_err(|e| AgentError::Protocol(e.to_string()))?;
+        let bytes = match proto::encode(&make(id), payload) {
+            Ok(b) => b,
+            Err(e) => {
+                self.finish(id);
+                return Err(AgentError::Protocol(e.to_string()));
+            }
+        };
+        // QEMU stops reading the chardev while the guest has the port closed
+        // (booting, or hung), so a write can block once the socket buffer is
+        // full. Bound it; after a timed-out write the stream may hold half a
+        // frame, so the connection is shut down and the next request
+        // reconnects (the agent resynchronises on the frame magic).
         let mut w = self.writer.lock().await;
-        if w.write_all(&bytes).await.is_err() {
-            self.finish(id);
-            return Err(AgentError::Closed);
+        match tokio::time::timeout(WRITE_TIMEOUT, w.write_all(&bytes)).await {
+            Ok(Ok(())) => Ok((id, rx)),
+            Ok(Err(_)) => {
+                self.finish(id);
+                Err(AgentError::Closed)
+            }
+            Err(_) => {
+                self.finish(id);
+                let _ = w.shutdown().await;
+                self.broken.store(true, Ordering::Relaxed);
+                Err(AgentError::Timeout(WRITE_TIMEOUT))
+            }
         }
-        Ok((id, rx))
     }
 
     fn finish(&self, id: u64) {
@@ -310,30 +335,30 @@ impl AgentConn {
 }
 
 /// Connect to the agent and wait until it answers a ping, or until `deadline`
-/// passes, or until `abort` resolves (QEMU died). Pings are repeated because a
-/// ping sent before the guest opened its port may be dropped by the guest
-/// kernel.
-pub async fn wait_ready(
-    socket: &PathBuf,
-    deadline: Duration,
-) -> Result<Arc<AgentConn>, AgentError> {
+/// passes. A ping sent before the guest opened its port waits in QEMU (which
+/// does not read the chardev until then), so pings are re-sent only every
+/// couple of seconds, in case the guest kernel dropped one while opening.
+pub async fn wait_ready(socket: &Path, deadline: Duration) -> Result<Arc<AgentConn>, AgentError> {
     let start = tokio::time::Instant::now();
-    let conn = loop {
-        match AgentConn::connect(socket).await {
-            Ok(c) => break c,
-            Err(e) if start.elapsed() >= deadline => return Err(e),
-            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+    let r = tokio::time::timeout(deadline, async {
+        let mut conn = loop {
+            match AgentConn::connect(socket).await {
+                Ok(c) => break c,
+                Err(e) if start.elapsed() >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        loop {
+            if conn.is_closed() {
+                conn = AgentConn::connect(socket).await?;
+            }
+            match conn.ping(Duration::from_secs(2)).await {
+                Ok(_) => return Ok(conn),
+                Err(AgentError::Timeout(_)) => continue,
+                Err(e) => return Err(e),
+            }
         }
-    };
-    loop {
-        let left = deadline.saturating_sub(start.elapsed());
-        if left.is_zero() {
-            return Err(AgentError::Timeout(deadline));
-        }
-        match conn.ping(left.min(Duration::from_millis(250))).await {
-            Ok(_) => return Ok(conn),
-            Err(AgentError::Timeout(_)) => continue,
-            Err(e) => return Err(e),
-        }
-    }
+    })
+    .await;
+    r.unwrap_or(Err(AgentError::Timeout(deadline)))
 }

@@ -290,7 +290,7 @@ impl Manager {
             cpus,
             kernel: self.cfg.kernel(),
             initrd: self.cfg.initrd(),
-            cmdline: kernel_cmdline(id, ""),
+            cmdline: kernel_cmdline(id, self.accel.accel, ""),
             memory: MemoryBackend {
                 path: paths.mem.clone(),
                 share: true,

@@ -13,6 +13,7 @@ pub mod features;
 pub mod process;
 pub mod qmp;
 pub mod spec;
+pub mod tsc;
 
 pub use accel::{AccelChoice, HostVirt};
 pub use qmp::{Qmp, QmpError, QmpEvent};

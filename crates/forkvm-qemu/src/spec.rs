@@ -177,13 +177,19 @@ fn on_off(b: bool) -> &'static str {
 }
 
 /// The kernel command line every sandbox boots with.
-pub fn kernel_cmdline(hostname: &str, extra: &str) -> String {
+pub fn kernel_cmdline(hostname: &str, accel: Accel, extra: &str) -> String {
     // panic=1 with -no-reboot turns a guest panic into a QEMU exit.
     // 8250.nr_uarts=1 and the quiet flags shave boot time under TCG.
     let mut s = format!(
         "console=ttyS0 panic=1 quiet loglevel=4 8250.nr_uarts=1 \
          random.trust_cpu=on forkvm.root=/dev/vda forkvm.hostname={hostname}"
     );
+    if accel == Accel::Tcg {
+        // See tsc.rs: skip the PIT calibration that hangs TCG boots.
+        if let Some(khz) = crate::tsc::host_tsc_khz() {
+            s.push_str(&format!(" tsc_early_khz={khz}"));
+        }
+    }
     if !extra.is_empty() {
         s.push(' ');
         s.push_str(extra);
@@ -203,7 +209,7 @@ mod tests {
             cpus: 2,
             kernel: "/k".into(),
             initrd: "/i".into(),
-            cmdline: kernel_cmdline("sb1", ""),
+            cmdline: kernel_cmdline("sb1", Accel::Tcg, ""),
             memory: MemoryBackend {
                 path: "/dev/shm/x".into(),
                 share: true,
@@ -226,6 +232,8 @@ mod tests {
         assert!(a.contains("-accel tcg,thread=multi -cpu max"));
         assert!(a.contains("name=org.forkvm.agent.0"));
         assert!(!a.contains("-incoming"));
+        assert!(a.contains("tsc_early_khz="), "TCG boots must not calibrate the TSC: {a}");
+        assert!(!kernel_cmdline("x", Accel::Kvm, "").contains("tsc_early_khz"));
     }
 
     #[test]
