@@ -86,7 +86,11 @@ pub enum HostMsg {
         create_dirs: bool,
     },
     /// Read a file of at most `max_bytes`. Answered by `FileData`.
-    ReadFile { id: u64, path: String, max_bytes: u64 },
+    ReadFile {
+        id: u64,
+        path: String,
+        max_bytes: u64,
+    },
     /// Flush filesystems and power the VM off. Answered by `ShutdownAck`.
     Shutdown { id: u64 },
 }
@@ -128,7 +132,10 @@ pub enum GuestMsg {
         uptime_ms: u64,
     },
     /// A chunk of output; the bytes are the frame payload.
-    Output { id: u64, stream: Stream },
+    Output {
+        id: u64,
+        stream: Stream,
+    },
     /// The process ended. Exactly one of `exit_code`/`signal` is set.
     Exited {
         id: u64,
@@ -137,12 +144,25 @@ pub enum GuestMsg {
         timed_out: bool,
         duration_ms: u64,
     },
-    FileWritten { id: u64, size: u64 },
+    FileWritten {
+        id: u64,
+        size: u64,
+    },
     /// The file contents are the frame payload.
-    FileData { id: u64, size: u64, mode: u32 },
-    ShutdownAck { id: u64 },
+    FileData {
+        id: u64,
+        size: u64,
+        mode: u32,
+    },
+    ShutdownAck {
+        id: u64,
+    },
     /// The request failed. `code` is one of the `ERR_*` constants.
-    Error { id: u64, code: String, message: String },
+    Error {
+        id: u64,
+        code: String,
+        message: String,
+    },
 }
 
 impl GuestMsg {

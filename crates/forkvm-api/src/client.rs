@@ -120,7 +120,9 @@ impl Client {
             Ok(u) if !u.is_empty() => Target::parse(&u)?,
             _ => Target::Unix(crate::home_dir().join(crate::SOCKET_NAME)),
         };
-        let token = std::env::var(crate::ENV_TOKEN).ok().filter(|t| !t.is_empty());
+        let token = std::env::var(crate::ENV_TOKEN)
+            .ok()
+            .filter(|t| !t.is_empty());
         Ok(Client::new(target, token))
     }
 
@@ -172,7 +174,9 @@ impl Client {
             .map_err(|e| ClientError::Http(e.to_string()))?;
         let resp = match &self.target {
             Target::Unix(p) => {
-                let s = tokio::net::UnixStream::connect(p).await.map_err(connect_err)?;
+                let s = tokio::net::UnixStream::connect(p)
+                    .await
+                    .map_err(connect_err)?;
                 send(TokioIo::new(s), req).await?
             }
             Target::Tcp(h) => {
@@ -260,8 +264,12 @@ impl Client {
     }
 
     pub async fn get_sandbox(&self, id: &str) -> Result<Sandbox, ClientError> {
-        self.json(Method::GET, &format!("/v1/sandboxes/{}", enc(id)), None::<&()>)
-            .await
+        self.json(
+            Method::GET,
+            &format!("/v1/sandboxes/{}", enc(id)),
+            None::<&()>,
+        )
+        .await
     }
 
     pub async fn delete_sandbox(&self, id: &str) -> Result<(), ClientError> {
@@ -271,8 +279,12 @@ impl Client {
     }
 
     pub async fn exec(&self, id: &str, req: &ExecRequest) -> Result<ExecResult, ClientError> {
-        self.json(Method::POST, &format!("/v1/sandboxes/{}/exec", enc(id)), Some(req))
-            .await
+        self.json(
+            Method::POST,
+            &format!("/v1/sandboxes/{}/exec", enc(id)),
+            Some(req),
+        )
+        .await
     }
 
     pub async fn write_file(
@@ -302,12 +314,19 @@ impl Client {
     }
 
     pub async fn logs(&self, id: &str) -> Result<Bytes, ClientError> {
-        self.call(Method::GET, &format!("/v1/sandboxes/{}/logs", enc(id)), None)
-            .await
+        self.call(
+            Method::GET,
+            &format!("/v1/sandboxes/{}/logs", enc(id)),
+            None,
+        )
+        .await
     }
 }
 
-async fn send<I>(io: I, req: Request<Full<Bytes>>) -> Result<hyper::Response<hyper::body::Incoming>, ClientError>
+async fn send<I>(
+    io: I,
+    req: Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, ClientError>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {

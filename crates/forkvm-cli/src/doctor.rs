@@ -25,7 +25,12 @@ struct Check {
     fix: Option<String>,
 }
 
-fn check(name: &'static str, status: Status, detail: impl Into<String>, fix: Option<&str>) -> Check {
+fn check(
+    name: &'static str,
+    status: Status,
+    detail: impl Into<String>,
+    fix: Option<&str>,
+) -> Check {
     Check {
         name,
         status,
@@ -47,7 +52,10 @@ pub async fn run(json: bool) -> Result<ExitCode> {
         Ok(v) => checks.push(check(
             "qemu",
             Status::Fail,
-            format!("{} is too old; forkvm needs >= 10 (mapped-ram, rom=)", v.text),
+            format!(
+                "{} is too old; forkvm needs >= 10 (mapped-ram, rom=)",
+                v.text
+            ),
             Some("install qemu-system-x86 from bookworm-backports: scripts/setup.sh"),
         )),
         Err(e) => checks.push(check("qemu", Status::Fail, e, Some(SETUP))),
@@ -59,15 +67,45 @@ pub async fn run(json: bool) -> Result<ExitCode> {
                 let feat = |name, have: bool, why: &str, hard: bool| {
                     check(
                         name,
-                        if have { Status::Ok } else if hard { Status::Fail } else { Status::Warn },
-                        if have { format!("available ({why})") } else { format!("missing ({why})") },
+                        if have {
+                            Status::Ok
+                        } else if hard {
+                            Status::Fail
+                        } else {
+                            Status::Warn
+                        },
+                        if have {
+                            format!("available ({why})")
+                        } else {
+                            format!("missing ({why})")
+                        },
                         if have { None } else { Some(SETUP) },
                     )
                 };
-                checks.push(feat("qemu: microvm machine", f.microvm, "the machine type every sandbox uses", true));
-                checks.push(feat("qemu: mapped-ram", f.mapped_ram, "live snapshots to a sparse file", false));
-                checks.push(feat("qemu: x-ignore-shared", f.x_ignore_shared, "templates save device state only", false));
-                checks.push(feat("qemu: memory-backend-file rom=", f.memory_backend_rom, "read-only copy-on-write clone memory", false));
+                checks.push(feat(
+                    "qemu: microvm machine",
+                    f.microvm,
+                    "the machine type every sandbox uses",
+                    true,
+                ));
+                checks.push(feat(
+                    "qemu: mapped-ram",
+                    f.mapped_ram,
+                    "live snapshots to a sparse file",
+                    false,
+                ));
+                checks.push(feat(
+                    "qemu: x-ignore-shared",
+                    f.x_ignore_shared,
+                    "templates save device state only",
+                    false,
+                ));
+                checks.push(feat(
+                    "qemu: memory-backend-file rom=",
+                    f.memory_backend_rom,
+                    "read-only copy-on-write clone memory",
+                    false,
+                ));
                 checks.push(feat(
                     "qemu: vmgenid",
                     f.vmgenid,
@@ -75,12 +113,22 @@ pub async fn run(json: bool) -> Result<ExitCode> {
                     false,
                 ));
             }
-            Err(e) => checks.push(check("qemu features", Status::Fail, format!("probe failed: {e}"), Some(SETUP))),
+            Err(e) => checks.push(check(
+                "qemu features",
+                Status::Fail,
+                format!("probe failed: {e}"),
+                Some(SETUP),
+            )),
         }
     }
     match which("qemu-img") {
         Some(p) => checks.push(check("qemu-img", Status::Ok, p, None)),
-        None => checks.push(check("qemu-img", Status::Fail, "not found (copy-on-write disks need it)", Some(SETUP))),
+        None => checks.push(check(
+            "qemu-img",
+            Status::Fail,
+            "not found (copy-on-write disks need it)",
+            Some(SETUP),
+        )),
     }
 
     // The accelerator, and why.
@@ -97,23 +145,58 @@ pub async fn run(json: bool) -> Result<ExitCode> {
     // Guest artefacts.
     let kernel = cfg.kernel();
     match std::fs::read(&kernel).map(|b| b.starts_with(b"\x7fELF")) {
-        Ok(true) => checks.push(check("guest kernel", Status::Ok, kernel.display().to_string(), None)),
-        Ok(false) => checks.push(check("guest kernel", Status::Fail, format!("{} is not an ELF vmlinux", kernel.display()), Some("scripts/build-guest.sh --force"))),
-        Err(e) => checks.push(check("guest kernel", Status::Fail, format!("{}: {e}", kernel.display()), Some(SETUP))),
+        Ok(true) => checks.push(check(
+            "guest kernel",
+            Status::Ok,
+            kernel.display().to_string(),
+            None,
+        )),
+        Ok(false) => checks.push(check(
+            "guest kernel",
+            Status::Fail,
+            format!("{} is not an ELF vmlinux", kernel.display()),
+            Some("scripts/build-guest.sh --force"),
+        )),
+        Err(e) => checks.push(check(
+            "guest kernel",
+            Status::Fail,
+            format!("{}: {e}", kernel.display()),
+            Some(SETUP),
+        )),
     }
     checks.push(file_check("guest initramfs", &cfg.initrd()));
     checks.push(file_check("default image", &cfg.image_rootfs("default")));
 
     // Host resources.
-    checks.push(disk_check("free disk (FORKVM_HOME)", &home, 2 << 30, 10 << 30));
-    checks.push(disk_check("free RAM disk (/dev/shm)", Path::new("/dev/shm"), 512 << 20, 4 << 30));
+    checks.push(disk_check(
+        "free disk (FORKVM_HOME)",
+        &home,
+        2 << 30,
+        10 << 30,
+    ));
+    checks.push(disk_check(
+        "free RAM disk (/dev/shm)",
+        Path::new("/dev/shm"),
+        512 << 20,
+        4 << 30,
+    ));
     checks.push(mem_check());
 
     // Kernel facilities.
     checks.push(if Path::new("/dev/net/tun").exists() {
-        check("/dev/net/tun", Status::Ok, "present (sandbox networking)", None)
+        check(
+            "/dev/net/tun",
+            Status::Ok,
+            "present (sandbox networking)",
+            None,
+        )
     } else {
-        check("/dev/net/tun", Status::Warn, "missing: sandboxes cannot get a network", Some("modprobe tun"))
+        check(
+            "/dev/net/tun",
+            Status::Warn,
+            "missing: sandboxes cannot get a network",
+            Some("modprobe tun"),
+        )
     });
     checks.push(netns_check());
     checks.push(uffd_check());
@@ -121,14 +204,24 @@ pub async fn run(json: bool) -> Result<ExitCode> {
     // The daemon.
     let client = forkvm_api::Client::from_env().map_err(|e| anyhow::anyhow!(e))?;
     match client.health().await {
-        Ok(h) => checks.push(check("daemon", Status::Ok, format!("answers at {} (version {})", client.target, h.version), None)),
+        Ok(h) => checks.push(check(
+            "daemon",
+            Status::Ok,
+            format!("answers at {} (version {})", client.target, h.version),
+            None,
+        )),
         Err(forkvm_api::ClientError::Connect { .. }) => checks.push(check(
             "daemon",
             Status::Warn,
             format!("nothing answers at {}", client.target),
             Some("the CLI starts a daemon on demand, or run `forkvm serve`"),
         )),
-        Err(e) => checks.push(check("daemon", Status::Fail, e.to_string(), Some("check $FORKVM_HOME/daemon.log"))),
+        Err(e) => checks.push(check(
+            "daemon",
+            Status::Fail,
+            e.to_string(),
+            Some("check $FORKVM_HOME/daemon.log"),
+        )),
     }
 
     let failed = checks.iter().any(|c| c.status == Status::Fail);
@@ -158,7 +251,11 @@ pub async fn run(json: bool) -> Result<ExitCode> {
             }
         );
     }
-    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn which(bin: &str) -> Option<String> {
@@ -171,8 +268,18 @@ fn which(bin: &str) -> Option<String> {
 
 fn file_check(name: &'static str, p: &Path) -> Check {
     match std::fs::metadata(p) {
-        Ok(m) if m.len() > 0 => check(name, Status::Ok, format!("{} ({} MiB)", p.display(), m.len() >> 20), None),
-        _ => check(name, Status::Fail, format!("{} is missing", p.display()), Some(SETUP)),
+        Ok(m) if m.len() > 0 => check(
+            name,
+            Status::Ok,
+            format!("{} ({} MiB)", p.display(), m.len() >> 20),
+            None,
+        ),
+        _ => check(
+            name,
+            Status::Fail,
+            format!("{} is missing", p.display()),
+            Some(SETUP),
+        ),
     }
 }
 
@@ -212,7 +319,12 @@ fn disk_check(name: &'static str, p: &Path, fail_below: u64, warn_below: u64) ->
                 (status != Status::Ok).then_some("free some space or point FORKVM_HOME elsewhere"),
             )
         }
-        None => check(name, Status::Warn, format!("cannot stat {}", p.display()), None),
+        None => check(
+            name,
+            Status::Warn,
+            format!("cannot stat {}", p.display()),
+            None,
+        ),
     }
 }
 
@@ -224,18 +336,46 @@ fn mem_check() -> Check {
             .and_then(|v| v.parse::<u64>().ok())
     });
     match avail {
-        Some(kib) if kib >= 1 << 20 => check("free RAM", Status::Ok, format!("{} MiB available", kib >> 10), None),
-        Some(kib) => check("free RAM", Status::Warn, format!("only {} MiB available", kib >> 10), Some("each 512 MiB sandbox can touch up to 512 MiB")),
+        Some(kib) if kib >= 1 << 20 => check(
+            "free RAM",
+            Status::Ok,
+            format!("{} MiB available", kib >> 10),
+            None,
+        ),
+        Some(kib) => check(
+            "free RAM",
+            Status::Warn,
+            format!("only {} MiB available", kib >> 10),
+            Some("each 512 MiB sandbox can touch up to 512 MiB"),
+        ),
         None => check("free RAM", Status::Warn, "cannot read /proc/meminfo", None),
     }
 }
 
 fn netns_check() -> Check {
     // Really create a namespace, in a throwaway child, so nothing is left behind.
-    match std::process::Command::new("unshare").args(["--net", "true"]).status() {
-        Ok(s) if s.success() => check("network namespaces", Status::Ok, "a network namespace can be created", None),
-        Ok(s) => check("network namespaces", Status::Warn, format!("`unshare --net` failed ({s})"), Some("run the daemon as root")),
-        Err(e) => check("network namespaces", Status::Warn, format!("cannot run unshare: {e}"), Some("apt-get install util-linux")),
+    match std::process::Command::new("unshare")
+        .args(["--net", "true"])
+        .status()
+    {
+        Ok(s) if s.success() => check(
+            "network namespaces",
+            Status::Ok,
+            "a network namespace can be created",
+            None,
+        ),
+        Ok(s) => check(
+            "network namespaces",
+            Status::Warn,
+            format!("`unshare --net` failed ({s})"),
+            Some("run the daemon as root"),
+        ),
+        Err(e) => check(
+            "network namespaces",
+            Status::Warn,
+            format!("cannot run unshare: {e}"),
+            Some("apt-get install util-linux"),
+        ),
     }
 }
 

@@ -23,7 +23,11 @@ use clap::{Parser, Subcommand};
 use forkvm_api::{Client, ClientError, CreateSandbox, ExecRequest, OutputEncoding, Target};
 
 #[derive(Parser)]
-#[command(name = "forkvm", version, about = "Run AI-agent sandboxes as microVMs and fork them while they run")]
+#[command(
+    name = "forkvm",
+    version,
+    about = "Run AI-agent sandboxes as microVMs and fork them while they run"
+)]
 struct Cli {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
@@ -120,7 +124,10 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("forkvm: cannot start the async runtime: {e}");
@@ -151,8 +158,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 cfg.socket = s;
             }
             cfg.tcp = listen;
-            cfg.token = std::env::var(forkvm_api::ENV_TOKEN).ok().filter(|t| !t.is_empty());
-            cfg.accel = accel.map(|a| a.parse()).transpose().map_err(|e: String| anyhow!(e))?;
+            cfg.token = std::env::var(forkvm_api::ENV_TOKEN)
+                .ok()
+                .filter(|t| !t.is_empty());
+            cfg.accel = accel
+                .map(|a| a.parse())
+                .transpose()
+                .map_err(|e: String| anyhow!(e))?;
             forkvm_daemon::serve(cfg).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -263,13 +275,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             if json {
                 print_json(&serde_json::json!({ "removed": removed }))?;
             }
-            Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+            Ok(if failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Cmd::Logs { id } => {
             let c = client().await?;
             let b = c.logs(&id).await?;
             if json {
-                print_json(&serde_json::json!({ "id": id, "console": String::from_utf8_lossy(&b) }))?;
+                print_json(
+                    &serde_json::json!({ "id": id, "console": String::from_utf8_lossy(&b) }),
+                )?;
             } else {
                 std::io::stdout().write_all(&b)?;
             }
@@ -314,7 +332,9 @@ fn exec_req(a: &ExecArgs) -> Result<ExecRequest> {
         env.insert(k.to_string(), v.to_string());
     }
     let timeout_ms = match a.timeout {
-        Some(t) if !(t > 0.0 && t.is_finite()) => bail!("--timeout must be a positive number of seconds"),
+        Some(t) if !(t > 0.0 && t.is_finite()) => {
+            bail!("--timeout must be a positive number of seconds")
+        }
         Some(t) => Some((t * 1000.0).ceil() as u64),
         None => None,
     };
@@ -332,7 +352,9 @@ async fn do_exec(c: &Client, id: &str, a: &ExecArgs, json: bool) -> Result<ExitC
     let mut req = exec_req(a)?;
     if a.stdin {
         let mut buf = Vec::new();
-        std::io::stdin().read_to_end(&mut buf).context("reading stdin")?;
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("reading stdin")?;
         req.stdin_base64 = Some(base64::engine::general_purpose::STANDARD.encode(buf));
     }
     if json {
@@ -386,11 +408,18 @@ async fn client() -> Result<Client> {
     }
     let explicit = std::env::var(forkvm_api::ENV_URL).is_ok_and(|u| !u.is_empty());
     let Target::Unix(sock) = &c.target else {
-        bail!("no forkvm daemon answers at {}; start one with `forkvm serve --listen ...`", c.target);
+        bail!(
+            "no forkvm daemon answers at {}; start one with `forkvm serve --listen ...`",
+            c.target
+        );
     };
     let home = forkvm_api::home_dir();
     if explicit && *sock != home.join(forkvm_api::SOCKET_NAME) {
-        bail!("no forkvm daemon answers at {}; start one with `forkvm serve --socket {}`", c.target, sock.display());
+        bail!(
+            "no forkvm daemon answers at {}; start one with `forkvm serve --socket {}`",
+            c.target,
+            sock.display()
+        );
     }
     start_daemon(&home)?;
     let deadline = std::time::Instant::now() + Duration::from_secs(120);

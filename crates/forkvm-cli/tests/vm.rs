@@ -48,11 +48,20 @@ fn exec_features_on_one_sandbox() {
 
     // stdin, env and cwd reach the command.
     let mut c = d.cmd();
-    c.args(["exec", "-i", "-e", "GREETING=hello world", "-w", "/tmp", &id, "--"])
-        .args(["sh", "-c", "read line; echo \"$GREETING|$line|$(pwd)\""])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    c.args([
+        "exec",
+        "-i",
+        "-e",
+        "GREETING=hello world",
+        "-w",
+        "/tmp",
+        &id,
+        "--",
+    ])
+    .args(["sh", "-c", "read line; echo \"$GREETING|$line|$(pwd)\""])
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
     let mut child = c.spawn().unwrap();
     {
         use std::io::Write;
@@ -70,25 +79,48 @@ fn exec_features_on_one_sandbox() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(o.stdout.len(), 10 << 20);
     let ours = format!("{:x}", Sha256::digest(&o.stdout));
-    assert_eq!(ours, stderr(&o).trim(), "10 MiB stdout was altered in transit");
+    assert_eq!(
+        ours,
+        stderr(&o).trim(),
+        "10 MiB stdout was altered in transit"
+    );
 
     // A command past its timeout is killed and reported as a timeout.
     let t = std::time::Instant::now();
-    let o = d.run(&["exec", "--timeout", "1", &id, "--", "sh", "-c", "echo started; sleep 60"]);
+    let o = d.run(&[
+        "exec",
+        "--timeout",
+        "1",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo started; sleep 60",
+    ]);
     assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
     assert_eq!(stdout(&o), "started\n", "output before the timeout is kept");
     assert!(stderr(&o).contains("timed out"), "{}", stderr(&o));
-    let v = d.json(&["exec", "--timeout", "0.5", &id, "--", "sleep", "30"]);
+    let o = d.run(&["--json", "exec", "--timeout", "0.5", &id, "--", "sleep", "30"]);
+    assert_eq!(o.status.code(), Some(124), "--json keeps the exit code");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["timed_out"], true);
+    assert_eq!(v["signal"], 9);
     assert!(t.elapsed() < Duration::from_secs(90));
 
     // Files written with the file API read back byte-identical.
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = d.client();
-    let data: Vec<u8> = (0..(3 << 20) + 17).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let data: Vec<u8> = (0..(3 << 20) + 17)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     rt.block_on(async {
         let w = client
-            .write_file(&id, "/root/dir/blob.bin", Some(0o600), Bytes::from(data.clone()))
+            .write_file(
+                &id,
+                "/root/dir/blob.bin",
+                Some(0o600),
+                Bytes::from(data.clone()),
+            )
             .await
             .unwrap();
         assert_eq!(w.size, data.len() as u64);
@@ -96,13 +128,25 @@ fn exec_features_on_one_sandbox() {
         assert!(back == data, "file read back differs");
         // The guest sees the same bytes and the mode.
         let r = client
-            .exec(&id, &forkvm_api::ExecRequest {
-                argv: vec!["sh".into(), "-c".into(), "sha256sum /root/dir/blob.bin; stat -c %a /root/dir/blob.bin".into()],
-                ..Default::default()
-            })
+            .exec(
+                &id,
+                &forkvm_api::ExecRequest {
+                    argv: vec![
+                        "sh".into(),
+                        "-c".into(),
+                        "sha256sum /root/dir/blob.bin; stat -c %a /root/dir/blob.bin".into(),
+                    ],
+                    ..Default::default()
+                },
+            )
             .await
             .unwrap();
-        assert!(r.stdout.starts_with(&format!("{:x}", Sha256::digest(&data))), "{}", r.stdout);
+        assert!(
+            r.stdout
+                .starts_with(&format!("{:x}", Sha256::digest(&data))),
+            "{}",
+            r.stdout
+        );
         assert!(r.stdout.ends_with("600\n"), "{}", r.stdout);
         // Reading a missing file is a 404 with a message.
         let e = client.read_file(&id, "/no/such/file").await.unwrap_err();
@@ -112,17 +156,31 @@ fn exec_features_on_one_sandbox() {
         assert_eq!(e.code(), Some("invalid_request"), "{e}");
         // Output is capped with a flag, never silently.
         let r = client
-            .exec(&id, &forkvm_api::ExecRequest {
-                argv: vec!["head".into(), "-c".into(), "100000".into(), "/dev/zero".into()],
-                max_output_bytes: Some(1000),
-                ..Default::default()
-            })
+            .exec(
+                &id,
+                &forkvm_api::ExecRequest {
+                    argv: vec![
+                        "head".into(),
+                        "-c".into(),
+                        "100000".into(),
+                        "/dev/zero".into(),
+                    ],
+                    max_output_bytes: Some(1000),
+                    ..Default::default()
+                },
+            )
             .await
             .unwrap();
         assert!(r.stdout_truncated && r.stdout_bytes == 100_000 && r.stdout.len() == 1000);
         // A missing executable is a clear 404.
         let e = client
-            .exec(&id, &forkvm_api::ExecRequest { argv: vec!["no-such-program".into()], ..Default::default() })
+            .exec(
+                &id,
+                &forkvm_api::ExecRequest {
+                    argv: vec!["no-such-program".into()],
+                    ..Default::default()
+                },
+            )
             .await
             .unwrap_err();
         assert!(e.to_string().contains("no-such-program"), "{e}");
@@ -133,7 +191,11 @@ fn exec_features_on_one_sandbox() {
     let o = d.run(&["exec", &id, "--", "true"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no sandbox"), "{}", stderr(&o));
-    assert!(d.sandbox_files(&id).is_empty(), "files left: {:?}", d.sandbox_files(&id));
+    assert!(
+        d.sandbox_files(&id).is_empty(),
+        "files left: {:?}",
+        d.sandbox_files(&id)
+    );
     std::mem::forget(sb); // already removed
 }
 
@@ -142,16 +204,22 @@ fn exec_features_on_one_sandbox() {
 async fn bad_input_gets_clear_errors_and_leaves_nothing() {
     let d = shared();
     let c = d.client();
-    let before = std::fs::read_dir(d.home.join("sandboxes")).map(|r| r.count()).unwrap_or(0);
+    let before = std::fs::read_dir(d.home.join("sandboxes"))
+        .map(|r| r.count())
+        .unwrap_or(0);
     let count = || async { c.list_sandboxes().await.unwrap().sandboxes.len() };
     let n0 = count().await;
 
     let post = |body: &'static str| {
         let c = c.clone();
         async move {
-            c.raw(Method::POST, "/v1/sandboxes", Some((Bytes::from(body), "application/json")))
-                .await
-                .unwrap()
+            c.raw(
+                Method::POST,
+                "/v1/sandboxes",
+                Some((Bytes::from(body), "application/json")),
+            )
+            .await
+            .unwrap()
         }
     };
     let err = |r: &forkvm_api::client::Response| -> (u16, String, String) {
@@ -165,10 +233,22 @@ async fn bad_input_gets_clear_errors_and_leaves_nothing() {
 
     let (s, code, msg) = err(&post(r#"{"image":"no-such-image"}"#).await);
     assert_eq!((s, code.as_str()), (404, "image_not_found"));
-    assert!(msg.contains("no-such-image") && msg.contains("default"), "{msg}");
-    for body in [r#"{"memory_mib":0}"#, r#"{"memory_mib":99999999}"#, r#"{"cpus":0}"#, r#"{"cpus":4096}"#] {
+    assert!(
+        msg.contains("no-such-image") && msg.contains("default"),
+        "{msg}"
+    );
+    for body in [
+        r#"{"memory_mib":0}"#,
+        r#"{"memory_mib":99999999}"#,
+        r#"{"cpus":0}"#,
+        r#"{"cpus":4096}"#,
+    ] {
         let (s, code, msg) = err(&post(body).await);
-        assert_eq!((s, code.as_str()), (400, "invalid_request"), "{body}: {msg}");
+        assert_eq!(
+            (s, code.as_str()),
+            (400, "invalid_request"),
+            "{body}: {msg}"
+        );
         assert!(msg.contains("between"), "{msg}");
     }
     let (s, code, msg) = err(&post(r#"{"image": "default", "#).await);
@@ -185,7 +265,10 @@ async fn bad_input_gets_clear_errors_and_leaves_nothing() {
         (Method::GET, "/v1/sandboxes/sb-000000000000"),
         (Method::DELETE, "/v1/sandboxes/sb-000000000000"),
         (Method::GET, "/v1/sandboxes/sb-000000000000/logs"),
-        (Method::GET, "/v1/sandboxes/sb-000000000000/files?path=/etc/hostname"),
+        (
+            Method::GET,
+            "/v1/sandboxes/sb-000000000000/files?path=/etc/hostname",
+        ),
         (Method::GET, "/v1/sandboxes/..%2F..%2Fetc"),
     ] {
         let r = c.raw(m.clone(), p, None).await.unwrap();
@@ -193,7 +276,11 @@ async fn bad_input_gets_clear_errors_and_leaves_nothing() {
         assert_eq!((s, code.as_str()), (404, "not_found"), "{m} {p}");
     }
     let r = c
-        .raw(Method::POST, "/v1/sandboxes/sb-000000000000/exec", Some((Bytes::from(r#"{"argv":["true"]}"#), "application/json")))
+        .raw(
+            Method::POST,
+            "/v1/sandboxes/sb-000000000000/exec",
+            Some((Bytes::from(r#"{"argv":["true"]}"#), "application/json")),
+        )
         .await
         .unwrap();
     assert_eq!(err(&r).0, 404);
@@ -205,10 +292,18 @@ async fn bad_input_gets_clear_errors_and_leaves_nothing() {
     // The CLI turns these into non-zero exits with the message.
     let o = d.run(&["run", "--image", "nope", "--", "true"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("image \"nope\" not found"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("image \"nope\" not found"),
+        "{}",
+        stderr(&o)
+    );
     let o = d.run(&["spawn", "--memory", "0"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("memory_mib must be between"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("memory_mib must be between"),
+        "{}",
+        stderr(&o)
+    );
     let o = d.run(&["rm", "sb-000000000000"]);
     assert_eq!(o.status.code(), Some(1));
     let o = d.run(&["exec", "x"]);
@@ -216,7 +311,9 @@ async fn bad_input_gets_clear_errors_and_leaves_nothing() {
 
     // Nothing was created by any of it.
     assert_eq!(count().await, n0);
-    let after = std::fs::read_dir(d.home.join("sandboxes")).map(|r| r.count()).unwrap_or(0);
+    let after = std::fs::read_dir(d.home.join("sandboxes"))
+        .map(|r| r.count())
+        .unwrap_or(0);
     assert!(after <= before, "sandbox dirs leaked: {before} -> {after}");
 }
 
@@ -232,7 +329,11 @@ fn guest_panic_and_killed_qemu_are_reported_and_cleaned_up() {
     assert!(alive(pa) && alive(pb));
 
     // Panic the guest kernel through sysrq.
-    let _ = a.exec(&["sh", "-c", "echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger"]);
+    let _ = a.exec(&[
+        "sh",
+        "-c",
+        "echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger",
+    ]);
     // Kill the other QEMU outright.
     // SAFETY: signalling a QEMU this test's daemon started for this test.
     unsafe { libc::kill(pb as i32, libc::SIGKILL) };
@@ -244,10 +345,17 @@ fn guest_panic_and_killed_qemu_are_reported_and_cleaned_up() {
         assert!(failed, "{} never showed as failed", sb.id);
         let v = d.json(&["inspect", &sb.id]);
         let why = v["failure"].as_str().unwrap_or_default().to_string();
-        assert!(why.contains(want), "failure reason {why:?} should mention {want}");
+        assert!(
+            why.contains(want),
+            "failure reason {why:?} should mention {want}"
+        );
         assert!(!alive(pid), "QEMU {pid} still running");
         // Only the logs stay until rm; RAM, disk and sockets are gone.
-        let left: Vec<_> = d.sandbox_files(&sb.id).into_iter().filter(|p| !p.is_dir()).collect();
+        let left: Vec<_> = d
+            .sandbox_files(&sb.id)
+            .into_iter()
+            .filter(|p| !p.is_dir())
+            .collect();
         assert!(left.is_empty(), "runtime files leaked: {left:?}");
         // exec on a failed sandbox says so.
         let o = sb.exec(&["true"]);
@@ -285,7 +393,11 @@ async fn tcp_needs_the_right_token() {
         let c = forkvm_api::Client::new(target.clone(), bad.map(str::to_string));
         let e = c.list_sandboxes().await.unwrap_err();
         match e {
-            forkvm_api::ClientError::Api { status, ref code, ref message } => {
+            forkvm_api::ClientError::Api {
+                status,
+                ref code,
+                ref message,
+            } => {
                 assert_eq!(status, 401);
                 assert_eq!(code, "unauthorized");
                 assert!(message.contains("FORKVM_TOKEN"));
@@ -327,7 +439,10 @@ fn daemon_restart_keeps_running_sandboxes() {
 #[ignore = "boots microVMs: run with `make test`"]
 fn cli_starts_a_daemon_when_none_answers() {
     require_vm_prereqs();
-    let dir = tempfile::Builder::new().prefix("fvt-").tempdir_in("/tmp").unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("fvt-")
+        .tempdir_in("/tmp")
+        .unwrap();
     for sub in ["guest", "images"] {
         std::os::unix::fs::symlink(artifacts().join(sub), dir.path().join(sub)).unwrap();
     }
@@ -339,7 +454,12 @@ fn cli_starts_a_daemon_when_none_answers() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["accel"]["kind"].as_str().map(|k| k == "kvm" || k == "tcg"), Some(true));
+    assert_eq!(
+        v["accel"]["kind"]
+            .as_str()
+            .map(|k| k == "kvm" || k == "tcg"),
+        Some(true)
+    );
     assert!(!v["accel"]["reason"].as_str().unwrap().is_empty());
     let err = stderr(&o);
     let pid: i32 = err
@@ -364,7 +484,20 @@ fn doctor_passes_on_a_set_up_host() {
         .unwrap();
     let out = stdout(&o);
     assert!(o.status.success(), "{out}");
-    for want in ["qemu", "mapped-ram", "x-ignore-shared", "rom=", "vmgenid", "accelerator", "guest kernel", "default image", "/dev/net/tun", "network namespaces", "userfaultfd", "daemon"] {
+    for want in [
+        "qemu",
+        "mapped-ram",
+        "x-ignore-shared",
+        "rom=",
+        "vmgenid",
+        "accelerator",
+        "guest kernel",
+        "default image",
+        "/dev/net/tun",
+        "network namespaces",
+        "userfaultfd",
+        "daemon",
+    ] {
         assert!(out.contains(want), "doctor output lacks {want}:\n{out}");
     }
     // A missing QEMU is a FAIL with the fix, and a non-zero exit.

@@ -212,16 +212,26 @@ impl AgentConn {
 
     /// Ping; returns the agent version.
     pub async fn ping(&self, timeout: Duration) -> Result<String, AgentError> {
-        match self.one_reply(|id| HostMsg::Ping { id }, b"", timeout).await?.msg {
+        match self
+            .one_reply(|id| HostMsg::Ping { id }, b"", timeout)
+            .await?
+            .msg
+        {
             GuestMsg::Pong { agent_version, .. } => Ok(agent_version),
-            other => Err(AgentError::Protocol(format!("expected pong, got {other:?}"))),
+            other => Err(AgentError::Protocol(format!(
+                "expected pong, got {other:?}"
+            ))),
         }
     }
 
     /// Run a command to completion, keeping at most `max_output` bytes of each
     /// stream. `deadline` bounds the whole call on the host side, so a hung
     /// guest cannot hold a request forever.
-    pub async fn exec(&self, spec: ExecSpec, deadline: Duration) -> Result<ExecOutcome, AgentError> {
+    pub async fn exec(
+        &self,
+        spec: ExecSpec,
+        deadline: Duration,
+    ) -> Result<ExecOutcome, AgentError> {
         let ExecSpec {
             argv,
             env,
@@ -312,7 +322,9 @@ impl AgentConn {
             .await?;
         match f.msg {
             GuestMsg::FileWritten { size, .. } => Ok(size),
-            other => Err(AgentError::Protocol(format!("expected file_written, got {other:?}"))),
+            other => Err(AgentError::Protocol(format!(
+                "expected file_written, got {other:?}"
+            ))),
         }
     }
 
@@ -325,11 +337,21 @@ impl AgentConn {
     ) -> Result<Vec<u8>, AgentError> {
         let path = path.to_string();
         let f = self
-            .one_reply(|id| HostMsg::ReadFile { id, path, max_bytes }, b"", timeout)
+            .one_reply(
+                |id| HostMsg::ReadFile {
+                    id,
+                    path,
+                    max_bytes,
+                },
+                b"",
+                timeout,
+            )
             .await?;
         match f.msg {
             GuestMsg::FileData { .. } => Ok(f.payload),
-            other => Err(AgentError::Protocol(format!("expected file_data, got {other:?}"))),
+            other => Err(AgentError::Protocol(format!(
+                "expected file_data, got {other:?}"
+            ))),
         }
     }
 }

@@ -37,8 +37,16 @@ type AppState = Arc<Manager>;
         license(name = "Apache-2.0")
     ),
     paths(
-        health, info, create_sandbox, list_sandboxes, get_sandbox, delete_sandbox,
-        exec, write_file, read_file, logs
+        health,
+        info,
+        create_sandbox,
+        list_sandboxes,
+        get_sandbox,
+        delete_sandbox,
+        exec,
+        write_file,
+        read_file,
+        logs
     ),
     components(schemas(ErrorBody, ErrorDetail))
 )]
@@ -74,7 +82,11 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
 
 fn body_error(status: StatusCode, text: String) -> ApiError {
     if status == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(status, codes::PAYLOAD_TOO_LARGE, format!("request body too large: {text}"))
+        ApiError::new(
+            status,
+            codes::PAYLOAD_TOO_LARGE,
+            format!("request body too large: {text}"),
+        )
     } else {
         ApiError::invalid(format!("cannot read the request body: {text}"))
     }
@@ -117,10 +129,12 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state);
     match token {
-        Some(t) => r.layer(axum::middleware::from_fn(move |req: Request, next: Next| {
-            let t = t.clone();
-            async move { auth(&t, req, next).await }
-        })),
+        Some(t) => r.layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let t = t.clone();
+                async move { auth(&t, req, next).await }
+            },
+        )),
         None => r,
     }
 }
@@ -221,7 +235,10 @@ async fn list_sandboxes(State(m): State<AppState>) -> Result<Json<SandboxList>, 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id")),
     responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody)))]
-async fn get_sandbox(State(m): State<AppState>, Path(id): Path<String>) -> Result<Json<Sandbox>, ApiError> {
+async fn get_sandbox(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
     m.get(&id).map(Json)
 }
 
@@ -229,7 +246,10 @@ async fn get_sandbox(State(m): State<AppState>, Path(id): Path<String>) -> Resul
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id")),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-async fn delete_sandbox(State(m): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+async fn delete_sandbox(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     tokio::spawn(async move { m.remove(&id).await })
         .await
         .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
@@ -288,10 +308,14 @@ async fn exec(
 ) -> Result<Json<ExecResult>, ApiError> {
     let l = &m.cfg.limits;
     if req.argv.is_empty() || req.argv[0].is_empty() {
-        return Err(ApiError::invalid("argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"]"));
+        return Err(ApiError::invalid(
+            "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"]",
+        ));
     }
     let stdin = match (req.stdin, req.stdin_base64) {
-        (Some(_), Some(_)) => return Err(ApiError::invalid("give stdin or stdin_base64, not both")),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("give stdin or stdin_base64, not both"))
+        }
         (Some(s), None) => s.into_bytes(),
         (None, Some(b)) => base64::engine::general_purpose::STANDARD
             .decode(b.as_bytes())
@@ -302,7 +326,11 @@ async fn exec(
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             codes::PAYLOAD_TOO_LARGE,
-            format!("stdin is {} bytes, over the limit of {}", stdin.len(), l.max_file_bytes),
+            format!(
+                "stdin is {} bytes, over the limit of {}",
+                stdin.len(),
+                l.max_file_bytes
+            ),
         ));
     }
     let timeout_ms = req.timeout_ms.unwrap_or(l.max_exec_timeout_ms);
@@ -330,7 +358,10 @@ async fn exec(
         max_output,
     };
     let deadline = Duration::from_millis(timeout_ms) + Manager::HOST_GRACE;
-    let out = agent.exec(spec, deadline).await.map_err(|e| agent_error(&id, e))?;
+    let out = agent
+        .exec(spec, deadline)
+        .await
+        .map_err(|e| agent_error(&id, e))?;
     let encoding = req.encoding.unwrap_or_default();
     let render = |b: &[u8]| match encoding {
         OutputEncoding::Utf8 => String::from_utf8_lossy(b).into_owned(),
@@ -364,7 +395,9 @@ pub struct FileQuery {
 
 fn check_guest_path(p: &str) -> Result<(), ApiError> {
     if !p.starts_with('/') {
-        return Err(ApiError::invalid(format!("path must be absolute (got {p:?})")));
+        return Err(ApiError::invalid(format!(
+            "path must be absolute (got {p:?})"
+        )));
     }
     if p.contains('\0') {
         return Err(ApiError::invalid("path must not contain NUL"));
@@ -372,9 +405,15 @@ fn check_guest_path(p: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn file_query(q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>) -> Result<FileQuery, ApiError> {
-    q.map(|Query(q)| q)
-        .map_err(|e| ApiError::invalid(format!("bad query: {}; use ?path=/absolute/path", e.body_text())))
+fn file_query(
+    q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<FileQuery, ApiError> {
+    q.map(|Query(q)| q).map_err(|e| {
+        ApiError::invalid(format!(
+            "bad query: {}; use ?path=/absolute/path",
+            e.body_text()
+        ))
+    })
 }
 
 /// Write a file in the guest (atomically: temp file, fsync, rename).
@@ -396,14 +435,20 @@ async fn write_file(
         Some(s) => u32::from_str_radix(s, 8)
             .ok()
             .filter(|m| *m <= 0o7777)
-            .ok_or_else(|| ApiError::invalid(format!("mode {s:?} is not an octal mode like 644")))?,
+            .ok_or_else(|| {
+                ApiError::invalid(format!("mode {s:?} is not an octal mode like 644"))
+            })?,
         None => 0o644,
     };
     if body.len() as u64 > m.cfg.limits.max_file_bytes {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             codes::PAYLOAD_TOO_LARGE,
-            format!("file is {} bytes, over the limit of {}", body.len(), m.cfg.limits.max_file_bytes),
+            format!(
+                "file is {} bytes, over the limit of {}",
+                body.len(),
+                m.cfg.limits.max_file_bytes
+            ),
         ));
     }
     let live = m.running(&id)?;
@@ -431,11 +476,18 @@ async fn read_file(
     let live = m.running(&id)?;
     let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
     let data = agent
-        .read_file(&q.path, m.cfg.limits.max_file_bytes, Duration::from_secs(120))
+        .read_file(
+            &q.path,
+            m.cfg.limits.max_file_bytes,
+            Duration::from_secs(120),
+        )
         .await
         .map_err(|e| agent_error(&id, e))?;
     let mut h = HeaderMap::new();
-    h.insert(header::CONTENT_TYPE, "application/octet-stream".parse().expect("static header"));
+    h.insert(
+        header::CONTENT_TYPE,
+        "application/octet-stream".parse().expect("static header"),
+    );
     Ok((h, data).into_response())
 }
 
@@ -485,7 +537,10 @@ mod tests {
             .iter()
             .map(|(_, m, p)| (m.to_string(), p.to_string()))
             .collect();
-        assert_eq!(in_doc, in_server, "routes in docs/openapi.json differ from the server's");
+        assert_eq!(
+            in_doc, in_server,
+            "routes in docs/openapi.json differ from the server's"
+        );
         for (_, m, _) in ROUTES {
             assert!(["GET", "POST", "PUT", "DELETE"].contains(m));
         }

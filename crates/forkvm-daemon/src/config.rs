@@ -174,7 +174,10 @@ mod tests {
         let a = Config::for_home(Path::new("/var/lib/forkvm"));
         let b = Config::for_home(Path::new("/tmp/other"));
         assert_ne!(a.run_dir, b.run_dir);
-        assert_eq!(a.run_dir, Config::for_home(Path::new("/var/lib/forkvm")).run_dir);
+        assert_eq!(
+            a.run_dir,
+            Config::for_home(Path::new("/var/lib/forkvm")).run_dir
+        );
         let p = a.sandbox_paths("sb-1");
         assert_eq!(p.dir, Path::new("/var/lib/forkvm/sandboxes/sb-1"));
         assert!(p.mem.starts_with(&a.run_dir));

@@ -38,7 +38,9 @@ pub use sandbox::Manager;
 pub enum StartError {
     #[error("{0}")]
     Setup(String),
-    #[error("another forkvm daemon already manages {0} (its lock is held); use it, or stop it first")]
+    #[error(
+        "another forkvm daemon already manages {0} (its lock is held); use it, or stop it first"
+    )]
     AlreadyRunning(String),
 }
 
@@ -53,8 +55,23 @@ async fn kvm_probe(cfg: &Config) -> Result<Duration, String> {
     let log = dir.join(format!("kvm-probe-{}.log", std::process::id()));
     let t = Instant::now();
     let mut child = tokio::process::Command::new(&cfg.qemu)
-        .args(["-M", "microvm,acpi=on", "-accel", "kvm", "-cpu", "host", "-m", "256M"])
-        .args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"])
+        .args([
+            "-M",
+            "microvm,acpi=on",
+            "-accel",
+            "kvm",
+            "-cpu",
+            "host",
+            "-m",
+            "256M",
+        ])
+        .args([
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+        ])
         .arg("-kernel")
         .arg(cfg.kernel())
         .arg("-initrd")
@@ -113,7 +130,8 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     let setup = |what: &str, e: &dyn std::fmt::Display| StartError::Setup(format!("{what}: {e}"));
     std::fs::create_dir_all(&cfg.home)
         .map_err(|e| setup(&format!("cannot create {}", cfg.home.display()), &e))?;
-    std::fs::create_dir_all(cfg.sandboxes_dir()).map_err(|e| setup("cannot create sandboxes dir", &e))?;
+    std::fs::create_dir_all(cfg.sandboxes_dir())
+        .map_err(|e| setup("cannot create sandboxes dir", &e))?;
     let _lock = lock_home(&cfg.home)?;
 
     if cfg.tcp.is_some() && cfg.token.as_deref().is_none_or(str::is_empty) {
@@ -123,7 +141,9 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     }
     let qemu_version = forkvm_qemu::features::version(&cfg.qemu)
         .await
-        .map_err(|e| StartError::Setup(format!("{e}; run scripts/setup.sh to install QEMU >= 10")))?;
+        .map_err(|e| {
+            StartError::Setup(format!("{e}; run scripts/setup.sh to install QEMU >= 10"))
+        })?;
     if qemu_version.major < 10 {
         return Err(StartError::Setup(format!(
             "{} is too old: forkvm needs QEMU >= 10 (run scripts/setup.sh)",
@@ -135,7 +155,8 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
         .map_err(StartError::Setup)?;
     tracing::info!("accelerator: {} ({})", accel.accel, accel.reason);
 
-    let db = db::Db::open(&cfg.db_path()).map_err(|e| setup("cannot open the state database", &e))?;
+    let db =
+        db::Db::open(&cfg.db_path()).map_err(|e| setup("cannot open the state database", &e))?;
     let socket = cfg.socket.clone();
     let tcp = cfg.tcp;
     let token = cfg.token.clone();

@@ -200,7 +200,10 @@ impl Manager {
                 ),
             ));
         }
-        for (what, p) in [("kernel", self.cfg.kernel()), ("initramfs", self.cfg.initrd())] {
+        for (what, p) in [
+            ("kernel", self.cfg.kernel()),
+            ("initramfs", self.cfg.initrd()),
+        ] {
             if !p.is_file() {
                 return Err(ApiError::internal(format!(
                     "guest {what} {} is missing; run scripts/setup.sh",
@@ -274,7 +277,9 @@ impl Manager {
         t0: Instant,
     ) -> Result<SpawnTimings, ApiError> {
         let io = |what: &str, e: std::io::Error| {
-            ApiError::internal(format!("cannot create {what}: {e}; check free space and permissions"))
+            ApiError::internal(format!(
+                "cannot create {what}: {e}; check free space and permissions"
+            ))
         };
         std::fs::create_dir_all(&paths.dir).map_err(|e| io("the sandbox directory", e))?;
         std::fs::create_dir_all(&self.cfg.run_dir).map_err(|e| io("the RAM directory", e))?;
@@ -303,10 +308,20 @@ impl Manager {
             incoming: None,
         };
         let t1 = Instant::now();
-        let Launched { child, pid, qmp } =
-            process::launch(&self.cfg.qemu, &spec, &paths.qemu_log, Duration::from_secs(30))
-                .await
-                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, codes::QEMU_FAILED, e.to_string()))?;
+        let Launched { child, pid, qmp } = process::launch(
+            &self.cfg.qemu,
+            &spec,
+            &paths.qemu_log,
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                codes::QEMU_FAILED,
+                e.to_string(),
+            )
+        })?;
         // The QMP session is not needed after start-up; closing it is fine
         // (QEMU's QMP server accepts a new client later).
         drop(qmp);
@@ -345,7 +360,9 @@ impl Manager {
         // Only now does an unexpected exit count as a failure of a running
         // sandbox; before this the spawn itself reports it.
         if live.set_phase(Phase::Running) != Phase::Booting {
-            return Err(ApiError::conflict("the sandbox was removed while it booted"));
+            return Err(ApiError::conflict(
+                "the sandbox was removed while it booted",
+            ));
         }
         self.db.set_running(id, pid, &timings)?;
         Ok(timings)
@@ -380,7 +397,8 @@ impl Manager {
                 },
                 Waiter::Foreign => {
                     process::wait_foreign_exit(l2.pid, &l2.id).await;
-                    "QEMU exited (started by an earlier daemon, so its exit status is unknown)".to_string()
+                    "QEMU exited (started by an earlier daemon, so its exit status is unknown)"
+                        .to_string()
                 }
             };
             let reason = failure_reason(&status, &l2.paths);
@@ -421,7 +439,9 @@ impl Manager {
                     )));
                 }
                 Phase::Removing => {
-                    return Err(ApiError::conflict(format!("sandbox {id} is already being removed")))
+                    return Err(ApiError::conflict(format!(
+                        "sandbox {id} is already being removed"
+                    )))
                 }
                 Phase::Running => {}
             }
@@ -433,7 +453,9 @@ impl Manager {
                 )));
             }
             self.live_map().remove(id);
-        } else if let (SandboxState::Running | SandboxState::Starting, Some(pid)) = (row.state, row.pid) {
+        } else if let (SandboxState::Running | SandboxState::Starting, Some(pid)) =
+            (row.state, row.pid)
+        {
             // Not attached (should not happen after recovery), but never leave
             // a VM behind.
             if process::is_our_qemu(pid, id) {
@@ -452,7 +474,9 @@ impl Manager {
             SandboxState::Running => self.live(id).ok_or_else(|| {
                 ApiError::conflict(format!("sandbox {id} is not attached to this daemon"))
             }),
-            SandboxState::Starting => Err(ApiError::conflict(format!("sandbox {id} is still starting"))),
+            SandboxState::Starting => Err(ApiError::conflict(format!(
+                "sandbox {id} is still starting"
+            ))),
             SandboxState::Failed => Err(ApiError::conflict(format!(
                 "sandbox {id} has failed ({}); remove it with `forkvm rm {id}`",
                 row.failure.unwrap_or_default()
@@ -521,7 +545,11 @@ fn failure_reason(status: &str, paths: &SandboxPaths) -> String {
     if let Some(line) = console.lines().rev().find(|l| l.contains("Kernel panic")) {
         return format!("guest kernel panic: {}", line.trim());
     }
-    if let Some(line) = console.lines().rev().find(|l| l.contains("forkvm-agent: FATAL")) {
+    if let Some(line) = console
+        .lines()
+        .rev()
+        .find(|l| l.contains("forkvm-agent: FATAL"))
+    {
         return format!("guest init failed: {}", line.trim());
     }
     let qemu_err = util::tail_file(&paths.qemu_log, 2000);

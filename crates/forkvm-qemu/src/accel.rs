@@ -74,7 +74,11 @@ pub fn cpu_virt_flag(cpuinfo: &str) -> Option<&'static str> {
 /// Decide the accelerator. `requested` is the `--accel` override. `probe`
 /// boots a probe VM under KVM and reports whether it worked; it is only
 /// called when the host looks capable.
-pub async fn choose<F, Fut>(requested: Option<Accel>, host: &HostVirt, probe: F) -> Result<AccelChoice, String>
+pub async fn choose<F, Fut>(
+    requested: Option<Accel>,
+    host: &HostVirt,
+    probe: F,
+) -> Result<AccelChoice, String>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<Duration, String>>,
@@ -100,9 +104,15 @@ where
         }
         None => {}
     }
-    let tcg = |reason: String| Ok(AccelChoice { accel: Accel::Tcg, reason });
+    let tcg = |reason: String| {
+        Ok(AccelChoice {
+            accel: Accel::Tcg,
+            reason,
+        })
+    };
     let Some(flag) = host.cpu_flag else {
-        let mut why = "the CPU has no vmx/svm flag (no hardware virtualization visible)".to_string();
+        let mut why =
+            "the CPU has no vmx/svm flag (no hardware virtualization visible)".to_string();
         if host.pvm {
             why.push_str("; /dev/kvm here is the kvm_pvm nested hypervisor, which cannot run an ordinary guest kernel");
         } else if host.dev_kvm.is_ok() {
@@ -111,7 +121,9 @@ where
         return tcg(format!("TCG: {why}"));
     };
     if let Err(e) = &host.dev_kvm {
-        return tcg(format!("TCG: CPU has {flag} but /dev/kvm cannot be opened ({e})"));
+        return tcg(format!(
+            "TCG: CPU has {flag} but /dev/kvm cannot be opened ({e})"
+        ));
     }
     match probe().await {
         Ok(took) => Ok(AccelChoice {
@@ -121,7 +133,9 @@ where
                 took.as_millis()
             ),
         }),
-        Err(e) => tcg(format!("TCG: CPU has {flag} but a probe VM failed under KVM: {e}")),
+        Err(e) => tcg(format!(
+            "TCG: CPU has {flag} but a probe VM failed under KVM: {e}"
+        )),
     }
 }
 
@@ -132,7 +146,11 @@ mod tests {
     fn host(flag: Option<&'static str>, kvm: bool, pvm: bool) -> HostVirt {
         HostVirt {
             cpu_flag: flag,
-            dev_kvm: if kvm { Ok(()) } else { Err("No such file".into()) },
+            dev_kvm: if kvm {
+                Ok(())
+            } else {
+                Err("No such file".into())
+            },
             pvm,
         }
     }
@@ -157,29 +175,43 @@ mod tests {
 
     #[tokio::test]
     async fn pvm_host_without_flags_gets_tcg_with_reason() {
-        let c = choose(None, &host(None, true, true), no_probe).await.unwrap();
+        let c = choose(None, &host(None, true, true), no_probe)
+            .await
+            .unwrap();
         assert_eq!(c.accel, Accel::Tcg);
         assert!(c.reason.contains("kvm_pvm"), "{}", c.reason);
     }
 
     #[tokio::test]
     async fn capable_host_uses_kvm_only_if_the_probe_boots() {
-        let c = choose(None, &host(Some("vmx"), true, false), ok_probe).await.unwrap();
+        let c = choose(None, &host(Some("vmx"), true, false), ok_probe)
+            .await
+            .unwrap();
         assert_eq!(c.accel, Accel::Kvm);
-        let c = choose(None, &host(Some("vmx"), true, false), bad_probe).await.unwrap();
+        let c = choose(None, &host(Some("vmx"), true, false), bad_probe)
+            .await
+            .unwrap();
         assert_eq!(c.accel, Accel::Tcg);
         assert!(c.reason.contains("emulation failure"));
-        let c = choose(None, &host(Some("svm"), false, false), no_probe).await.unwrap();
+        let c = choose(None, &host(Some("svm"), false, false), no_probe)
+            .await
+            .unwrap();
         assert_eq!(c.accel, Accel::Tcg);
     }
 
     #[tokio::test]
     async fn overrides_win_but_kvm_needs_dev_kvm() {
-        let c = choose(Some(Accel::Tcg), &host(Some("vmx"), true, false), no_probe).await.unwrap();
+        let c = choose(Some(Accel::Tcg), &host(Some("vmx"), true, false), no_probe)
+            .await
+            .unwrap();
         assert_eq!(c.accel, Accel::Tcg);
-        let c = choose(Some(Accel::Kvm), &host(None, true, true), no_probe).await.unwrap();
+        let c = choose(Some(Accel::Kvm), &host(None, true, true), no_probe)
+            .await
+            .unwrap();
         assert_eq!(c.accel, Accel::Kvm);
-        let e = choose(Some(Accel::Kvm), &host(None, false, false), no_probe).await.unwrap_err();
+        let e = choose(Some(Accel::Kvm), &host(None, false, false), no_probe)
+            .await
+            .unwrap_err();
         assert!(e.contains("/dev/kvm"));
     }
 }

@@ -64,7 +64,15 @@ pub async fn probe(bin: &Path, scratch: &Path) -> Result<Features, String> {
     let sock = scratch.join(format!("probe-{}.qmp", std::process::id()));
     let _ = std::fs::remove_file(&sock);
     let mut child = tokio::process::Command::new(bin)
-        .args(["-M", "none", "-nodefaults", "-no-user-config", "-display", "none", "-qmp"])
+        .args([
+            "-M",
+            "none",
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-qmp",
+        ])
         .arg(format!("unix:{},server=on,wait=off", sock.display()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -77,7 +85,10 @@ pub async fn probe(bin: &Path, scratch: &Path) -> Result<Features, String> {
             .await
             .map_err(|e| e.to_string())?;
         let mut f = Features::default();
-        let machines = qmp.execute("query-machines", None).await.map_err(|e| e.to_string())?;
+        let machines = qmp
+            .execute("query-machines", None)
+            .await
+            .map_err(|e| e.to_string())?;
         f.microvm = machines
             .as_array()
             .is_some_and(|a| a.iter().any(|m| m["name"] == "microvm"));
@@ -97,10 +108,16 @@ pub async fn probe(bin: &Path, scratch: &Path) -> Result<Features, String> {
                 Some(json!({"typename": "memory-backend-file"})),
             )
             .await
-            .map(|v| v.as_array().is_some_and(|a| a.iter().any(|p| p["name"] == "rom")))
+            .map(|v| {
+                v.as_array()
+                    .is_some_and(|a| a.iter().any(|p| p["name"] == "rom"))
+            })
             .unwrap_or(false);
         f.vmgenid = qmp
-            .execute("device-list-properties", Some(json!({"typename": "vmgenid"})))
+            .execute(
+                "device-list-properties",
+                Some(json!({"typename": "vmgenid"})),
+            )
             .await
             .is_ok();
         let _ = qmp.execute("quit", None).await;

@@ -98,7 +98,9 @@ impl Qmp {
         let g: Value = serde_json::from_str(&greeting)
             .map_err(|e| QmpError::Handshake(format!("bad greeting: {e}")))?;
         if g.get("QMP").is_none() {
-            return Err(QmpError::Handshake(format!("unexpected greeting {greeting}")));
+            return Err(QmpError::Handshake(format!(
+                "unexpected greeting {greeting}"
+            )));
         }
         let pending: Pending = Arc::default();
         let (events, _) = broadcast::channel(256);
@@ -169,7 +171,11 @@ impl Qmp {
     }
 
     /// Run a command and return its `return` value.
-    pub async fn execute(&self, command: &str, arguments: Option<Value>) -> Result<Value, QmpError> {
+    pub async fn execute(
+        &self,
+        command: &str,
+        arguments: Option<Value>,
+    ) -> Result<Value, QmpError> {
         self.execute_timeout(command, arguments, Duration::from_secs(60))
             .await
     }
@@ -259,7 +265,9 @@ mod tests {
                             s.write_all(b"{\"event\": \"STOP\", \"data\": {}, \"timestamp\": {\"seconds\": 2, \"microseconds\": 5}}\n").await.unwrap();
                             json!({"return": {}, "id": id})
                         }
-                        _ => json!({"error": {"class": "CommandNotFound", "desc": "nope"}, "id": id}),
+                        _ => {
+                            json!({"error": {"class": "CommandNotFound", "desc": "nope"}, "id": id})
+                        }
                     };
                     s.write_all(format!("{reply}\n").as_bytes()).await.unwrap();
                     handled += 1;
@@ -286,10 +294,13 @@ mod tests {
 
     #[tokio::test]
     async fn connect_times_out_with_the_path_in_the_message() {
-        let err = Qmp::connect(Path::new("/nonexistent/qmp.sock"), Duration::from_millis(50))
-            .await
-            .err()
-            .unwrap();
+        let err = Qmp::connect(
+            Path::new("/nonexistent/qmp.sock"),
+            Duration::from_millis(50),
+        )
+        .await
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("/nonexistent/qmp.sock"));
     }
 }

@@ -232,7 +232,10 @@ mod tests {
         assert!(a.contains("-accel tcg,thread=multi -cpu max"));
         assert!(a.contains("name=org.forkvm.agent.0"));
         assert!(!a.contains("-incoming"));
-        assert!(a.contains("tsc_early_khz="), "TCG boots must not calibrate the TSC: {a}");
+        assert!(
+            a.contains("tsc_early_khz="),
+            "TCG boots must not calibrate the TSC: {a}"
+        );
         assert!(!kernel_cmdline("x", Accel::Kvm, "").contains("tsc_early_khz"));
     }
 

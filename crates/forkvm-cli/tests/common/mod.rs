@@ -31,7 +31,11 @@ pub fn require_vm_prereqs() {
         "these tests need qemu-system-x86_64 (>= 10): run scripts/setup.sh (make test does)"
     );
     let a = artifacts();
-    for f in ["guest/vmlinux", "guest/initramfs.img", "images/default/rootfs.ext4"] {
+    for f in [
+        "guest/vmlinux",
+        "guest/initramfs.img",
+        "images/default/rootfs.ext4",
+    ] {
         assert!(
             a.join(f).is_file(),
             "these tests need {}: run scripts/setup.sh (make test does)",
@@ -57,12 +61,20 @@ impl Daemon {
     pub fn start_with(tcp: Option<(String, String)>) -> Daemon {
         require_vm_prereqs();
         // Short path: unix socket paths are limited to 108 bytes.
-        let dir = tempfile::Builder::new().prefix("fvt-").tempdir_in("/tmp").expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("fvt-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
         let home = dir.path().to_path_buf();
         for sub in ["guest", "images"] {
             std::os::unix::fs::symlink(artifacts().join(sub), home.join(sub)).expect("symlink");
         }
-        let mut d = Daemon { home, child: None, tcp, _dir: dir };
+        let mut d = Daemon {
+            home,
+            child: None,
+            tcp,
+            _dir: dir,
+        };
         d.spawn_process();
         d
     }
@@ -70,7 +82,9 @@ impl Daemon {
     /// (Re)start the daemon process on the same home.
     pub fn spawn_process(&mut self) {
         let mut cmd = Command::new(BIN);
-        cmd.arg("serve").env("FORKVM_HOME", &self.home).env_remove("FORKVM_URL");
+        cmd.arg("serve")
+            .env("FORKVM_HOME", &self.home)
+            .env_remove("FORKVM_URL");
         if let Some((addr, token)) = &self.tcp {
             cmd.args(["--listen", addr]).env("FORKVM_TOKEN", token);
         }
@@ -79,7 +93,9 @@ impl Daemon {
             .append(true)
             .open(self.home.join("daemon.log"))
             .expect("log");
-        cmd.stdin(Stdio::null()).stdout(log.try_clone().expect("log")).stderr(log);
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log);
         // If the test process dies, the daemon gets SIGTERM (and exits
         // gracefully). The death signal fires when the *thread* that forked
         // exits, which is why the shared daemon is started from a thread that
@@ -95,7 +111,11 @@ impl Daemon {
         let sock = self.home.join("forkvm.sock");
         let t = Instant::now();
         while !sock.exists() {
-            assert!(t.elapsed() < Duration::from_secs(60), "daemon did not start: {}", self.log());
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "daemon did not start: {}",
+                self.log()
+            );
             if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
                 panic!("daemon exited ({st}): {}", self.log());
             }
@@ -119,7 +139,9 @@ impl Daemon {
     /// A `forkvm` command aimed at this daemon.
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
-        c.env("FORKVM_HOME", &self.home).env_remove("FORKVM_URL").env_remove("FORKVM_TOKEN");
+        c.env("FORKVM_HOME", &self.home)
+            .env_remove("FORKVM_URL")
+            .env_remove("FORKVM_TOKEN");
         c.stdin(Stdio::null());
         c
     }
@@ -155,7 +177,10 @@ impl Daemon {
     }
 
     pub fn client(&self) -> forkvm_api::Client {
-        forkvm_api::Client::new(forkvm_api::Target::Unix(self.home.join("forkvm.sock")), None)
+        forkvm_api::Client::new(
+            forkvm_api::Target::Unix(self.home.join("forkvm.sock")),
+            None,
+        )
     }
 
     pub fn run_dir(&self) -> PathBuf {
@@ -165,7 +190,10 @@ impl Daemon {
     /// Files that a sandbox leaves while it exists (for leak checks).
     pub fn sandbox_files(&self, id: &str) -> Vec<PathBuf> {
         let p = forkvm_daemon::Config::for_home(&self.home).sandbox_paths(id);
-        [p.dir, p.mem, p.disk, p.qmp, p.agent].into_iter().filter(|f| f.exists()).collect()
+        [p.dir, p.mem, p.disk, p.qmp, p.agent]
+            .into_iter()
+            .filter(|f| f.exists())
+            .collect()
     }
 }
 
@@ -216,7 +244,9 @@ impl Drop for Sandbox<'_> {
 /// True if a process with this pid exists (and is not a zombie).
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+        Ok(s) => !s
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }
