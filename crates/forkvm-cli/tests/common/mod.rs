@@ -275,10 +275,32 @@ pub fn shared() -> &'static Daemon {
             }
         });
         match rx.recv().expect("daemon thread") {
-            Ok(d) => d,
+            Ok(d) => {
+                let pid = d.child.as_ref().map(|c| c.id()).unwrap_or(0);
+                let _ = SHARED_CLEANUP.set((pid, d.home.clone()));
+                // SAFETY: registering a plain extern "C" function with atexit.
+                unsafe { libc::atexit(cleanup_shared) };
+                d
+            }
             Err(e) => std::panic::resume_unwind(e),
         }
     })
+}
+
+static SHARED_CLEANUP: OnceLock<(u32, PathBuf)> = OnceLock::new();
+
+/// At process exit (the test harness calls exit()), stop the shared daemon
+/// and remove its private home, so a test run leaves nothing in /tmp.
+extern "C" fn cleanup_shared() {
+    if let Some((pid, home)) = SHARED_CLEANUP.get() {
+        if *pid != 0 {
+            // SAFETY: signalling the daemon this process started.
+            unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+            wait_until(Duration::from_secs(10), || !alive(*pid));
+        }
+        let _ = std::fs::remove_dir(forkvm_daemon::Config::for_home(home).run_dir);
+        let _ = std::fs::remove_dir_all(home);
+    }
 }
 
 pub fn exists(p: &Path) -> bool {
