@@ -100,7 +100,16 @@ fn exec_features_on_one_sandbox() {
     assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
     assert_eq!(stdout(&o), "started\n", "output before the timeout is kept");
     assert!(stderr(&o).contains("timed out"), "{}", stderr(&o));
-    let o = d.run(&["--json", "exec", "--timeout", "0.5", &id, "--", "sleep", "30"]);
+    let o = d.run(&[
+        "--json",
+        "exec",
+        "--timeout",
+        "0.5",
+        &id,
+        "--",
+        "sleep",
+        "30",
+    ]);
     assert_eq!(o.status.code(), Some(124), "--json keeps the exit code");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["timed_out"], true);
