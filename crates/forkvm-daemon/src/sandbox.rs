@@ -146,15 +146,19 @@ impl Manager {
         }
     }
 
-    pub fn get(&self, id: &str) -> Result<Sandbox, ApiError> {
+    /// The stored row of a sandbox, or 404 (also for ids we could never
+    /// have made, before they reach a path).
+    fn row(&self, id: &str) -> Result<SandboxRow, ApiError> {
         if !util::valid_id(id) {
             return Err(ApiError::sandbox_not_found(id));
         }
-        let row = self
-            .db
+        self.db
             .get(id)?
-            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
-        Ok(self.view(row, true))
+            .ok_or_else(|| ApiError::sandbox_not_found(id))
+    }
+
+    pub fn get(&self, id: &str) -> Result<Sandbox, ApiError> {
+        Ok(self.view(self.row(id)?, true))
     }
 
     pub fn list(&self) -> Result<Vec<Sandbox>, ApiError> {
@@ -423,13 +427,7 @@ impl Manager {
 
     /// Remove a sandbox: kill its VM and delete its files and record.
     pub async fn remove(&self, id: &str) -> Result<(), ApiError> {
-        if !util::valid_id(id) {
-            return Err(ApiError::sandbox_not_found(id));
-        }
-        let row = self
-            .db
-            .get(id)?
-            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        let row = self.row(id)?;
         if let Some(live) = self.live(id) {
             match live.set_phase(Phase::Removing) {
                 Phase::Booting => {
