@@ -1,0 +1,511 @@
+//! The snapshot store: immutable snapshots on disk, published atomically.
+//!
+//! ```text
+//! $FORKVM_HOME/snapshots/
+//!   <id>/manifest.fvs     the manifest (see [`manifest`]): ids, machine, digests
+//!   <id>/memory.img       guest RAM, sparse (zero pages are holes)
+//!   <id>/device.state     QEMU device state (a migration stream without RAM)
+//!   <id>/disk.qcow2       the frozen disk layer (its backing file is the
+//!                         image or the parent's layer)
+//!   .tmp-<id>/            a snapshot being written: never listed
+//!   .trash-<id>/          a snapshot being deleted: never listed
+//! ```
+//!
+//! Publication follows the content-store discipline: every file is written
+//! into `.tmp-<id>/`, fsynced and made read-only, the manifest (which carries
+//! every file's SHA-256) is written last, the directory is fsynced, and only
+//! then is it renamed to `<id>/` and the parent directory fsynced. A crash at
+//! any point leaves either no snapshot or a complete one; the daemon deletes
+//! leftover `.tmp-*` and `.trash-*` directories when it starts.
+//!
+//! Verification at spawn is cheap on purpose. The manifest and the device
+//! state (kilobytes) are hashed every time. The memory image and disk layer
+//! (hundreds of MiB) are hashed once, and the result is cached against the
+//! file's identity (device, inode, size, mtime and ctime in nanoseconds).
+//! Any write to a file changes its mtime/ctime, so tampering through the
+//! filesystem is caught at the next spawn, while a spawn of a verified
+//! snapshot never re-reads its memory.
+
+pub mod manifest;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use sha2::{Digest, Sha256};
+
+pub use manifest::{Artefact, MachineInfo, Manifest, ManifestError, ParentRef};
+
+/// The manifest file name.
+pub const MANIFEST: &str = "manifest.fvs";
+pub const MEMORY: &str = "memory.img";
+pub const DEVICE_STATE: &str = "device.state";
+pub const DISK: &str = "disk.qcow2";
+
+/// Store errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no snapshot {0:?}")]
+    NotFound(String),
+    #[error("snapshot {id} is corrupted: {why}; remove it with `forkvm snapshot rm {id}` and take it again")]
+    Corrupt { id: String, why: String },
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// A published snapshot.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    /// SHA-256 of the manifest file.
+    pub digest: String,
+}
+
+impl Snapshot {
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+}
+
+/// A file's identity for the verification cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+fn file_key(m: &std::fs::Metadata) -> FileKey {
+    FileKey {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+    }
+}
+
+/// The snapshot store rooted at a directory.
+pub struct Store {
+    root: PathBuf,
+    verified: Mutex<HashMap<FileKey, String>>,
+}
+
+/// A snapshot being written.
+pub struct Staging {
+    pub id: String,
+    pub dir: PathBuf,
+}
+
+impl Staging {
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+}
+
+impl Drop for Staging {
+    /// A staging directory that was not published is removed.
+    fn drop(&mut self) {
+        if self.dir.exists() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Store {
+    /// Open (creating) the store and delete what crashed writers left.
+    pub fn open(root: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(root).map_err(io(root))?;
+        for e in std::fs::read_dir(root).map_err(io(root))?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".tmp-") || name.starts_with(".trash-") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        Ok(Store {
+            root: root.to_path_buf(),
+            verified: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory a published snapshot lives in.
+    pub fn dir(&self, id: &str) -> PathBuf {
+        self.root.join(id)
+    }
+
+    /// Start writing a snapshot.
+    pub fn begin(&self, id: &str) -> Result<Staging, StoreError> {
+        let dir = self.root.join(format!(".tmp-{id}"));
+        std::fs::create_dir(&dir).map_err(io(&dir))?;
+        Ok(Staging {
+            id: id.to_string(),
+            dir,
+        })
+    }
+
+    /// Publish a staged snapshot: hash each artefact, write the manifest,
+    /// fsync everything, and rename into place.
+    pub fn publish(&self, staging: Staging, mut manifest: Manifest) -> Result<Snapshot, StoreError> {
+        for a in &mut manifest.artefacts {
+            let p = staging.path(&a.file);
+            let f = File::open(&p).map_err(io(&p))?;
+            f.sync_all().map_err(io(&p))?;
+            let m = f.metadata().map_err(io(&p))?;
+            a.size = m.size();
+            a.allocated = m.blocks() * 512;
+            a.sha256 = hash_file(&p)?;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).map_err(io(&p))?;
+            self.remember(&p, &a.sha256);
+        }
+        let bytes = manifest.encode();
+        let mp = staging.path(MANIFEST);
+        {
+            let mut f = File::create(&mp).map_err(io(&mp))?;
+            f.write_all(&bytes).map_err(io(&mp))?;
+            f.sync_all().map_err(io(&mp))?;
+        }
+        std::fs::set_permissions(&mp, std::fs::Permissions::from_mode(0o444)).map_err(io(&mp))?;
+        fsync_dir(&staging.dir)?;
+        let dest = self.dir(&staging.id);
+        std::fs::rename(&staging.dir, &dest).map_err(io(&dest))?;
+        fsync_dir(&self.root)?;
+        // The verification cache is keyed by inode, which a rename keeps.
+        Ok(Snapshot {
+            dir: dest,
+            manifest,
+            digest: Manifest::digest(&bytes),
+        })
+    }
+
+    /// Open a published snapshot and check its manifest (not its artefacts).
+    pub fn open_snapshot(&self, id: &str) -> Result<Snapshot, StoreError> {
+        let dir = self.dir(id);
+        let mp = dir.join(MANIFEST);
+        let bytes = match std::fs::read(&mp) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound(id.to_string()))
+            }
+            Err(e) => return Err(io(&mp)(e)),
+        };
+        let manifest = Manifest::decode(&bytes).map_err(|e| StoreError::Corrupt {
+            id: id.to_string(),
+            why: e.to_string(),
+        })?;
+        if manifest.id != id {
+            return Err(StoreError::Corrupt {
+                id: id.to_string(),
+                why: format!("its manifest names snapshot {:?}", manifest.id),
+            });
+        }
+        Ok(Snapshot {
+            dir,
+            digest: Manifest::digest(&bytes),
+            manifest,
+        })
+    }
+
+    /// Check every artefact against its recorded size and SHA-256 (large
+    /// files only when they changed since they were last verified).
+    pub fn verify(&self, s: &Snapshot) -> Result<(), StoreError> {
+        let corrupt = |why: String| StoreError::Corrupt {
+            id: s.manifest.id.clone(),
+            why,
+        };
+        for a in &s.manifest.artefacts {
+            let p = s.path(&a.file);
+            let m = std::fs::metadata(&p).map_err(|e| corrupt(format!("{} is unreadable: {e}", a.file)))?;
+            if m.size() != a.size {
+                return Err(corrupt(format!(
+                    "{} is {} bytes, the manifest says {}",
+                    a.file,
+                    m.size(),
+                    a.size
+                )));
+            }
+            let key = file_key(&m);
+            let cached = self
+                .verified
+                .lock()
+                .ok()
+                .and_then(|c| c.get(&key).cloned());
+            if cached.as_deref() == Some(a.sha256.as_str()) && a.kind != "device_state" {
+                continue;
+            }
+            let got = hash_file(&p)?;
+            if got != a.sha256 {
+                return Err(corrupt(format!("{} does not match its SHA-256", a.file)));
+            }
+            if let Ok(mut c) = self.verified.lock() {
+                c.insert(key, got);
+            }
+        }
+        Ok(())
+    }
+
+    fn remember(&self, p: &Path, digest: &str) {
+        if let (Ok(m), Ok(mut c)) = (std::fs::metadata(p), self.verified.lock()) {
+            c.insert(file_key(&m), digest.to_string());
+        }
+    }
+
+    /// The ids of all published snapshots (directories with a manifest).
+    pub fn ids(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| !n.starts_with('.'))
+            .filter(|n| self.dir(n).join(MANIFEST).is_file())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Delete a snapshot: it disappears atomically (rename), then its files go.
+    pub fn remove(&self, id: &str) -> Result<(), StoreError> {
+        let dir = self.dir(id);
+        if !dir.exists() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        let trash = self.root.join(format!(".trash-{id}"));
+        std::fs::rename(&dir, &trash).map_err(io(&dir))?;
+        std::fs::remove_dir_all(&trash).map_err(io(&trash))?;
+        Ok(())
+    }
+}
+
+fn fsync_dir(p: &Path) -> Result<(), StoreError> {
+    File::open(p).and_then(|f| f.sync_all()).map_err(io(p))
+}
+
+/// Hex SHA-256 of a file, streamed.
+pub fn hash_file(p: &Path) -> Result<String, StoreError> {
+    let mut f = File::open(p).map_err(io(p))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io(p))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(manifest::hex(&h.finalize()))
+}
+
+/// Copy `src` to `dst` keeping it sparse: only the data extents of `src`
+/// (SEEK_DATA/SEEK_HOLE) are read, and all-zero blocks within them are left
+/// as holes. Returns the bytes of data written.
+pub fn sparse_copy(src: &Path, dst: &Path) -> Result<u64, StoreError> {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::io::AsRawFd;
+    let mut s = File::open(src).map_err(io(src))?;
+    let len = s.metadata().map_err(io(src))?.len();
+    let mut d = File::create(dst).map_err(io(dst))?;
+    d.set_len(len).map_err(io(dst))?;
+    let fd = s.as_raw_fd();
+    let mut pos: i64 = 0;
+    let mut written = 0u64;
+    let mut buf = vec![0u8; 2 << 20];
+    let zero = vec![0u8; 4096];
+    while (pos as u64) < len {
+        // SAFETY: lseek on a descriptor we own; no memory is passed.
+        let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+        if data < 0 {
+            break; // ENXIO: no more data
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let end = if hole < 0 { len as i64 } else { hole };
+        s.seek(SeekFrom::Start(data as u64)).map_err(io(src))?;
+        let mut off = data;
+        while off < end {
+            let n = ((end - off) as usize).min(buf.len());
+            s.read_exact(&mut buf[..n]).map_err(io(src))?;
+            // Write only the 4 KiB pages that are not all zero.
+            let mut i = 0;
+            while i < n {
+                let j = (i + 4096).min(n);
+                if buf[i..j] != zero[..j - i] {
+                    d.seek(SeekFrom::Start((off as usize + i) as u64)).map_err(io(dst))?;
+                    d.write_all(&buf[i..j]).map_err(io(dst))?;
+                    written += (j - i) as u64;
+                }
+                i = j;
+            }
+            off += n as i64;
+        }
+        pos = end;
+    }
+    d.sync_all().map_err(io(dst))?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(id: &str, files: &[(&str, &str)]) -> Manifest {
+        let mut m = manifest::tests_support::sample();
+        m.id = id.into();
+        m.artefacts = files
+            .iter()
+            .map(|(kind, file)| Artefact {
+                kind: kind.to_string(),
+                file: file.to_string(),
+                size: 0,
+                allocated: 0,
+                sha256: String::new(),
+            })
+            .collect();
+        m
+    }
+
+    fn staged(store: &Store, id: &str) -> Staging {
+        let st = store.begin(id).unwrap();
+        std::fs::write(st.path(MEMORY), vec![7u8; 10_000]).unwrap();
+        std::fs::write(st.path(DEVICE_STATE), b"device state").unwrap();
+        st
+    }
+
+    #[test]
+    fn publish_is_atomic_and_verifiable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let st = staged(&store, "sn-a");
+        assert!(store.ids().is_empty(), "a staging snapshot must not be listed");
+        let s = store
+            .publish(st, manifest("sn-a", &[("memory", MEMORY), ("device_state", DEVICE_STATE)]))
+            .unwrap();
+        assert_eq!(store.ids(), vec!["sn-a"]);
+        let s2 = store.open_snapshot("sn-a").unwrap();
+        assert_eq!(s2.digest, s.digest);
+        assert_eq!(s2.manifest.artefact("memory").unwrap().size, 10_000);
+        store.verify(&s2).unwrap();
+        // Files are read-only.
+        let mode = std::fs::metadata(s2.path(MEMORY)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o444);
+    }
+
+    #[test]
+    fn corrupted_artefacts_are_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let st = staged(&store, "sn-b");
+        let s = store
+            .publish(st, manifest("sn-b", &[("memory", MEMORY), ("device_state", DEVICE_STATE)]))
+            .unwrap();
+        // Flip one byte of the memory image (same size): caught by the
+        // digest because the write changed the file's mtime/ctime.
+        let p = s.path(MEMORY);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut b = std::fs::read(&p).unwrap();
+        b[5000] ^= 1;
+        std::fs::write(&p, &b).unwrap();
+        let e = store.verify(&s).unwrap_err().to_string();
+        assert!(e.contains("memory.img does not match"), "{e}");
+        // Truncation is caught by size.
+        std::fs::write(&p, &b[..100]).unwrap();
+        let e = store.verify(&s).unwrap_err().to_string();
+        assert!(e.contains("100 bytes"), "{e}");
+        // A deleted artefact.
+        std::fs::remove_file(s.path(DEVICE_STATE)).unwrap();
+        std::fs::write(&p, vec![7u8; 10_000]).unwrap();
+        assert!(store.verify(&s).is_err());
+    }
+
+    #[test]
+    fn corrupted_manifest_is_detected_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let st = staged(&store, "sn-c");
+        let s = store.publish(st, manifest("sn-c", &[("memory", MEMORY)])).unwrap();
+        let mp = s.path(MANIFEST);
+        std::fs::set_permissions(&mp, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut b = std::fs::read(&mp).unwrap();
+        b[30] ^= 0x20;
+        std::fs::write(&mp, &b).unwrap();
+        let e = store.open_snapshot("sn-c").unwrap_err().to_string();
+        assert!(e.contains("corrupted") && e.contains("checksum"), "{e}");
+        // A manifest copied under another id is refused too.
+        std::fs::create_dir(dir.path().join("sn-d")).unwrap();
+        std::fs::write(
+            dir.path().join("sn-d").join(MANIFEST),
+            manifest("sn-c", &[]).encode(),
+        )
+        .unwrap();
+        assert!(store.open_snapshot("sn-d").unwrap_err().to_string().contains("names snapshot"));
+        assert!(matches!(store.open_snapshot("sn-zz"), Err(StoreError::NotFound(_))));
+    }
+
+    #[test]
+    fn leftovers_of_crashed_writers_are_removed_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            let st = staged(&store, "sn-e");
+            std::mem::forget(st); // as if the daemon died mid-write
+        }
+        assert!(dir.path().join(".tmp-sn-e").exists());
+        let store = Store::open(dir.path()).unwrap();
+        assert!(!dir.path().join(".tmp-sn-e").exists());
+        assert!(store.ids().is_empty());
+        // A staging dropped without publish is removed.
+        drop(staged(&store, "sn-f"));
+        assert!(!dir.path().join(".tmp-sn-f").exists());
+    }
+
+    #[test]
+    fn remove_makes_it_disappear() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let st = staged(&store, "sn-g");
+        store.publish(st, manifest("sn-g", &[("memory", MEMORY)])).unwrap();
+        store.remove("sn-g").unwrap();
+        assert!(store.ids().is_empty());
+        assert!(matches!(store.remove("sn-g"), Err(StoreError::NotFound(_))));
+    }
+
+    #[test]
+    fn sparse_copy_keeps_holes_and_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        let dst = dir.path().join("dst");
+        {
+            let f = File::create(&src).unwrap();
+            f.set_len(64 << 20).unwrap();
+            use std::os::unix::fs::FileExt;
+            f.write_all_at(b"hello", 10 << 20).unwrap();
+            f.write_all_at(&[0u8; 8192], 20 << 20).unwrap(); // explicit zeros
+            f.write_all_at(&[9u8; 5000], (64 << 20) - 5000).unwrap();
+        }
+        let n = sparse_copy(&src, &dst).unwrap();
+        assert_eq!(std::fs::read(&src).unwrap(), std::fs::read(&dst).unwrap());
+        assert!(n <= 3 * 4096 + 8192, "copied {n} bytes of data");
+        let alloc = std::fs::metadata(&dst).unwrap().blocks() * 512;
+        assert!(alloc < 1 << 20, "destination is not sparse: {alloc}");
+    }
+}
