@@ -93,6 +93,23 @@ pub enum HostMsg {
     },
     /// Flush filesystems and power the VM off. Answered by `ShutdownAck`.
     Shutdown { id: u64 },
+    /// Give a freshly restored clone its own identity, before it runs any
+    /// user code. The frame payload is fresh entropy from the host (at least
+    /// 32 bytes), mixed into the guest RNG with RNDADDENTROPY followed by
+    /// RNDRESEEDCRNG, so two clones of one snapshot never produce the same
+    /// random bytes. Answered by `IdentityAck`.
+    Identity {
+        id: u64,
+        hostname: String,
+        /// Host wall clock (CLOCK_REALTIME) when the message was sent.
+        unix_time_ns: u64,
+        /// A fresh 32-hex-digit machine id, written to /etc/machine-id only
+        /// if the image has a non-empty one.
+        machine_id: String,
+        /// A fresh per-instance id (like boot_id, which the kernel cannot
+        /// change after boot), written to /run/forkvm/instance-id.
+        instance_id: String,
+    },
 }
 
 fn default_mode() -> u32 {
@@ -107,7 +124,8 @@ impl HostMsg {
             | HostMsg::Exec { id, .. }
             | HostMsg::WriteFile { id, .. }
             | HostMsg::ReadFile { id, .. }
-            | HostMsg::Shutdown { id } => *id,
+            | HostMsg::Shutdown { id }
+            | HostMsg::Identity { id, .. } => *id,
         }
     }
 }
@@ -128,7 +146,7 @@ pub enum GuestMsg {
         id: u64,
         agent_version: String,
         protocol: u32,
-        /// Seconds since the guest kernel booted.
+        /// Milliseconds since the guest kernel booted.
         uptime_ms: u64,
     },
     /// A chunk of output; the bytes are the frame payload.
@@ -157,6 +175,11 @@ pub enum GuestMsg {
     ShutdownAck {
         id: u64,
     },
+    /// The identity was applied; `took_us` is the time the agent spent.
+    IdentityAck {
+        id: u64,
+        took_us: u64,
+    },
     /// The request failed. `code` is one of the `ERR_*` constants.
     Error {
         id: u64,
@@ -175,6 +198,7 @@ impl GuestMsg {
             | GuestMsg::FileWritten { id, .. }
             | GuestMsg::FileData { id, .. }
             | GuestMsg::ShutdownAck { id }
+            | GuestMsg::IdentityAck { id, .. }
             | GuestMsg::Error { id, .. } => *id,
         }
     }

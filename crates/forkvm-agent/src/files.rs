@@ -46,7 +46,16 @@ fn absolute(path: &str) -> Result<&Path, ReqError> {
 /// reader (or a crash) sees either the old or the new content, never a
 /// partial file. Returns the number of bytes written.
 pub fn write_file(path: &str, mode: u32, create_dirs: bool, data: &[u8]) -> Result<u64, ReqError> {
-    let path = absolute(path)?;
+    replace_file(absolute(path)?, mode, create_dirs, data)
+}
+
+/// [`write_file`] for a path the agent chose itself.
+pub fn replace_file(
+    path: &Path,
+    mode: u32,
+    create_dirs: bool,
+    data: &[u8],
+) -> Result<u64, ReqError> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(err(
             ERR_INVALID,

@@ -33,6 +33,13 @@
 //! 3. print `forkvm-agent: ready` to the console;
 //! 4. serve requests (see [`serve`]) until told to shut down.
 //!
+//! **Clones.** A VM restored from a snapshot resumes inside stage 2 with the
+//! snapshot's memory, and QEMU's `microvm` has no VMGenID device to tell the
+//! kernel it was cloned. So the host's first request to every clone is
+//! `identity` (see [`identity`]): the agent mixes fresh host entropy into the
+//! kernel RNG and reseeds it, sets the wall clock and hostname, and writes a
+//! new machine id and instance id, all before any user code runs.
+//!
 //! A virtio-serial port reads EOF while no host is connected and blocks
 //! writes until one is, so the host daemon can restart at will: the agent just
 //! keeps reading. As pid 1 the agent also reaps orphaned processes; see
@@ -42,6 +49,7 @@ mod boot;
 mod cmdline;
 mod exec;
 mod files;
+mod identity;
 mod port;
 mod reaper;
 mod serve;

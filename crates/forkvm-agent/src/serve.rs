@@ -3,13 +3,28 @@
 //!
 //! It is written against plain `Read`/`Write` so the same code serves the
 //! virtio-serial port in the VM and a `UnixStream` in tests.
+//!
+//! Requests (each handled on its own thread):
+//!
+//! * `ping` → `pong`: liveness, agent version and uptime;
+//! * `exec` → `output`* then `exited`: run a program (see [`crate::exec`]);
+//! * `write_file` / `read_file` → `file_written` / `file_data` (see
+//!   [`crate::files`]);
+//! * `identity` → `identity_ack`: give a freshly restored clone its own
+//!   identity (see [`crate::identity`]). QEMU's `microvm` has no VMGenID
+//!   device, so a guest restored from a snapshot cannot tell it was cloned:
+//!   every clone would share the snapshot's RNG state, stale clock, hostname
+//!   and ids. The host sends this first after every restore, with fresh
+//!   entropy as the payload, and the agent reseeds the kernel RNG, sets the
+//!   clock, hostname, machine id and instance id before any user code runs;
+//! * `shutdown` → `shutdown_ack`, then power off.
 
 use std::io::{self, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use forkvm_agent_protocol::{
     decode, encode, parse_prefix, Frame, FrameError, GuestMsg, HostMsg, ERR_INVALID, ERR_IO, MAGIC,
@@ -18,6 +33,7 @@ use forkvm_agent_protocol::{
 
 use crate::exec::{self, ExecRequest};
 use crate::files;
+use crate::identity::{self, Identity, IdentityPaths};
 
 /// Bytes requested per read from the channel.
 const READ_CHUNK: usize = 256 << 10;
@@ -99,6 +115,8 @@ pub struct Agent {
     pub outbox: Arc<Outbox>,
     /// Called after `ShutdownAck` was sent (power off, or exit when testing).
     on_shutdown: Arc<dyn Fn() + Send + Sync>,
+    /// Where the `identity` request writes (the real paths outside tests).
+    identity_paths: Arc<IdentityPaths>,
 }
 
 impl Agent {
@@ -109,7 +127,15 @@ impl Agent {
         Agent {
             outbox: Arc::new(Outbox::new(writer)),
             on_shutdown: Arc::new(on_shutdown),
+            identity_paths: Arc::new(IdentityPaths::default()),
         }
+    }
+
+    /// Use other paths for the `identity` request.
+    #[cfg(test)]
+    pub fn with_identity_paths(mut self, paths: IdentityPaths) -> Self {
+        self.identity_paths = Arc::new(paths);
+        self
     }
 
     fn reply(&self, msg: &GuestMsg, payload: &[u8]) {
@@ -348,6 +374,32 @@ fn handle(frame: Frame<HostMsg>, agent: &Agent) {
             agent.reply(&GuestMsg::ShutdownAck { id }, &[]);
             (agent.on_shutdown)();
         }
+        HostMsg::Identity {
+            id,
+            hostname,
+            unix_time_ns,
+            machine_id,
+            instance_id,
+        } => {
+            let start = Instant::now();
+            let req = Identity {
+                hostname: &hostname,
+                unix_time_ns,
+                machine_id: &machine_id,
+                instance_id: &instance_id,
+                entropy: &payload,
+            };
+            let result = identity::apply(&req, &agent.identity_paths);
+            let took_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+            let msg = match result {
+                Ok(()) => GuestMsg::IdentityAck { id, took_us },
+                Err(e) => {
+                    crate::log(&format!("identity failed: {}", e.message));
+                    e.into_msg(id)
+                }
+            };
+            agent.reply(&msg, &[]);
+        }
     }
 }
 
@@ -397,15 +449,26 @@ mod tests {
     }
 
     fn start() -> Host {
+        // Never the real /etc/machine-id of the machine running the tests.
+        let nowhere = std::path::Path::new("/nonexistent/forkvm-agent-test");
+        start_with(IdentityPaths {
+            random: "/dev/urandom".into(),
+            machine_id: nowhere.join("machine-id"),
+            dbus_machine_id: nowhere.join("dbus-machine-id"),
+            run_dir: nowhere.join("run"),
+        })
+    }
+
+    fn start_with(identity_paths: IdentityPaths) -> Host {
         let (host, guest) = UnixStream::pair().unwrap();
-        let reader = guest.try_clone().unwrap();
+        let mut reader = guest.try_clone().unwrap();
         let (tx, shutdowns) = mpsc::channel();
         let tx = Mutex::new(tx);
-        thread::spawn(move || {
-            serve(reader, guest, EofPolicy::Return, move || {
-                let _ = tx.lock().unwrap().send(());
-            })
-        });
+        let agent = Agent::new(Box::new(guest), move || {
+            let _ = tx.lock().unwrap().send(());
+        })
+        .with_identity_paths(identity_paths);
+        thread::spawn(move || serve_conn(&mut reader, &agent, EofPolicy::Return));
         host.set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
         Host {
@@ -762,6 +825,62 @@ mod tests {
         let f = h.call(&HostMsg::Shutdown { id: 9 }, b"");
         assert_eq!(f.msg, GuestMsg::ShutdownAck { id: 9 });
         h.shutdowns.recv_timeout(Duration::from_secs(5)).unwrap();
+    }
+
+    #[test]
+    fn identity_validates_then_acks() {
+        let dir = temp_dir("identity-serve");
+        let paths = IdentityPaths {
+            random: "/dev/urandom".into(),
+            machine_id: dir.join("machine-id"),
+            dbus_machine_id: dir.join("dbus-machine-id"),
+            run_dir: dir.join("run-forkvm"),
+        };
+        std::fs::write(&paths.machine_id, "ffffffffffffffffffffffffffffffff\n").unwrap();
+        let mut h = start_with(paths.clone());
+        let hostname = identity::current_hostname();
+        let msg = |id, unix_time_ns| HostMsg::Identity {
+            id,
+            hostname: hostname.clone(),
+            unix_time_ns,
+            machine_id: "00112233445566778899aabbccddeeff".into(),
+            instance_id: "inst-1".into(),
+        };
+
+        // Too little entropy: rejected before anything changes.
+        let f = h.call(&msg(1, identity::now_ns()), &[0u8; 31]);
+        let reply = Some(f.msg);
+        let (code, message) = error_code(&reply);
+        assert_eq!(code, ERR_INVALID);
+        assert!(message.contains("entropy"), "{message}");
+        assert!(!paths.instance_id().exists());
+
+        if !identity::is_root() {
+            // The RNG ioctls need CAP_SYS_ADMIN: an error, never an ack.
+            let f = h.call(&msg(2, identity::now_ns()), &[5u8; 64]);
+            assert_eq!(error_code(&Some(f.msg)).0, ERR_IO);
+            eprintln!("skipped the ack half: not root");
+        } else {
+            // The clock is set to what it already is, the hostname likewise.
+            let f = h.call(&msg(3, identity::now_ns()), &[5u8; 64]);
+            match f.msg {
+                GuestMsg::IdentityAck { id, took_us } => {
+                    assert_eq!(id, 3);
+                    assert!(took_us < 5_000_000, "took {took_us} us");
+                }
+                m => panic!("expected identity_ack, got {m:?}"),
+            }
+            assert_eq!(
+                std::fs::read_to_string(&paths.machine_id).unwrap(),
+                "00112233445566778899aabbccddeeff\n"
+            );
+            assert_eq!(
+                std::fs::read_to_string(paths.instance_id()).unwrap(),
+                "inst-1\n"
+            );
+            assert!(!paths.dbus_machine_id.exists());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

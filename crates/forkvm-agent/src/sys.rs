@@ -98,6 +98,66 @@ pub fn set_hostname(name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// `RNDADDENTROPY` from `<linux/random.h>`: `_IOW('R', 0x03, int[2])`.
+pub const RNDADDENTROPY: libc::Ioctl = 0x4008_5203;
+/// `RNDRESEEDCRNG` from `<linux/random.h>`: `_IO('R', 0x07)` (Linux 4.17+).
+pub const RNDRESEEDCRNG: libc::Ioctl = 0x5207;
+
+/// Mix `data` into the kernel's input pool and credit `8 * data.len()` bits
+/// of entropy (`ioctl(RNDADDENTROPY)`, needs CAP_SYS_ADMIN). `dev` is an open
+/// `/dev/urandom` or `/dev/random`.
+pub fn add_entropy(dev: &File, data: &[u8]) -> io::Result<()> {
+    let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "entropy buffer too large");
+    let bits = data
+        .len()
+        .checked_mul(8)
+        .and_then(|b| libc::c_int::try_from(b).ok())
+        .ok_or_else(too_big)?;
+    let size = libc::c_int::try_from(data.len()).map_err(|_| too_big())?;
+    // struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
+    // Built as ints so the buffer is aligned for the struct; the bytes go in
+    // in memory order, and the kernel reads exactly `buf_size` of them.
+    let mut info: Vec<libc::c_int> = Vec::with_capacity(2 + data.len().div_ceil(4));
+    info.push(bits);
+    info.push(size);
+    info.extend(data.chunks(4).map(|c| {
+        let mut word = [0u8; 4];
+        word[..c.len()].copy_from_slice(c);
+        libc::c_int::from_ne_bytes(word)
+    }));
+    // SAFETY: `info` is a properly aligned rand_pool_info whose buffer holds
+    // at least `buf_size` bytes after the two ints; it outlives the call and
+    // the kernel only reads it. The fd belongs to `dev`, which outlives the
+    // call.
+    cvt(unsafe { libc::ioctl(dev.as_raw_fd(), RNDADDENTROPY, info.as_ptr()) })?;
+    Ok(())
+}
+
+/// Make the kernel's CRNG reseed itself from the input pool now, instead of
+/// at its next scheduled reseed (`ioctl(RNDRESEEDCRNG)`, needs CAP_SYS_ADMIN).
+pub fn reseed_crng(dev: &File) -> io::Result<()> {
+    // SAFETY: RNDRESEEDCRNG takes no argument and touches no user memory; the
+    // fd belongs to `dev`, which outlives the call.
+    cvt(unsafe { libc::ioctl(dev.as_raw_fd(), RNDRESEEDCRNG) })?;
+    Ok(())
+}
+
+/// Set the wall clock (`clock_settime(CLOCK_REALTIME)`, needs CAP_SYS_TIME).
+pub fn set_realtime_ns(unix_time_ns: u64) -> io::Result<()> {
+    let secs = libc::time_t::try_from(unix_time_ns / 1_000_000_000)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "time out of range"))?;
+    // Below 10^9, so it fits every c_long.
+    let nanos = (unix_time_ns % 1_000_000_000) as libc::c_long;
+    let ts = libc::timespec {
+        tv_sec: secs,
+        tv_nsec: nanos,
+    };
+    // SAFETY: `ts` is a valid timespec that outlives the call; the kernel
+    // only reads it.
+    cvt(unsafe { libc::clock_settime(libc::CLOCK_REALTIME, &ts) })?;
+    Ok(())
+}
+
 /// Set IFF_UP on a network interface (`ip link set <name> up`).
 pub fn interface_up(name: &str) -> io::Result<()> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {

@@ -2,13 +2,14 @@
 
 use std::path::Path;
 
-/// Create `overlay` as a qcow2 file whose backing file is the raw image
-/// `base`. Creating an overlay writes a few hundred KiB of metadata and takes
+/// Create `overlay` as a qcow2 file whose backing file is `base` (a raw
+/// image, or a frozen qcow2 layer of a snapshot). Creating an overlay writes a few hundred KiB of metadata and takes
 /// milliseconds whatever the size of the base.
 pub async fn create_overlay(base: &Path, overlay: &Path) -> Result<(), String> {
     let img = qemu_img_binary();
+    let fmt = image_format(base).map_err(|e| format!("cannot read {}: {e}", base.display()))?;
     let out = tokio::process::Command::new(&img)
-        .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+        .args(["create", "-q", "-f", "qcow2", "-F", fmt, "-b"])
         .arg(base)
         .arg(overlay)
         .output()
@@ -25,4 +26,32 @@ pub async fn create_overlay(base: &Path, overlay: &Path) -> Result<(), String> {
 
 fn qemu_img_binary() -> String {
     std::env::var("FORKVM_QEMU_IMG").unwrap_or_else(|_| "qemu-img".to_string())
+}
+
+/// `qcow2` when the file starts with the qcow2 magic, `raw` otherwise.
+pub fn image_format(p: &Path) -> std::io::Result<&'static str> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(p)?;
+    let n = f.read(&mut magic)?;
+    Ok(if n == 4 && magic == *b"QFI\xfb" {
+        "qcow2"
+    } else {
+        "raw"
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats_are_sniffed() {
+        let d = tempfile::tempdir().unwrap();
+        let q = d.path().join("q");
+        std::fs::write(&q, b"QFI\xfb\0\0\0\x03").unwrap();
+        let r = d.path().join("r");
+        std::fs::write(&r, b"\0\0").unwrap();
+        assert_eq!(super::image_format(&q).unwrap(), "qcow2");
+        assert_eq!(super::image_format(&r).unwrap(), "raw");
+        assert!(super::image_format(&d.path().join("missing")).is_err());
+    }
 }

@@ -5,11 +5,14 @@
 //! * [`process`]: launching QEMU detached from the daemon and re-finding it;
 //! * [`accel`]: choosing KVM or TCG, with the reason;
 //! * [`features`]: the QEMU version and the features forkvm relies on;
-//! * [`disk`]: copy-on-write root disks.
+//! * [`disk`]: copy-on-write root disks;
+//! * [`migrate`]: saving and loading device state, freezing disks;
+//! * [`tsc`]: the host TSC rate for TCG guests.
 
 pub mod accel;
 pub mod disk;
 pub mod features;
+pub mod migrate;
 pub mod process;
 pub mod qmp;
 pub mod spec;
