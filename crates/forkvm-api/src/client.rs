@@ -313,6 +313,54 @@ impl Client {
         .await
     }
 
+    /// Spawn `req.count` sandboxes at once.
+    pub async fn create_batch(&self, req: &CreateSandbox) -> Result<SandboxBatch, ClientError> {
+        self.json(Method::POST, "/v1/sandboxes", Some(req)).await
+    }
+
+    pub async fn snapshot(&self, id: &str, req: &CreateSnapshot) -> Result<Snapshot, ClientError> {
+        self.json(
+            Method::POST,
+            &format!("/v1/sandboxes/{}/snapshot", enc(id)),
+            Some(req),
+        )
+        .await
+    }
+
+    pub async fn list_snapshots(&self) -> Result<SnapshotList, ClientError> {
+        self.json(Method::GET, "/v1/snapshots", None::<&()>).await
+    }
+
+    pub async fn get_snapshot(&self, id: &str) -> Result<Snapshot, ClientError> {
+        self.json(
+            Method::GET,
+            &format!("/v1/snapshots/{}", enc(id)),
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// Remove a snapshot; `force` also removes what depends on it.
+    pub async fn delete_snapshot(&self, id: &str, force: bool) -> Result<(), ClientError> {
+        let q = if force { "?force=true" } else { "" };
+        self.call(
+            Method::DELETE,
+            &format!("/v1/snapshots/{}{q}", enc(id)),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn set_pool(&self, id: &str, size: u32) -> Result<Snapshot, ClientError> {
+        self.json(
+            Method::PUT,
+            &format!("/v1/snapshots/{}/pool", enc(id)),
+            Some(&PoolConfig { size }),
+        )
+        .await
+    }
+
     pub async fn logs(&self, id: &str) -> Result<Bytes, ClientError> {
         self.call(
             Method::GET,

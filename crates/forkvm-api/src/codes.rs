@@ -7,6 +7,7 @@
 //! | `not_found` | 404 | no such sandbox, route, or guest file |
 //! | `image_not_found` | 404 | the image does not exist |
 //! | `conflict` | 409 | the sandbox is not in a state that allows this |
+//! | `snapshot_corrupt` | 422 | a snapshot file fails its checksum |
 //! | `payload_too_large` | 413 | request body or guest file over the limit |
 //! | `limit_exceeded` | 429 | too many sandboxes or requests |
 //! | `guest_error` | 502 | the guest agent reported an error or went away |
@@ -25,3 +26,4 @@ pub const GUEST_ERROR: &str = "guest_error";
 pub const GUEST_TIMEOUT: &str = "guest_timeout";
 pub const QEMU_FAILED: &str = "qemu_failed";
 pub const INTERNAL: &str = "internal";
+pub const SNAPSHOT_CORRUPT: &str = "snapshot_corrupt";

@@ -17,6 +17,11 @@ pub enum Op {
     WriteFile,
     ReadFile,
     Logs,
+    Snapshot,
+    ListSnapshots,
+    GetSnapshot,
+    DeleteSnapshot,
+    SetPool,
 }
 
 /// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
@@ -31,4 +36,9 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     (Op::WriteFile, "PUT", "/v1/sandboxes/{id}/files"),
     (Op::ReadFile, "GET", "/v1/sandboxes/{id}/files"),
     (Op::Logs, "GET", "/v1/sandboxes/{id}/logs"),
+    (Op::Snapshot, "POST", "/v1/sandboxes/{id}/snapshot"),
+    (Op::ListSnapshots, "GET", "/v1/snapshots"),
+    (Op::GetSnapshot, "GET", "/v1/snapshots/{id}"),
+    (Op::DeleteSnapshot, "DELETE", "/v1/snapshots/{id}"),
+    (Op::SetPool, "PUT", "/v1/snapshots/{id}/pool"),
 ];

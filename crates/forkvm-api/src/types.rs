@@ -22,6 +22,19 @@ pub struct CreateSandbox {
     /// vCPUs (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u32>,
+    /// Spawn from this snapshot (id or tag) instead of booting an image.
+    /// The snapshot fixes the image, memory and cpus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// Spawn this many sandboxes at once (1–1000). When given, the response
+    /// is a [`SandboxBatch`] instead of a single [`Sandbox`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// Use (and on first use, create) the image's boot template, so only the
+    /// first spawn of an image pays for a boot (default true). `false` forces
+    /// a cold boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_template: Option<bool>,
 }
 
 /// Lifecycle state of a sandbox.
@@ -43,8 +56,22 @@ pub struct SpawnTimings {
     pub prepare_ms: f64,
     /// Starting QEMU until QMP answered.
     pub qemu_start_ms: f64,
-    /// From QMP ready until the guest agent answered a ping.
+    /// From QMP ready until the guest agent answered a ping (0 for a
+    /// restore, which has no boot).
     pub boot_ms: f64,
+    /// Loading the snapshot's device state and resuming (restores only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_ms: Option<f64>,
+    /// Giving the clone its identity: RNG reseed, clock, hostname (restores
+    /// only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_ms: Option<f64>,
+    /// The QEMU process came from the warm pool (its start was paid earlier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_pool: Option<bool>,
+    /// Creating the image's boot template (first spawn of an image only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_ms: Option<f64>,
     pub total_ms: f64,
 }
 
@@ -79,6 +106,106 @@ pub struct Sandbox {
     /// Present on `GET /v1/sandboxes/{id}` while QEMU runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryUsage>,
+    /// The snapshot the sandbox was spawned from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+}
+
+/// The response to `POST /v1/sandboxes` with `count`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxBatch {
+    pub sandboxes: Vec<Sandbox>,
+    /// Wall time of the whole batch.
+    pub total_ms: f64,
+}
+
+/// `POST /v1/sandboxes/{id}/snapshot`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSnapshot {
+    /// A unique name to refer to the snapshot by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+/// Where the time of a snapshot went, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotTimings {
+    /// How long the source's vCPUs were stopped.
+    pub pause_ms: f64,
+    pub save_state_ms: f64,
+    pub freeze_disk_ms: f64,
+    pub copy_memory_ms: f64,
+    /// Hashing and publishing, after the source resumed.
+    pub publish_ms: f64,
+    pub total_ms: f64,
+}
+
+/// Sizes of a snapshot's files.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotSizes {
+    pub memory_bytes: u64,
+    /// Memory image bytes actually allocated (it is sparse).
+    pub memory_allocated_bytes: u64,
+    pub device_state_bytes: u64,
+    pub disk_bytes: u64,
+}
+
+/// A snapshot as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Snapshot {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// The snapshot the source was spawned from (its disk layer is this
+    /// snapshot's backing layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// The sandbox that was snapshotted.
+    pub source: String,
+    pub image: String,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub created_at: String,
+    /// `shared` (memory image mapped copy-on-write by clones) or `stream`
+    /// (RAM inside the device state; clones load it privately).
+    pub kind: String,
+    /// True for an image's boot template.
+    pub template: bool,
+    pub qemu_version: String,
+    pub sizes: SnapshotSizes,
+    /// Warm-pool size (QEMU processes kept waiting for this snapshot).
+    pub pool_size: u32,
+    /// Sandboxes spawned from it that still exist.
+    pub sandboxes: Vec<String>,
+    /// Snapshots whose disk layer builds on this one.
+    pub children: Vec<String>,
+    /// Present in the response that created it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<SnapshotTimings>,
+}
+
+/// `GET /v1/snapshots`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotList {
+    pub snapshots: Vec<Snapshot>,
+}
+
+/// `PUT /v1/snapshots/{id}/pool`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// QEMU processes to keep started and waiting (0 disables the pool).
+    pub size: u32,
+}
+
+/// A warm pool as `GET /v1/info` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PoolInfo {
+    pub snapshot: String,
+    pub size: u32,
+    /// Processes ready to be claimed right now.
+    pub ready: u32,
 }
 
 /// `GET /v1/sandboxes`.
@@ -206,6 +333,10 @@ pub struct Info {
     pub images: Vec<String>,
     /// Sandboxes known to the daemon, in any state.
     pub sandboxes: u32,
+    pub snapshots: u32,
+    /// The default warm-pool size for boot templates (`--pool-size`).
+    pub default_pool_size: u32,
+    pub pools: Vec<PoolInfo>,
 }
 
 /// The body of every error response.

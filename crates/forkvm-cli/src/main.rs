@@ -47,6 +47,9 @@ struct SpawnArgs {
     /// Number of vCPUs.
     #[arg(long)]
     cpus: Option<u32>,
+    /// Always cold-boot the image (do not use or create its boot template).
+    #[arg(long)]
+    no_template: bool,
 }
 
 #[derive(clap::Args, Clone)]
@@ -69,6 +72,24 @@ struct ExecArgs {
 }
 
 #[derive(Subcommand)]
+enum SnapCmd {
+    /// List snapshots.
+    Ls,
+    /// Show a snapshot.
+    Inspect { id: String },
+    /// Remove snapshots.
+    Rm {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// Also remove the sandboxes and snapshots that depend on it.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Keep N QEMU processes started ahead of time for a snapshot (0 = off).
+    Pool { id: String, size: u32 },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Spawn a sandbox, run one command in it, print its output, remove it.
     Run {
@@ -77,10 +98,27 @@ enum Cmd {
         #[command(flatten)]
         exec: ExecArgs,
     },
-    /// Spawn a sandbox and print its id.
+    /// Spawn sandboxes (from an image or a snapshot) and print their ids.
     Spawn {
         #[command(flatten)]
         spawn: SpawnArgs,
+        /// Spawn from this snapshot (id or tag).
+        #[arg(long, value_name = "REF", conflicts_with_all = ["memory", "cpus"])]
+        snapshot: Option<String>,
+        /// How many sandboxes to spawn at once (1-1000).
+        #[arg(long, value_name = "N")]
+        count: Option<u32>,
+    },
+    /// Snapshot a sandbox (`forkvm snapshot ID [--tag T]`), or manage snapshots.
+    #[command(args_conflicts_with_subcommands = true)]
+    Snapshot {
+        #[command(subcommand)]
+        cmd: Option<SnapCmd>,
+        /// The sandbox to snapshot.
+        id: Option<String>,
+        /// A unique name for the snapshot.
+        #[arg(long)]
+        tag: Option<String>,
     },
     /// Run a command in a sandbox.
     Exec {
@@ -117,6 +155,9 @@ enum Cmd {
         /// Force the accelerator instead of detecting it.
         #[arg(long, value_parser = ["kvm", "tcg"])]
         accel: Option<String>,
+        /// Warm-pool size given to each new boot template.
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        pool_size: u32,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -151,6 +192,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             socket,
             listen,
             accel,
+            pool_size,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -158,6 +200,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 cfg.socket = s;
             }
             cfg.tcp = listen;
+            cfg.default_pool_size = pool_size;
             cfg.token = std::env::var(forkvm_api::ENV_TOKEN)
                 .ok()
                 .filter(|t| !t.is_empty());
@@ -197,15 +240,40 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Spawn { spawn } => {
+        Cmd::Spawn {
+            spawn,
+            snapshot,
+            count,
+        } => {
             let c = client().await?;
-            let sb = c.create_sandbox(&spawn_req(&spawn)).await?;
-            if json {
-                print_json(&sb)?;
+            let mut req = spawn_req(&spawn);
+            if snapshot.is_some() {
+                req.image = None;
+                req.snapshot = snapshot;
+            }
+            req.count = count;
+            if count.is_some() {
+                let b = c.create_batch(&req).await?;
+                if json {
+                    print_json(&b)?;
+                } else {
+                    for s in b.sandboxes {
+                        println!("{}", s.id);
+                    }
+                }
             } else {
-                println!("{}", sb.id);
+                let sb = c.create_sandbox(&req).await?;
+                if json {
+                    print_json(&sb)?;
+                } else {
+                    println!("{}", sb.id);
+                }
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Snapshot { cmd, id, tag } => {
+            let c = client().await?;
+            snapshot_cmd(&c, cmd, id, tag, json).await
         }
         Cmd::Exec { id, exec } => {
             let c = client().await?;
@@ -317,7 +385,104 @@ fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
         image: Some(a.image.clone()),
         memory_mib: a.memory,
         cpus: a.cpus,
+        use_template: a.no_template.then_some(false),
+        ..Default::default()
     }
+}
+
+async fn snapshot_cmd(
+    c: &Client,
+    cmd: Option<SnapCmd>,
+    id: Option<String>,
+    tag: Option<String>,
+    json: bool,
+) -> Result<ExitCode> {
+    let show = |s: &forkvm_api::Snapshot| {
+        println!(
+            "{:<16} {:<14} {:<7} {:<16} {:>6}M {:>4} {:>9} {:<24} {}",
+            s.id,
+            s.tag.clone().unwrap_or_else(|| if s.template {
+                "(template)".into()
+            } else {
+                "-".into()
+            }),
+            s.kind,
+            s.parent.clone().unwrap_or_else(|| "-".into()),
+            s.memory_mib,
+            s.cpus,
+            format!(
+                "{}M",
+                s.sizes
+                    .memory_allocated_bytes
+                    .max(s.sizes.device_state_bytes)
+                    >> 20
+            ),
+            s.created_at,
+            s.sandboxes.len()
+        );
+    };
+    match cmd {
+        None => {
+            let id = id.ok_or_else(|| {
+                anyhow!("name the sandbox to snapshot: forkvm snapshot ID [--tag T]")
+            })?;
+            let s = c.snapshot(&id, &forkvm_api::CreateSnapshot { tag }).await?;
+            if json {
+                print_json(&s)?;
+            } else {
+                println!("{}", s.id);
+                if let Some(t) = &s.timings {
+                    eprintln!(
+                        "forkvm: snapshot of {id}: source paused {:.1} ms, total {:.0} ms",
+                        t.pause_ms, t.total_ms
+                    );
+                }
+            }
+        }
+        Some(SnapCmd::Ls) => {
+            let l = c.list_snapshots().await?;
+            if json {
+                print_json(&l)?;
+            } else {
+                println!(
+                    "{:<16} {:<14} {:<7} {:<16} {:>7} {:>4} {:>9} {:<24} SANDBOXES",
+                    "ID", "TAG", "KIND", "PARENT", "MEM", "CPUS", "ON DISK", "CREATED"
+                );
+                for s in &l.snapshots {
+                    show(s);
+                }
+            }
+        }
+        Some(SnapCmd::Inspect { id }) => print_json(&c.get_snapshot(&id).await?)?,
+        Some(SnapCmd::Rm { ids, force }) => {
+            let mut failed = false;
+            for id in ids {
+                match c.delete_snapshot(&id, force).await {
+                    Ok(()) => {
+                        if !json {
+                            println!("{id}");
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("forkvm: cannot remove snapshot {id}: {e}");
+                        failed = true;
+                    }
+                }
+            }
+            if failed {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Some(SnapCmd::Pool { id, size }) => {
+            let s = c.set_pool(&id, size).await?;
+            if json {
+                print_json(&s)?;
+            } else {
+                println!("{}: warm pool of {}", s.id, s.pool_size);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn exec_req(a: &ExecArgs) -> Result<ExecRequest> {

@@ -299,6 +299,42 @@ impl AgentConn {
         }
     }
 
+    /// Give a restored clone its identity (see `HostMsg::Identity`).
+    pub async fn identity(
+        &self,
+        hostname: &str,
+        unix_time_ns: u64,
+        machine_id: &str,
+        instance_id: &str,
+        entropy: &[u8],
+        timeout: Duration,
+    ) -> Result<u64, AgentError> {
+        let (hostname, machine_id, instance_id) = (
+            hostname.to_string(),
+            machine_id.to_string(),
+            instance_id.to_string(),
+        );
+        let f = self
+            .one_reply(
+                |id| HostMsg::Identity {
+                    id,
+                    hostname,
+                    unix_time_ns,
+                    machine_id,
+                    instance_id,
+                },
+                entropy,
+                timeout,
+            )
+            .await?;
+        match f.msg {
+            GuestMsg::IdentityAck { took_us, .. } => Ok(took_us),
+            other => Err(AgentError::Protocol(format!(
+                "expected identity_ack, got {other:?}"
+            ))),
+        }
+    }
+
     /// Write a file in the guest.
     pub async fn write_file(
         &self,

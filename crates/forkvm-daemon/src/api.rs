@@ -24,7 +24,7 @@ use utoipa::OpenApi;
 
 use crate::agent::{AgentError, ExecSpec};
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::sandbox::{Created, Manager};
 
 type AppState = Arc<Manager>;
 
@@ -46,9 +46,14 @@ type AppState = Arc<Manager>;
         exec,
         write_file,
         read_file,
-        logs
+        logs,
+        snapshot_sandbox,
+        list_snapshots,
+        get_snapshot,
+        delete_snapshot,
+        set_pool
     ),
-    components(schemas(ErrorBody, ErrorDetail))
+    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch))
 )]
 pub struct ApiDoc;
 
@@ -105,6 +110,11 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::WriteFile => put(write_file),
         Op::ReadFile => get(read_file),
         Op::Logs => get(logs),
+        Op::Snapshot => post(snapshot_sandbox),
+        Op::ListSnapshots => get(list_snapshots),
+        Op::GetSnapshot => get(get_snapshot),
+        Op::DeleteSnapshot => delete(delete_snapshot),
+        Op::SetPool => put(set_pool),
     }
 }
 
@@ -197,29 +207,48 @@ async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
         home: m.cfg.home.display().to_string(),
         images: m.cfg.images(),
         sandboxes: m.db.count()?,
+        snapshots: m.db.snapshots()?.len() as u32,
+        default_pool_size: m.default_pool_size,
+        pools: m.pool_infos(),
     }))
 }
 
-/// Boot a sandbox; returns once its guest agent answers.
+/// Start a sandbox: from a snapshot, from the image's boot template, or by a
+/// cold boot. Returns once every guest agent answers. With `count`, the
+/// response is a `SandboxBatch`.
 #[utoipa::path(post, path = "/v1/sandboxes", tag = "sandboxes",
     request_body = CreateSandbox,
     responses(
-        (status = 201, body = Sandbox),
-        (status = 400, body = ErrorBody, description = "bad memory/cpus, malformed JSON or unknown fields"),
-        (status = 404, body = ErrorBody, description = "unknown image"),
+        (status = 201, description = "a Sandbox, or a SandboxBatch when `count` was given",
+            body = inline(CreatedSandbox)),
+        (status = 400, body = ErrorBody, description = "bad memory/cpus/count, malformed JSON or unknown fields"),
+        (status = 404, body = ErrorBody, description = "unknown image or snapshot"),
+        (status = 422, body = ErrorBody, description = "the snapshot's files are corrupted"),
         (status = 429, body = ErrorBody, description = "sandbox limit reached"),
         (status = 500, body = ErrorBody, description = "QEMU failed"),
         (status = 504, body = ErrorBody, description = "the guest did not boot in time")))]
 async fn create_sandbox(
     State(m): State<AppState>,
     JsonBody(req): JsonBody<CreateSandbox>,
-) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+) -> Result<Response, ApiError> {
     // Run the spawn on its own task: if the client disconnects, the spawn
     // still completes or cleans up, instead of being dropped half-way.
-    let sb = tokio::spawn(async move { m.create(req).await })
+    let created = tokio::spawn(async move { m.create(req).await })
         .await
         .map_err(|e| ApiError::internal(format!("spawn task failed: {e}")))??;
-    Ok((StatusCode::CREATED, Json(sb)))
+    Ok(match created {
+        Created::One(sb) => (StatusCode::CREATED, Json(*sb)).into_response(),
+        Created::Batch(b) => (StatusCode::CREATED, Json(b)).into_response(),
+    })
+}
+
+/// The body of a 201 from `POST /v1/sandboxes`.
+#[derive(utoipa::ToSchema, serde::Serialize)]
+#[allow(dead_code)]
+#[serde(untagged)]
+enum CreatedSandbox {
+    One(Box<Sandbox>),
+    Batch(SandboxBatch),
 }
 
 /// All sandboxes, in any state.
@@ -499,6 +528,94 @@ async fn logs(State(m): State<AppState>, Path(id): Path<String>) -> Result<Respo
     m.get(&id)?;
     let text = crate::util::tail_file(&m.cfg.sandbox_paths(&id).console, 1 << 20);
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+/// Snapshot a running sandbox; it keeps running.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/snapshot", tag = "snapshots",
+    params(("id" = String, Path, description = "sandbox id")),
+    request_body = CreateSnapshot,
+    responses((status = 201, body = Snapshot), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "not running, tag taken, or a snapshot is already in progress"),
+        (status = 500, body = ErrorBody)))]
+async fn snapshot_sandbox(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
+    let req: CreateSnapshot = if body.is_empty() {
+        CreateSnapshot::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
+    };
+    let s = tokio::spawn(async move { m.snapshot(&id, req.tag, None).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("snapshot task failed: {e}")))??;
+    Ok((StatusCode::CREATED, Json(s)))
+}
+
+/// All snapshots.
+#[utoipa::path(get, path = "/v1/snapshots", tag = "snapshots",
+    responses((status = 200, body = SnapshotList)))]
+async fn list_snapshots(State(m): State<AppState>) -> Result<Json<SnapshotList>, ApiError> {
+    let mut v = Vec::new();
+    for r in m.db.snapshots()? {
+        match m.snapshot_view(&r) {
+            Ok(s) => v.push(s),
+            Err(e) => tracing::warn!("snapshot {} unreadable: {}", r.id, e.message),
+        }
+    }
+    Ok(Json(SnapshotList { snapshots: v }))
+}
+
+/// One snapshot, by id or tag.
+#[utoipa::path(get, path = "/v1/snapshots/{id}", tag = "snapshots",
+    params(("id" = String, Path, description = "snapshot id or tag")),
+    responses((status = 200, body = Snapshot), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+async fn get_snapshot(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Snapshot>, ApiError> {
+    let r = m.snapshot_row(&id)?;
+    m.snapshot_view(&r).map(Json)
+}
+
+/// Query of `DELETE /v1/snapshots/{id}`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteSnapshotQuery {
+    /// Also remove the sandboxes and snapshots that depend on it.
+    #[serde(default)]
+    force: bool,
+}
+
+/// Remove a snapshot. Refused with 409 while sandboxes or snapshots depend on it, unless `force`.
+#[utoipa::path(delete, path = "/v1/snapshots/{id}", tag = "snapshots",
+    params(("id" = String, Path, description = "snapshot id or tag"), DeleteSnapshotQuery),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn delete_snapshot(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<DeleteSnapshotQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::invalid(format!("bad query: {}", e.body_text())))?;
+    tokio::spawn(async move { m.remove_snapshot(&id, q.force).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Set the warm-pool size of a snapshot (QEMU processes started ahead of time).
+#[utoipa::path(put, path = "/v1/snapshots/{id}/pool", tag = "snapshots",
+    params(("id" = String, Path, description = "snapshot id or tag")),
+    request_body = PoolConfig,
+    responses((status = 200, body = Snapshot), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn set_pool(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<PoolConfig>,
+) -> Result<Json<Snapshot>, ApiError> {
+    m.set_pool(&id, req.size).await.map(Json)
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 //!   sandboxes/<id>/{qmp,agent}.sock  QEMU sockets
 //!   sandboxes/<id>/console.log       the serial console
 //!   sandboxes/<id>/qemu.log          QEMU's own stderr
+//!   sandboxes/<id>/qemu.pid          QEMU's pid (finds orphans after a crash)
+//!   snapshots/<id>/                  published snapshots (see forkvm-store)
 //! /dev/shm/forkvm-<hash of home>/<id>.mem   guest RAM (RAM-backed)
 //! ```
 
@@ -38,6 +40,8 @@ pub struct Config {
     pub limits: Limits,
     /// How long a boot may take before the spawn fails.
     pub boot_timeout_secs: u64,
+    /// Warm-pool size for new boot templates.
+    pub default_pool_size: u32,
 }
 
 impl Config {
@@ -66,6 +70,7 @@ impl Config {
                 max_request_bytes: 96 << 20,
             },
             boot_timeout_secs: 180,
+            default_pool_size: 0,
         }
     }
 
@@ -86,6 +91,9 @@ impl Config {
     }
     pub fn sandboxes_dir(&self) -> PathBuf {
         self.home.join("sandboxes")
+    }
+    pub fn snapshots_dir(&self) -> PathBuf {
+        self.home.join("snapshots")
     }
     pub fn db_path(&self) -> PathBuf {
         self.home.join("state.db")

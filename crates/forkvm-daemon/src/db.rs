@@ -28,6 +28,25 @@ pub struct SandboxRow {
     pub created_at: String,
     pub failure: Option<String>,
     pub timings: Option<SpawnTimings>,
+    /// The snapshot this sandbox was spawned from, if any.
+    pub snapshot: Option<String>,
+}
+
+/// A stored snapshot (the files are in the store; this is the index).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotRow {
+    pub id: String,
+    pub tag: Option<String>,
+    pub parent: Option<String>,
+    pub source: String,
+    pub image: String,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub created_at: String,
+    /// Set for boot templates: the key they serve.
+    pub template_key: Option<String>,
+    /// Warm-pool size for this snapshot (0 = none).
+    pub pool_size: u32,
 }
 
 /// Database errors.
@@ -44,7 +63,7 @@ pub struct Db {
     conn: Mutex<Connection>,
 }
 
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 fn state_str(s: SandboxState) -> &'static str {
     match s {
@@ -101,6 +120,24 @@ impl Db {
                     timings TEXT
                 );",
             )?;
+            conn.pragma_update(None, "user_version", 1)?;
+        }
+        if v < 2 {
+            conn.execute_batch(
+                "ALTER TABLE sandboxes ADD COLUMN snapshot TEXT;
+                 CREATE TABLE IF NOT EXISTS snapshots (
+                    id TEXT PRIMARY KEY,
+                    tag TEXT UNIQUE,
+                    parent TEXT,
+                    source TEXT NOT NULL,
+                    image TEXT NOT NULL,
+                    memory_mib INTEGER NOT NULL,
+                    cpus INTEGER NOT NULL,
+                    created_at TEXT NOT NULL,
+                    template_key TEXT UNIQUE,
+                    pool_size INTEGER NOT NULL DEFAULT 0
+                 );",
+            )?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         Ok(())
@@ -112,8 +149,8 @@ impl Db {
             .as_ref()
             .map(|t| serde_json::to_string(t).unwrap_or_default());
         self.lock().execute(
-            "INSERT INTO sandboxes (id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO sandboxes (id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings, snapshot)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 r.id,
                 state_str(r.state),
@@ -124,7 +161,8 @@ impl Db {
                 r.pid,
                 r.created_at,
                 r.failure,
-                timings
+                timings,
+                r.snapshot
             ],
         )?;
         Ok(())
@@ -167,7 +205,7 @@ impl Db {
         let conn = self.lock();
         let row = conn
             .query_row(
-                "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings
+                "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings, snapshot
                  FROM sandboxes WHERE id=?1",
                 params![id],
                 raw_row,
@@ -179,7 +217,7 @@ impl Db {
     pub fn list(&self) -> Result<Vec<SandboxRow>, DbError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(
-            "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings
+            "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings, snapshot
              FROM sandboxes ORDER BY created_at, id",
         )?;
         let rows = stmt.query_map([], raw_row)?;
@@ -188,6 +226,103 @@ impl Db {
             out.push(finish_row(r?)?);
         }
         Ok(out)
+    }
+
+    /// Sandboxes spawned from a snapshot (any state).
+    pub fn sandboxes_of_snapshot(&self, snap: &str) -> Result<Vec<String>, DbError> {
+        let conn = self.lock();
+        let mut st = conn.prepare("SELECT id FROM sandboxes WHERE snapshot=?1 ORDER BY id")?;
+        let v = st
+            .query_map(params![snap], |r| r.get(0))?
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(v)
+    }
+
+    pub fn insert_snapshot(&self, r: &SnapshotRow) -> Result<(), DbError> {
+        self.lock().execute(
+            "INSERT INTO snapshots (id, tag, parent, source, image, memory_mib, cpus, created_at, template_key, pool_size)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                r.id,
+                r.tag,
+                r.parent,
+                r.source,
+                r.image,
+                r.memory_mib,
+                r.cpus,
+                r.created_at,
+                r.template_key,
+                r.pool_size
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn snapshot_where(&self, clause: &str, arg: &str) -> Result<Vec<SnapshotRow>, DbError> {
+        let conn = self.lock();
+        let mut st = conn.prepare(&format!(
+            "SELECT id, tag, parent, source, image, memory_mib, cpus, created_at, template_key, pool_size
+             FROM snapshots {clause} ORDER BY created_at, id"
+        ))?;
+        let map = |r: &rusqlite::Row<'_>| {
+            Ok(SnapshotRow {
+                id: r.get(0)?,
+                tag: r.get(1)?,
+                parent: r.get(2)?,
+                source: r.get(3)?,
+                image: r.get(4)?,
+                memory_mib: r.get(5)?,
+                cpus: r.get(6)?,
+                created_at: r.get(7)?,
+                template_key: r.get(8)?,
+                pool_size: r.get(9)?,
+            })
+        };
+        let rows = if clause.contains("?1") {
+            st.query_map(params![arg], map)?
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            st.query_map([], map)?.collect::<Result<Vec<_>, _>>()?
+        };
+        Ok(rows)
+    }
+
+    pub fn snapshots(&self) -> Result<Vec<SnapshotRow>, DbError> {
+        self.snapshot_where("", "")
+    }
+
+    /// A snapshot by id or tag.
+    pub fn snapshot(&self, id_or_tag: &str) -> Result<Option<SnapshotRow>, DbError> {
+        Ok(self
+            .snapshot_where("WHERE id=?1 OR tag=?1", id_or_tag)?
+            .into_iter()
+            .next())
+    }
+
+    pub fn snapshot_by_template(&self, key: &str) -> Result<Option<SnapshotRow>, DbError> {
+        Ok(self
+            .snapshot_where("WHERE template_key=?1", key)?
+            .into_iter()
+            .next())
+    }
+
+    pub fn child_snapshots(&self, parent: &str) -> Result<Vec<SnapshotRow>, DbError> {
+        self.snapshot_where("WHERE parent=?1", parent)
+    }
+
+    pub fn delete_snapshot(&self, id: &str) -> Result<bool, DbError> {
+        Ok(self
+            .lock()
+            .execute("DELETE FROM snapshots WHERE id=?1", params![id])?
+            > 0)
+    }
+
+    pub fn set_pool_size(&self, id: &str, n: u32) -> Result<(), DbError> {
+        self.lock().execute(
+            "UPDATE snapshots SET pool_size=?2 WHERE id=?1",
+            params![id, n],
+        )?;
+        Ok(())
     }
 
     pub fn count(&self) -> Result<u32, DbError> {
@@ -208,6 +343,7 @@ type Raw = (
     String,
     Option<String>,
     Option<String>,
+    Option<String>,
 );
 
 fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
@@ -222,6 +358,7 @@ fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
         r.get(7)?,
         r.get(8)?,
         r.get(9)?,
+        r.get(10)?,
     ))
 }
 
@@ -244,6 +381,7 @@ fn finish_row(r: Raw) -> Result<SandboxRow, DbError> {
         created_at: r.7,
         failure: r.8,
         timings,
+        snapshot: r.10,
     })
 }
 
@@ -263,6 +401,7 @@ mod tests {
             created_at: "2026-01-01T00:00:00Z".into(),
             failure: None,
             timings: None,
+            snapshot: None,
         }
     }
 

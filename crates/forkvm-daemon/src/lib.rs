@@ -21,6 +21,7 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod sandbox;
+pub mod snapshot;
 pub mod util;
 
 use std::os::unix::fs::PermissionsExt;
@@ -157,13 +158,20 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
 
     let db =
         db::Db::open(&cfg.db_path()).map_err(|e| setup("cannot open the state database", &e))?;
+    let store = forkvm_store::Store::open(&cfg.snapshots_dir())
+        .map_err(|e| setup("cannot open the snapshot store", &e))?;
     let socket = cfg.socket.clone();
     let tcp = cfg.tcp;
     let token = cfg.token.clone();
-    let mgr = Manager::new(cfg, db, accel, qemu_version.text);
+    let pool_size = cfg.default_pool_size;
+    let mgr = Manager::new(cfg, db, store, accel, qemu_version.text, pool_size);
     mgr.recover()
         .await
         .map_err(|e| StartError::Setup(format!("cannot re-attach sandboxes: {e}")))?;
+    mgr.reconcile_snapshots();
+    for r in mgr.db.snapshots().unwrap_or_default() {
+        mgr.refill_pool(&r.id);
+    }
 
     // We hold the lock, so a socket file left here is stale.
     let _ = std::fs::remove_file(&socket);
@@ -214,6 +222,8 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     if let Some(t) = tcp_task {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
+    // Pooled QEMUs belong to no sandbox: they go with the daemon.
+    mgr.drain_pools().await;
     let _ = std::fs::remove_file(&socket);
     Ok(())
 }

@@ -43,7 +43,7 @@ pub const DEFAULT_CPUS: u32 = 1;
 pub const MIN_MEMORY_MIB: u32 = 128;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(crate) enum Phase {
     Booting,
     Running,
     Removing,
@@ -55,15 +55,23 @@ pub struct Live {
     pub pid: u32,
     phase: Mutex<Phase>,
     agent: tokio::sync::Mutex<Option<Arc<AgentConn>>>,
-    exited: watch::Receiver<Option<String>>,
-    paths: SandboxPaths,
+    pub(crate) exited: watch::Receiver<Option<String>>,
+    pub(crate) paths: SandboxPaths,
+    /// Serialises operations that must not overlap (snapshots).
+    pub(crate) op_lock: tokio::sync::Mutex<()>,
+    /// The guest kernel command line (a snapshot records it).
+    pub(crate) cmdline: String,
 }
 
 impl Live {
+    pub(crate) fn agent_slot(&self) -> &tokio::sync::Mutex<Option<Arc<AgentConn>>> {
+        &self.agent
+    }
+
     fn phase(&self) -> Phase {
         *self.phase.lock().unwrap_or_else(|p| p.into_inner())
     }
-    fn set_phase(&self, p: Phase) -> Phase {
+    pub(crate) fn set_phase(&self, p: Phase) -> Phase {
         let mut g = self.phase.lock().unwrap_or_else(|p| p.into_inner());
         std::mem::replace(&mut *g, p)
     }
@@ -82,7 +90,7 @@ impl Live {
     }
 
     /// Wait until QEMU has exited (returns at once if it already has).
-    async fn wait_exit(&self, timeout: Duration) -> bool {
+    pub(crate) async fn wait_exit(&self, timeout: Duration) -> bool {
         let mut rx = self.exited.clone();
         let r = tokio::time::timeout(timeout, rx.wait_for(|e| e.is_some())).await;
         r.is_ok()
@@ -90,7 +98,7 @@ impl Live {
 }
 
 /// How the monitor waits for QEMU.
-enum Waiter {
+pub(crate) enum Waiter {
     /// We launched it: wait(2) gives the real status.
     Child(tokio::process::Child),
     /// An earlier daemon launched it: poll /proc.
@@ -104,20 +112,43 @@ pub struct Manager {
     pub accel: AccelChoice,
     pub qemu_version: String,
     live: Mutex<HashMap<String, Arc<Live>>>,
+    pub(crate) store: Arc<forkvm_store::Store>,
+    pub(crate) pools: crate::snapshot::Pools,
+    /// Template keys being created right now (one creator per key).
+    templating: Mutex<std::collections::HashSet<String>>,
+    /// Warm-pool size given to new boot templates (`--pool-size`).
+    pub default_pool_size: u32,
+}
+
+/// What a spawn request produced.
+pub enum Created {
+    One(Box<Sandbox>),
+    Batch(forkvm_api::SandboxBatch),
 }
 
 impl Manager {
-    pub fn new(cfg: Config, db: Db, accel: AccelChoice, qemu_version: String) -> Arc<Manager> {
+    pub fn new(
+        cfg: Config,
+        db: Db,
+        store: forkvm_store::Store,
+        accel: AccelChoice,
+        qemu_version: String,
+        default_pool_size: u32,
+    ) -> Arc<Manager> {
         Arc::new(Manager {
             cfg,
             db,
             accel,
             qemu_version,
             live: Mutex::new(HashMap::new()),
+            store: Arc::new(store),
+            pools: Default::default(),
+            templating: Mutex::new(Default::default()),
+            default_pool_size,
         })
     }
 
-    fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
+    pub(crate) fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -143,6 +174,7 @@ impl Manager {
             failure: r.failure,
             timings: r.timings,
             memory,
+            snapshot: r.snapshot,
         }
     }
 
@@ -228,16 +260,153 @@ impl Manager {
         Ok((image, memory, cpus))
     }
 
-    /// Boot a new sandbox and wait until its agent answers.
-    pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Sandbox, ApiError> {
+    /// Handle `POST /v1/sandboxes`: from a snapshot, from the image's boot
+    /// template, or by a cold boot.
+    pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Created, ApiError> {
         let t0 = Instant::now();
-        let (image, memory_mib, cpus) = self.validate(&req)?;
+        let n = match req.count {
+            None => 1,
+            Some(c) if (1..=1000).contains(&c) => c,
+            Some(c) => {
+                return Err(ApiError::invalid(format!(
+                    "count must be between 1 and 1000 (got {c})"
+                )))
+            }
+        };
+        let free = self
+            .cfg
+            .limits
+            .max_sandboxes
+            .saturating_sub(self.db.count()?);
+        if n > free {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                codes::LIMIT_EXCEEDED,
+                format!(
+                    "{n} more sandboxes would pass the limit of {} ({free} free); remove some with `forkvm rm`",
+                    self.cfg.limits.max_sandboxes
+                ),
+            ));
+        }
+        let sandboxes = if let Some(snap_ref) = &req.snapshot {
+            if req.image.is_some() || req.memory_mib.is_some() || req.cpus.is_some() {
+                return Err(ApiError::invalid(
+                    "a snapshot fixes the image, memory and cpus: omit image, memory_mib and cpus",
+                ));
+            }
+            let row = self.snapshot_row(snap_ref)?;
+            let snap = self.open_verified(&row.id).await?;
+            self.spawn_clones(&snap, n).await?
+        } else {
+            let (image, memory_mib, cpus) = self.validate(&req)?;
+            if req.use_template == Some(false) {
+                let mut v = Vec::new();
+                for _ in 0..n {
+                    v.push(self.cold_boot(&image, memory_mib, cpus).await?);
+                }
+                v
+            } else {
+                self.spawn_via_template(&image, memory_mib, cpus, n).await?
+            }
+        };
+        Ok(match req.count {
+            None => Created::One(Box::new(
+                sandboxes
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| ApiError::internal("no sandbox was spawned"))?,
+            )),
+            Some(_) => Created::Batch(forkvm_api::SandboxBatch {
+                sandboxes,
+                total_ms: ms(t0.elapsed()),
+            }),
+        })
+    }
+
+    /// Spawn from the image's boot template, creating it from a cold boot the
+    /// first time.
+    async fn spawn_via_template(
+        self: &Arc<Self>,
+        image: &str,
+        memory_mib: u32,
+        cpus: u32,
+        n: u32,
+    ) -> Result<Vec<Sandbox>, ApiError> {
+        let key = crate::snapshot::template_key(self, image, memory_mib, cpus);
+        if let Some(t) = self.db.snapshot_by_template(&key)? {
+            match self.open_verified(&t.id).await {
+                Ok(snap) => return self.spawn_clones(&snap, n).await,
+                Err(e) => {
+                    // A broken template is replaced, not fatal.
+                    tracing::warn!(
+                        "boot template {} is unusable ({}); making a new one",
+                        t.id,
+                        e.message
+                    );
+                    let _ = self.db.delete_snapshot(&t.id);
+                }
+            }
+        }
+        let first = self.cold_boot(image, memory_mib, cpus).await?;
+        let claimed = self
+            .templating
+            .lock()
+            .map(|mut s| s.insert(key.clone()))
+            .unwrap_or(false);
+        if !claimed {
+            // Someone else is making this template: just cold-boot the rest.
+            let mut v = vec![first];
+            for _ in 1..n {
+                v.push(self.cold_boot(image, memory_mib, cpus).await?);
+            }
+            return Ok(v);
+        }
+        let t = Instant::now();
+        let made = self.snapshot(&first.id, None, Some(key.clone())).await;
+        if let Ok(mut s) = self.templating.lock() {
+            s.remove(&key);
+        }
+        let mut first = first;
+        let mut v = Vec::new();
+        match made {
+            Ok(snap) => {
+                if let Some(tm) = first.timings.as_mut() {
+                    tm.template_ms = Some(ms(t.elapsed()));
+                }
+                if self.default_pool_size > 0 {
+                    let _ = self.db.set_pool_size(&snap.id, self.default_pool_size);
+                    self.refill_pool(&snap.id);
+                }
+                if n > 1 {
+                    let s = self.open_verified(&snap.id).await?;
+                    v = self.spawn_clones(&s, n - 1).await?;
+                }
+            }
+            Err(e) => {
+                tracing::warn!("could not make the boot template of {image}: {}", e.message);
+                for _ in 1..n {
+                    v.push(self.cold_boot(image, memory_mib, cpus).await?);
+                }
+            }
+        }
+        v.insert(0, first);
+        Ok(v)
+    }
+
+    /// Boot a new sandbox from its image and wait until its agent answers.
+    pub async fn cold_boot(
+        self: &Arc<Self>,
+        image: &str,
+        memory_mib: u32,
+        cpus: u32,
+    ) -> Result<Sandbox, ApiError> {
+        let t0 = Instant::now();
         let id = util::new_id("sb");
         let paths = self.cfg.sandbox_paths(&id);
         let row = SandboxRow {
             id: id.clone(),
             state: SandboxState::Starting,
-            image: image.clone(),
+            image: image.to_string(),
             memory_mib,
             cpus,
             accel: self.accel.accel.to_string(),
@@ -245,9 +414,10 @@ impl Manager {
             created_at: util::now_rfc3339(),
             failure: None,
             timings: None,
+            snapshot: None,
         };
         self.db.insert(&row)?;
-        match self.boot(&id, &image, memory_mib, cpus, &paths, t0).await {
+        match self.boot(&id, image, memory_mib, cpus, &paths, t0).await {
             Ok(timings) => {
                 let mut row = self
                     .db
@@ -257,18 +427,22 @@ impl Manager {
                 Ok(self.view(row, false))
             }
             Err(e) => {
-                // Nothing of a failed spawn stays behind.
-                let live = self.live_map().remove(&id);
-                if let Some(live) = live {
-                    live.set_phase(Phase::Removing);
-                    process::kill(live.pid, libc::SIGKILL);
-                    live.wait_exit(Duration::from_secs(10)).await;
-                }
-                paths.remove_all();
-                let _ = self.db.delete(&id);
+                self.discard_failed_spawn(&id).await;
                 Err(e)
             }
         }
+    }
+
+    /// Nothing of a failed spawn stays behind: process, files, row.
+    pub(crate) async fn discard_failed_spawn(&self, id: &str) {
+        let live = self.live_map().remove(id);
+        if let Some(live) = live {
+            live.set_phase(Phase::Removing);
+            process::kill(live.pid, libc::SIGKILL);
+            live.wait_exit(Duration::from_secs(10)).await;
+        }
+        self.cfg.sandbox_paths(id).remove_all();
+        let _ = self.db.delete(id);
     }
 
     async fn boot(
@@ -330,8 +504,16 @@ impl Manager {
         // (QEMU's QMP server accepts a new client later).
         drop(qmp);
         self.db.set_pid(id, pid)?;
+        let _ = std::fs::write(paths.dir.join("qemu.pid"), pid.to_string());
         let qemu_start_ms = ms(t1.elapsed());
-        let live = self.attach(id, pid, paths.clone(), Phase::Booting, Waiter::Child(child));
+        let live = self.attach(
+            id,
+            pid,
+            paths.clone(),
+            Phase::Booting,
+            Waiter::Child(child),
+            spec.cmdline.clone(),
+        );
 
         let t2 = Instant::now();
         let deadline = Duration::from_secs(self.cfg.boot_timeout_secs);
@@ -360,6 +542,7 @@ impl Manager {
             qemu_start_ms,
             boot_ms,
             total_ms: ms(t0.elapsed()),
+            ..Default::default()
         };
         // Only now does an unexpected exit count as a failure of a running
         // sandbox; before this the spawn itself reports it.
@@ -373,13 +556,14 @@ impl Manager {
     }
 
     /// Register a live sandbox and start its monitor.
-    fn attach(
+    pub(crate) fn attach(
         self: &Arc<Self>,
         id: &str,
         pid: u32,
         paths: SandboxPaths,
         phase: Phase,
         waiter: Waiter,
+        cmdline: String,
     ) -> Arc<Live> {
         let (tx, rx) = watch::channel(None);
         let live = Arc::new(Live {
@@ -389,6 +573,8 @@ impl Manager {
             agent: tokio::sync::Mutex::new(None),
             exited: rx,
             paths,
+            op_lock: tokio::sync::Mutex::new(()),
+            cmdline,
         });
         self.live_map().insert(id.to_string(), live.clone());
         let me = self.clone();
@@ -490,7 +676,15 @@ impl Manager {
             match (row.state, row.pid) {
                 (SandboxState::Running, Some(pid)) if alive => {
                     tracing::info!("re-attached to sandbox {} (pid {pid})", row.id);
-                    self.attach(&row.id, pid, paths, Phase::Running, Waiter::Foreign);
+                    let cmdline = process::append_arg(pid).unwrap_or_default();
+                    self.attach(
+                        &row.id,
+                        pid,
+                        paths,
+                        Phase::Running,
+                        Waiter::Foreign,
+                        cmdline,
+                    );
                 }
                 (SandboxState::Starting, pid) => {
                     // The spawn request died with the old daemon; its caller
@@ -509,6 +703,7 @@ impl Manager {
                 (SandboxState::Failed, _) => paths.remove_runtime(),
             }
         }
+        self.reap_orphans();
         Ok(())
     }
 
@@ -517,7 +712,7 @@ impl Manager {
     pub const HOST_GRACE: Duration = Duration::from_secs(15);
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0 * 100.0).round() / 100.0
 }
 

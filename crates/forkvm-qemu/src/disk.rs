@@ -24,6 +24,32 @@ pub async fn create_overlay(base: &Path, overlay: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Create a qcow2 overlay naming `backing` (of format `fmt`) without opening
+/// it: the backing file may not exist yet (it is about to be published).
+pub async fn create_overlay_unchecked(
+    backing: &Path,
+    fmt: &str,
+    overlay: &Path,
+    virtual_size: u64,
+) -> Result<(), String> {
+    let img = qemu_img_binary();
+    let out = tokio::process::Command::new(&img)
+        .args(["create", "-q", "-u", "-f", "qcow2", "-F", fmt, "-b"])
+        .arg(backing)
+        .arg(overlay)
+        .arg(virtual_size.to_string())
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {img}: {e}; install qemu-utils (scripts/setup.sh)"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "qemu-img create failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
 fn qemu_img_binary() -> String {
     std::env::var("FORKVM_QEMU_IMG").unwrap_or_else(|_| "qemu-img".to_string())
 }

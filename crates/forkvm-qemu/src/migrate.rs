@@ -103,8 +103,8 @@ pub async fn load_state(qmp: &Qmp, path: &Path) -> Result<(), QmpError> {
     }
 }
 
-/// The top block node of the VM's (only) disk and its file.
-pub async fn top_disk(qmp: &Qmp) -> Result<(String, String), QmpError> {
+/// The top block node of the VM's (only) disk, its file and virtual size.
+pub async fn top_disk(qmp: &Qmp) -> Result<(String, String, u64), QmpError> {
     let v = qmp.execute("query-block", None).await?;
     v.as_array()
         .into_iter()
@@ -113,7 +113,8 @@ pub async fn top_disk(qmp: &Qmp) -> Result<(String, String), QmpError> {
             let ins = d.get("inserted")?;
             Some((
                 ins["node-name"].as_str()?.to_string(),
-                ins["file"].as_str()?.to_string(),
+                plain_filename(ins["file"].as_str()?)?,
+                ins["image"]["virtual-size"].as_u64()?,
             ))
         })
         .ok_or_else(|| QmpError::Command {
@@ -143,4 +144,30 @@ pub async fn freeze_disk(
     )
     .await
     .map(drop)
+}
+
+/// QEMU reports a node whose backing chain differs from its header as a
+/// `json:{...}` pseudo-filename; the node's own file is its `file.filename`.
+pub fn plain_filename(f: &str) -> Option<String> {
+    match f.strip_prefix("json:") {
+        None => Some(f.to_string()),
+        Some(j) => {
+            let v: Value = serde_json::from_str(j).ok()?;
+            v["file"]["filename"].as_str().map(str::to_string)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pseudo_filenames_resolve_to_the_top_file() {
+        assert_eq!(
+            super::plain_filename("/a/disk.qcow2").as_deref(),
+            Some("/a/disk.qcow2")
+        );
+        let j = r#"json:{"backing": {"driver": "qcow2", "file": {"driver": "file", "filename": "/x/disk.qcow2"}}, "driver": "qcow2", "file": {"driver": "file", "filename": "/x/disk-2.qcow2"}}"#;
+        assert_eq!(super::plain_filename(j).as_deref(), Some("/x/disk-2.qcow2"));
+        assert_eq!(super::plain_filename("json:{bad"), None);
+    }
 }

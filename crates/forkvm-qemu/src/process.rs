@@ -116,6 +116,18 @@ pub fn is_our_qemu(pid: u32, name: &str) -> bool {
     }
 }
 
+/// The `-append` (kernel command line) argument of a running QEMU.
+pub fn append_arg(pid: u32) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline.split(|b| *b == 0);
+    while let Some(a) = args.next() {
+        if a == b"-append" {
+            return args.next().map(|v| String::from_utf8_lossy(v).into_owned());
+        }
+    }
+    None
+}
+
 /// Wait until a process that is not our child exits (polled via /proc, since
 /// only the parent can wait(2) for it).
 pub async fn wait_foreign_exit(pid: u32, name: &str) {

@@ -166,7 +166,11 @@ impl Store {
 
     /// Publish a staged snapshot: hash each artefact, write the manifest,
     /// fsync everything, and rename into place.
-    pub fn publish(&self, staging: Staging, mut manifest: Manifest) -> Result<Snapshot, StoreError> {
+    pub fn publish(
+        &self,
+        staging: Staging,
+        mut manifest: Manifest,
+    ) -> Result<Snapshot, StoreError> {
         for a in &mut manifest.artefacts {
             let p = staging.path(&a.file);
             let f = File::open(&p).map_err(io(&p))?;
@@ -235,7 +239,8 @@ impl Store {
         };
         for a in &s.manifest.artefacts {
             let p = s.path(&a.file);
-            let m = std::fs::metadata(&p).map_err(|e| corrupt(format!("{} is unreadable: {e}", a.file)))?;
+            let m = std::fs::metadata(&p)
+                .map_err(|e| corrupt(format!("{} is unreadable: {e}", a.file)))?;
             if m.size() != a.size {
                 return Err(corrupt(format!(
                     "{} is {} bytes, the manifest says {}",
@@ -245,11 +250,7 @@ impl Store {
                 )));
             }
             let key = file_key(&m);
-            let cached = self
-                .verified
-                .lock()
-                .ok()
-                .and_then(|c| c.get(&key).cloned());
+            let cached = self.verified.lock().ok().and_then(|c| c.get(&key).cloned());
             if cached.as_deref() == Some(a.sha256.as_str()) && a.kind != "device_state" {
                 continue;
             }
@@ -350,7 +351,8 @@ pub fn sparse_copy(src: &Path, dst: &Path) -> Result<u64, StoreError> {
             while i < n {
                 let j = (i + 4096).min(n);
                 if buf[i..j] != zero[..j - i] {
-                    d.seek(SeekFrom::Start((off as usize + i) as u64)).map_err(io(dst))?;
+                    d.seek(SeekFrom::Start((off as usize + i) as u64))
+                        .map_err(io(dst))?;
                     d.write_all(&buf[i..j]).map_err(io(dst))?;
                     written += (j - i) as u64;
                 }
@@ -396,9 +398,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let st = staged(&store, "sn-a");
-        assert!(store.ids().is_empty(), "a staging snapshot must not be listed");
+        assert!(
+            store.ids().is_empty(),
+            "a staging snapshot must not be listed"
+        );
         let s = store
-            .publish(st, manifest("sn-a", &[("memory", MEMORY), ("device_state", DEVICE_STATE)]))
+            .publish(
+                st,
+                manifest(
+                    "sn-a",
+                    &[("memory", MEMORY), ("device_state", DEVICE_STATE)],
+                ),
+            )
             .unwrap();
         assert_eq!(store.ids(), vec!["sn-a"]);
         let s2 = store.open_snapshot("sn-a").unwrap();
@@ -406,7 +417,10 @@ mod tests {
         assert_eq!(s2.manifest.artefact("memory").unwrap().size, 10_000);
         store.verify(&s2).unwrap();
         // Files are read-only.
-        let mode = std::fs::metadata(s2.path(MEMORY)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(s2.path(MEMORY))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o444);
     }
 
@@ -416,7 +430,13 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         let st = staged(&store, "sn-b");
         let s = store
-            .publish(st, manifest("sn-b", &[("memory", MEMORY), ("device_state", DEVICE_STATE)]))
+            .publish(
+                st,
+                manifest(
+                    "sn-b",
+                    &[("memory", MEMORY), ("device_state", DEVICE_STATE)],
+                ),
+            )
             .unwrap();
         // Flip one byte of the memory image (same size): caught by the
         // digest because the write changed the file's mtime/ctime.
@@ -442,7 +462,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let st = staged(&store, "sn-c");
-        let s = store.publish(st, manifest("sn-c", &[("memory", MEMORY)])).unwrap();
+        let s = store
+            .publish(st, manifest("sn-c", &[("memory", MEMORY)]))
+            .unwrap();
         let mp = s.path(MANIFEST);
         std::fs::set_permissions(&mp, std::fs::Permissions::from_mode(0o644)).unwrap();
         let mut b = std::fs::read(&mp).unwrap();
@@ -457,8 +479,15 @@ mod tests {
             manifest("sn-c", &[]).encode(),
         )
         .unwrap();
-        assert!(store.open_snapshot("sn-d").unwrap_err().to_string().contains("names snapshot"));
-        assert!(matches!(store.open_snapshot("sn-zz"), Err(StoreError::NotFound(_))));
+        assert!(store
+            .open_snapshot("sn-d")
+            .unwrap_err()
+            .to_string()
+            .contains("names snapshot"));
+        assert!(matches!(
+            store.open_snapshot("sn-zz"),
+            Err(StoreError::NotFound(_))
+        ));
     }
 
     #[test]
@@ -483,7 +512,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let st = staged(&store, "sn-g");
-        store.publish(st, manifest("sn-g", &[("memory", MEMORY)])).unwrap();
+        store
+            .publish(st, manifest("sn-g", &[("memory", MEMORY)]))
+            .unwrap();
         store.remove("sn-g").unwrap();
         assert!(store.ids().is_empty());
         assert!(matches!(store.remove("sn-g"), Err(StoreError::NotFound(_))));

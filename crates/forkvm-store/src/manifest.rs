@@ -215,7 +215,10 @@ mod tests {
             for bit in [0x01u8, 0x80] {
                 let mut c = b.clone();
                 c[i] ^= bit;
-                assert!(Manifest::decode(&c).is_err(), "flip at byte {i} went unnoticed");
+                assert!(
+                    Manifest::decode(&c).is_err(),
+                    "flip at byte {i} went unnoticed"
+                );
             }
         }
     }
@@ -226,7 +229,10 @@ mod tests {
         let mut bad = b.clone();
         bad[0] = b'X';
         assert_eq!(Manifest::decode(&bad), Err(ManifestError::BadMagic));
-        assert_eq!(Manifest::decode(&b[..20]), Err(ManifestError::Truncated(20)));
+        assert_eq!(
+            Manifest::decode(&b[..20]),
+            Err(ManifestError::Truncated(20))
+        );
         assert_eq!(
             Manifest::decode(&b[..b.len() - 1]),
             Err(ManifestError::Truncated(b.len() - 1))
@@ -253,7 +259,10 @@ mod tests {
     fn oversized_body_length_is_refused() {
         let mut b = sample().encode();
         b[12..16].copy_from_slice(&(MAX_BODY + 1).to_le_bytes());
-        assert_eq!(Manifest::decode(&b), Err(ManifestError::TooLarge(MAX_BODY + 1)));
+        assert_eq!(
+            Manifest::decode(&b),
+            Err(ManifestError::TooLarge(MAX_BODY + 1))
+        );
     }
 
     #[test]

@@ -1,0 +1,919 @@
+//! Snapshots and spawning from them: templates, copy-on-write clones and the
+//! warm pool.
+//!
+//! **Taking a snapshot** of a running sandbox (the source keeps running):
+//!
+//! ```text
+//! stop ─▶ migrate device state to device.state ─▶ freeze the disk ─▶ copy RAM ─▶ cont
+//!                                                                               │
+//!                          hash every file, write the manifest, rename ◀────────┘
+//! ```
+//!
+//! * RAM: a sandbox that owns its RAM file (`share=on`: booted, or spawned
+//!   from a `stream` snapshot) is snapshotted with `x-ignore-shared`, so the
+//!   migration stream holds only device state and the RAM file is copied
+//!   sparsely into `memory.img`. That is a `shared` snapshot: its clones map
+//!   `memory.img` copy-on-write and share every page they do not write.
+//!   A clone of a `shared` snapshot maps RAM privately, and QEMU can only skip
+//!   *shared* RAM in a migration, so its own snapshot carries RAM inside the
+//!   migration stream: a `stream` snapshot, whose clones load RAM privately.
+//! * Disk: the running top qcow2 layer is frozen with `blockdev-snapshot-sync`
+//!   in `existing` mode onto a new overlay we create first, whose header
+//!   already names the frozen layer's final path in the store. The frozen file
+//!   is hard-linked into the snapshot, so it outlives the source.
+//!
+//! **Spawning** starts QEMU with `-incoming defer` (or takes one from the warm
+//! pool, where that start was paid earlier), loads the device state, resumes,
+//! and gives the clone its own identity through the agent (RNG reseed, clock,
+//! hostname, machine-id, instance id) before anything else can run in it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use forkvm_api::{codes, Sandbox, SandboxState, SnapshotSizes, SnapshotTimings, SpawnTimings};
+use forkvm_qemu::process::{self, Launched};
+use forkvm_qemu::{migrate, MachineSpec, MemoryBackend, Qmp};
+use forkvm_store::{MachineInfo, Manifest, Snapshot as StoredSnapshot, Store, StoreError};
+
+use crate::agent::{self, AgentError};
+use crate::config::SandboxPaths;
+use crate::db::{SandboxRow, SnapshotRow};
+use crate::error::ApiError;
+use crate::sandbox::{ms, Manager, Phase, Waiter};
+use crate::util;
+
+/// A QEMU started with `-incoming defer` for a snapshot, not yet loaded.
+pub struct Prepared {
+    pub id: String,
+    pub paths: SandboxPaths,
+    pub child: tokio::process::Child,
+    pub pid: u32,
+    pub qmp: Arc<Qmp>,
+    pub prepare_ms: f64,
+    pub qemu_start_ms: f64,
+}
+
+/// Warm pools: per snapshot, QEMU processes waiting for incoming state.
+#[derive(Default)]
+pub struct Pools {
+    ready: Mutex<HashMap<String, Vec<Prepared>>>,
+    filling: Mutex<HashSet<String>>,
+}
+
+impl Pools {
+    pub fn ready_count(&self, snap: &str) -> u32 {
+        self.ready
+            .lock()
+            .map(|m| m.get(snap).map_or(0, |v| v.len() as u32))
+            .unwrap_or(0)
+    }
+    fn take(&self, snap: &str) -> Option<Prepared> {
+        self.ready.lock().ok()?.get_mut(snap)?.pop()
+    }
+    fn put(&self, snap: &str, p: Prepared) {
+        if let Ok(mut m) = self.ready.lock() {
+            m.entry(snap.to_string()).or_default().push(p);
+        }
+    }
+    /// Remove every waiting process of a snapshot (to be killed).
+    fn drain(&self, snap: &str) -> Vec<Prepared> {
+        self.ready
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(snap))
+            .unwrap_or_default()
+    }
+    fn drain_all(&self) -> Vec<Prepared> {
+        self.ready
+            .lock()
+            .map(|mut m| m.drain().flat_map(|(_, v)| v).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Is the snapshot's RAM a separate image (`shared`) or inside the stream?
+pub fn kind(m: &Manifest) -> &'static str {
+    if m.artefact("memory").is_some() {
+        "shared"
+    } else {
+        "stream"
+    }
+}
+
+fn store_err(e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound(id) => ApiError::not_found(format!(
+            "no snapshot {id:?}; list snapshots with `forkvm snapshot ls`"
+        )),
+        StoreError::Corrupt { .. } => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::SNAPSHOT_CORRUPT,
+            e.to_string(),
+        ),
+        StoreError::Io { .. } => {
+            ApiError::internal(format!("{e}; check free space and permissions"))
+        }
+    }
+}
+
+fn qemu_err(what: &str, e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        codes::QEMU_FAILED,
+        format!("{what}: {e}"),
+    )
+}
+
+/// Fresh random bytes from the host.
+fn entropy(n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut f, &mut b);
+    }
+    b
+}
+
+fn hex_random(bytes: usize) -> String {
+    entropy(bytes).iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The key of an image's boot template: the image, the machine shape and the
+/// identity (size and mtime) of every boot artefact, so that rebuilding the
+/// kernel, initramfs or image makes a new template instead of reusing one
+/// that no longer matches.
+pub fn template_key(m: &Manager, image: &str, memory_mib: u32, cpus: u32) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut s = format!("{image}|{memory_mib}|{cpus}|{}", m.accel.accel);
+    for p in [m.cfg.kernel(), m.cfg.initrd(), m.cfg.image_rootfs(image)] {
+        let (len, mtime) = std::fs::metadata(&p)
+            .map(|md| (md.len(), md.mtime_nsec() + md.mtime() * 1_000_000_000))
+            .unwrap_or((0, 0));
+        s.push_str(&format!("|{len}:{mtime}"));
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{image}-{memory_mib}m-{cpus}c-{h:016x}")
+}
+
+impl Manager {
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Does this sandbox own its RAM file (`share=on`)?
+    fn owns_ram(&self, row: &SandboxRow) -> bool {
+        match &row.snapshot {
+            None => true,
+            Some(s) => self
+                .store
+                .open_snapshot(s)
+                .map(|snap| kind(&snap.manifest) == "stream")
+                .unwrap_or(false),
+        }
+    }
+
+    /// Snapshot a running sandbox. The source keeps running.
+    pub async fn snapshot(
+        self: &Arc<Self>,
+        id: &str,
+        tag: Option<String>,
+        template_key: Option<String>,
+    ) -> Result<forkvm_api::Snapshot, ApiError> {
+        if let Some(t) = &tag {
+            if !util::valid_id(t) || t.starts_with("sn-") {
+                return Err(ApiError::invalid(format!(
+                    "tag {t:?} is not valid: use letters, digits, '-' and '_', not starting with sn-"
+                )));
+            }
+            if self.db.snapshot(t)?.is_some() {
+                return Err(ApiError::conflict(format!(
+                    "tag {t:?} is already used by another snapshot"
+                )));
+            }
+        }
+        let live = self.running(id)?;
+        let row = self
+            .db
+            .get(id)?
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        // One snapshot of a sandbox at a time: two would race on the disk chain.
+        let _guard = live.op_lock.try_lock().map_err(|_| {
+            ApiError::conflict(format!(
+                "sandbox {id} is already being snapshotted; retry when it finishes"
+            ))
+        })?;
+        let t0 = Instant::now();
+        let snap_id = util::new_id("sn");
+        let shared = self.owns_ram(&row);
+        let paths = live.paths.clone();
+        let qmp = Qmp::connect(&paths.qmp, Duration::from_secs(10))
+            .await
+            .map_err(|e| qemu_err("cannot reach the sandbox's QMP socket", e))?;
+        migrate::set_capabilities(&qmp, &[("x-ignore-shared", shared)])
+            .await
+            .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
+        let (top_node, top_file, vsize) = migrate::top_disk(&qmp)
+            .await
+            .map_err(|e| qemu_err("cannot find the disk", e))?;
+        let staging = self.store.begin(&snap_id).map_err(store_err)?;
+        let final_disk = self.store.dir(&snap_id).join(forkvm_store::DISK);
+        let layer_n = util::new_id("l");
+        let new_top = paths.dir.join(format!("disk-{layer_n}.qcow2"));
+        // The new top layer is created by us, naming the frozen layer by its
+        // final path in the store, then handed to QEMU in `existing` mode.
+        forkvm_qemu::disk::create_overlay_unchecked(&final_disk, "qcow2", &new_top, vsize)
+            .await
+            .map_err(ApiError::internal)?;
+
+        let mut timings = SnapshotTimings::default();
+        let frozen = std::sync::atomic::AtomicBool::new(false);
+        let t_stop = Instant::now();
+        qmp.execute("stop", None)
+            .await
+            .map_err(|e| qemu_err("cannot pause the source", e))?;
+        // From here on the source must be resumed whatever happens.
+        let paused = async {
+            let t = Instant::now();
+            migrate::save_state(&qmp, &staging.path(forkvm_store::DEVICE_STATE))
+                .await
+                .map_err(|e| qemu_err("saving the device state failed", e))?;
+            timings.save_state_ms = ms(t.elapsed());
+            let t = Instant::now();
+            qmp.execute(
+                "blockdev-snapshot-sync",
+                Some(serde_json::json!({
+                    "node-name": top_node,
+                    "snapshot-file": new_top.display().to_string(),
+                    "snapshot-node-name": format!("root-{layer_n}"),
+                    "format": "qcow2",
+                    "mode": "existing",
+                })),
+            )
+            .await
+            .map_err(|e| qemu_err("freezing the disk failed", e))?;
+            frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+            std::fs::hard_link(&top_file, staging.path(forkvm_store::DISK)).map_err(|e| {
+                ApiError::internal(format!("cannot link the frozen disk layer: {e}"))
+            })?;
+            timings.freeze_disk_ms = ms(t.elapsed());
+            if shared {
+                let t = Instant::now();
+                let src = paths.mem.clone();
+                let dst = staging.path(forkvm_store::MEMORY);
+                tokio::task::spawn_blocking(move || forkvm_store::sparse_copy(&src, &dst))
+                    .await
+                    .map_err(|e| ApiError::internal(e.to_string()))?
+                    .map_err(store_err)?;
+                timings.copy_memory_ms = ms(t.elapsed());
+            }
+            Ok::<(), ApiError>(())
+        }
+        .await;
+        let resumed = qmp.execute("cont", None).await;
+        timings.pause_ms = ms(t_stop.elapsed());
+        if let Err(e) = resumed {
+            tracing::error!("could not resume sandbox {id} after a snapshot: {e}");
+        }
+        if let Err(e) = paused {
+            // If the disk was frozen, the source now writes to `new_top`,
+            // whose header names `final_disk`: keep that layer reachable.
+            if frozen.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = std::fs::create_dir_all(self.store.dir(&snap_id));
+                let _ = std::fs::hard_link(&top_file, &final_disk);
+            } else {
+                let _ = std::fs::remove_file(&new_top);
+            }
+            return Err(e);
+        }
+
+        let t = Instant::now();
+        let mut artefacts = vec![
+            forkvm_store::Artefact {
+                kind: "device_state".into(),
+                file: forkvm_store::DEVICE_STATE.into(),
+                size: 0,
+                allocated: 0,
+                sha256: String::new(),
+            },
+            forkvm_store::Artefact {
+                kind: "disk".into(),
+                file: forkvm_store::DISK.into(),
+                size: 0,
+                allocated: 0,
+                sha256: String::new(),
+            },
+        ];
+        if shared {
+            artefacts.push(forkvm_store::Artefact {
+                kind: "memory".into(),
+                file: forkvm_store::MEMORY.into(),
+                size: 0,
+                allocated: 0,
+                sha256: String::new(),
+            });
+        }
+        let (parent, parent_ref) = match &row.snapshot {
+            Some(p) => {
+                let ps = self.store.open_snapshot(p).map_err(store_err)?;
+                (
+                    Some(p.clone()),
+                    Some(forkvm_store::ParentRef {
+                        id: p.clone(),
+                        manifest_sha256: ps.digest,
+                    }),
+                )
+            }
+            None => (None, None),
+        };
+        let manifest = Manifest {
+            id: snap_id.clone(),
+            tag: tag.clone(),
+            parent: parent_ref,
+            created_at: util::now_rfc3339(),
+            source: id.to_string(),
+            image: row.image.clone(),
+            qemu_version: self.qemu_version.clone(),
+            machine: MachineInfo {
+                memory_mib: row.memory_mib,
+                cpus: row.cpus,
+                accel: row.accel.clone(),
+                kernel: self.cfg.kernel().display().to_string(),
+                initrd: self.cfg.initrd().display().to_string(),
+                cmdline: live.cmdline.clone(),
+            },
+            base_image: self.cfg.image_rootfs(&row.image).display().to_string(),
+            artefacts,
+        };
+        let store = self.clone();
+        let published = tokio::task::spawn_blocking(move || store.store.publish(staging, manifest))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let published = match published {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = std::fs::create_dir_all(self.store.dir(&snap_id));
+                let _ = std::fs::hard_link(&top_file, &final_disk);
+                return Err(store_err(e));
+            }
+        };
+        timings.publish_ms = ms(t.elapsed());
+        let srow = SnapshotRow {
+            id: snap_id.clone(),
+            tag,
+            parent,
+            source: id.to_string(),
+            image: row.image.clone(),
+            memory_mib: row.memory_mib,
+            cpus: row.cpus,
+            created_at: published.manifest.created_at.clone(),
+            template_key,
+            pool_size: 0,
+        };
+        self.db.insert_snapshot(&srow)?;
+        timings.total_ms = ms(t0.elapsed());
+        let mut view = self.snapshot_view(&srow)?;
+        view.timings = Some(timings);
+        Ok(view)
+    }
+
+    /// The API view of a snapshot.
+    pub fn snapshot_view(&self, r: &SnapshotRow) -> Result<forkvm_api::Snapshot, ApiError> {
+        let s = self.store.open_snapshot(&r.id).map_err(store_err)?;
+        let size = |k: &str| {
+            s.manifest
+                .artefact(k)
+                .map_or((0, 0), |a| (a.size, a.allocated))
+        };
+        let live_children: Vec<String> =
+            self.db.sandboxes_of_snapshot(&r.id)?.into_iter().collect();
+        Ok(forkvm_api::Snapshot {
+            id: r.id.clone(),
+            tag: r.tag.clone(),
+            parent: r.parent.clone(),
+            source: r.source.clone(),
+            image: r.image.clone(),
+            memory_mib: r.memory_mib,
+            cpus: r.cpus,
+            created_at: r.created_at.clone(),
+            kind: kind(&s.manifest).into(),
+            template: r.template_key.is_some(),
+            qemu_version: s.manifest.qemu_version.clone(),
+            sizes: SnapshotSizes {
+                memory_bytes: size("memory").0,
+                memory_allocated_bytes: size("memory").1,
+                device_state_bytes: size("device_state").0,
+                disk_bytes: size("disk").0,
+            },
+            pool_size: r.pool_size,
+            sandboxes: live_children,
+            children: self
+                .db
+                .child_snapshots(&r.id)?
+                .into_iter()
+                .map(|c| c.id)
+                .collect(),
+            timings: None,
+        })
+    }
+
+    /// A snapshot row by id or tag, or 404.
+    pub fn snapshot_row(&self, id_or_tag: &str) -> Result<SnapshotRow, ApiError> {
+        if !util::valid_id(id_or_tag) {
+            return Err(store_err(StoreError::NotFound(id_or_tag.to_string())));
+        }
+        self.db
+            .snapshot(id_or_tag)?
+            .ok_or_else(|| store_err(StoreError::NotFound(id_or_tag.to_string())))
+    }
+
+    /// Open a snapshot and verify its files (see forkvm-store on why this is
+    /// cheap after the first time).
+    pub async fn open_verified(&self, id: &str) -> Result<StoredSnapshot, ApiError> {
+        let s = self.store.open_snapshot(id).map_err(store_err)?;
+        let store = self.store.clone();
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || store.verify(&s2))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(store_err)?;
+        Ok(s)
+    }
+
+    /// Remove a snapshot. Refused (409) while sandboxes or child snapshots
+    /// depend on it, unless `force`, which removes those first.
+    pub async fn remove_snapshot(
+        self: &Arc<Self>,
+        id_or_tag: &str,
+        force: bool,
+    ) -> Result<(), ApiError> {
+        let row = self.snapshot_row(id_or_tag)?;
+        let sandboxes = self.db.sandboxes_of_snapshot(&row.id)?;
+        let children = self.db.child_snapshots(&row.id)?;
+        if !force && (!sandboxes.is_empty() || !children.is_empty()) {
+            let mut why = Vec::new();
+            if !sandboxes.is_empty() {
+                why.push(format!("sandboxes {} run from it", sandboxes.join(", ")));
+            }
+            if !children.is_empty() {
+                why.push(format!(
+                    "snapshots {} build on its disk layer",
+                    children
+                        .iter()
+                        .map(|c| c.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            return Err(ApiError::conflict(format!(
+                "snapshot {} is in use: {}; remove those first, or force it (`forkvm snapshot rm --force`) to remove them too",
+                row.id,
+                why.join("; ")
+            )));
+        }
+        for c in children {
+            Box::pin(self.remove_snapshot(&c.id, true)).await?;
+        }
+        for sb in sandboxes {
+            match self.remove(&sb).await {
+                Ok(()) => {}
+                Err(e) if e.status == StatusCode::NOT_FOUND => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.kill_prepared(self.pools.drain(&row.id)).await;
+        self.db.delete_snapshot(&row.id)?;
+        match self.store.remove(&row.id) {
+            Ok(()) | Err(StoreError::NotFound(_)) => Ok(()),
+            Err(e) => Err(store_err(e)),
+        }
+    }
+
+    async fn kill_prepared(&self, v: Vec<Prepared>) {
+        for mut p in v {
+            process::kill(p.pid, libc::SIGKILL);
+            let _ = p.child.wait().await;
+            p.paths.remove_all();
+        }
+    }
+
+    /// Stop every pooled QEMU (daemon shutdown).
+    pub async fn drain_pools(&self) {
+        let all = self.pools.drain_all();
+        self.kill_prepared(all).await;
+    }
+
+    /// Start a QEMU for a snapshot, waiting in `-incoming defer`.
+    pub async fn prepare_restore(
+        &self,
+        snap: &StoredSnapshot,
+        id: &str,
+    ) -> Result<Prepared, ApiError> {
+        let t0 = Instant::now();
+        let paths = self.cfg.sandbox_paths(id);
+        let io = |e: std::io::Error| {
+            ApiError::internal(format!("cannot create the sandbox directory: {e}"))
+        };
+        std::fs::create_dir_all(&paths.dir).map_err(io)?;
+        std::fs::create_dir_all(&self.cfg.run_dir).map_err(io)?;
+        forkvm_qemu::disk::create_overlay(&snap.path(forkvm_store::DISK), &paths.disk)
+            .await
+            .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
+        let m = &snap.manifest;
+        let shared = kind(m) == "shared";
+        let memory = if shared {
+            MemoryBackend {
+                path: snap.path(forkvm_store::MEMORY),
+                share: false,
+                readonly: true,
+            }
+        } else {
+            MemoryBackend {
+                path: paths.mem.clone(),
+                share: true,
+                readonly: false,
+            }
+        };
+        let spec = MachineSpec {
+            name: id.to_string(),
+            accel: self.accel.accel,
+            memory_mib: m.machine.memory_mib,
+            cpus: m.machine.cpus,
+            kernel: PathBuf::from(&m.machine.kernel),
+            initrd: PathBuf::from(&m.machine.initrd),
+            cmdline: m.machine.cmdline.clone(),
+            memory,
+            root_disk: paths.disk.clone(),
+            agent_socket: paths.agent.clone(),
+            qmp_socket: paths.qmp.clone(),
+            console_log: paths.console.clone(),
+            incoming: Some("defer".into()),
+        };
+        let prepare_ms = ms(t0.elapsed());
+        let t1 = Instant::now();
+        let Launched { child, pid, qmp } = process::launch(
+            &self.cfg.qemu,
+            &spec,
+            &paths.qemu_log,
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|e| {
+            paths.remove_all();
+            qemu_err("cannot start QEMU", e)
+        })?;
+        let _ = std::fs::write(paths.dir.join("qemu.pid"), pid.to_string());
+        migrate::set_capabilities(&qmp, &[("x-ignore-shared", shared)])
+            .await
+            .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
+        Ok(Prepared {
+            id: id.to_string(),
+            paths,
+            child,
+            pid,
+            qmp,
+            prepare_ms,
+            qemu_start_ms: ms(t1.elapsed()),
+        })
+    }
+
+    /// Spawn `n` clones of a snapshot, concurrently. All or nothing: if one
+    /// fails, the others are removed and the first error is returned.
+    pub async fn spawn_clones(
+        self: &Arc<Self>,
+        snap: &StoredSnapshot,
+        n: u32,
+    ) -> Result<Vec<Sandbox>, ApiError> {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let me = self.clone();
+            let s = snap.clone();
+            set.spawn(async move { me.spawn_clone(&s).await });
+        }
+        let mut ok = Vec::new();
+        let mut first_err = None;
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok(Ok(sb)) => ok.push(sb),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(ApiError::internal(format!("spawn task failed: {e}")));
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            for sb in &ok {
+                let _ = self.remove(&sb.id).await;
+            }
+            return Err(e);
+        }
+        ok.sort_by(|a, b| a.id.cmp(&b.id));
+        self.refill_pool(&snap.manifest.id);
+        Ok(ok)
+    }
+
+    /// Spawn one clone: from the warm pool when one is waiting.
+    async fn spawn_clone(self: &Arc<Self>, snap: &StoredSnapshot) -> Result<Sandbox, ApiError> {
+        let t0 = Instant::now();
+        let m = &snap.manifest;
+        let mut pooled = None;
+        while let Some(mut p) = self.pools.take(&m.id) {
+            // A pooled QEMU may have died while it waited.
+            if matches!(p.child.try_wait(), Ok(None)) {
+                pooled = Some(p);
+                break;
+            }
+            p.paths.remove_all();
+        }
+        let from_pool = pooled.is_some();
+        let id = match &pooled {
+            Some(p) => p.id.clone(),
+            None => util::new_id("sb"),
+        };
+        let row = SandboxRow {
+            id: id.clone(),
+            state: SandboxState::Starting,
+            image: m.image.clone(),
+            memory_mib: m.machine.memory_mib,
+            cpus: m.machine.cpus,
+            accel: self.accel.accel.to_string(),
+            pid: pooled.as_ref().map(|p| p.pid),
+            created_at: util::now_rfc3339(),
+            failure: None,
+            timings: None,
+            snapshot: Some(m.id.clone()),
+        };
+        self.db.insert(&row)?;
+        let r = async {
+            let p = match pooled {
+                Some(p) => p,
+                None => self.prepare_restore(snap, &id).await?,
+            };
+            self.finish_restore(p, snap, from_pool, t0).await
+        }
+        .await;
+        match r {
+            Ok(timings) => {
+                let mut row = self
+                    .db
+                    .get(&id)?
+                    .ok_or_else(|| ApiError::internal("sandbox row vanished during restore"))?;
+                row.timings = Some(timings);
+                Ok(self.view(row, false))
+            }
+            Err(e) => {
+                self.discard_failed_spawn(&id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Load the state, resume, and give the clone its identity.
+    async fn finish_restore(
+        self: &Arc<Self>,
+        p: Prepared,
+        snap: &StoredSnapshot,
+        from_pool: bool,
+        t0: Instant,
+    ) -> Result<SpawnTimings, ApiError> {
+        let Prepared {
+            id,
+            paths,
+            child,
+            pid,
+            qmp,
+            prepare_ms,
+            qemu_start_ms,
+        } = p;
+        self.db.set_pid(&id, pid)?;
+        let live = self.attach(
+            &id,
+            pid,
+            paths.clone(),
+            Phase::Booting,
+            Waiter::Child(child),
+            snap.manifest.machine.cmdline.clone(),
+        );
+        let t2 = Instant::now();
+        migrate::load_state(&qmp, &snap.path(forkvm_store::DEVICE_STATE))
+            .await
+            .map_err(|e| qemu_err("loading the snapshot failed", e))?;
+        qmp.execute("cont", None)
+            .await
+            .map_err(|e| qemu_err("cannot resume the clone", e))?;
+        drop(qmp);
+        let restore_ms = ms(t2.elapsed());
+        let t3 = Instant::now();
+        let mut exited = live.exited.clone();
+        let conn = tokio::select! {
+            r = agent::wait_ready(&paths.agent, Duration::from_secs(60)) => r.map_err(|e| ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT, codes::GUEST_TIMEOUT,
+                format!("the restored guest's agent did not answer: {e}")))?,
+            r = exited.wait_for(|e| e.is_some()) => {
+                let why = r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default();
+                return Err(qemu_err("the clone died while resuming", why));
+            }
+        };
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        conn.identity(
+            &id,
+            now_ns,
+            &hex_random(16),
+            &format!("{id}-{}", hex_random(4)),
+            &entropy(64),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|e| match e {
+            AgentError::Timeout(_) => ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                codes::GUEST_TIMEOUT,
+                format!("the clone did not take its identity: {e}"),
+            ),
+            other => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                codes::GUEST_ERROR,
+                format!("the clone refused its identity: {other}"),
+            ),
+        })?;
+        *live.agent_slot().lock().await = Some(conn);
+        let identity_ms = ms(t3.elapsed());
+        let timings = SpawnTimings {
+            prepare_ms: if from_pool { 0.0 } else { prepare_ms },
+            qemu_start_ms: if from_pool { 0.0 } else { qemu_start_ms },
+            boot_ms: 0.0,
+            restore_ms: Some(restore_ms),
+            identity_ms: Some(identity_ms),
+            from_pool: Some(from_pool),
+            template_ms: None,
+            total_ms: ms(t0.elapsed()),
+        };
+        if live.set_phase(Phase::Running) != Phase::Booting {
+            return Err(ApiError::conflict(
+                "the sandbox was removed while it started",
+            ));
+        }
+        self.db.set_running(&id, pid, &timings)?;
+        Ok(timings)
+    }
+
+    /// Keep the warm pool of a snapshot at its configured size, in the
+    /// background.
+    pub fn refill_pool(self: &Arc<Self>, snap_id: &str) {
+        let Ok(Some(row)) = self.db.snapshot(snap_id) else {
+            return;
+        };
+        if row.pool_size == 0 {
+            return;
+        }
+        {
+            let Ok(mut f) = self.pools.filling.lock() else {
+                return;
+            };
+            if !f.insert(row.id.clone()) {
+                return; // a filler is already running
+            }
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let want = me
+                    .db
+                    .snapshot(&row.id)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |r| r.pool_size);
+                if me.pools.ready_count(&row.id) >= want {
+                    break;
+                }
+                let Ok(snap) = me.open_verified(&row.id).await else {
+                    break;
+                };
+                match me.prepare_restore(&snap, &util::new_id("sb")).await {
+                    Ok(p) => me.pools.put(&row.id, p),
+                    Err(e) => {
+                        tracing::warn!("warm pool of {}: {}", row.id, e.message);
+                        break;
+                    }
+                }
+            }
+            if let Ok(mut f) = me.pools.filling.lock() {
+                f.remove(&row.id);
+            }
+        });
+    }
+
+    /// Set the warm-pool size of a snapshot.
+    pub async fn set_pool(
+        self: &Arc<Self>,
+        id_or_tag: &str,
+        size: u32,
+    ) -> Result<forkvm_api::Snapshot, ApiError> {
+        if size > 64 {
+            return Err(ApiError::invalid("a warm pool holds at most 64 processes"));
+        }
+        let row = self.snapshot_row(id_or_tag)?;
+        self.db.set_pool_size(&row.id, size)?;
+        // Shrink now; grow in the background.
+        let mut extra = Vec::new();
+        while self.pools.ready_count(&row.id) > size {
+            match self.pools.take(&row.id) {
+                Some(p) => extra.push(p),
+                None => break,
+            }
+        }
+        self.kill_prepared(extra).await;
+        self.refill_pool(&row.id);
+        let row = self.snapshot_row(&row.id)?;
+        self.snapshot_view(&row)
+    }
+
+    /// Pools as `GET /v1/info` shows them.
+    pub fn pool_infos(&self) -> Vec<forkvm_api::PoolInfo> {
+        self.db
+            .snapshots()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r.pool_size > 0)
+            .map(|r| forkvm_api::PoolInfo {
+                ready: self.pools.ready_count(&r.id),
+                snapshot: r.id,
+                size: r.pool_size,
+            })
+            .collect()
+    }
+
+    /// Make the index agree with the store after a crash: a published
+    /// snapshot missing from the index (the daemon died between the rename
+    /// and the insert) is added; an index row whose files are gone is dropped.
+    pub fn reconcile_snapshots(&self) {
+        let rows = self.db.snapshots().unwrap_or_default();
+        let ids = self.store.ids();
+        for r in &rows {
+            if !ids.contains(&r.id) {
+                tracing::warn!("snapshot {} has no files; dropping it from the index", r.id);
+                let _ = self.db.delete_snapshot(&r.id);
+            }
+        }
+        for id in ids {
+            if rows.iter().any(|r| r.id == id) {
+                continue;
+            }
+            match self.store.open_snapshot(&id) {
+                Ok(s) => {
+                    let m = s.manifest;
+                    let _ = self.db.insert_snapshot(&SnapshotRow {
+                        id: m.id.clone(),
+                        tag: m.tag.clone(),
+                        parent: m.parent.as_ref().map(|p| p.id.clone()),
+                        source: m.source.clone(),
+                        image: m.image.clone(),
+                        memory_mib: m.machine.memory_mib,
+                        cpus: m.machine.cpus,
+                        created_at: m.created_at.clone(),
+                        template_key: None,
+                        pool_size: 0,
+                    });
+                }
+                Err(e) => tracing::warn!("snapshot {id} is unreadable: {e}"),
+            }
+        }
+    }
+
+    /// Directories under `sandboxes/` with no row belong to nobody: pooled
+    /// processes of a daemon that died, or a crash mid-spawn. Kill their QEMU
+    /// (checked by pid file and command line) and delete them.
+    pub fn reap_orphans(&self) {
+        let Ok(rd) = std::fs::read_dir(self.cfg.sandboxes_dir()) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let Ok(id) = e.file_name().into_string() else {
+                continue;
+            };
+            if matches!(self.db.get(&id), Ok(Some(_))) {
+                continue;
+            }
+            let paths = self.cfg.sandbox_paths(&id);
+            if let Some(pid) = std::fs::read_to_string(paths.dir.join("qemu.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+            {
+                if process::is_our_qemu(pid, &id) {
+                    process::kill(pid, libc::SIGKILL);
+                }
+            }
+            paths.remove_all();
+        }
+    }
+}
