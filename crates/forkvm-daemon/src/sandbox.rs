@@ -677,6 +677,21 @@ impl Manager {
                 (SandboxState::Running, Some(pid)) if alive => {
                     tracing::info!("re-attached to sandbox {} (pid {pid})", row.id);
                     let cmdline = process::append_arg(pid).unwrap_or_default();
+                    // A daemon that died in the middle of a snapshot left the
+                    // source stopped: resume it.
+                    if let Ok(qmp) =
+                        forkvm_qemu::Qmp::connect(&paths.qmp, Duration::from_secs(5)).await
+                    {
+                        if let Ok(st) = qmp.status().await {
+                            if st == "paused" || st == "postmigrate" {
+                                tracing::warn!(
+                                    "sandbox {} was left {st} by a crash; resuming it",
+                                    row.id
+                                );
+                                let _ = qmp.execute("cont", None).await;
+                            }
+                        }
+                    }
                     self.attach(
                         &row.id,
                         pid,

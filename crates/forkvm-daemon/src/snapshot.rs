@@ -800,7 +800,14 @@ impl Manager {
                     break;
                 };
                 match me.prepare_restore(&snap, &util::new_id("sb")).await {
-                    Ok(p) => me.pools.put(&row.id, p),
+                    // The snapshot may have been removed while we prepared.
+                    Ok(p) if matches!(me.db.snapshot(&row.id), Ok(Some(_))) => {
+                        me.pools.put(&row.id, p)
+                    }
+                    Ok(p) => {
+                        me.kill_prepared(vec![p]).await;
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!("warm pool of {}: {}", row.id, e.message);
                         break;
