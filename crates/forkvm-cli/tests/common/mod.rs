@@ -110,7 +110,9 @@ impl Daemon {
         self.child = Some(cmd.spawn().expect("start forkvm serve"));
         let sock = self.home.join("forkvm.sock");
         let t = Instant::now();
-        while !sock.exists() {
+        // A socket file left by a killed daemon exists but refuses
+        // connections: wait for one that accepts.
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
             assert!(
                 t.elapsed() < Duration::from_secs(60),
                 "daemon did not start: {}",
@@ -258,7 +260,7 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         if f() {
             return true;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(5));
     }
     f()
 }

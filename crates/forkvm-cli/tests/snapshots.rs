@@ -1,0 +1,359 @@
+//! End-to-end tests of snapshots and spawning from them, against a real
+//! daemon and real microVMs. Run with `make test`.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn sh(d: &Daemon, id: &str, script: &str) -> String {
+    d.ok(&["exec", id, "--", "sh", "-c", script])
+}
+
+/// Like `sh`, but a failing command just yields its stdout.
+fn try_sh(d: &Daemon, id: &str, script: &str) -> String {
+    String::from_utf8_lossy(&d.run(&["exec", id, "--", "sh", "-c", script]).stdout).into_owned()
+}
+
+/// Snapshot a sandbox with a running process, files and a large Python value;
+/// its children see all of it, and their writes stay their own.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn children_resume_the_source_state_and_stay_isolated() {
+    let d = shared();
+    let src = d.spawn();
+    // A Python process holding 64 MiB, which re-hashes it on request, and a
+    // counter that keeps running.
+    let py = r#"
+import hashlib, os, time
+value = bytes(range(256)) * (256 * 1024)
+open('/tmp/h1', 'w').write(hashlib.sha256(value).hexdigest())
+while True:
+    if os.path.exists('/tmp/req'):
+        os.remove('/tmp/req')
+        open('/tmp/h2.tmp', 'w').write(hashlib.sha256(value).hexdigest())
+        os.rename('/tmp/h2.tmp', '/tmp/h2')
+    time.sleep(0.05)
+"#;
+    d.ok(&[
+        "exec",
+        &src.id,
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /work && echo source-file > /work/a.txt",
+    ]);
+    let mut c = d.cmd();
+    c.args([
+        "exec",
+        "-i",
+        &src.id,
+        "--",
+        "sh",
+        "-c",
+        "cat > /tmp/holder.py; setsid python3 /tmp/holder.py >/dev/null 2>&1 < /dev/null &",
+    ])
+    .stdin(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(py.as_bytes())
+            .unwrap();
+    }
+    assert!(child.wait().unwrap().success());
+    assert!(wait_until(Duration::from_secs(60), || {
+        try_sh(d, &src.id, "cat /tmp/h1 2>/dev/null").len() == 64
+    }));
+    let h1 = sh(d, &src.id, "cat /tmp/h1");
+    let v = d.json(&["snapshot", &src.id]);
+    let snap = v["id"].as_str().unwrap().to_string();
+    assert_eq!(v["kind"], "shared");
+    assert!(v["timings"]["pause_ms"].as_f64().unwrap() > 0.0);
+    // The source keeps running.
+    assert_eq!(sh(d, &src.id, "cat /work/a.txt"), "source-file\n");
+
+    let b = d.json(&["spawn", "--snapshot", &snap, "--count", "2"]);
+    let kids: Vec<String> = b["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kids.len(), 2);
+    let _guards: Vec<Sandbox> = kids
+        .iter()
+        .map(|id| Sandbox { d, id: id.clone() })
+        .collect();
+    for k in &kids {
+        assert_eq!(d.json(&["inspect", k])["snapshot"], snap.as_str());
+        // Files and the running process came along.
+        assert_eq!(sh(d, k, "cat /work/a.txt"), "source-file\n");
+        assert!(
+            sh(d, k, "ps -eo args").contains("python3 /tmp/holder.py"),
+            "holder process missing in {k}"
+        );
+        // The big value is intact in the resumed process.
+        sh(d, k, "touch /tmp/req");
+        assert!(
+            wait_until(Duration::from_secs(60), || try_sh(
+                d,
+                k,
+                "cat /tmp/h2 2>/dev/null"
+            ) == h1),
+            "value in {k} changed"
+        );
+    }
+    // Writes are private: each child writes its own file.
+    sh(
+        d,
+        &kids[0],
+        "echo zero > /work/a.txt; echo only-zero > /work/z.txt; sync",
+    );
+    sh(d, &src.id, "echo src > /work/s.txt");
+    assert_eq!(sh(d, &kids[1], "cat /work/a.txt"), "source-file\n");
+    assert_eq!(sh(d, &kids[1], "ls /work"), "a.txt\n");
+    assert_eq!(sh(d, &src.id, "cat /work/a.txt"), "source-file\n");
+    assert_eq!(sh(d, &kids[0], "ls /work"), "a.txt\nz.txt\n");
+
+    // A snapshot in use cannot be removed; --force removes it and its children.
+    let o = d.run(&["snapshot", "rm", &snap]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("in use") && stderr(&o).contains(&kids[0]),
+        "{}",
+        stderr(&o)
+    );
+    d.ok(&["snapshot", "rm", "--force", &snap]);
+    for k in &kids {
+        assert!(
+            !d.run(&["inspect", k]).status.success(),
+            "{k} survived a forced removal"
+        );
+        assert!(d.sandbox_files(k).is_empty());
+    }
+    assert!(!d.ok(&["snapshot", "ls"]).contains(&snap));
+}
+
+/// Eight siblings of one snapshot never share random bytes or ids, and their
+/// clocks are right.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn siblings_get_fresh_identities() {
+    let d = shared();
+    let src = d.spawn();
+    // Warm the source's RNG and Python before the snapshot.
+    sh(
+        d,
+        &src.id,
+        "head -c 16 /dev/urandom >/dev/null; python3 -c 'import uuid; uuid.uuid4()'",
+    );
+    let snap = d.json(&["snapshot", &src.id])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = d.json(&["spawn", "--snapshot", &snap, "--count", "8"]);
+    let kids: Vec<String> = b["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kids.len(), 8);
+    let _guards: Vec<Sandbox> = kids
+        .iter()
+        .map(|id| Sandbox { d, id: id.clone() })
+        .collect();
+    let script = "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; \
+                  python3 -c 'import uuid; print(uuid.uuid4())'; \
+                  cat /run/forkvm/instance-id; hostname; date +%s.%N";
+    let mut seen = HashSet::new();
+    for k in &kids {
+        let out = sh(d, k, script);
+        let host_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 5, "{out}");
+        for l in &lines[..3] {
+            assert!(seen.insert(l.to_string()), "{k} repeated {l}");
+        }
+        assert!(
+            lines[2].starts_with(k.as_str()),
+            "instance id {} is not fresh",
+            lines[2]
+        );
+        assert_eq!(lines[3], k, "hostname");
+        let guest: f64 = lines[4].parse().unwrap();
+        assert!(
+            (guest - host_now).abs() < 1.0,
+            "{k} clock off by {} s",
+            guest - host_now
+        );
+    }
+    d.ok(&["snapshot", "rm", "--force", &snap]);
+}
+
+/// Templates: the first spawn of an image boots; later ones restore. The warm
+/// pool makes a spawn skip the QEMU start. Memory use is reported.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn templates_pools_and_memory_figures() {
+    let d = shared();
+    let a = d.spawn();
+    let b = d.spawn();
+    let tb = d.json(&["inspect", &b.id]);
+    // At least the second spawn comes from a template (the first may have
+    // made it, or another test did).
+    assert!(
+        tb["snapshot"].is_string(),
+        "second spawn did not use the template: {tb}"
+    );
+    let tpl = tb["snapshot"].as_str().unwrap().to_string();
+    let s = d.json(&["snapshot", "inspect", &tpl]);
+    assert_eq!(s["template"], true);
+    // Memory figures of a running sandbox.
+    let m = &tb["memory"];
+    let (rss, pss, dirty) = (
+        m["rss_kib"].as_u64().unwrap(),
+        m["pss_kib"].as_u64().unwrap(),
+        m["private_dirty_kib"].as_u64().unwrap(),
+    );
+    assert!(rss > 0 && pss > 0 && pss <= rss && dirty <= rss, "{m}");
+
+    // A warm pool.
+    let v = d.json(&["snapshot", "pool", &tpl, "2"]);
+    assert_eq!(v["pool_size"], 2);
+    assert!(wait_until(Duration::from_secs(60), || {
+        let i = d.json(&["info"]);
+        i["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["snapshot"] == tpl.as_str() && p["ready"] == 2)
+    }));
+    let t = Instant::now();
+    let c = d.json(&["spawn", "--snapshot", &tpl]);
+    let _c = Sandbox {
+        d,
+        id: c["id"].as_str().unwrap().to_string(),
+    };
+    assert_eq!(c["timings"]["from_pool"], true, "{c}");
+    assert!(t.elapsed() < Duration::from_secs(30));
+    assert_eq!(sh(d, &_c.id, "echo pooled"), "pooled\n");
+    d.ok(&["snapshot", "pool", &tpl, "0"]);
+    drop(a);
+}
+
+/// A corrupted snapshot is refused at spawn with a clear error; a snapshot
+/// interrupted by a daemon crash never becomes visible; a restarted daemon
+/// lists and spawns from what it had.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn snapshot_durability() {
+    let mut d = Daemon::start();
+    let id = d.ok(&["spawn", "--no-template"]).trim().to_string();
+    sh(&d, &id, "echo durable > /root/d.txt");
+    let good = d.json(&["snapshot", &id, "--tag", "good"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bad = d.json(&["snapshot", &id, "--tag", "bad"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Corrupt one byte of each of two artefacts of `bad`.
+    let dir = d.home.join("snapshots").join(&bad);
+    for f in ["device.state", "memory.img"] {
+        let p = dir.join(f);
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        let mut b = std::fs::read(&p).unwrap();
+        let i = b.len() / 2;
+        b[i] ^= 0x55;
+        std::fs::write(&p, &b).unwrap();
+        let o = d.run(&["spawn", "--snapshot", "bad"]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(
+            stderr(&o).contains("corrupted") && stderr(&o).contains(f),
+            "{f}: {}",
+            stderr(&o)
+        );
+        b[i] ^= 0x55;
+        std::fs::write(&p, &b).unwrap();
+    }
+    assert_eq!(
+        d.run(&["spawn", "--snapshot", "bad"]).status.code(),
+        Some(0),
+        "restored bytes verify again"
+    );
+
+    // Kill the daemon in the middle of a snapshot: as soon as its staging
+    // directory appears. The request goes over the raw API so that nothing
+    // restarts the daemon behind our back.
+    let snaps_before = d.json(&["snapshot", "ls"])["snapshots"]
+        .as_array()
+        .unwrap()
+        .len();
+    let client = d.client();
+    let sid = id.clone();
+    let pending = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(client.snapshot(&sid, &forkvm_api::CreateSnapshot::default()))
+    });
+    let snapdir = d.home.join("snapshots");
+    let staged = wait_until(Duration::from_secs(30), || {
+        std::fs::read_dir(&snapdir)
+            .map(|r| {
+                r.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+            })
+            .unwrap_or(false)
+    });
+    assert!(staged, "the snapshot never started writing");
+    d.stop(libc::SIGKILL);
+    assert!(
+        pending.join().unwrap().is_err(),
+        "the interrupted snapshot cannot have succeeded"
+    );
+    d.spawn_process();
+    let entries: Vec<String> = std::fs::read_dir(d.home.join("snapshots"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !entries.iter().any(|e| e.starts_with(".tmp-")),
+        "staging left: {entries:?}"
+    );
+    let listed = d.json(&["snapshot", "ls"])["snapshots"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(listed.len() <= snaps_before + 1);
+    for s in &listed {
+        // Whatever is listed is complete.
+        let sid = s["id"].as_str().unwrap();
+        let o = d.run(&["spawn", "--snapshot", sid]);
+        assert!(
+            o.status.success(),
+            "listed snapshot {sid} does not spawn: {}",
+            stderr(&o)
+        );
+    }
+    // The source survived (resumed if the crash left it paused).
+    assert_eq!(sh(&d, &id, "cat /root/d.txt"), "durable\n");
+    // And the good snapshot still spawns after the restart.
+    let k = d.ok(&["spawn", "--snapshot", &good]).trim().to_string();
+    assert_eq!(sh(&d, &k, "cat /root/d.txt"), "durable\n");
+}
