@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint unit-test vm-test bench-boot clean-test
+.PHONY: setup build demo test lint bench-boot bench-spawn
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -27,3 +27,6 @@ test: setup lint
 ## Benchmarks (not part of `make test`).
 bench-boot: build
 	bash bench/boot/run.sh
+
+bench-spawn: build
+	bash bench/spawn/run.sh
