@@ -29,8 +29,26 @@ echo "print(sum(range(101)))" > /tmp/forkvm-demo.py
 "$FORKVM" exec "$ID" -- python3 /work/sum.py
 rm -f /tmp/forkvm-demo.py
 
-say "Sandboxes"
+say "Fork it: snapshot the running sandbox and spawn two children from that instant"
+"$FORKVM" exec "$ID" -- sh -c 'echo "written before the fork" > /work/state.txt'
+SNAP=$("$FORKVM" snapshot "$ID" --tag "demo-$ID")
+KIDS=$("$FORKVM" spawn --snapshot "$SNAP" --count 2)
+trap '"$FORKVM" snapshot rm --force "$SNAP" >/dev/null 2>&1 || true; "$FORKVM" rm "$ID" >/dev/null 2>&1 || true' EXIT
+n=0
+for K in $KIDS; do
+  n=$((n + 1))
+  "$FORKVM" exec "$K" -- python3 -c "import os, uuid; print(f'child {os.uname().nodename}: sees {open(\"/work/state.txt\").read().strip()!r}, its own uuid {uuid.uuid4()}')"
+  "$FORKVM" exec "$K" -- sh -c "echo 'child $n was here' >> /work/state.txt"
+done
+for K in $KIDS; do
+  printf '%s: ' "$K"; "$FORKVM" exec "$K" -- tail -n1 /work/state.txt
+done
+printf 'source %s: ' "$ID"; "$FORKVM" exec "$ID" -- tail -n1 /work/state.txt
+
+say "Sandboxes and snapshots"
 "$FORKVM" ps
+"$FORKVM" snapshot ls
+"$FORKVM" snapshot rm --force "$SNAP"
 
 say "Remove it"
 "$FORKVM" rm "$ID"

@@ -127,6 +127,24 @@ fn qemu_err(what: &str, e: impl std::fmt::Display) -> ApiError {
     )
 }
 
+/// Microseconds between the STOP and the following RESUME event.
+async fn pause_from_events(
+    rx: &mut tokio::sync::broadcast::Receiver<forkvm_qemu::QmpEvent>,
+) -> Option<u64> {
+    let mut stop = None;
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(2), rx.recv())
+            .await
+            .ok()?
+            .ok()?;
+        match ev.name.as_str() {
+            "STOP" => stop = Some(ev.timestamp_us),
+            "RESUME" => return stop.map(|s| ev.timestamp_us.saturating_sub(s)),
+            _ => {}
+        }
+    }
+}
+
 /// Fresh random bytes from the host.
 fn entropy(n: usize) -> Vec<u8> {
     let mut b = vec![0u8; n];
@@ -234,6 +252,8 @@ impl Manager {
         let mut timings = SnapshotTimings::default();
         let frozen = std::sync::atomic::AtomicBool::new(false);
         let t_stop = Instant::now();
+        // Subscribe before `stop`, so the STOP and RESUME events are ours.
+        let mut events = qmp.events();
         qmp.execute("stop", None)
             .await
             .map_err(|e| qemu_err("cannot pause the source", e))?;
@@ -276,7 +296,13 @@ impl Manager {
         }
         .await;
         let resumed = qmp.execute("cont", None).await;
-        timings.pause_ms = ms(t_stop.elapsed());
+        // The pause as the VM saw it: QEMU's own timestamps of the STOP and
+        // RESUME events, not our clock (which adds scheduling and QMP
+        // round-trips). Fall back to our clock if an event is missing.
+        timings.pause_ms = match pause_from_events(&mut events).await {
+            Some(us) => us as f64 / 1000.0,
+            None => ms(t_stop.elapsed()),
+        };
         if let Err(e) = resumed {
             tracing::error!("could not resume sandbox {id} after a snapshot: {e}");
         }
