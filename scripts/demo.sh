@@ -17,7 +17,17 @@ say "forkvm info (the CLI starts a local daemon if none is running)"
 say "Spawn a microVM from the default image"
 ID=$("$FORKVM" spawn)
 trap '"$FORKVM" rm "$ID" >/dev/null 2>&1 || true' EXIT
-"$FORKVM" --json inspect "$ID" | python3 -c 'import json,sys; s=json.load(sys.stdin); t=s["timings"]; print(f"sandbox {s[\"id\"]}: {s[\"memory_mib\"]} MiB, {s[\"cpus\"]} vCPU, accel {s[\"accel\"]}; booted in {t[\"total_ms\"]:.0f} ms (QEMU start {t[\"qemu_start_ms\"]:.0f} ms, guest boot {t[\"boot_ms\"]:.0f} ms)")'
+"$FORKVM" --json inspect "$ID" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+t = s["timings"]
+if s.get("snapshot"):
+    how = "restored from the boot template in %.0f ms" % (t.get("restore_ms", 0) + t.get("identity_ms", 0))
+else:
+    how = "booted in %.0f ms" % t["boot_ms"]
+print("sandbox %s: %s MiB, %s vCPU, accel %s; %s; %.0f ms in all"
+      % (s["id"], s["memory_mib"], s["cpus"], s["accel"], how, t["total_ms"]))
+'
 
 say "Run Python inside it"
 "$FORKVM" exec "$ID" -- python3 -c 'import platform, os; print(f"Hello from Python {platform.python_version()} in a {platform.system()} {platform.release()} microVM, hostname {os.uname().nodename}"); print("6 * 7 =", 6 * 7)'
