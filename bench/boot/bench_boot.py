@@ -27,7 +27,6 @@ import datetime as dt
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,8 +58,8 @@ BOOT_STAGES = ["prepare_ms", "qemu_start_ms", "boot_ms", "server_total_ms", "fir
 RESTORE_STAGES = ["qemu_start_ms", "load_ms", "cont_ms", "agent_ms"]
 
 
-def ms_since(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0
+ms_since = fb.ms_since
+tail = fb.tail
 
 
 # --------------------------------------------------------------------------
@@ -98,181 +97,36 @@ def run_forkvm_boot(d: fb.Daemon, memory: int, run: int, n: int) -> dict:
 # --------------------------------------------------------------------------
 
 
-class SavedVm:
-    """What a restore needs: the source's argv and the paths it must rewrite."""
-
-    def __init__(self, argv, sbdir, mem_path, name_arg, state, disk, state_bytes, save_ms,
-                 caps_reset, max_bandwidth):
-        self.argv = argv
-        self.sbdir = sbdir
-        self.mem_path = mem_path
-        self.name_arg = name_arg
-        self.state = state
-        self.disk = disk
-        self.state_bytes = state_bytes
-        self.save_ms = save_ms
-        self.caps_reset = caps_reset          # capabilities that were on and got turned off
-        self.max_bandwidth = max_bandwidth    # migration rate limit in force (bytes/s)
+SavedVm = fb.SavedVm
 
 
-def save_source(d: fb.Daemon, memory: int, work: str) -> SavedVm:
+def save_source(d: fb.Daemon, memory: int, work: str) -> fb.SavedVm:
     """Boot a source sandbox, pause it and save it (RAM + device state) to a
     file with a plain full migration; copy its disk overlay. The source is
-    deleted before returning."""
+    deleted before returning. (The save itself is fb.naive_save.)"""
     sb = d.create_cold(memory_mib=memory, cpus=1)
     sid, pid = sb["id"], sb["pid"]
     try:
         time.sleep(1.0)  # let the guest settle after the agent's first pong
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = [a.decode() for a in f.read().split(b"\0") if a]
-        sbdir = d.sandbox_dir(sid)
-        state = os.path.join(work, "state.bin")
-        disk = os.path.join(work, "disk.qcow2")
-        if "-incoming" in argv or not any("share=on" in a and "mem-path=" in a for a in argv) \
-                or any("readonly=on" in a for a in argv):
-            raise fb.BenchError(f"the source is not a plain cold-booted VM: {argv}")
-        with fb.Qmp(os.path.join(sbdir, "qmp.sock")) as qmp:
-            # A plain full migration: every capability off (QEMU's default;
-            # enforced in case the daemon set any, e.g. x-ignore-shared, which
-            # would leave RAM out of the file). Parameters stay at QEMU's
-            # defaults, including its 128 MiB/s max-bandwidth.
-            caps = qmp.execute("query-migrate-capabilities")
-            caps_reset = [c["capability"] for c in caps if c["state"]]
-            if caps_reset:
-                qmp.execute("migrate-set-capabilities", {"capabilities": [
-                    {"capability": c, "state": False} for c in caps_reset]})
-            max_bw = qmp.execute("query-migrate-parameters").get("max-bandwidth")
-            t0 = time.perf_counter()
-            qmp.execute("stop")
-            qmp.execute("migrate", {"uri": f"file:{state}"})
-            fb.wait_migration(qmp, timeout=600)
-            save_ms = ms_since(t0)
-            status = qmp.execute("query-status")["status"]
-        # The migration flushed and inactivated the disk: the overlay now
-        # matches the saved memory.
-        shutil.copyfile(os.path.join(sbdir, "disk.qcow2"), disk)
+        saved = fb.naive_save(d, sid, pid, memory, work)
     finally:
         d.delete(sid)
-    state_bytes = os.path.getsize(state)
-    mem_args = [a for a in argv if "mem-path=" in a]
-    if len(mem_args) != 1:
-        raise fb.BenchError(f"expected one memory backend with mem-path= in {argv}")
-    mem_path = mem_args[0].split("mem-path=", 1)[1].split(",", 1)[0]
+    print(f"[naive_save] {saved.save_ms:.0f} ms, state file {saved.state_bytes / 2**20:.1f} MiB "
+          f"(source left in state '{saved.status}')", flush=True)
+    return saved
+
+
+def run_naive_restore(saved: fb.SavedVm, work: str, shm: str, run: int, n: int) -> dict:
+    vm = fb.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
+                          f"fvb-restore-{run}")
     try:
-        name_arg = argv[argv.index("-name") + 1]
-    except (ValueError, IndexError):
-        raise fb.BenchError(f"no -name in the source command line {argv}") from None
-    print(f"[naive_save] {save_ms:.0f} ms, state file {state_bytes / 2**20:.1f} MiB "
-          f"(source left in state '{status}')", flush=True)
-    if state_bytes < memory * 2**20 // 64:
-        raise fb.BenchError(f"the state file is only {state_bytes} bytes for {memory} MiB of RAM: "
-                            "RAM was not saved into it")
-    return SavedVm(argv, sbdir, mem_path, name_arg, state, disk, state_bytes, save_ms,
-                   caps_reset, max_bw)
-
-
-def restore_argv(saved: SavedVm, rdir: str, mem: str, name: str) -> tuple[list[str], dict]:
-    """The source's argv with every per-instance path replaced."""
-    paths = {
-        "qmp": os.path.join(rdir, "qmp.sock"),
-        "agent": os.path.join(rdir, "agent.sock"),
-        "console": os.path.join(rdir, "console.log"),
-        "disk": os.path.join(rdir, "disk.qcow2"),
-        "log": os.path.join(rdir, "qemu.log"),
-    }
-    subst = [
-        (os.path.join(saved.sbdir, "qmp.sock"), paths["qmp"]),
-        (os.path.join(saved.sbdir, "agent.sock"), paths["agent"]),
-        (os.path.join(saved.sbdir, "console.log"), paths["console"]),
-        (os.path.join(saved.sbdir, "disk.qcow2"), paths["disk"]),
-        (saved.mem_path, mem),
-    ]
-    out = []
-    hits = {old: 0 for old, _ in subst}
-    for a in saved.argv:
-        for old, new in subst:
-            if old in a:
-                hits[old] += a.count(old)
-                a = a.replace(old, new)
-        out.append(a)
-    missing = [old for old, n in hits.items() if n != 1]
-    if missing:
-        raise fb.BenchError(f"source command line does not name exactly once: {missing}")
-    i = out.index("-name")
-    out[i + 1] = f"{name},process={name}"
-    leftovers = [a for a in out if saved.sbdir in a]
-    if leftovers:
-        raise fb.BenchError(f"restore command line still names the source's files: {leftovers}")
-    return out + ["-incoming", "defer"], paths
-
-
-def run_naive_restore(saved: SavedVm, work: str, shm: str, run: int, n: int) -> dict:
-    rdir = os.path.join(work, f"r{run}")
-    os.mkdir(rdir)
-    mem = os.path.join(shm, f"r{run}.mem")
-    argv, paths = restore_argv(saved, rdir, mem, f"fvb-restore-{run}")
-    t = time.perf_counter()
-    shutil.copyfile(saved.disk, paths["disk"])  # the disk must match the memory
-    disk_copy_ms = ms_since(t)
-    proc = None
-    log = open(paths["log"], "wb")
-    try:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            qmp = fb.Qmp(paths["qmp"], timeout=60, proc=proc)
-        except fb.QmpError as e:
-            raise fb.BenchError(f"{e}; QEMU log:\n{tail(paths['log'])}") from None
-        with qmp:
-            t_qmp = time.perf_counter()
-            qmp.execute("migrate-incoming", {"uri": f"file:{saved.state}"})
-            deadline = time.monotonic() + 600
-            while True:
-                st = qmp.execute("query-status")["status"]
-                if st != "inmigrate":
-                    break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise fb.BenchError(f"restore stuck in inmigrate; QEMU log:\n{tail(paths['log'])}")
-                time.sleep(0.005)
-            mig = qmp.execute("query-migrate")
-            if mig.get("status") != "completed":
-                raise fb.BenchError(f"incoming migration ended as {mig}")
-            t_loaded = time.perf_counter()
-            qmp.execute("cont")
-            t_cont = time.perf_counter()
-            if qmp.execute("query-status")["status"] != "running":
-                raise fb.BenchError("restored VM is not running after cont")
-            pong = fb.agent_ping(paths["agent"], timeout=120)
-            t_pong = time.perf_counter()
-        total = (t_pong - t0) * 1000
-        row = {
-            "case": "naive_restore", "run": run, "total_ms": total,
-            "qemu_start_ms": (t_qmp - t0) * 1000, "load_ms": (t_loaded - t_qmp) * 1000,
-            "cont_ms": (t_cont - t_loaded) * 1000, "agent_ms": (t_pong - t_cont) * 1000,
-            "disk_copy_ms": disk_copy_ms,
-        }
-        print(f"[naive_restore {run}/{n}] {total:.0f} ms  (qemu {row['qemu_start_ms']:.0f}, "
+        row = {"case": "naive_restore", "run": run, **vm.timings}
+        print(f"[naive_restore {run}/{n}] {row['total_ms']:.0f} ms  (qemu {row['qemu_start_ms']:.0f}, "
               f"load {row['load_ms']:.0f}, cont {row['cont_ms']:.0f}, agent {row['agent_ms']:.0f}; "
-              f"guest uptime {pong.get('uptime_ms', 0) / 1000:.1f} s)", flush=True)
+              f"guest uptime {vm.pong.get('uptime_ms', 0) / 1000:.1f} s)", flush=True)
         return row
     finally:
-        if proc is not None:
-            fb.kill_and_reap(proc)
-        log.close()
-        shutil.rmtree(rdir, ignore_errors=True)
-        try:
-            os.unlink(mem)
-        except FileNotFoundError:
-            pass
-
-
-def tail(path: str, n: int = 20) -> str:
-    try:
-        with open(path, "rb") as f:
-            return "\n".join(f.read().decode(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
+        vm.stop()
 
 
 # --------------------------------------------------------------------------
@@ -514,23 +368,7 @@ def print_summary(rows) -> None:
 
 
 def wait_for_quiet_host(max_wait: float, threshold: float = 0.2, window: float = 5.0) -> None:
-    deadline = time.monotonic() + max_wait
-    while True:
-        m = fb.CpuMeter()
-        m.start()
-        time.sleep(window)
-        busy = m.other_cores()
-        if busy < threshold:
-            print(f"host is quiet: other processes used {busy:.2f} cores over {window:.0f} s",
-                  flush=True)
-            return
-        if time.monotonic() >= deadline:
-            print(f"warning: the host is busy (other processes use {busy:.2f} cores); timings "
-                  "will be inflated" + ("" if max_wait else " (use --wait-quiet SECONDS to wait)"),
-                  flush=True)
-            return
-        print(f"waiting for a quiet host: other processes use {busy:.2f} cores", flush=True)
-        time.sleep(10)
+    fb.wait_for_quiet_host(max_wait, threshold, window)
 
 
 def main() -> int:

@@ -700,3 +700,360 @@ def other_qemu_processes(exclude_substrings=()) -> dict[int, str]:
             continue
         out[int(d)] = line[:160]
     return out
+
+
+# --------------------------------------------------------------------------
+# Small helpers shared by the benchmark scripts
+# --------------------------------------------------------------------------
+
+
+def ms_since(t0: float) -> float:
+    """Milliseconds since `t0` (a time.perf_counter() value)."""
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def tail(path: str, n: int = 20) -> str:
+    """The last `n` lines of a log file, for error messages."""
+    try:
+        with open(path, "rb") as f:
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_for_quiet_host(max_wait: float, threshold: float = 0.2, window: float = 5.0,
+                        roots=()) -> float:
+    """Wait up to `max_wait` s until processes other than ours (this process
+    and `roots` with their descendants) keep fewer than `threshold` cores
+    busy over `window` s. Prints what it sees; returns the last measurement."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        m = CpuMeter(roots=roots)
+        m.start()
+        time.sleep(window)
+        busy = m.other_cores()
+        if busy < threshold:
+            print(f"host is quiet: other processes used {busy:.2f} cores over {window:.0f} s",
+                  flush=True)
+            return busy
+        if time.monotonic() >= deadline:
+            print(f"warning: the host is busy (other processes use {busy:.2f} cores); timings "
+                  "will be inflated" + ("" if max_wait else " (use --wait-quiet SECONDS to wait)"),
+                  flush=True)
+            return busy
+        print(f"waiting for a quiet host: other processes use {busy:.2f} cores", flush=True)
+        time.sleep(10)
+
+
+# --------------------------------------------------------------------------
+# Memory accounting
+# --------------------------------------------------------------------------
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """/proc/<pid>/smaps_rollup as {field: KiB} (Rss, Pss, Pss_Anon,
+    Pss_File, Pss_Shmem, Private_Dirty, ...). Empty if the process is gone."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[0].endswith(":") and parts[2] == "kB":
+                    out[parts[0][:-1]] = int(parts[1])
+    except OSError:
+        pass
+    return out
+
+
+def meminfo() -> dict[str, int]:
+    """/proc/meminfo as {field: KiB}."""
+    out: dict[str, int] = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            parts = v.split()
+            if parts:
+                out[k.strip()] = int(parts[0])
+    return out
+
+
+def allocated_bytes(path: str | Path) -> int:
+    """Bytes actually allocated to a file (st_blocks * 512; on tmpfs, the
+    shmem pages it holds). 0 if it does not exist."""
+    try:
+        return os.stat(path).st_blocks * 512
+    except FileNotFoundError:
+        return 0
+
+
+def allocated_bytes_tree(path: str | Path) -> int:
+    """allocated_bytes summed over every regular file under `path`."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if not os.path.islink(os.path.join(root, name)):
+                total += st.st_blocks * 512
+    return total
+
+
+# --------------------------------------------------------------------------
+# Naive QEMU full save / restore (the baseline every VM benchmark includes)
+# --------------------------------------------------------------------------
+
+
+class SavedVm:
+    """What a naive restore needs: the source's argv, the paths it must
+    rewrite, the saved state and a disk matching it."""
+
+    def __init__(self, argv, sbdir, mem_path, name_arg, state, disk, state_bytes, save_ms,
+                 caps_reset, max_bandwidth, status="", copied_layers=()):
+        self.argv = argv
+        self.sbdir = sbdir
+        self.mem_path = mem_path
+        self.name_arg = name_arg
+        self.state = state
+        self.disk = disk
+        self.state_bytes = state_bytes
+        self.save_ms = save_ms
+        self.caps_reset = caps_reset          # capabilities that were on and got turned off
+        self.max_bandwidth = max_bandwidth    # migration rate limit in force (bytes/s)
+        self.status = status                  # the source's run state after the save
+        self.copied_layers = list(copied_layers)  # backing layers copied next to `disk`
+
+
+def _qemu_img_chain(path: str) -> list[dict]:
+    r = subprocess.run(["qemu-img", "info", "-U", "--backing-chain", "--output=json", path],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BenchError(f"qemu-img info {path}: {r.stderr.strip()}")
+    v = json.loads(r.stdout)
+    return v if isinstance(v, list) else [v]
+
+
+def _copy_disk_chain(top: str, home: str, work: str) -> tuple[str, list[str]]:
+    """Copy the writable top layer `top` to work/disk.qcow2. Any backing layer
+    that belongs to the daemon (under home/sandboxes or home/snapshots: a
+    forkvm snapshot's frozen layer) is copied too and the copies are rebased
+    onto each other (qemu-img rebase -u), so the naive baseline does not
+    depend on forkvm's snapshot store; read-only base images are shared as
+    they are. Returns (top copy, backing copies)."""
+    owned = [os.path.realpath(os.path.join(home, s)) + os.sep for s in ("sandboxes", "snapshots")]
+    chain = _qemu_img_chain(top)
+    dst_top = os.path.join(work, "disk.qcow2")
+    copies = [dst_top]
+    shutil.copyfile(top, dst_top)
+    os.chmod(dst_top, 0o644)
+    layers = []
+    for i, layer in enumerate(chain[1:], start=1):
+        fn = os.path.realpath(layer["filename"])
+        if not any(fn.startswith(o) for o in owned):
+            break  # a shared read-only image: everything below it is too
+        dst = os.path.join(work, f"layer{i}.qcow2")
+        shutil.copyfile(fn, dst)
+        os.chmod(dst, 0o644)
+        layers.append(dst)
+        copies.append(dst)
+        # point the layer above at this copy
+        r = subprocess.run(["qemu-img", "rebase", "-u", "-F", layer.get("format", "qcow2"),
+                            "-b", dst, copies[-2]], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BenchError(f"qemu-img rebase {copies[-2]}: {r.stderr.strip()}")
+    return dst_top, layers
+
+
+def naive_save(d: "Daemon", sid: str, pid: int, memory: int, work: str) -> SavedVm:
+    """Save a running sandbox (RAM + device state) to work/state.bin with a
+    plain full QEMU migration, and copy the disk layers that match it.
+
+    Every migration capability is turned off first (QEMU's default), in case
+    the daemon set any (a forkvm snapshot leaves `x-ignore-shared` on, which
+    would leave shared RAM out of the file). Parameters stay at QEMU's
+    defaults. The source is left paused ('postmigrate'); the caller deletes
+    it (or `cont`s it). The source must own its RAM (`share=on`, not a
+    copy-on-write clone) and be a plain running VM."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = [a.decode() for a in f.read().split(b"\0") if a]
+    sbdir = d.sandbox_dir(sid)
+    state = os.path.join(work, "state.bin")
+    if "-incoming" in argv or not any("share=on" in a and "mem-path=" in a for a in argv) \
+            or any("readonly=on" in a for a in argv):
+        raise BenchError(f"the source is not a plain cold-booted VM: {argv}")
+    with Qmp(os.path.join(sbdir, "qmp.sock")) as qmp:
+        caps = qmp.execute("query-migrate-capabilities")
+        caps_reset = [c["capability"] for c in caps if c["state"]]
+        if caps_reset:
+            qmp.execute("migrate-set-capabilities", {"capabilities": [
+                {"capability": c, "state": False} for c in caps_reset]})
+        still_on = [c["capability"] for c in qmp.execute("query-migrate-capabilities")
+                    if c["state"]]
+        if still_on:
+            raise BenchError(f"migration capabilities still on: {still_on}")
+        max_bw = qmp.execute("query-migrate-parameters").get("max-bandwidth")
+        # The disk the VM writes to now (a forkvm snapshot moves it to a new
+        # top layer; the command line still names the original file).
+        top = None
+        for b in qmp.execute("query-block"):
+            ins = b.get("inserted")
+            if ins and ins.get("file"):
+                top = ins["file"]
+                # After blockdev-snapshot-sync QEMU names the top image by a
+                # json: description (its backing is an open node); the top
+                # layer's own file is its "file" child.
+                if top.startswith("json:"):
+                    top = json.loads(top[5:])["file"]["filename"]
+                break
+        if top is None:
+            raise BenchError("query-block shows no disk")
+        t0 = time.perf_counter()
+        qmp.execute("stop")
+        qmp.execute("migrate", {"uri": f"file:{state}"})
+        wait_migration(qmp, timeout=600)
+        save_ms = ms_since(t0)
+        status = qmp.execute("query-status")["status"]
+    # The migration flushed and inactivated the disk: its layers now match
+    # the saved memory.
+    disk, layers = _copy_disk_chain(top, d.home, work)
+    state_bytes = os.path.getsize(state)
+    mem_args = [a for a in argv if "mem-path=" in a]
+    if len(mem_args) != 1:
+        raise BenchError(f"expected one memory backend with mem-path= in {argv}")
+    mem_path = mem_args[0].split("mem-path=", 1)[1].split(",", 1)[0]
+    try:
+        name_arg = argv[argv.index("-name") + 1]
+    except (ValueError, IndexError):
+        raise BenchError(f"no -name in the source command line {argv}") from None
+    if state_bytes < memory * 2**20 // 64:
+        raise BenchError(f"the state file is only {state_bytes} bytes for {memory} MiB of RAM: "
+                         "RAM was not saved into it")
+    return SavedVm(argv, sbdir, mem_path, name_arg, state, disk, state_bytes, save_ms,
+                   caps_reset, max_bw, status, layers)
+
+
+def restore_argv(saved: SavedVm, rdir: str, mem: str, name: str) -> tuple[list[str], dict]:
+    """The source's argv with every per-instance path replaced."""
+    paths = {
+        "qmp": os.path.join(rdir, "qmp.sock"),
+        "agent": os.path.join(rdir, "agent.sock"),
+        "console": os.path.join(rdir, "console.log"),
+        "disk": os.path.join(rdir, "disk.qcow2"),
+        "log": os.path.join(rdir, "qemu.log"),
+    }
+    subst = [
+        (os.path.join(saved.sbdir, "qmp.sock"), paths["qmp"]),
+        (os.path.join(saved.sbdir, "agent.sock"), paths["agent"]),
+        (os.path.join(saved.sbdir, "console.log"), paths["console"]),
+        (os.path.join(saved.sbdir, "disk.qcow2"), paths["disk"]),
+        (saved.mem_path, mem),
+    ]
+    out = []
+    hits = {old: 0 for old, _ in subst}
+    for a in saved.argv:
+        for old, new in subst:
+            if old in a:
+                hits[old] += a.count(old)
+                a = a.replace(old, new)
+        out.append(a)
+    missing = [old for old, n in hits.items() if n != 1]
+    if missing:
+        raise BenchError(f"source command line does not name exactly once: {missing}")
+    i = out.index("-name")
+    out[i + 1] = f"{name},process={name}"
+    leftovers = [a for a in out if saved.sbdir in a]
+    if leftovers:
+        raise BenchError(f"restore command line still names the source's files: {leftovers}")
+    return out + ["-incoming", "defer"], paths
+
+
+class NaiveVm:
+    """One naive-restored QEMU: its process, files and the timed stages."""
+
+    def __init__(self, proc, rdir, mem, paths, log):
+        self.proc = proc
+        self.rdir = rdir
+        self.mem = mem
+        self.paths = paths
+        self._log = log
+        self.timings: dict = {}
+        self.pong: dict = {}
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        """SIGKILL the QEMU (by its pid), reap it, remove its files."""
+        try:
+            if self.proc is not None:
+                kill_and_reap(self.proc)
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+            shutil.rmtree(self.rdir, ignore_errors=True)
+            try:
+                os.unlink(self.mem)
+            except FileNotFoundError:
+                pass
+
+
+def naive_restore(saved: SavedVm, rdir: str, mem: str, name: str,
+                  agent_timeout: float = 120.0) -> NaiveVm:
+    """Start a fresh QEMU from the saved source's command line (new sockets,
+    a fresh copy of the saved disk, a new share=on RAM file `mem`), load the
+    state with `migrate-incoming`, `cont`, and wait for the agent's pong.
+
+    The returned VM is running; its ``timings`` hold ``total_ms`` (QEMU spawn
+    until the pong) and the stages ``qemu_start_ms`` (spawn until QMP
+    answered), ``load_ms``, ``cont_ms``, ``agent_ms``, plus ``disk_copy_ms``
+    (before the clock starts). The caller must ``stop()`` it; on failure it is
+    stopped here."""
+    os.mkdir(rdir)
+    argv, paths = restore_argv(saved, rdir, mem, name)
+    t = time.perf_counter()
+    shutil.copyfile(saved.disk, paths["disk"])  # the disk must match the memory
+    disk_copy_ms = ms_since(t)
+    log = open(paths["log"], "wb")
+    vm = NaiveVm(None, rdir, mem, paths, log)
+    try:
+        t0 = time.perf_counter()
+        vm.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            qmp = Qmp(paths["qmp"], timeout=60, proc=vm.proc)
+        except QmpError as e:
+            raise BenchError(f"{e}; QEMU log:\n{tail(paths['log'])}") from None
+        with qmp:
+            t_qmp = time.perf_counter()
+            qmp.execute("migrate-incoming", {"uri": f"file:{saved.state}"})
+            deadline = time.monotonic() + 600
+            while True:
+                st = qmp.execute("query-status")["status"]
+                if st != "inmigrate":
+                    break
+                if vm.proc.poll() is not None or time.monotonic() > deadline:
+                    raise BenchError(f"restore stuck in inmigrate; QEMU log:\n{tail(paths['log'])}")
+                time.sleep(0.005)
+            mig = qmp.execute("query-migrate")
+            if mig.get("status") != "completed":
+                raise BenchError(f"incoming migration ended as {mig}")
+            t_loaded = time.perf_counter()
+            qmp.execute("cont")
+            t_cont = time.perf_counter()
+            if qmp.execute("query-status")["status"] != "running":
+                raise BenchError("restored VM is not running after cont")
+            vm.pong = agent_ping(paths["agent"], timeout=agent_timeout)
+            t_pong = time.perf_counter()
+        vm.timings = {
+            "total_ms": (t_pong - t0) * 1000,
+            "qemu_start_ms": (t_qmp - t0) * 1000, "load_ms": (t_loaded - t_qmp) * 1000,
+            "cont_ms": (t_cont - t_loaded) * 1000, "agent_ms": (t_pong - t_cont) * 1000,
+            "disk_copy_ms": disk_copy_ms,
+        }
+        return vm
+    except BaseException:
+        vm.stop()
+        raise

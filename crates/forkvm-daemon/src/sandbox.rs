@@ -417,17 +417,27 @@ impl Manager {
             snapshot: None,
         };
         self.db.insert(&row)?;
-        match self.boot(&id, image, memory_mib, cpus, &paths, t0).await {
+        let r = self.boot(&id, image, memory_mib, cpus, &paths, t0).await;
+        self.conclude_spawn(&id, r).await
+    }
+
+    /// The end of every spawn: the sandbox with its timings, or, on failure,
+    /// nothing left of it.
+    pub(crate) async fn conclude_spawn(
+        &self,
+        id: &str,
+        r: Result<SpawnTimings, ApiError>,
+    ) -> Result<Sandbox, ApiError> {
+        match r {
             Ok(timings) => {
-                let mut row = self
-                    .db
-                    .get(&id)?
-                    .ok_or_else(|| ApiError::internal("sandbox row vanished during boot"))?;
+                let mut row = self.db.get(id)?.ok_or_else(|| {
+                    ApiError::internal("the sandbox row vanished during its spawn")
+                })?;
                 row.timings = Some(timings);
                 Ok(self.view(row, false))
             }
             Err(e) => {
-                self.discard_failed_spawn(&id).await;
+                self.discard_failed_spawn(id).await;
                 Err(e)
             }
         }

@@ -685,20 +685,7 @@ impl Manager {
             self.finish_restore(p, snap, from_pool, t0).await
         }
         .await;
-        match r {
-            Ok(timings) => {
-                let mut row = self
-                    .db
-                    .get(&id)?
-                    .ok_or_else(|| ApiError::internal("sandbox row vanished during restore"))?;
-                row.timings = Some(timings);
-                Ok(self.view(row, false))
-            }
-            Err(e) => {
-                self.discard_failed_spawn(&id).await;
-                Err(e)
-            }
-        }
+        self.conclude_spawn(&id, r).await
     }
 
     /// Load the state, resume, and give the clone its identity.
