@@ -519,3 +519,49 @@ fn doctor_passes_on_a_set_up_host() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).contains("FAIL  qemu"), "{}", stdout(&o));
 }
+
+/// Send QMP commands to a sandbox's QEMU (the test plays a hung guest).
+fn qmp(d: &Daemon, id: &str, cmds: &[&str]) {
+    use std::io::{BufRead, BufReader, Write};
+    let p = d.home.join("sandboxes").join(id).join("qmp.sock");
+    let s = std::os::unix::net::UnixStream::connect(p).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap(); // greeting
+    for c in std::iter::once(&"qmp_capabilities").chain(cmds) {
+        writeln!(w, "{{\"execute\": \"{c}\"}}").unwrap();
+        loop {
+            line.clear();
+            r.read_line(&mut line).unwrap();
+            if line.contains("\"return\"") || line.contains("\"error\"") {
+                break;
+            }
+        }
+    }
+}
+
+/// A guest that stops answering: exec fails with 504 and says the guest may
+/// be hung, instead of hanging; once the guest runs again, exec works.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn a_hung_guest_gives_a_timeout_not_a_hang() {
+    let d = shared();
+    let sb = d.spawn();
+    qmp(d, &sb.id, &["stop"]);
+    let t = std::time::Instant::now();
+    let o = d.run(&["exec", "--timeout", "1", &sb.id, "--", "true"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("did not answer") && err.contains("hung"),
+        "{err}"
+    );
+    assert!(
+        err.contains("guest_timeout") && err.contains("504"),
+        "{err}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(60));
+    qmp(d, &sb.id, &["cont"]);
+    assert_eq!(d.ok(&["exec", &sb.id, "--", "echo", "back"]), "back\n");
+}

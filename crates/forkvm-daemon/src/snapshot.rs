@@ -714,6 +714,11 @@ impl Manager {
             Waiter::Child(child),
             snap.manifest.machine.cmdline.clone(),
         );
+        // Connect to the agent's socket before the guest runs (QEMU listens
+        // from its start), so the identity can go out right after `cont`.
+        let conn = agent::AgentConn::connect(&paths.agent).await.map_err(|e| {
+            ApiError::new(StatusCode::BAD_GATEWAY, codes::GUEST_ERROR, e.to_string())
+        })?;
         let t2 = Instant::now();
         migrate::load_state(&qmp, &snap.path(forkvm_store::DEVICE_STATE))
             .await
@@ -723,42 +728,47 @@ impl Manager {
             .map_err(|e| qemu_err("cannot resume the clone", e))?;
         drop(qmp);
         let restore_ms = ms(t2.elapsed());
+        // The identity is the first request the clone sees: its answer also
+        // proves the agent is alive, so no separate ping round trip is paid
+        // (under TCG each guest round trip right after a restore costs ~100 ms
+        // of code translation).
         let t3 = Instant::now();
-        let mut exited = live.exited.clone();
-        let conn = tokio::select! {
-            r = agent::wait_ready(&paths.agent, Duration::from_secs(60)) => r.map_err(|e| ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT, codes::GUEST_TIMEOUT,
-                format!("the restored guest's agent did not answer: {e}")))?,
-            r = exited.wait_for(|e| e.is_some()) => {
-                let why = r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default();
-                return Err(qemu_err("the clone died while resuming", why));
-            }
-        };
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos() as u64;
-        conn.identity(
+        let mut exited = live.exited.clone();
+        let (machine_id, instance_id, seed) = (
+            hex_random(16),
+            format!("{id}-{}", hex_random(4)),
+            entropy(64),
+        );
+        let ident = conn.identity(
             &id,
             now_ns,
-            &hex_random(16),
-            &format!("{id}-{}", hex_random(4)),
-            &entropy(64),
-            Duration::from_secs(30),
-        )
-        .await
-        .map_err(|e| match e {
-            AgentError::Timeout(_) => ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                codes::GUEST_TIMEOUT,
-                format!("the clone did not take its identity: {e}"),
-            ),
-            other => ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                codes::GUEST_ERROR,
-                format!("the clone refused its identity: {other}"),
-            ),
-        })?;
+            &machine_id,
+            &instance_id,
+            &seed,
+            Duration::from_secs(60),
+        );
+        tokio::select! {
+            r = ident => { r.map_err(|e| match e {
+                AgentError::Timeout(_) => ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    codes::GUEST_TIMEOUT,
+                    format!("the clone did not take its identity: {e}"),
+                ),
+                other => ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    codes::GUEST_ERROR,
+                    format!("the clone refused its identity: {other}"),
+                ),
+            })?; }
+            r = exited.wait_for(|e| e.is_some()) => {
+                let why = r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default();
+                return Err(qemu_err("the clone died while resuming", why));
+            }
+        }
         *live.agent_slot().lock().await = Some(conn);
         let identity_ms = ms(t3.elapsed());
         let timings = SpawnTimings {
@@ -813,8 +823,16 @@ impl Manager {
                     break;
                 };
                 match me.prepare_restore(&snap, &util::new_id("sb")).await {
-                    // The snapshot may have been removed while we prepared.
-                    Ok(p) if matches!(me.db.snapshot(&row.id), Ok(Some(_))) => {
+                    // The snapshot may have been removed, or its pool shrunk,
+                    // while we prepared.
+                    Ok(p)
+                        if me
+                            .db
+                            .snapshot(&row.id)
+                            .ok()
+                            .flatten()
+                            .is_some_and(|r| me.pools.ready_count(&row.id) < r.pool_size) =>
+                    {
                         me.pools.put(&row.id, p)
                     }
                     Ok(p) => {
