@@ -110,6 +110,12 @@ pub enum HostMsg {
         /// change after boot), written to /run/forkvm/instance-id.
         instance_id: String,
     },
+    /// Set the wall clock. Sent right after `Identity` is acknowledged: the
+    /// agent is then running warm, so the time arrives within milliseconds
+    /// of being read, whereas `Identity`'s own time can be late by however
+    /// long a just-restored guest takes to process it. Answered by
+    /// `ClockSet`.
+    SetClock { id: u64, unix_time_ns: u64 },
 }
 
 fn default_mode() -> u32 {
@@ -125,7 +131,8 @@ impl HostMsg {
             | HostMsg::WriteFile { id, .. }
             | HostMsg::ReadFile { id, .. }
             | HostMsg::Shutdown { id }
-            | HostMsg::Identity { id, .. } => *id,
+            | HostMsg::Identity { id, .. }
+            | HostMsg::SetClock { id, .. } => *id,
         }
     }
 }
@@ -180,6 +187,10 @@ pub enum GuestMsg {
         id: u64,
         took_us: u64,
     },
+    /// The clock was set.
+    ClockSet {
+        id: u64,
+    },
     /// The request failed. `code` is one of the `ERR_*` constants.
     Error {
         id: u64,
@@ -199,6 +210,7 @@ impl GuestMsg {
             | GuestMsg::FileData { id, .. }
             | GuestMsg::ShutdownAck { id }
             | GuestMsg::IdentityAck { id, .. }
+            | GuestMsg::ClockSet { id }
             | GuestMsg::Error { id, .. } => *id,
         }
     }

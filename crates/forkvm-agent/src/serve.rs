@@ -400,6 +400,17 @@ fn handle(frame: Frame<HostMsg>, agent: &Agent) {
             };
             agent.reply(&msg, &[]);
         }
+        HostMsg::SetClock { id, unix_time_ns } => {
+            let msg = match crate::sys::set_realtime_ns(unix_time_ns) {
+                Ok(()) => GuestMsg::ClockSet { id },
+                Err(e) => GuestMsg::Error {
+                    id,
+                    code: forkvm_agent_protocol::ERR_IO.into(),
+                    message: format!("cannot set the clock: {e}"),
+                },
+            };
+            agent.reply(&msg, &[]);
+        }
     }
 }
 

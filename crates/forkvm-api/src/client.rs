@@ -327,6 +327,15 @@ impl Client {
         .await
     }
 
+    pub async fn branch(&self, id: &str, req: &BranchRequest) -> Result<BranchResult, ClientError> {
+        self.json(
+            Method::POST,
+            &format!("/v1/sandboxes/{}/branch", enc(id)),
+            Some(req),
+        )
+        .await
+    }
+
     pub async fn list_snapshots(&self) -> Result<SnapshotList, ClientError> {
         self.json(Method::GET, "/v1/snapshots", None::<&()>).await
     }

@@ -373,3 +373,51 @@ mod tests {
         assert!(e.env.is_empty() && e.stdin.is_none() && e.encoding.is_none());
     }
 }
+
+/// How a branch copies memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BranchMode {
+    /// Memory is copied while the guest runs (QEMU precopy with mapped-ram);
+    /// the source stops only for the final short copy.
+    #[default]
+    Live,
+    /// Only the pages changed since the parent snapshot (not available yet).
+    Diff,
+    /// Stop, save device state and all memory, resume.
+    Full,
+}
+
+/// `POST /v1/sandboxes/{id}/branch`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BranchRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<BranchMode>,
+    /// Children to spawn from the branch point (0–1000, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Wait for the snapshot (and children) before answering (default true;
+    /// `false` is not available yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<bool>,
+}
+
+/// The result of a branch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BranchResult {
+    pub mode: BranchMode,
+    /// The snapshot of the branch point.
+    pub snapshot: Snapshot,
+    pub children: Vec<Sandbox>,
+    /// How long the source's vCPUs were stopped, from QEMU's STOP and RESUME
+    /// event timestamps.
+    pub pause_ms: f64,
+    /// Taking the snapshot.
+    pub snapshot_ms: f64,
+    /// Spawning the children.
+    pub spawn_ms: f64,
+    pub total_ms: f64,
+}

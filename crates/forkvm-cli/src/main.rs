@@ -126,6 +126,24 @@ enum Cmd {
         #[command(flatten)]
         exec: ExecArgs,
     },
+    /// Branch a running sandbox: snapshot it now (it keeps running) and
+    /// spawn children that continue from that instant.
+    Branch {
+        id: String,
+        /// live (memory copied while the guest runs) or full.
+        #[arg(long, default_value = "live", value_parser = ["live", "diff", "full"])]
+        mode: String,
+        /// Children to spawn (0-1000).
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+        /// A unique name for the branch point's snapshot.
+        #[arg(long)]
+        tag: Option<String>,
+        /// Return once the source has resumed, without waiting for the
+        /// snapshot and children (not available yet).
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// List sandboxes.
     Ps,
     /// Remove sandboxes.
@@ -268,6 +286,44 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 } else {
                     println!("{}", sb.id);
                 }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Branch {
+            id,
+            mode,
+            count,
+            tag,
+            no_wait,
+        } => {
+            let c = client().await?;
+            let mode = match mode.as_str() {
+                "full" => forkvm_api::BranchMode::Full,
+                "diff" => forkvm_api::BranchMode::Diff,
+                _ => forkvm_api::BranchMode::Live,
+            };
+            let r = c
+                .branch(
+                    &id,
+                    &forkvm_api::BranchRequest {
+                        mode: Some(mode),
+                        count: Some(count),
+                        tag,
+                        wait: no_wait.then_some(false),
+                    },
+                )
+                .await?;
+            if json {
+                print_json(&r)?;
+            } else {
+                println!("{}", r.snapshot.id);
+                for k in &r.children {
+                    println!("{}", k.id);
+                }
+                eprintln!(
+                    "forkvm: branched {id} ({:?}): source paused {:.1} ms; snapshot {:.0} ms, {} children {:.0} ms, total {:.0} ms",
+                    r.mode, r.pause_ms, r.snapshot_ms, r.children.len(), r.spawn_ms, r.total_ms
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

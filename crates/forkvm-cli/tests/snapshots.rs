@@ -357,3 +357,83 @@ fn snapshot_durability() {
     let k = d.ok(&["spawn", "--snapshot", &good]).trim().to_string();
     assert_eq!(sh(&d, &k, "cat /root/d.txt"), "durable\n");
 }
+
+/// Branch a sandbox with a running counter in live and full modes: the
+/// source keeps running, each child continues the counter from the branch
+/// point, and modes not available yet are refused clearly.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn branch_live_and_full() {
+    let d = shared();
+    let src = d.spawn();
+    sh(
+        d,
+        &src.id,
+        "echo before > /root/b.txt; \
+         (i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done) >/dev/null 2>&1 &",
+    );
+    assert!(wait_until(Duration::from_secs(30), || {
+        try_sh(d, &src.id, "cat /tmp/counter")
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0)
+            > 3
+    }));
+    for mode in ["live", "full"] {
+        let before: u64 = sh(d, &src.id, "cat /tmp/counter").trim().parse().unwrap();
+        let r = d.json(&["branch", &src.id, "--mode", mode, "--count", "2"]);
+        let after: u64 = sh(d, &src.id, "cat /tmp/counter").trim().parse().unwrap();
+        assert_eq!(r["mode"], mode);
+        let pause = r["pause_ms"].as_f64().unwrap();
+        assert!(pause > 0.0 && pause < 30_000.0, "{mode}: pause {pause}");
+        let snap = r["snapshot"]["id"].as_str().unwrap().to_string();
+        let kids: Vec<String> = r["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(kids.len(), 2);
+        for k in &kids {
+            assert_eq!(sh(d, k, "cat /root/b.txt"), "before\n");
+            // The counter resumed from a value between the two reads of the
+            // source around the branch, and keeps counting in the child.
+            let v: u64 = sh(d, k, "cat /tmp/counter").trim().parse().unwrap();
+            assert!(v >= before, "{mode}: child {k} counter {v} < {before}");
+            let v0 = v;
+            assert!(
+                wait_until(Duration::from_secs(30), || {
+                    try_sh(d, k, "cat /tmp/counter")
+                        .trim()
+                        .parse::<u64>()
+                        .unwrap_or(0)
+                        > v0
+                }),
+                "{mode}: the counter does not run in {k}"
+            );
+            let _ = after;
+        }
+        // The source kept running.
+        let later: u64 = sh(d, &src.id, "cat /tmp/counter").trim().parse().unwrap();
+        assert!(later >= after);
+        d.ok(&["snapshot", "rm", "--force", &snap]);
+    }
+    for (args, want) in [
+        (
+            vec!["branch", src.id.as_str(), "--mode", "diff"],
+            "not available yet",
+        ),
+        (
+            vec!["branch", src.id.as_str(), "--no-wait"],
+            "not available yet",
+        ),
+        (
+            vec!["branch", src.id.as_str(), "--count", "1001"],
+            "between 0 and 1000",
+        ),
+    ] {
+        let o = d.run(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}

@@ -335,6 +335,31 @@ impl AgentConn {
         }
     }
 
+    /// Set the guest's wall clock to the host's, read just before sending.
+    pub async fn set_clock(&self, timeout: Duration) -> Result<(), AgentError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        match self
+            .one_reply(
+                |id| HostMsg::SetClock {
+                    id,
+                    unix_time_ns: now,
+                },
+                b"",
+                timeout,
+            )
+            .await?
+            .msg
+        {
+            GuestMsg::ClockSet { .. } => Ok(()),
+            other => Err(AgentError::Protocol(format!(
+                "expected clock_set, got {other:?}"
+            ))),
+        }
+    }
+
     /// Write a file in the guest.
     pub async fn write_file(
         &self,

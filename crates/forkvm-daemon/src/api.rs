@@ -48,6 +48,7 @@ type AppState = Arc<Manager>;
         read_file,
         logs,
         snapshot_sandbox,
+        branch_sandbox,
         list_snapshots,
         get_snapshot,
         delete_snapshot,
@@ -111,6 +112,7 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::ReadFile => get(read_file),
         Op::Logs => get(logs),
         Op::Snapshot => post(snapshot_sandbox),
+        Op::Branch => post(branch_sandbox),
         Op::ListSnapshots => get(list_snapshots),
         Op::GetSnapshot => get(get_snapshot),
         Op::DeleteSnapshot => delete(delete_snapshot),
@@ -548,10 +550,29 @@ async fn snapshot_sandbox(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
     };
-    let s = tokio::spawn(async move { m.snapshot(&id, req.tag, None).await })
+    let s = tokio::spawn(async move { m.snapshot(&id, req.tag, None, false).await })
         .await
         .map_err(|e| ApiError::internal(format!("snapshot task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(s)))
+}
+
+/// Branch a running sandbox: snapshot it at this instant (it keeps running)
+/// and spawn `count` children from that instant.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/branch", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    request_body = BranchRequest,
+    responses((status = 201, body = BranchResult), (status = 400, body = ErrorBody, description = "bad count, or a mode or option not available yet"),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "not running, or another snapshot of it is in progress"),
+        (status = 500, body = ErrorBody)))]
+async fn branch_sandbox(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<BranchRequest>,
+) -> Result<(StatusCode, Json<BranchResult>), ApiError> {
+    let r = tokio::spawn(async move { m.branch(&id, req).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("branch task failed: {e}")))??;
+    Ok((StatusCode::CREATED, Json(r)))
 }
 
 /// All snapshots.

@@ -169,6 +169,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
         .await
         .map_err(|e| StartError::Setup(format!("cannot re-attach sandboxes: {e}")))?;
     mgr.reconcile_snapshots();
+    mgr.collect_layers().await;
     for r in mgr.db.snapshots().unwrap_or_default() {
         mgr.refill_pool(&r.id);
     }

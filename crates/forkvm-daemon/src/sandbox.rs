@@ -362,7 +362,9 @@ impl Manager {
             return Ok(v);
         }
         let t = Instant::now();
-        let made = self.snapshot(&first.id, None, Some(key.clone())).await;
+        let made = self
+            .snapshot(&first.id, None, Some(key.clone()), false)
+            .await;
         if let Ok(mut s) = self.templating.lock() {
             s.remove(&key);
         }
@@ -658,6 +660,9 @@ impl Manager {
         }
         self.cfg.sandbox_paths(id).remove_all();
         self.db.delete(id)?;
+        // Its disk files may have been the last to name a removed snapshot's
+        // layer.
+        self.collect_layers().await;
         Ok(())
     }
 

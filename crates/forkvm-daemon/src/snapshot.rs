@@ -94,10 +94,14 @@ impl Pools {
     }
 }
 
-/// Is the snapshot's RAM a separate image (`shared`) or inside the stream?
+/// How a snapshot holds RAM: a separate image (`shared`), inside the
+/// migration stream (`stream`), or in QEMU's mapped-ram layout written while
+/// the guest ran (`live`).
 pub fn kind(m: &Manifest) -> &'static str {
     if m.artefact("memory").is_some() {
         "shared"
+    } else if m.ram_format.as_deref() == Some("mapped-ram") {
+        "live"
     } else {
         "stream"
     }
@@ -202,6 +206,7 @@ impl Manager {
         id: &str,
         tag: Option<String>,
         template_key: Option<String>,
+        live_mode: bool,
     ) -> Result<forkvm_api::Snapshot, ApiError> {
         if let Some(t) = &tag {
             if !util::valid_id(t) || t.starts_with("sn-") {
@@ -228,14 +233,24 @@ impl Manager {
         })?;
         let t0 = Instant::now();
         let snap_id = util::new_id("sn");
-        let shared = self.owns_ram(&row);
+        // A live snapshot copies RAM while the guest runs, so RAM travels in
+        // the (mapped-ram) stream whatever the sandbox's kind.
+        let shared = self.owns_ram(&row) && !live_mode;
         let paths = live.paths.clone();
         let qmp = Qmp::connect(&paths.qmp, Duration::from_secs(10))
             .await
             .map_err(|e| qemu_err("cannot reach the sandbox's QMP socket", e))?;
-        migrate::set_capabilities(&qmp, &[("x-ignore-shared", shared)])
-            .await
-            .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
+        migrate::set_capabilities(
+            &qmp,
+            &[("x-ignore-shared", shared), ("mapped-ram", live_mode)],
+        )
+        .await
+        .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
+        if live_mode {
+            migrate::set_live_parameters(&qmp)
+                .await
+                .map_err(|e| qemu_err("cannot set migration parameters", e))?;
+        }
         let (top_node, top_file, vsize) = migrate::top_disk(&qmp)
             .await
             .map_err(|e| qemu_err("cannot find the disk", e))?;
@@ -254,10 +269,15 @@ impl Manager {
         let t_stop = Instant::now();
         // Subscribe before `stop`, so the STOP and RESUME events are ours.
         let mut events = qmp.events();
-        qmp.execute("stop", None)
-            .await
-            .map_err(|e| qemu_err("cannot pause the source", e))?;
-        // From here on the source must be resumed whatever happens.
+        if !live_mode {
+            qmp.execute("stop", None)
+                .await
+                .map_err(|e| qemu_err("cannot pause the source", e))?;
+        }
+        // From here on the source must be resumed whatever happens. (A live
+        // save runs while the guest does, and QEMU itself stops it for the
+        // final copy; it is still stopped when the save completes, so the
+        // disk can be frozen at exactly the instant the memory was.)
         let paused = async {
             let t = Instant::now();
             migrate::save_state(&qmp, &staging.path(forkvm_store::DEVICE_STATE))
@@ -375,6 +395,7 @@ impl Manager {
             },
             base_image: self.cfg.image_rootfs(&row.image).display().to_string(),
             artefacts,
+            ram_format: live_mode.then(|| "mapped-ram".to_string()),
         };
         let store = self.clone();
         let published = tokio::task::spawn_blocking(move || store.store.publish(staging, manifest))
@@ -406,6 +427,53 @@ impl Manager {
         let mut view = self.snapshot_view(&srow)?;
         view.timings = Some(timings);
         Ok(view)
+    }
+
+    /// Branch: snapshot the sandbox at this instant and spawn children.
+    pub async fn branch(
+        self: &Arc<Self>,
+        id: &str,
+        req: forkvm_api::BranchRequest,
+    ) -> Result<forkvm_api::BranchResult, ApiError> {
+        use forkvm_api::BranchMode;
+        let t0 = Instant::now();
+        let mode = req.mode.unwrap_or_default();
+        let count = req.count.unwrap_or(1);
+        if count > 1000 {
+            return Err(ApiError::invalid(format!(
+                "count must be between 0 and 1000 (got {count})"
+            )));
+        }
+        if mode == BranchMode::Diff {
+            return Err(ApiError::invalid(
+                "mode diff is not available yet; use live (the default) or full",
+            ));
+        }
+        if req.wait == Some(false) {
+            return Err(ApiError::invalid(
+                "wait=false is not available yet; omit it",
+            ));
+        }
+        let snap = self
+            .snapshot(id, req.tag, None, mode == BranchMode::Live)
+            .await?;
+        let snapshot_ms = ms(t0.elapsed());
+        let t1 = Instant::now();
+        let children = if count > 0 {
+            let s = self.open_verified(&snap.id).await?;
+            self.spawn_clones(&s, count).await?
+        } else {
+            Vec::new()
+        };
+        Ok(forkvm_api::BranchResult {
+            mode,
+            pause_ms: snap.timings.as_ref().map_or(0.0, |t| t.pause_ms),
+            snapshot: snap,
+            children,
+            snapshot_ms,
+            spawn_ms: ms(t1.elapsed()),
+            total_ms: ms(t0.elapsed()),
+        })
     }
 
     /// The API view of a snapshot.
@@ -515,8 +583,51 @@ impl Manager {
         self.kill_prepared(self.pools.drain(&row.id)).await;
         self.db.delete_snapshot(&row.id)?;
         match self.store.remove(&row.id) {
-            Ok(()) | Err(StoreError::NotFound(_)) => Ok(()),
-            Err(e) => Err(store_err(e)),
+            Ok(()) | Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(store_err(e)),
+        }
+        self.collect_layers().await;
+        Ok(())
+    }
+
+    /// Delete the disk layers of removed snapshots that no disk chain still
+    /// goes through (garbage collection from the roots: every sandbox's disk
+    /// files and every published snapshot's layer).
+    pub async fn collect_layers(&self) {
+        if self.store.orphan_layers().is_empty() {
+            return;
+        }
+        let mut roots = Vec::new();
+        for e in std::fs::read_dir(self.cfg.sandboxes_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for f in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                if f.file_name().to_string_lossy().ends_with(".qcow2") {
+                    roots.push(f.path());
+                }
+            }
+        }
+        for id in self.store.ids() {
+            roots.push(self.store.dir(&id).join(forkvm_store::DISK));
+        }
+        let mut referenced = HashSet::new();
+        for r in roots {
+            match forkvm_qemu::disk::backing_chain(&r).await {
+                Ok(chain) => referenced.extend(chain),
+                Err(e) => {
+                    // Unsure what this chain holds: delete nothing this time.
+                    tracing::warn!(
+                        "layer collection skipped: cannot read the chain of {}: {e}",
+                        r.display()
+                    );
+                    return;
+                }
+            }
+        }
+        for gone in self.store.collect_layers(&referenced) {
+            tracing::info!("collected unused disk layer {}", gone.display());
         }
     }
 
@@ -551,7 +662,8 @@ impl Manager {
             .await
             .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
         let m = &snap.manifest;
-        let shared = kind(m) == "shared";
+        let k = kind(m);
+        let shared = k == "shared";
         let memory = if shared {
             MemoryBackend {
                 path: snap.path(forkvm_store::MEMORY),
@@ -594,9 +706,12 @@ impl Manager {
             qemu_err("cannot start QEMU", e)
         })?;
         let _ = std::fs::write(paths.dir.join("qemu.pid"), pid.to_string());
-        migrate::set_capabilities(&qmp, &[("x-ignore-shared", shared)])
-            .await
-            .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
+        migrate::set_capabilities(
+            &qmp,
+            &[("x-ignore-shared", shared), ("mapped-ram", k == "live")],
+        )
+        .await
+        .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
         Ok(Prepared {
             id: id.to_string(),
             paths,
@@ -769,6 +884,15 @@ impl Manager {
                 return Err(qemu_err("the clone died while resuming", why));
             }
         }
+        // Now that the agent runs warm, set the clock again so it is off by
+        // one short round trip at most.
+        conn.set_clock(Duration::from_secs(30)).await.map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                codes::GUEST_ERROR,
+                format!("the clone did not set its clock: {e}"),
+            )
+        })?;
         *live.agent_slot().lock().await = Some(conn);
         let identity_ms = ms(t3.elapsed());
         let timings = SpawnTimings {

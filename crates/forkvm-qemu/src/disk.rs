@@ -50,6 +50,28 @@ pub async fn create_overlay_unchecked(
     Ok(())
 }
 
+/// Every file in the backing chain of a qcow2 image, the image first.
+/// `-U` (force-share) lets it read images a running QEMU has open.
+pub async fn backing_chain(image: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let img = qemu_img_binary();
+    let out = tokio::process::Command::new(&img)
+        .args(["info", "-U", "--backing-chain", "--output=json"])
+        .arg(image)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {img}: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("bad qemu-img output: {e}"))?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["filename"].as_str().map(std::path::PathBuf::from))
+        .collect())
+}
+
 fn qemu_img_binary() -> String {
     std::env::var("FORKVM_QEMU_IMG").unwrap_or_else(|_| "qemu-img".to_string())
 }

@@ -31,6 +31,19 @@ pub async fn set_capabilities(qmp: &Qmp, caps: &[(&str, bool)]) -> Result<(), Qm
     .map(drop)
 }
 
+/// Parameters for a live save: a short final stop (the downtime limit QEMU
+/// aims for when deciding to stop the guest for the last copy) and no
+/// bandwidth cap (QEMU's default of 128 MiB/s is meant for networks, not a
+/// local file).
+pub async fn set_live_parameters(qmp: &Qmp) -> Result<(), QmpError> {
+    qmp.execute(
+        "migrate-set-parameters",
+        Some(json!({ "downtime-limit": 5, "max-bandwidth": 64u64 << 30 })),
+    )
+    .await
+    .map(drop)
+}
+
 /// Poll `query-migrate` until the migration completes. Returns its status
 /// object. Polling at 1 ms keeps the added latency below what events would
 /// save, without depending on the `events` capability.

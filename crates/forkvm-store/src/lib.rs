@@ -44,6 +44,8 @@ pub const MANIFEST: &str = "manifest.fvs";
 pub const MEMORY: &str = "memory.img";
 pub const DEVICE_STATE: &str = "device.state";
 pub const DISK: &str = "disk.qcow2";
+/// Files up to this size are re-hashed on every verification.
+pub const SMALL_FILE: u64 = 1 << 20;
 
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
@@ -251,7 +253,9 @@ impl Store {
             }
             let key = file_key(&m);
             let cached = self.verified.lock().ok().and_then(|c| c.get(&key).cloned());
-            if cached.as_deref() == Some(a.sha256.as_str()) && a.kind != "device_state" {
+            // Small files are re-hashed every time (it costs microseconds);
+            // large ones only when their identity changed.
+            if cached.as_deref() == Some(a.sha256.as_str()) && a.size > SMALL_FILE {
                 continue;
             }
             let got = hash_file(&p)?;
@@ -285,16 +289,53 @@ impl Store {
         v
     }
 
-    /// Delete a snapshot: it disappears atomically (rename), then its files go.
+    /// Delete a snapshot. The manifest goes first, so the snapshot
+    /// disappears at once; then its memory and device state. Its disk layer
+    /// stays where it is, because qcow2 headers of other layers (the source's
+    /// current disk, later snapshots of the same source) may name it by path;
+    /// [`Store::collect_layers`] deletes it once nothing does.
     pub fn remove(&self, id: &str) -> Result<(), StoreError> {
         let dir = self.dir(id);
-        if !dir.exists() {
+        let mp = dir.join(MANIFEST);
+        if !mp.exists() {
             return Err(StoreError::NotFound(id.to_string()));
         }
-        let trash = self.root.join(format!(".trash-{id}"));
-        std::fs::rename(&dir, &trash).map_err(io(&dir))?;
-        std::fs::remove_dir_all(&trash).map_err(io(&trash))?;
+        std::fs::remove_file(&mp).map_err(io(&mp))?;
+        for f in [MEMORY, DEVICE_STATE] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        if !dir.join(DISK).exists() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         Ok(())
+    }
+
+    /// Directories left holding only a disk layer of a removed snapshot.
+    pub fn orphan_layers(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.path())
+            .filter(|d| d.is_dir() && !d.join(MANIFEST).exists())
+            .collect()
+    }
+
+    /// Delete the orphan layers that no file in `referenced` (every layer
+    /// some live disk chain goes through) names. Returns what was deleted.
+    pub fn collect_layers(&self, referenced: &std::collections::HashSet<PathBuf>) -> Vec<PathBuf> {
+        let mut gone = Vec::new();
+        for d in self.orphan_layers() {
+            let disk = d.join(DISK);
+            if disk.exists() && referenced.contains(&disk) {
+                continue;
+            }
+            if std::fs::remove_dir_all(&d).is_ok() {
+                gone.push(d);
+            }
+        }
+        gone
     }
 }
 

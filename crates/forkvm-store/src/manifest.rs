@@ -83,6 +83,11 @@ pub struct Manifest {
     /// The base image the disk layer chain ends in.
     pub base_image: String,
     pub artefacts: Vec<Artefact>,
+    /// How RAM is stored when there is no `memory` artefact: `stream` (inside
+    /// the migration stream) or `mapped-ram` (QEMU's mapped-ram file layout,
+    /// written live). Optional: older manifests without it mean `stream`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ram_format: Option<String>,
 }
 
 /// Why a manifest could not be read.
@@ -190,6 +195,7 @@ pub(crate) mod tests_support {
                 allocated: 4096,
                 sha256: "00".into(),
             }],
+            ram_format: None,
         }
     }
 }
