@@ -16,6 +16,15 @@ fn sh(d: &Daemon, id: &str, script: &str) -> String {
     d.ok(&["exec", id, "--", "sh", "-c", script])
 }
 
+/// The ids of a list of sandboxes in a JSON response.
+fn ids(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// Like `sh`, but a failing command just yields its stdout.
 fn try_sh(d: &Daemon, id: &str, script: &str) -> String {
     String::from_utf8_lossy(&d.run(&["exec", id, "--", "sh", "-c", script]).stdout).into_owned()
@@ -83,12 +92,7 @@ while True:
     assert_eq!(sh(d, &src.id, "cat /work/a.txt"), "source-file\n");
 
     let b = d.json(&["spawn", "--snapshot", &snap, "--count", "2"]);
-    let kids: Vec<String> = b["sandboxes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap().to_string())
-        .collect();
+    let kids = ids(&b["sandboxes"]);
     assert_eq!(kids.len(), 2);
     let _guards: Vec<Sandbox> = kids
         .iter()
@@ -162,12 +166,7 @@ fn siblings_get_fresh_identities() {
         .unwrap()
         .to_string();
     let b = d.json(&["spawn", "--snapshot", &snap, "--count", "8"]);
-    let kids: Vec<String> = b["sandboxes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap().to_string())
-        .collect();
+    let kids = ids(&b["sandboxes"]);
     assert_eq!(kids.len(), 8);
     let _guards: Vec<Sandbox> = kids
         .iter()
@@ -387,12 +386,7 @@ fn branch_live_and_full() {
         let pause = r["pause_ms"].as_f64().unwrap();
         assert!(pause > 0.0 && pause < 30_000.0, "{mode}: pause {pause}");
         let snap = r["snapshot"]["id"].as_str().unwrap().to_string();
-        let kids: Vec<String> = r["children"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|k| k["id"].as_str().unwrap().to_string())
-            .collect();
+        let kids = ids(&r["children"]);
         assert_eq!(kids.len(), 2);
         for k in &kids {
             assert_eq!(sh(d, k, "cat /root/b.txt"), "before\n");

@@ -498,25 +498,11 @@ impl Manager {
             incoming: None,
         };
         let t1 = Instant::now();
-        let Launched { child, pid, qmp } = process::launch(
-            &self.cfg.qemu,
-            &spec,
-            &paths.qemu_log,
-            Duration::from_secs(30),
-        )
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                codes::QEMU_FAILED,
-                e.to_string(),
-            )
-        })?;
+        let Launched { child, pid, qmp } = self.launch_qemu(&spec, paths).await?;
         // The QMP session is not needed after start-up; closing it is fine
         // (QEMU's QMP server accepts a new client later).
         drop(qmp);
         self.db.set_pid(id, pid)?;
-        let _ = std::fs::write(paths.dir.join("qemu.pid"), pid.to_string());
         let qemu_start_ms = ms(t1.elapsed());
         let live = self.attach(
             id,
@@ -565,6 +551,32 @@ impl Manager {
         }
         self.db.set_running(id, pid, &timings)?;
         Ok(timings)
+    }
+
+    /// Start QEMU for a sandbox and leave its pid in `qemu.pid`, by which a
+    /// restarted daemon finds processes that have no row (see
+    /// `reap_orphans`).
+    pub(crate) async fn launch_qemu(
+        &self,
+        spec: &MachineSpec,
+        paths: &SandboxPaths,
+    ) -> Result<Launched, ApiError> {
+        let l = process::launch(
+            &self.cfg.qemu,
+            spec,
+            &paths.qemu_log,
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                codes::QEMU_FAILED,
+                e.to_string(),
+            )
+        })?;
+        let _ = std::fs::write(paths.dir.join("qemu.pid"), l.pid.to_string());
+        Ok(l)
     }
 
     /// Register a live sandbox and start its monitor.

@@ -694,18 +694,13 @@ impl Manager {
         };
         let prepare_ms = ms(t0.elapsed());
         let t1 = Instant::now();
-        let Launched { child, pid, qmp } = process::launch(
-            &self.cfg.qemu,
-            &spec,
-            &paths.qemu_log,
-            Duration::from_secs(30),
-        )
-        .await
-        .map_err(|e| {
-            paths.remove_all();
-            qemu_err("cannot start QEMU", e)
-        })?;
-        let _ = std::fs::write(paths.dir.join("qemu.pid"), pid.to_string());
+        let Launched { child, pid, qmp } = match self.launch_qemu(&spec, &paths).await {
+            Ok(l) => l,
+            Err(e) => {
+                paths.remove_all();
+                return Err(e);
+            }
+        };
         migrate::set_capabilities(
             &qmp,
             &[("x-ignore-shared", shared), ("mapped-ram", k == "live")],
