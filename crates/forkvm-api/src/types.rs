@@ -167,9 +167,16 @@ pub struct Snapshot {
     pub memory_mib: u32,
     pub cpus: u32,
     pub created_at: String,
-    /// `shared` (memory image mapped copy-on-write by clones) or `stream`
-    /// (RAM inside the device state; clones load it privately).
+    /// `shared` (memory image mapped copy-on-write by clones), `stream`
+    /// (RAM inside the device state; clones load it privately) or `live`
+    /// (RAM in QEMU's mapped-ram layout, written while the guest ran).
     pub kind: String,
+    /// `ready`, `writing` (an asynchronous branch is still publishing it) or
+    /// `failed` (see `failure`).
+    pub state: String,
+    /// Why an asynchronous branch's snapshot failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
     /// True for an image's boot template.
     pub template: bool,
     pub qemu_version: String,
@@ -399,8 +406,11 @@ pub struct BranchRequest {
     pub count: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
-    /// Wait for the snapshot (and children) before answering (default true;
-    /// `false` is not available yet).
+    /// Wait for the snapshot and children before answering (default true).
+    /// With `false` the call returns as soon as the source has resumed; the
+    /// snapshot is then `writing` until it is `ready` or `failed` (see
+    /// `GET /v1/snapshots/{id}`), and the children appear in its `sandboxes`
+    /// as they come up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<bool>,
 }

@@ -139,8 +139,9 @@ enum Cmd {
         /// A unique name for the branch point's snapshot.
         #[arg(long)]
         tag: Option<String>,
-        /// Return once the source has resumed, without waiting for the
-        /// snapshot and children (not available yet).
+        /// Return once the source has resumed; the snapshot shows `writing`,
+        /// then `ready` (or `failed`) in `forkvm snapshot inspect`, and the
+        /// children come up in the background.
         #[arg(long)]
         no_wait: bool,
     },

@@ -369,7 +369,7 @@ fn branch_live_and_full() {
         d,
         &src.id,
         "echo before > /root/b.txt; \
-         (i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done) >/dev/null 2>&1 &",
+         (i=0; while true; do i=$((i+1)); echo $i > /tmp/c.tmp; mv /tmp/c.tmp /tmp/counter; sleep 0.05; done) >/dev/null 2>&1 &",
     );
     assert!(wait_until(Duration::from_secs(30), || {
         try_sh(d, &src.id, "cat /tmp/counter")
@@ -412,13 +412,30 @@ fn branch_live_and_full() {
         assert!(later >= after);
         d.ok(&["snapshot", "rm", "--force", &snap]);
     }
+    // Asynchronous: the call returns once the source has resumed; the
+    // snapshot is `writing`, then `ready`, and the child comes up.
+    let r = d.json(&["branch", &src.id, "--no-wait", "--count", "1"]);
+    assert_eq!(r["snapshot"]["state"], "writing", "{r}");
+    assert!(r["children"].as_array().unwrap().is_empty());
+    let snap = r["snapshot"]["id"].as_str().unwrap().to_string();
+    assert!(
+        wait_until(Duration::from_secs(120), || {
+            let s = d.json(&["snapshot", "inspect", &snap]);
+            s["state"] == "ready" && s["sandboxes"].as_array().is_some_and(|a| a.len() == 1)
+        }),
+        "the async branch never became ready with its child"
+    );
+    let kid = d.json(&["snapshot", "inspect", &snap])["sandboxes"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(wait_until(Duration::from_secs(60), || {
+        try_sh(d, &kid, "cat /root/b.txt") == "before\n"
+    }));
+    d.ok(&["snapshot", "rm", "--force", &snap]);
     for (args, want) in [
         (
             vec!["branch", src.id.as_str(), "--mode", "diff"],
-            "not available yet",
-        ),
-        (
-            vec!["branch", src.id.as_str(), "--no-wait"],
             "not available yet",
         ),
         (

@@ -579,7 +579,7 @@ async fn branch_sandbox(
 #[utoipa::path(get, path = "/v1/snapshots", tag = "snapshots",
     responses((status = 200, body = SnapshotList)))]
 async fn list_snapshots(State(m): State<AppState>) -> Result<Json<SnapshotList>, ApiError> {
-    let mut v = Vec::new();
+    let mut v = m.pending.all();
     for r in m.db.snapshots()? {
         match m.snapshot_view(&r) {
             Ok(s) => v.push(s),
@@ -597,8 +597,7 @@ async fn get_snapshot(
     State(m): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Snapshot>, ApiError> {
-    let r = m.snapshot_row(&id)?;
-    m.snapshot_view(&r).map(Json)
+    m.snapshot_by_ref(&id).map(Json)
 }
 
 /// Query of `DELETE /v1/snapshots/{id}`.

@@ -114,6 +114,7 @@ pub struct Manager {
     live: Mutex<HashMap<String, Arc<Live>>>,
     pub(crate) store: Arc<forkvm_store::Store>,
     pub(crate) pools: crate::snapshot::Pools,
+    pub(crate) pending: crate::snapshot::Pending,
     /// Template keys being created right now (one creator per key).
     templating: Mutex<std::collections::HashSet<String>>,
     /// Warm-pool size given to new boot templates (`--pool-size`).
@@ -143,6 +144,7 @@ impl Manager {
             live: Mutex::new(HashMap::new()),
             store: Arc::new(store),
             pools: Default::default(),
+            pending: Default::default(),
             templating: Mutex::new(Default::default()),
             default_pool_size,
         })

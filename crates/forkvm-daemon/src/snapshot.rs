@@ -56,7 +56,43 @@ pub struct Prepared {
     pub qemu_start_ms: f64,
 }
 
+/// A snapshot whose source has resumed but whose files are not published yet.
+pub struct Frozen {
+    staging: forkvm_store::Staging,
+    manifest: Manifest,
+    pub srow: SnapshotRow,
+    pub timings: SnapshotTimings,
+    t0: Instant,
+    top_file: PathBuf,
+    final_disk: PathBuf,
+}
+
 /// Warm pools: per snapshot, QEMU processes waiting for incoming state.
+/// Snapshots of asynchronous branches that are not (or failed to be)
+/// published, as the API shows them.
+#[derive(Default)]
+pub struct Pending(Mutex<HashMap<String, forkvm_api::Snapshot>>);
+
+impl Pending {
+    pub fn get(&self, id: &str) -> Option<forkvm_api::Snapshot> {
+        self.0.lock().ok()?.get(id).cloned()
+    }
+    pub fn all(&self) -> Vec<forkvm_api::Snapshot> {
+        self.0
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+    fn set(&self, s: forkvm_api::Snapshot) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(s.id.clone(), s);
+        }
+    }
+    pub fn remove(&self, id: &str) -> Option<forkvm_api::Snapshot> {
+        self.0.lock().ok()?.remove(id)
+    }
+}
+
 #[derive(Default)]
 pub struct Pools {
     ready: Mutex<HashMap<String, Vec<Prepared>>>,
@@ -208,6 +244,19 @@ impl Manager {
         template_key: Option<String>,
         live_mode: bool,
     ) -> Result<forkvm_api::Snapshot, ApiError> {
+        let f = self.freeze(id, tag, template_key, live_mode).await?;
+        self.publish_frozen(f).await
+    }
+
+    /// First half of a snapshot: everything that needs the source paused, up
+    /// to and including resuming it.
+    pub(crate) async fn freeze(
+        self: &Arc<Self>,
+        id: &str,
+        tag: Option<String>,
+        template_key: Option<String>,
+        live_mode: bool,
+    ) -> Result<Frozen, ApiError> {
         if let Some(t) = &tag {
             if !util::valid_id(t) || t.starts_with("sn-") {
                 return Err(ApiError::invalid(format!(
@@ -338,7 +387,6 @@ impl Manager {
             return Err(e);
         }
 
-        let t = Instant::now();
         let mut artefacts = vec![
             forkvm_store::Artefact {
                 kind: "device_state".into(),
@@ -397,19 +445,6 @@ impl Manager {
             artefacts,
             ram_format: live_mode.then(|| "mapped-ram".to_string()),
         };
-        let store = self.clone();
-        let published = tokio::task::spawn_blocking(move || store.store.publish(staging, manifest))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        let published = match published {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = std::fs::create_dir_all(self.store.dir(&snap_id));
-                let _ = std::fs::hard_link(&top_file, &final_disk);
-                return Err(store_err(e));
-            }
-        };
-        timings.publish_ms = ms(t.elapsed());
         let srow = SnapshotRow {
             id: snap_id.clone(),
             tag,
@@ -418,10 +453,48 @@ impl Manager {
             image: row.image.clone(),
             memory_mib: row.memory_mib,
             cpus: row.cpus,
-            created_at: published.manifest.created_at.clone(),
+            created_at: manifest.created_at.clone(),
             template_key,
             pool_size: 0,
         };
+        Ok(Frozen {
+            staging,
+            manifest,
+            srow,
+            timings,
+            t0,
+            top_file: PathBuf::from(top_file),
+            final_disk,
+        })
+    }
+
+    /// Second half of a snapshot, after the source has resumed: hash and
+    /// publish the files, then index the snapshot.
+    pub(crate) async fn publish_frozen(
+        self: &Arc<Self>,
+        f: Frozen,
+    ) -> Result<forkvm_api::Snapshot, ApiError> {
+        let Frozen {
+            staging,
+            manifest,
+            srow,
+            mut timings,
+            t0,
+            top_file,
+            final_disk,
+        } = f;
+        let t = Instant::now();
+        let store = self.clone();
+        let published = tokio::task::spawn_blocking(move || store.store.publish(staging, manifest))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Err(e) = published {
+            // The source's disk chain names the frozen layer's final path.
+            let _ = std::fs::create_dir_all(final_disk.parent().unwrap_or(&final_disk));
+            let _ = std::fs::hard_link(&top_file, &final_disk);
+            return Err(store_err(e));
+        }
+        timings.publish_ms = ms(t.elapsed());
         self.db.insert_snapshot(&srow)?;
         timings.total_ms = ms(t0.elapsed());
         let mut view = self.snapshot_view(&srow)?;
@@ -449,14 +522,70 @@ impl Manager {
                 "mode diff is not available yet; use live (the default) or full",
             ));
         }
-        if req.wait == Some(false) {
-            return Err(ApiError::invalid(
-                "wait=false is not available yet; omit it",
-            ));
-        }
-        let snap = self
-            .snapshot(id, req.tag, None, mode == BranchMode::Live)
+        let frozen = self
+            .freeze(id, req.tag, None, mode == BranchMode::Live)
             .await?;
+        if req.wait == Some(false) {
+            // The source has resumed: answer now, finish in the background.
+            let r = &frozen.srow;
+            let pending = forkvm_api::Snapshot {
+                id: r.id.clone(),
+                tag: r.tag.clone(),
+                parent: r.parent.clone(),
+                source: r.source.clone(),
+                image: r.image.clone(),
+                memory_mib: r.memory_mib,
+                cpus: r.cpus,
+                created_at: r.created_at.clone(),
+                kind: kind(&frozen.manifest).into(),
+                state: "writing".into(),
+                failure: None,
+                template: false,
+                qemu_version: self.qemu_version.clone(),
+                sizes: SnapshotSizes::default(),
+                pool_size: 0,
+                sandboxes: Vec::new(),
+                children: Vec::new(),
+                timings: Some(frozen.timings.clone()),
+            };
+            self.pending.set(pending.clone());
+            let pause_ms = frozen.timings.pause_ms;
+            let me = self.clone();
+            let sid = pending.id.clone();
+            tokio::spawn(async move {
+                match me.publish_frozen(frozen).await {
+                    Ok(_) => {
+                        me.pending.remove(&sid);
+                        if count > 0 {
+                            let r = match me.open_verified(&sid).await {
+                                Ok(s) => me.spawn_clones(&s, count).await.map(drop),
+                                Err(e) => Err(e),
+                            };
+                            if let Err(e) = r {
+                                tracing::warn!("children of branch {sid}: {}", e.message);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(mut p) = me.pending.get(&sid) {
+                            p.state = "failed".into();
+                            p.failure = Some(e.message.clone());
+                            me.pending.set(p);
+                        }
+                    }
+                }
+            });
+            return Ok(forkvm_api::BranchResult {
+                mode,
+                pause_ms,
+                snapshot: pending,
+                children: Vec::new(),
+                snapshot_ms: ms(t0.elapsed()),
+                spawn_ms: 0.0,
+                total_ms: ms(t0.elapsed()),
+            });
+        }
+        let snap = self.publish_frozen(frozen).await?;
         let snapshot_ms = ms(t0.elapsed());
         let t1 = Instant::now();
         let children = if count > 0 {
@@ -496,6 +625,8 @@ impl Manager {
             cpus: r.cpus,
             created_at: r.created_at.clone(),
             kind: kind(&s.manifest).into(),
+            state: "ready".into(),
+            failure: None,
             template: r.template_key.is_some(),
             qemu_version: s.manifest.qemu_version.clone(),
             sizes: SnapshotSizes {
@@ -514,6 +645,16 @@ impl Manager {
                 .collect(),
             timings: None,
         })
+    }
+
+    /// The view of a snapshot by id or tag, including those an asynchronous
+    /// branch is still writing (or failed to write).
+    pub fn snapshot_by_ref(&self, id_or_tag: &str) -> Result<forkvm_api::Snapshot, ApiError> {
+        if let Some(p) = self.pending.get(id_or_tag) {
+            return Ok(p);
+        }
+        let r = self.snapshot_row(id_or_tag)?;
+        self.snapshot_view(&r)
     }
 
     /// A snapshot row by id or tag, or 404.
@@ -546,6 +687,16 @@ impl Manager {
         id_or_tag: &str,
         force: bool,
     ) -> Result<(), ApiError> {
+        if let Some(p) = self.pending.get(id_or_tag) {
+            if p.state == "writing" {
+                return Err(ApiError::conflict(format!(
+                    "snapshot {} is still being written; remove it once it is ready",
+                    p.id
+                )));
+            }
+            self.pending.remove(&p.id);
+            return Ok(());
+        }
         let row = self.snapshot_row(id_or_tag)?;
         let sandboxes = self.db.sandboxes_of_snapshot(&row.id)?;
         let children = self.db.child_snapshots(&row.id)?;
