@@ -1057,3 +1057,136 @@ def naive_restore(saved: SavedVm, rdir: str, mem: str, name: str,
     except BaseException:
         vm.stop()
         raise
+
+
+# --------------------------------------------------------------------------
+# Pauses: QMP event timestamps and the naive stop / save / cont baseline
+# --------------------------------------------------------------------------
+
+
+def event_time_ms(ev: dict) -> float:
+    """A QMP event's timestamp (QEMU's CLOCK_REALTIME) in ms since the epoch,
+    comparable with time.time() * 1000."""
+    ts = ev["timestamp"]
+    return ts["seconds"] * 1000.0 + ts["microseconds"] / 1000.0
+
+
+def pause_from_events(events: list[dict]) -> float | None:
+    """Milliseconds between the last STOP event and the RESUME that follows
+    it (how long the vCPUs were stopped, as QEMU saw it), or None if either
+    is missing. This is how the daemon measures `pause_ms`."""
+    stop = None
+    pause = None
+    for ev in events:
+        if ev.get("event") == "STOP":
+            stop = event_time_ms(ev)
+        elif ev.get("event") == "RESUME" and stop is not None:
+            pause = event_time_ms(ev) - stop
+            stop = None
+    return pause
+
+
+def migration_settings(qmp: "Qmp", params=("max-bandwidth", "downtime-limit")) -> tuple:
+    """(capabilities that are on, {parameter: value}) of a VM, to put back later."""
+    caps_on = [c["capability"] for c in qmp.execute("query-migrate-capabilities") if c["state"]]
+    p = qmp.execute("query-migrate-parameters")
+    return caps_on, {k: p.get(k) for k in params}
+
+
+def restore_migration_settings(qmp: "Qmp", caps_on, params: dict) -> None:
+    """Undo what `migration_settings` recorded: exactly `caps_on` on, and
+    the given parameters back to their values."""
+    now_on = {c["capability"] for c in qmp.execute("query-migrate-capabilities") if c["state"]}
+    want = set(caps_on)
+    change = [{"capability": c, "state": c in want} for c in sorted(now_on ^ want)]
+    if change:
+        qmp.execute("migrate-set-capabilities", {"capabilities": change})
+    p = {k: v for k, v in params.items() if v is not None}
+    if p:
+        qmp.execute("migrate-set-parameters", p)
+
+
+def migration_stats(m: dict) -> dict:
+    """The figures of a completed `query-migrate` worth keeping."""
+    ram = m.get("ram") or {}
+    return {
+        "status": m.get("status"),
+        "qemu_total_ms": m.get("total-time"),
+        "qemu_downtime_ms": m.get("downtime"),
+        "qemu_setup_ms": m.get("setup-time"),
+        "ram_transferred_bytes": ram.get("transferred"),
+        "ram_normal_pages": ram.get("normal"),
+        "ram_zero_pages": ram.get("duplicate"),
+        "dirty_sync_count": ram.get("dirty-sync-count"),
+    }
+
+
+def naive_pause(qmp_path: str, state_path: str, params: dict | None = None,
+                timeout: float = 600.0) -> dict:
+    """The naive way to save a running VM, timed as a pause: `stop`, a plain
+    full migration of all RAM and device state to `file:state_path` until
+    `completed`, `cont`.
+
+    Every migration capability is turned off first (QEMU's default; forkvm
+    leaves `x-ignore-shared` or `mapped-ram` on, which would keep RAM out of
+    the file or change its layout) and `params` (e.g. QEMU's defaults for
+    `max-bandwidth` and `downtime-limit`) are set; both are put back as they
+    were afterwards, and the state file is removed. The VM is resumed
+    whatever happens.
+
+    Returns ``pause_ms`` (STOP to RESUME event timestamps, as the daemon
+    measures; ``pause_source`` says "events", or "clock" when an event was
+    missing and the time from sending `stop` until `cont` returned is used),
+    ``clock_ms`` (that client-side time), ``migrate_ms`` (migrate command to
+    `completed` seen), ``state_bytes``, the `query-migrate` figures
+    (``migration_stats``) and the ``params`` in force."""
+    params = dict(params or {})
+    with Qmp(qmp_path, timeout=60) as qmp:
+        caps_on, old_params = migration_settings(qmp, tuple(params) or ("max-bandwidth",))
+        try:
+            if caps_on:
+                qmp.execute("migrate-set-capabilities", {"capabilities": [
+                    {"capability": c, "state": False} for c in caps_on]})
+            if params:
+                qmp.execute("migrate-set-parameters", params)
+            still = [c["capability"] for c in qmp.execute("query-migrate-capabilities")
+                     if c["state"]]
+            if still:
+                raise BenchError(f"migration capabilities still on: {still}")
+            in_force = {k: v for k, v in qmp.execute("query-migrate-parameters").items()
+                        if k in ("max-bandwidth", "downtime-limit")}
+            if qmp.execute("query-status")["status"] != "running":
+                raise BenchError("the VM is not running before the naive save")
+            qmp.events.clear()
+            t0 = time.perf_counter()
+            qmp.execute("stop")
+            try:
+                t1 = time.perf_counter()
+                qmp.execute("migrate", {"uri": f"file:{state_path}"})
+                m = wait_migration(qmp, timeout=timeout, poll=0.001)
+                migrate_ms = ms_since(t1)
+            finally:
+                st = qmp.execute("query-status")["status"]
+                if st != "running":
+                    qmp.execute("cont")
+                clock_ms = ms_since(t0)
+            # Events that arrived with the replies are in qmp.events; one more
+            # round trip collects a RESUME that came after the cont reply.
+            if qmp.execute("query-status")["status"] != "running":
+                raise BenchError("the VM is not running after cont")
+            pause = pause_from_events(qmp.events)
+            state_bytes = os.path.getsize(state_path)
+        finally:
+            try:
+                restore_migration_settings(qmp, caps_on, old_params)
+            finally:
+                try:
+                    os.unlink(state_path)
+                except FileNotFoundError:
+                    pass
+    return {
+        "pause_ms": pause if pause is not None else clock_ms,
+        "pause_source": "events" if pause is not None else "clock",
+        "clock_ms": clock_ms, "migrate_ms": migrate_ms, "state_bytes": state_bytes,
+        "caps_reset": caps_on, "params": in_force, **migration_stats(m),
+    }

@@ -712,7 +712,7 @@ impl Manager {
                         forkvm_qemu::Qmp::connect(&paths.qmp, Duration::from_secs(5)).await
                     {
                         if let Ok(st) = qmp.status().await {
-                            if st == "paused" || st == "postmigrate" {
+                            if st == "paused" || st == "postmigrate" || st == "io-error" {
                                 tracing::warn!(
                                     "sandbox {} was left {st} by a crash; resuming it",
                                     row.id

@@ -364,6 +364,16 @@ impl Manager {
             Ok::<(), ApiError>(())
         }
         .await;
+        // A failed attempt (a full disk, most likely) frees its files before
+        // the source resumes: on a full disk the guest's own disk writes fail
+        // too, and QEMU would stop the guest again (io-error) at once.
+        let staging = match &paused {
+            Ok(()) => Some(staging),
+            Err(_) => {
+                drop(staging);
+                None
+            }
+        };
         let resumed = qmp.execute("cont", None).await;
         // The pause as the VM saw it: QEMU's own timestamps of the STOP and
         // RESUME events, not our clock (which adds scheduling and QMP
@@ -386,6 +396,8 @@ impl Manager {
             }
             return Err(e);
         }
+        let staging = staging
+            .ok_or_else(|| ApiError::internal("the snapshot's staging directory vanished"))?;
 
         let mut artefacts = vec![
             forkvm_store::Artefact {

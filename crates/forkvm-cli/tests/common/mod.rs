@@ -59,13 +59,29 @@ impl Daemon {
 
     /// Start with a TCP listener too: `(addr, token)`.
     pub fn start_with(tcp: Option<(String, String)>) -> Daemon {
+        Self::start_at(None, tcp)
+    }
+
+    /// Start with its data directory at `home` (created here), e.g. on a
+    /// small filesystem.
+    pub fn start_in(home: &Path) -> Daemon {
+        Self::start_at(Some(home), None)
+    }
+
+    fn start_at(at: Option<&Path>, tcp: Option<(String, String)>) -> Daemon {
         require_vm_prereqs();
         // Short path: unix socket paths are limited to 108 bytes.
         let dir = tempfile::Builder::new()
             .prefix("fvt-")
             .tempdir_in("/tmp")
             .expect("tempdir");
-        let home = dir.path().to_path_buf();
+        let home = match at {
+            Some(p) => {
+                std::fs::create_dir_all(p).expect("home");
+                p.to_path_buf()
+            }
+            None => dir.path().to_path_buf(),
+        };
         for sub in ["guest", "images"] {
             std::os::unix::fs::symlink(artifacts().join(sub), home.join(sub)).expect("symlink");
         }
