@@ -887,7 +887,8 @@ def write_results(path: Path, rows, ctx, args) -> None:
         "",
         f"- Date: {ctx['started'].strftime('%Y-%m-%d %H:%M:%S %Z')} (run took "
         f"{ctx['elapsed'] / 60:.1f} min)",
-        f"- forkvm: {info.get('version', '?')}, git {fb.git_revision()}",
+        f"- forkvm: {info.get('version', '?')}, git {ctx.get('revision')} (when the bench "
+        "started, right after the build)",
         f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
         f"{machine['mem_gib']:.1f} GiB RAM; kernel Linux {machine['kernel']}; load average at "
         "start " + " / ".join(f"{x:.2f}" for x in machine["loadavg"]),
@@ -1118,6 +1119,7 @@ def reasons(rows, sizes, dirties, kf, ctx, args, live_ok, sc, sc_ok, t4) -> list
             "page. Each branched source then costs its full memory size in host RAM, and "
             "every later `full` branch sparse-copies (reads and zero-checks) the whole file "
             "inside its pause.")
+    out += full_stalls(rows)
     if dirties:
         hi = max(dirties)
         lv = pstat(sel(rows, "dirty", "live", dirty=hi))["p50"]
@@ -1131,6 +1133,27 @@ def reasons(rows, sizes, dirties, kf, ctx, args, live_ok, sc, sc_ok, t4) -> list
             f"{fmt_ms(nl)} ms): live is {ratio(nv, lv):.1f}× / {ratio(nl, lv):.1f}× shorter "
             f"than naive. The same live save with its file on /dev/shm pauses {fmt_ms(sh)} ms.")
     return out
+
+
+def full_stalls(rows, factor: float = 3.0) -> list[str]:
+    """Full-mode branches of the size experiment whose `copy_memory` took more
+    than `factor` × the p50 of their size: stalls while writing memory.img."""
+    hits = []
+    for size in sorted({r["size_mib"] for r in rows if r["experiment"] == "size"}):
+        rs = sel(rows, "size", "full", size)
+        med = pstat(rs, "copy_memory_ms")["p50"]
+        hits += [(r, med) for r in rs if med == med and r["copy_memory_ms"] > factor * med]
+    if not hits:
+        return []
+    return [
+        "- **Full-mode stalls.** "
+        + "; ".join(f"{r['size_mib']} MiB run {r['run']}: pause {fmt_ms(r['pause_ms'])} ms, of "
+                    f"which `copy_memory` {fmt_ms(r['copy_memory_ms'])} ms (p50 of that size "
+                    f"{fmt_ms(med)} ms; RAM file {fmt(r['ram_file_before_mib'])} MiB allocated)"
+                    for r, med in hits)
+        + ". Full mode writes `memory.img` into the store on disk while the source is "
+        "stopped, so a write that waits on the page cache's writeback (this host's disk was "
+        "shared with other work) lands in the pause; these runs are in the p90/max columns."]
 
 
 def method_text(args) -> list[str]:
@@ -1296,10 +1319,12 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    revision = fb.git_revision()  # now, right after run.sh built the binary
     quiet = fb.wait_for_quiet_host(args.wait_quiet)
     started = dt.datetime.now().astimezone()
     t_start = time.monotonic()
-    ctx: dict = {"machine": fb.machine_info(), "started": started, "quiet": quiet}
+    ctx: dict = {"machine": fb.machine_info(), "started": started, "quiet": quiet,
+                 "revision": revision}
     shm = tempfile.mkdtemp(prefix="fvb-branch-", dir="/dev/shm")
     home = None
     c = None
