@@ -25,20 +25,4 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-PY="$REPO/.venv/bin/python"
-
-if [[ ! -x "$PY" ]]; then
-    echo "run.sh: $PY is missing: run scripts/setup.sh (it creates .venv with matplotlib)" >&2
-    exit 1
-fi
-if ! "$PY" -c 'import matplotlib' 2>/dev/null; then
-    echo "run.sh: matplotlib is not installed in $REPO/.venv: run scripts/setup.sh" >&2
-    exit 1
-fi
-
-echo "==> cargo build --release -p forkvm-cli"
-(cd "$REPO" && cargo build --release -p forkvm-cli)
-
-echo "==> bench_branch.py $*"
-exec "$PY" "$HERE/bench_branch.py" --binary "$REPO/target/release/forkvm" "$@"
+exec "$HERE/../common/run_bench.sh" "$HERE" bench_branch.py "$@"
