@@ -36,7 +36,7 @@ fn try_sh(d: &Daemon, id: &str, script: &str) -> String {
 #[ignore = "boots microVMs: run with `make test`"]
 fn children_resume_the_source_state_and_stay_isolated() {
     let d = shared();
-    let src = d.spawn();
+    let src = d.spawn_cold();
     // A Python process holding 64 MiB, which re-hashes it on request, and a
     // counter that keeps running.
     let py = r#"

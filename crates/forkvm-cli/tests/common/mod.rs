@@ -194,6 +194,15 @@ impl Daemon {
         Sandbox { d: self, id }
     }
 
+    /// A sandbox booted from the image, never cloned from a boot template:
+    /// it owns its RAM file, so its snapshots are of the `shared` kind
+    /// whatever other tests have cached.
+    pub fn spawn_cold(&self) -> Sandbox<'_> {
+        let id = self.ok(&["spawn", "--no-template"]).trim().to_string();
+        assert!(id.starts_with("sb-"), "unexpected spawn output {id:?}");
+        Sandbox { d: self, id }
+    }
+
     pub fn client(&self) -> forkvm_api::Client {
         forkvm_api::Client::new(
             forkvm_api::Target::Unix(self.home.join("forkvm.sock")),
