@@ -7,6 +7,7 @@
 //! * [`features`]: the QEMU version and the features forkvm relies on;
 //! * [`disk`]: copy-on-write root disks;
 //! * [`migrate`]: saving and loading device state, freezing disks;
+//! * [`ram`]: a clone's written pages, read and written from outside QEMU;
 //! * [`tsc`]: the host TSC rate for TCG guests.
 
 pub mod accel;
@@ -15,6 +16,7 @@ pub mod features;
 pub mod migrate;
 pub mod process;
 pub mod qmp;
+pub mod ram;
 pub mod spec;
 pub mod tsc;
 

@@ -9,6 +9,15 @@
 //! mapped privately (`share=off,readonly=on,rom=off`), then feeds it the
 //! device state with `migrate-incoming`. Untouched guest pages stay shared
 //! with every other clone through the page cache.
+//!
+//! A clone's RAM is a private mapping, which `x-ignore-shared` does not
+//! skip, so a migration of a clone would read and write all of its RAM. For
+//! those, [`save_device_state`] uses `xen-save-devices-state`, which writes
+//! every device's section and no RAM at all: a few KiB in about a
+//! millisecond. The daemon carries the clone's written pages itself (see
+//! [`crate::ram`]). The stream it writes has no configuration section and
+//! records the guest as running; [`crate::MachineSpec::device_state_only`]
+//! sets up the loading QEMU for both.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -81,6 +90,20 @@ pub async fn save_state(qmp: &Qmp, path: &Path) -> Result<Value, QmpError> {
     )
     .await?;
     wait_migration(qmp, Duration::from_secs(600)).await
+}
+
+/// Save the device state, and nothing else, of a stopped VM to `path`.
+///
+/// `live: false` matters: with `live: true` on a stopped VM, QEMU hands the
+/// disks over to a (Xen) migration target and inactivates them, and the
+/// source could no longer write its disk after `cont`.
+pub async fn save_device_state(qmp: &Qmp, path: &Path) -> Result<(), QmpError> {
+    qmp.execute(
+        "xen-save-devices-state",
+        Some(json!({ "filename": path.display().to_string(), "live": false })),
+    )
+    .await
+    .map(drop)
 }
 
 /// Load device state into a QEMU started with `-incoming defer` and wait

@@ -80,6 +80,11 @@ pub struct MachineSpec {
     pub console_log: PathBuf,
     /// `Some("defer")` starts QEMU waiting for `migrate-incoming`.
     pub incoming: Option<String>,
+    /// The incoming state holds devices only (`xen-save-devices-state`):
+    /// that stream has no configuration section, so the check for one is
+    /// off, and QEMU starts paused (`-S`), because such a stream records the
+    /// guest as running and would otherwise resume it on its own.
+    pub device_state_only: bool,
 }
 
 impl MachineSpec {
@@ -158,6 +163,13 @@ impl MachineSpec {
             a.push("-incoming".into());
             a.push(inc.clone());
         }
+        if self.device_state_only {
+            a.extend([
+                "-S".into(),
+                "-global".into(),
+                "migration.send-configuration=off".into(),
+            ]);
+        }
         a
     }
 }
@@ -226,6 +238,7 @@ mod tests {
             qmp_socket: "/q.sock".into(),
             console_log: "/c.log".into(),
             incoming: None,
+            device_state_only: false,
         }
     }
 

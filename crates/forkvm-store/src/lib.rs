@@ -4,6 +4,8 @@
 //! $FORKVM_HOME/snapshots/
 //!   <id>/manifest.fvs     the manifest (see [`manifest`]): ids, machine, digests
 //!   <id>/memory.img       guest RAM, sparse (zero pages are holes)
+//!   <id>/memory.diff      or, for a diff snapshot, the pages it changed over
+//!                         its parent (see [`memdiff`])
 //!   <id>/device.state     QEMU device state (a migration stream without RAM)
 //!   <id>/disk.qcow2       the frozen disk layer (its backing file is the
 //!                         image or the parent's layer)
@@ -27,6 +29,7 @@
 //! snapshot never re-reads its memory.
 
 pub mod manifest;
+pub mod memdiff;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -43,6 +46,8 @@ pub use manifest::{Artefact, MachineInfo, Manifest, ManifestError, ParentRef};
 pub const MANIFEST: &str = "manifest.fvs";
 pub const MEMORY: &str = "memory.img";
 pub const DEVICE_STATE: &str = "device.state";
+/// The pages a diff snapshot changed over its parent (see [`memdiff`]).
+pub const MEMORY_DIFF: &str = "memory.diff";
 pub const DISK: &str = "disk.qcow2";
 /// Files up to this size are re-hashed on every verification.
 pub const SMALL_FILE: u64 = 1 << 20;

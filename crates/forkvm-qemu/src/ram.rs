@@ -1,0 +1,263 @@
+//! Guest RAM seen from outside QEMU: finding it, telling which pages a clone
+//! has written, and reading or writing pages while the guest is stopped.
+//!
+//! A clone maps its snapshot's memory image with `share=off`, so the kernel
+//! gives every page the guest writes a private anonymous copy, and leaves
+//! every other page backed by the image's page cache. `/proc/<pid>/pagemap`
+//! exposes the difference, one little-endian `u64` per virtual page
+//! (Documentation/admin-guide/mm/pagemap.rst):
+//!
+//! | bit | meaning                                   |
+//! |-----|-------------------------------------------|
+//! | 63  | page present in RAM                       |
+//! | 62  | page swapped out                          |
+//! | 61  | page is file-backed or shared-anonymous   |
+//!
+//! A page that is present without bit 61, or swapped, is private: the
+//! guest (or forkvm, restoring a diff) wrote it. That set is an exact diff
+//! against the image, found without any help from QEMU and without
+//! soft-dirty tracking, which these hosts' kernels lack.
+//!
+//! Pages move with `process_vm_readv`/`process_vm_writev` in batches, which
+//! need the same rights as ptrace (the daemon runs as root, QEMU as its
+//! child). A write into the private mapping breaks copy-on-write exactly as
+//! a guest write would, so restored pages become private too.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// The guest page size forkvm works in (x86-64 `TARGET_PAGE_SIZE`).
+pub const PAGE: u64 = 4096;
+const PRESENT: u64 = 1 << 63;
+const SWAPPED: u64 = 1 << 62;
+const FILE_OR_SHARED: u64 = 1 << 61;
+/// At most this many iovecs go into one `process_vm_*` call (`IOV_MAX`).
+const IOV_BATCH: usize = 1024;
+
+/// Where a QEMU process maps a guest RAM file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RamMapping {
+    pub pid: u32,
+    /// Start address of the mapping in QEMU's address space.
+    pub start: u64,
+    /// Length in bytes (the RAM size).
+    pub len: u64,
+}
+
+impl RamMapping {
+    pub fn pages(&self) -> u64 {
+        self.len / PAGE
+    }
+}
+
+/// Find the mapping of `path` of exactly `len` bytes in process `pid`.
+pub fn find_mapping(pid: u32, path: &Path, len: u64) -> io::Result<RamMapping> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let want = path.to_string_lossy();
+    parse_maps(&maps, &want, len)
+        .map(|start| RamMapping { pid, start, len })
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("process {pid} maps no {len}-byte region of {want}"),
+            )
+        })
+}
+
+/// The start address of the `len`-byte mapping of `path` in a maps listing.
+fn parse_maps(maps: &str, path: &str, len: u64) -> Option<u64> {
+    maps.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let range = f.next()?;
+        // perms, offset, dev, inode, then the path (which has no spaces here).
+        let p = f.nth(4)?;
+        if p != path {
+            return None;
+        }
+        let (a, b) = range.split_once('-')?;
+        let a = u64::from_str_radix(a, 16).ok()?;
+        let b = u64::from_str_radix(b, 16).ok()?;
+        (b - a == len).then_some(a)
+    })
+}
+
+/// Is this pagemap entry a page the process owns privately?
+pub fn is_private(entry: u64) -> bool {
+    (entry & PRESENT != 0 && entry & FILE_OR_SHARED == 0) || entry & SWAPPED != 0
+}
+
+/// The indices of the pages of `m` that are private to the process: the
+/// pages written since the image was mapped. Read the guest stopped, or the
+/// set may grow while it is read (a superset is harmless to callers that
+/// take page contents at the same instant).
+pub fn private_pages(m: &RamMapping) -> io::Result<Vec<u64>> {
+    let f = File::open(format!("/proc/{}/pagemap", m.pid))?;
+    let n = m.pages() as usize;
+    let mut raw = vec![0u8; n * 8];
+    f.read_exact_at(&mut raw, m.start / PAGE * 8)?;
+    Ok(raw
+        .chunks_exact(8)
+        .enumerate()
+        .filter(|(_, c)| is_private(u64::from_le_bytes((*c).try_into().unwrap())))
+        .map(|(i, _)| i as u64)
+        .collect())
+}
+
+/// Read the given pages (ascending indices) into one buffer, in order.
+pub fn read_pages(m: &RamMapping, pages: &[u64]) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; pages.len() * PAGE as usize];
+    transfer(m, pages, buf.as_mut_ptr(), false)?;
+    Ok(buf)
+}
+
+/// Write `data` (pages in the order of `pages`) into the mapping.
+pub fn write_pages(m: &RamMapping, pages: &[u64], data: &[u8]) -> io::Result<()> {
+    if data.len() as u64 != pages.len() as u64 * PAGE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "page data does not match the page list",
+        ));
+    }
+    transfer(m, pages, data.as_ptr() as *mut u8, true)
+}
+
+fn transfer(m: &RamMapping, pages: &[u64], buf: *mut u8, write: bool) -> io::Result<()> {
+    if let Some(&bad) = pages.iter().find(|&&p| p >= m.pages()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("page {bad} is outside the {}-page mapping", m.pages()),
+        ));
+    }
+    for (n, chunk) in pages.chunks(IOV_BATCH).enumerate() {
+        let local = libc::iovec {
+            // SAFETY: the caller's buffer holds pages.len() pages; this chunk
+            // starts at page n * IOV_BATCH within it.
+            iov_base: unsafe { buf.add(n * IOV_BATCH * PAGE as usize) } as *mut libc::c_void,
+            iov_len: chunk.len() * PAGE as usize,
+        };
+        let remote: Vec<libc::iovec> = chunk
+            .iter()
+            .map(|&p| libc::iovec {
+                iov_base: (m.start + p * PAGE) as *mut libc::c_void,
+                iov_len: PAGE as usize,
+            })
+            .collect();
+        let want = local.iov_len as isize;
+        // SAFETY: `local` points into a live buffer of the right length and
+        // the remote iovecs are only interpreted by the kernel, which checks
+        // them against the target's address space.
+        let done = unsafe {
+            if write {
+                libc::process_vm_writev(
+                    m.pid as libc::pid_t,
+                    &local,
+                    1,
+                    remote.as_ptr(),
+                    remote.len() as libc::c_ulong,
+                    0,
+                )
+            } else {
+                libc::process_vm_readv(
+                    m.pid as libc::pid_t,
+                    &local,
+                    1,
+                    remote.as_ptr(),
+                    remote.len() as libc::c_ulong,
+                    0,
+                )
+            }
+        };
+        if done < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if done != want {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("moved {done} of {want} bytes of guest RAM"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_pagemap_entries() {
+        assert!(!is_private(0), "not present");
+        assert!(!is_private(PRESENT | FILE_OR_SHARED | 123), "page cache");
+        assert!(is_private(PRESENT | 123), "private anonymous copy");
+        assert!(is_private(SWAPPED), "swapped private page");
+    }
+
+    #[test]
+    fn parses_maps_by_path_and_length() {
+        let maps = "\
+7ff53ffff000-7ff55ffff000 rw-p 00000000 fe:00 9995059   /s/sn-1/memory.img
+7ff560000000-7ff59ffff000 rwxp 00000000 00:00 0
+7ff600000000-7ff600001000 r--p 00000000 fe:00 9995059   /s/sn-1/memory.img
+";
+        assert_eq!(
+            parse_maps(maps, "/s/sn-1/memory.img", 512 << 20),
+            Some(0x7ff53ffff000)
+        );
+        assert_eq!(parse_maps(maps, "/s/sn-1/memory.img", 256 << 20), None);
+        assert_eq!(parse_maps(maps, "/s/sn-2/memory.img", 512 << 20), None);
+    }
+
+    /// The real kernel, on this process: map a file privately, write some
+    /// pages, and find exactly those; then move pages both ways.
+    #[test]
+    fn finds_written_pages_of_a_private_file_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ram");
+        let len = 64 * PAGE;
+        std::fs::write(&path, vec![7u8; len as usize]).unwrap();
+        let f = File::open(&path).unwrap();
+        // SAFETY: a fresh private mapping of a file we own, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let base = p as *mut u8;
+        // Read every page (file-backed now), then write three of them.
+        let mut sum = 0u64;
+        for i in 0..64 {
+            sum += unsafe { *base.add(i * PAGE as usize) } as u64;
+        }
+        assert_eq!(sum, 7 * 64);
+        for i in [3usize, 10, 63] {
+            unsafe { *base.add(i * PAGE as usize + 5) = i as u8 };
+        }
+        let me = std::process::id();
+        let m = find_mapping(me, &path, len).unwrap();
+        assert_eq!(m.start, base as u64);
+        assert_eq!(private_pages(&m).unwrap(), vec![3, 10, 63]);
+
+        let data = read_pages(&m, &[10, 63]).unwrap();
+        assert_eq!(data[5], 10);
+        assert_eq!(data[PAGE as usize + 5], 63);
+        assert_eq!(data[6], 7);
+
+        let mut page = vec![0xabu8; PAGE as usize];
+        page[0] = 1;
+        write_pages(&m, &[20], &page).unwrap();
+        assert_eq!(unsafe { *base.add(20 * PAGE as usize) }, 1);
+        assert_eq!(unsafe { *base.add(20 * PAGE as usize + 1) }, 0xab);
+        assert_eq!(private_pages(&m).unwrap(), vec![3, 10, 20, 63]);
+        assert!(write_pages(&m, &[64], &page).is_err(), "outside the mapping");
+        assert!(write_pages(&m, &[1, 2], &page).is_err(), "short data");
+        unsafe { libc::munmap(p, len as usize) };
+    }
+}
