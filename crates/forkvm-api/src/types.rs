@@ -149,6 +149,9 @@ pub struct SnapshotSizes {
     pub memory_allocated_bytes: u64,
     pub device_state_bytes: u64,
     pub disk_bytes: u64,
+    /// A diff snapshot's changed pages (`memory.diff`), header included.
+    #[serde(default)]
+    pub memory_diff_bytes: u64,
 }
 
 /// A snapshot as the API shows it.
@@ -171,6 +174,10 @@ pub struct Snapshot {
     /// (RAM inside the device state; clones load it privately) or `live`
     /// (RAM in QEMU's mapped-ram layout, written while the guest ran).
     pub kind: String,
+    /// Diff links between this snapshot and its base memory image: 0 for
+    /// every kind but `diff`.
+    #[serde(default)]
+    pub depth: u32,
     /// `ready`, `writing` (an asynchronous branch is still publishing it) or
     /// `failed` (see `failure`).
     pub state: String,

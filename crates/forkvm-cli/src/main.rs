@@ -469,9 +469,9 @@ async fn snapshot_cmd(
             s.cpus,
             format!(
                 "{}M",
-                s.sizes
-                    .memory_allocated_bytes
-                    .max(s.sizes.device_state_bytes)
+                (s.sizes.memory_allocated_bytes
+                    + s.sizes.memory_diff_bytes
+                    + s.sizes.device_state_bytes)
                     >> 20
             ),
             s.created_at,

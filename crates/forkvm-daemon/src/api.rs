@@ -550,7 +550,8 @@ async fn snapshot_sandbox(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
     };
-    let s = tokio::spawn(async move { m.snapshot(&id, req.tag, None, false).await })
+    let s = tokio::spawn(async move { m.snapshot(&id, req.tag, None, crate::snapshot::Save::Diff)
+            .await })
         .await
         .map_err(|e| ApiError::internal(format!("snapshot task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(s)))

@@ -365,7 +365,12 @@ impl Manager {
         }
         let t = Instant::now();
         let made = self
-            .snapshot(&first.id, None, Some(key.clone()), false)
+            .snapshot(
+                &first.id,
+                None,
+                Some(key.clone()),
+                crate::snapshot::Save::Stopped,
+            )
             .await;
         if let Ok(mut s) = self.templating.lock() {
             s.remove(&key);
@@ -498,6 +503,7 @@ impl Manager {
             qmp_socket: paths.qmp.clone(),
             console_log: paths.console.clone(),
             incoming: None,
+            device_state_only: false,
         };
         let t1 = Instant::now();
         let Launched { child, pid, qmp } = self.launch_qemu(&spec, paths).await?;

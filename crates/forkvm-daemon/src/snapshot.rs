@@ -65,6 +65,46 @@ pub struct Frozen {
     t0: Instant,
     top_file: PathBuf,
     final_disk: PathBuf,
+    /// A diff's captured pages, reduced to the changed ones at publish.
+    diff: Option<DiffCapture>,
+    /// A live save written to tmpfs, moved into the store at publish.
+    live_tmp: Option<PathBuf>,
+}
+
+/// The private pages of a clone, read while it was stopped.
+struct DiffCapture {
+    ram_bytes: u64,
+    pages: Vec<u64>,
+    data: Vec<u8>,
+    /// The view the clone started from: its snapshot's chain.
+    base: PathBuf,
+    links: Vec<PathBuf>,
+}
+
+/// How a snapshot saves the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Save {
+    /// Stop, save devices and all RAM (copy the RAM file of a sandbox that
+    /// owns it, or stream RAM from a clone), resume.
+    Stopped,
+    /// Copy RAM while the guest runs; stop only for the final pass.
+    Live,
+    /// Stop, save devices and the pages changed since the parent snapshot,
+    /// resume. Needs a clone of a `shared` or `diff` snapshot; otherwise
+    /// falls back to [`Save::Stopped`].
+    Diff,
+}
+
+/// The `state_format` of device-only streams.
+pub const DEVICES_ONLY: &str = "devices-only";
+/// Longest diff chain a spawn follows before calling it corrupt.
+pub const MAX_CHAIN: usize = 64;
+
+/// A diff snapshot's chain: the base holding the memory image, then the diff
+/// links from the one above the base down to the snapshot itself.
+pub struct Chain {
+    pub base: StoredSnapshot,
+    pub links: Vec<StoredSnapshot>,
 }
 
 /// Warm pools: per snapshot, QEMU processes waiting for incoming state.
@@ -130,12 +170,14 @@ impl Pools {
     }
 }
 
-/// How a snapshot holds RAM: a separate image (`shared`), inside the
-/// migration stream (`stream`), or in QEMU's mapped-ram layout written while
-/// the guest ran (`live`).
+/// How a snapshot holds RAM: a separate image (`shared`), the pages changed
+/// over its parent (`diff`), inside the migration stream (`stream`), or in
+/// QEMU's mapped-ram layout written while the guest ran (`live`).
 pub fn kind(m: &Manifest) -> &'static str {
     if m.artefact("memory").is_some() {
         "shared"
+    } else if m.artefact("memory_diff").is_some() {
+        "diff"
     } else if m.ram_format.as_deref() == Some("mapped-ram") {
         "live"
     } else {
@@ -224,16 +266,91 @@ impl Manager {
         &self.store
     }
 
-    /// Does this sandbox own its RAM file (`share=on`)?
+    /// Does this sandbox own its RAM file (`share=on`)? Booted sandboxes
+    /// and clones of `stream`/`live` snapshots do; clones of `shared` and
+    /// `diff` snapshots map their base image privately.
     fn owns_ram(&self, row: &SandboxRow) -> bool {
         match &row.snapshot {
             None => true,
             Some(s) => self
                 .store
                 .open_snapshot(s)
-                .map(|snap| kind(&snap.manifest) == "stream")
+                .map(|snap| matches!(kind(&snap.manifest), "stream" | "live"))
                 .unwrap_or(false),
         }
+    }
+
+    /// Follow a `shared` or `diff` snapshot to its base. Each link's parent
+    /// is checked by its manifest digest (a few KiB), never by re-reading
+    /// the base's memory.
+    pub fn chain(&self, snap: &StoredSnapshot) -> Result<Chain, ApiError> {
+        let corrupt = |id: &str, why: String| {
+            store_err(StoreError::Corrupt {
+                id: id.to_string(),
+                why,
+            })
+        };
+        let mut links = Vec::new();
+        let mut cur = snap.clone();
+        loop {
+            match kind(&cur.manifest) {
+                "shared" => {
+                    links.reverse();
+                    return Ok(Chain { base: cur, links });
+                }
+                "diff" => {
+                    let pref = cur.manifest.parent.clone().ok_or_else(|| {
+                        corrupt(&cur.manifest.id, "a diff snapshot without a parent".into())
+                    })?;
+                    let id = cur.manifest.id.clone();
+                    links.push(cur);
+                    if links.len() > MAX_CHAIN {
+                        return Err(corrupt(&id, format!("its chain is over {MAX_CHAIN} links")));
+                    }
+                    let p = self.store.open_snapshot(&pref.id).map_err(|e| match e {
+                        StoreError::NotFound(_) => {
+                            corrupt(&id, format!("its parent {} is missing", pref.id))
+                        }
+                        other => store_err(other),
+                    })?;
+                    if p.digest != pref.manifest_sha256 {
+                        return Err(corrupt(
+                            &id,
+                            format!("its parent {} changed after it was taken", pref.id),
+                        ));
+                    }
+                    cur = p;
+                }
+                other => {
+                    return Err(corrupt(
+                        &snap.manifest.id,
+                        format!("its chain reaches a {other} snapshot, which has no memory image"),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Verify every file of a chain (cached: see forkvm-store).
+    async fn verify_chain(&self, c: &Chain) -> Result<(), ApiError> {
+        let store = self.store.clone();
+        let all: Vec<StoredSnapshot> = std::iter::once(c.base.clone())
+            .chain(c.links.iter().cloned())
+            .collect();
+        tokio::task::spawn_blocking(move || all.iter().try_for_each(|s| store.verify(s)))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(store_err)
+    }
+
+    /// The chain a clone maps, if it is a private clone of a `shared` or
+    /// `diff` snapshot.
+    fn clone_chain(&self, row: &SandboxRow) -> Option<Chain> {
+        let s = self.store.open_snapshot(row.snapshot.as_ref()?).ok()?;
+        if !matches!(kind(&s.manifest), "shared" | "diff") {
+            return None;
+        }
+        self.chain(&s).ok()
     }
 
     /// Snapshot a running sandbox. The source keeps running.
@@ -242,9 +359,9 @@ impl Manager {
         id: &str,
         tag: Option<String>,
         template_key: Option<String>,
-        live_mode: bool,
+        how: Save,
     ) -> Result<forkvm_api::Snapshot, ApiError> {
-        let f = self.freeze(id, tag, template_key, live_mode).await?;
+        let f = self.freeze(id, tag, template_key, how).await?;
         self.publish_frozen(f).await
     }
 
@@ -255,7 +372,7 @@ impl Manager {
         id: &str,
         tag: Option<String>,
         template_key: Option<String>,
-        live_mode: bool,
+        how: Save,
     ) -> Result<Frozen, ApiError> {
         if let Some(t) = &tag {
             if !util::valid_id(t) || t.starts_with("sn-") {
@@ -282,10 +399,29 @@ impl Manager {
         })?;
         let t0 = Instant::now();
         let snap_id = util::new_id("sn");
+        let live_mode = how == Save::Live;
+        // A diff needs a clone whose RAM is a private mapping of a chain's
+        // base image: its private pages are then exactly what it changed.
+        let chain = match how {
+            Save::Diff => self.clone_chain(&row),
+            _ => None,
+        };
+        let diff_mode = chain.is_some();
         // A live snapshot copies RAM while the guest runs, so RAM travels in
         // the (mapped-ram) stream whatever the sandbox's kind.
         let shared = self.owns_ram(&row) && !live_mode;
         let paths = live.paths.clone();
+        let ram_bytes = u64::from(row.memory_mib) << 20;
+        let mapping = match &chain {
+            Some(c) => Some(
+                forkvm_qemu::ram::find_mapping(live.pid, &c.base.path(forkvm_store::MEMORY), ram_bytes)
+                    .map_err(|e| ApiError::internal(format!("cannot find the clone's RAM: {e}")))?,
+            ),
+            None => None,
+        };
+        // A live save goes to tmpfs: QEMU finishes the file while the guest
+        // is stopped, and on a disk that final write was most of the pause.
+        let live_tmp = live_mode.then(|| self.cfg.run_dir.join(format!("{snap_id}.state")));
         let qmp = Qmp::connect(&paths.qmp, Duration::from_secs(10))
             .await
             .map_err(|e| qemu_err("cannot reach the sandbox's QMP socket", e))?;
@@ -327,12 +463,34 @@ impl Manager {
         // save runs while the guest does, and QEMU itself stops it for the
         // final copy; it is still stopped when the save completes, so the
         // disk can be frozen at exactly the instant the memory was.)
+        let mut captured = None;
         let paused = async {
             let t = Instant::now();
-            migrate::save_state(&qmp, &staging.path(forkvm_store::DEVICE_STATE))
+            let state_path = live_tmp
+                .clone()
+                .unwrap_or_else(|| staging.path(forkvm_store::DEVICE_STATE));
+            if let Some(m) = mapping {
+                migrate::save_device_state(&qmp, &state_path)
+                    .await
+                    .map_err(|e| qemu_err("saving the device state failed", e))?;
+                timings.save_state_ms = ms(t.elapsed());
+                let t = Instant::now();
+                let (pages, data) = tokio::task::spawn_blocking(move || {
+                    let pages = forkvm_qemu::ram::private_pages(&m)?;
+                    let data = forkvm_qemu::ram::read_pages(&m, &pages)?;
+                    Ok::<_, std::io::Error>((pages, data))
+                })
                 .await
-                .map_err(|e| qemu_err("saving the device state failed", e))?;
-            timings.save_state_ms = ms(t.elapsed());
+                .map_err(|e| ApiError::internal(e.to_string()))?
+                .map_err(|e| ApiError::internal(format!("cannot read the clone's pages: {e}")))?;
+                captured = Some((pages, data));
+                timings.copy_memory_ms = ms(t.elapsed());
+            } else {
+                migrate::save_state(&qmp, &state_path)
+                    .await
+                    .map_err(|e| qemu_err("saving the device state failed", e))?;
+                timings.save_state_ms = ms(t.elapsed());
+            }
             let t = Instant::now();
             qmp.execute(
                 "blockdev-snapshot-sync",
@@ -371,6 +529,9 @@ impl Manager {
             Ok(()) => Some(staging),
             Err(_) => {
                 drop(staging);
+                if let Some(t) = &live_tmp {
+                    let _ = std::fs::remove_file(t);
+                }
                 None
             }
         };
@@ -415,10 +576,19 @@ impl Manager {
                 sha256: String::new(),
             },
         ];
-        if shared {
+        if shared && !diff_mode {
             artefacts.push(forkvm_store::Artefact {
                 kind: "memory".into(),
                 file: forkvm_store::MEMORY.into(),
+                size: 0,
+                allocated: 0,
+                sha256: String::new(),
+            });
+        }
+        if diff_mode {
+            artefacts.push(forkvm_store::Artefact {
+                kind: "memory_diff".into(),
+                file: forkvm_store::MEMORY_DIFF.into(),
                 size: 0,
                 allocated: 0,
                 sha256: String::new(),
@@ -456,6 +626,21 @@ impl Manager {
             base_image: self.cfg.image_rootfs(&row.image).display().to_string(),
             artefacts,
             ram_format: live_mode.then(|| "mapped-ram".to_string()),
+            state_format: diff_mode.then(|| DEVICES_ONLY.to_string()),
+        };
+        let diff = match (chain, captured) {
+            (Some(c), Some((pages, data))) => Some(DiffCapture {
+                ram_bytes,
+                pages,
+                data,
+                base: c.base.path(forkvm_store::MEMORY),
+                links: c
+                    .links
+                    .iter()
+                    .map(|l| l.path(forkvm_store::MEMORY_DIFF))
+                    .collect(),
+            }),
+            _ => None,
         };
         let srow = SnapshotRow {
             id: snap_id.clone(),
@@ -477,6 +662,8 @@ impl Manager {
             t0,
             top_file: PathBuf::from(top_file),
             final_disk,
+            diff,
+            live_tmp,
         })
     }
 
@@ -494,12 +681,33 @@ impl Manager {
             t0,
             top_file,
             final_disk,
+            diff,
+            live_tmp,
         } = f;
         let t = Instant::now();
         let store = self.clone();
-        let published = tokio::task::spawn_blocking(move || store.store.publish(staging, manifest))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let published = tokio::task::spawn_blocking(move || {
+            // A live save moves from tmpfs into the store (sparse).
+            if let Some(tmp) = &live_tmp {
+                let r = forkvm_store::sparse_copy(tmp, &staging.path(forkvm_store::DEVICE_STATE));
+                let _ = std::fs::remove_file(tmp);
+                r?;
+            }
+            // A diff keeps only the pages that differ from its parent's view.
+            if let Some(d) = diff {
+                let out = staging.path(forkvm_store::MEMORY_DIFF);
+                let corrupt = |e: forkvm_store::memdiff::MemDiffError| StoreError::Io {
+                    path: out.display().to_string(),
+                    source: std::io::Error::other(e.to_string()),
+                };
+                let view = forkvm_store::memdiff::ChainView::open(&d.base, &d.links).map_err(corrupt)?;
+                let (pages, data) = view.changed(&d.pages, &d.data).map_err(corrupt)?;
+                forkvm_store::memdiff::write(&out, d.ram_bytes, &pages, &data).map_err(corrupt)?;
+            }
+            store.store.publish(staging, manifest)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
         if let Err(e) = published {
             // The source's disk chain names the frozen layer's final path.
             let _ = std::fs::create_dir_all(final_disk.parent().unwrap_or(&final_disk));
@@ -529,14 +737,12 @@ impl Manager {
                 "count must be between 0 and 1000 (got {count})"
             )));
         }
-        if mode == BranchMode::Diff {
-            return Err(ApiError::invalid(
-                "mode diff is not available yet; use live (the default) or full",
-            ));
-        }
-        let frozen = self
-            .freeze(id, req.tag, None, mode == BranchMode::Live)
-            .await?;
+        let how = match mode {
+            BranchMode::Live => Save::Live,
+            BranchMode::Diff => Save::Diff,
+            BranchMode::Full => Save::Stopped,
+        };
+        let frozen = self.freeze(id, req.tag, None, how).await?;
         if req.wait == Some(false) {
             // The source has resumed: answer now, finish in the background.
             let r = &frozen.srow;
@@ -550,6 +756,7 @@ impl Manager {
                 cpus: r.cpus,
                 created_at: r.created_at.clone(),
                 kind: kind(&frozen.manifest).into(),
+                depth: 0,
                 state: "writing".into(),
                 failure: None,
                 template: false,
@@ -637,6 +844,11 @@ impl Manager {
             cpus: r.cpus,
             created_at: r.created_at.clone(),
             kind: kind(&s.manifest).into(),
+            depth: if kind(&s.manifest) == "diff" {
+                self.chain(&s).map_or(0, |c| c.links.len() as u32)
+            } else {
+                0
+            },
             state: "ready".into(),
             failure: None,
             template: r.template_key.is_some(),
@@ -646,6 +858,7 @@ impl Manager {
                 memory_allocated_bytes: size("memory").1,
                 device_state_bytes: size("device_state").0,
                 disk_bytes: size("disk").0,
+                memory_diff_bytes: size("memory_diff").0,
             },
             pool_size: r.pool_size,
             sandboxes: live_children,
@@ -827,7 +1040,21 @@ impl Manager {
         let m = &snap.manifest;
         let k = kind(m);
         let shared = k == "shared";
-        let memory = if shared {
+        // A diff maps its chain's base and has its links' pages written in.
+        let chain = if k == "diff" {
+            let c = self.chain(snap)?;
+            self.verify_chain(&c).await?;
+            Some(c)
+        } else {
+            None
+        };
+        let memory = if let Some(c) = &chain {
+            MemoryBackend {
+                path: c.base.path(forkvm_store::MEMORY),
+                share: false,
+                readonly: true,
+            }
+        } else if shared {
             MemoryBackend {
                 path: snap.path(forkvm_store::MEMORY),
                 share: false,
@@ -854,6 +1081,7 @@ impl Manager {
             qmp_socket: paths.qmp.clone(),
             console_log: paths.console.clone(),
             incoming: Some("defer".into()),
+            device_state_only: m.state_format.as_deref() == Some(DEVICES_ONLY),
         };
         let prepare_ms = ms(t0.elapsed());
         let t1 = Instant::now();
@@ -870,6 +1098,35 @@ impl Manager {
         )
         .await
         .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
+        if let Some(c) = chain {
+            let ram_bytes = u64::from(m.machine.memory_mib) << 20;
+            let base = c.base.path(forkvm_store::MEMORY);
+            let links: Vec<PathBuf> = c
+                .links
+                .iter()
+                .map(|l| l.path(forkvm_store::MEMORY_DIFF))
+                .collect();
+            let applied = tokio::task::spawn_blocking(move || {
+                let map = forkvm_qemu::ram::find_mapping(pid, &base, ram_bytes)
+                    .map_err(|e| e.to_string())?;
+                for l in &links {
+                    let d = forkvm_store::memdiff::MemDiff::open(l).map_err(|e| e.to_string())?;
+                    let data = d.read_data().map_err(|e| e.to_string())?;
+                    forkvm_qemu::ram::write_pages(&map, &d.pages, &data)
+                        .map_err(|e| format!("writing the pages of {}: {e}", l.display()))?;
+                }
+                Ok::<(), String>(())
+            })
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+            if let Err(e) = applied {
+                let _ = qmp.execute("quit", None).await;
+                paths.remove_all();
+                return Err(ApiError::internal(format!(
+                    "cannot lay the snapshot's memory diff into the clone: {e}"
+                )));
+            }
+        }
         Ok(Prepared {
             id: id.to_string(),
             paths,

@@ -88,6 +88,12 @@ pub struct Manifest {
     /// written live). Optional: older manifests without it mean `stream`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ram_format: Option<String>,
+    /// `devices-only` when `device.state` was written by
+    /// `xen-save-devices-state` (diff snapshots and their flattenings): such
+    /// a stream has no configuration section and is loaded accordingly.
+    /// Absent means a whole migration stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_format: Option<String>,
 }
 
 /// Why a manifest could not be read.
