@@ -361,6 +361,15 @@ impl Client {
         .map(drop)
     }
 
+    pub async fn flatten(&self, id: &str, req: &FlattenRequest) -> Result<Snapshot, ClientError> {
+        self.json(
+            Method::POST,
+            &format!("/v1/snapshots/{}/flatten", enc(id)),
+            Some(req),
+        )
+        .await
+    }
+
     pub async fn set_pool(&self, id: &str, size: u32) -> Result<Snapshot, ClientError> {
         self.json(
             Method::PUT,

@@ -23,6 +23,7 @@ pub enum Op {
     GetSnapshot,
     DeleteSnapshot,
     SetPool,
+    FlattenSnapshot,
 }
 
 /// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
@@ -43,4 +44,5 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     (Op::GetSnapshot, "GET", "/v1/snapshots/{id}"),
     (Op::DeleteSnapshot, "DELETE", "/v1/snapshots/{id}"),
     (Op::SetPool, "PUT", "/v1/snapshots/{id}/pool"),
+    (Op::FlattenSnapshot, "POST", "/v1/snapshots/{id}/flatten"),
 ];

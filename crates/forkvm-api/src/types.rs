@@ -205,6 +205,15 @@ pub struct SnapshotList {
     pub snapshots: Vec<Snapshot>,
 }
 
+/// `POST /v1/snapshots/{id}/flatten`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FlattenRequest {
+    /// A unique name for the flat snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
 /// `PUT /v1/snapshots/{id}/pool`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -87,6 +87,13 @@ enum SnapCmd {
     },
     /// Keep N QEMU processes started ahead of time for a snapshot (0 = off).
     Pool { id: String, size: u32 },
+    /// Merge a diff snapshot's chain into one standalone snapshot.
+    Flatten {
+        id: String,
+        /// A name for the flat snapshot.
+        #[arg(long)]
+        tag: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -528,6 +535,16 @@ async fn snapshot_cmd(
             }
             if failed {
                 return Ok(ExitCode::from(1));
+            }
+        }
+        Some(SnapCmd::Flatten { id, tag }) => {
+            let s = c
+                .flatten(&id, &forkvm_api::FlattenRequest { tag })
+                .await?;
+            if json {
+                print_json(&s)?;
+            } else {
+                println!("{}", s.id);
             }
         }
         Some(SnapCmd::Pool { id, size }) => {

@@ -52,7 +52,8 @@ type AppState = Arc<Manager>;
         list_snapshots,
         get_snapshot,
         delete_snapshot,
-        set_pool
+        set_pool,
+        flatten_snapshot
     ),
     components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch))
 )]
@@ -117,6 +118,7 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::GetSnapshot => get(get_snapshot),
         Op::DeleteSnapshot => delete(delete_snapshot),
         Op::SetPool => put(set_pool),
+        Op::FlattenSnapshot => post(flatten_snapshot),
     }
 }
 
@@ -637,6 +639,32 @@ async fn set_pool(
     JsonBody(req): JsonBody<PoolConfig>,
 ) -> Result<Json<Snapshot>, ApiError> {
     m.set_pool(&id, req.size).await.map(Json)
+}
+
+/// Merge a diff snapshot's chain into one standalone snapshot (kind `shared`,
+/// no parent), from which the chain's links can then be removed.
+#[utoipa::path(post, path = "/v1/snapshots/{id}/flatten", tag = "snapshots",
+    params(("id" = String, Path, description = "snapshot id or tag")),
+    request_body = FlattenRequest,
+    responses((status = 201, body = Snapshot), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "tag taken"),
+        (status = 422, body = ErrorBody, description = "the chain is corrupted"),
+        (status = 500, body = ErrorBody)))]
+async fn flatten_snapshot(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
+    let req: FlattenRequest = if body.is_empty() {
+        FlattenRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
+    };
+    let s = tokio::spawn(async move { m.flatten(&id, req.tag).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("flatten task failed: {e}")))??;
+    Ok((StatusCode::CREATED, Json(s)))
 }
 
 #[cfg(test)]
