@@ -150,6 +150,33 @@ impl Client {
         path: &str,
         body: Option<(Bytes, &str)>,
     ) -> Result<Response, ClientError> {
+        let resp = self.open(method, path, body).await?;
+        let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_bytes();
+        Ok(Response {
+            status,
+            content_type,
+            body,
+        })
+    }
+
+    /// Send a request and return the response with its body unread.
+    async fn open(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Bytes, &str)>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
         let connect_err = |source| ClientError::Connect {
             target: self.target.to_string(),
             source,
@@ -186,23 +213,7 @@ impl Client {
                 send(TokioIo::new(s), req).await?
             }
         };
-        let status = resp.status();
-        let content_type = resp
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| ClientError::Http(e.to_string()))?
-            .to_bytes();
-        Ok(Response {
-            status,
-            content_type,
-            body,
-        })
+        Ok(resp)
     }
 
     /// Send a request and turn non-2xx statuses into [`ClientError::Api`].
@@ -216,18 +227,7 @@ impl Client {
         if r.status.is_success() {
             return Ok(r.body);
         }
-        Err(match serde_json::from_slice::<ErrorBody>(&r.body) {
-            Ok(e) => ClientError::Api {
-                status: r.status.as_u16(),
-                code: e.error.code,
-                message: e.error.message,
-            },
-            Err(_) => ClientError::Api {
-                status: r.status.as_u16(),
-                code: "http".into(),
-                message: String::from_utf8_lossy(&r.body).into_owned(),
-            },
-        })
+        Err(api_error(r.status, &r.body))
     }
 
     async fn json<T: DeserializeOwned>(
@@ -285,6 +285,66 @@ impl Client {
             Some(req),
         )
         .await
+    }
+
+    /// Run a command with its output streamed (`stream: true`): `on_event`
+    /// sees every event as it arrives; the final `exit` event is returned.
+    /// A stream that ends in an `error` event gives [`ClientError::Api`].
+    pub async fn exec_stream(
+        &self,
+        id: &str,
+        req: &ExecRequest,
+        mut on_event: impl FnMut(&ExecEvent),
+    ) -> Result<ExecEvent, ClientError> {
+        let mut req = req.clone();
+        req.stream = true;
+        let body =
+            Bytes::from(serde_json::to_vec(&req).map_err(|e| ClientError::Decode(e.to_string()))?);
+        let path = format!("/v1/sandboxes/{}/exec", enc(id));
+        let resp = tokio::time::timeout(
+            self.timeout,
+            self.open(Method::POST, &path, Some((body, "application/json"))),
+        )
+        .await
+        .map_err(|_| ClientError::Http(format!("no response within {:?}", self.timeout)))??;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        if !status.is_success() {
+            let bytes = body
+                .collect()
+                .await
+                .map_err(|e| ClientError::Http(e.to_string()))?
+                .to_bytes();
+            return Err(api_error(status, &bytes));
+        }
+        let mut pending = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
+            let Some(data) = frame.data_ref() else {
+                continue;
+            };
+            pending.extend_from_slice(data);
+            while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=nl).collect();
+                let ev: ExecEvent = serde_json::from_slice(&line[..line.len() - 1])
+                    .map_err(|e| ClientError::Decode(format!("bad exec stream line: {e}")))?;
+                on_event(&ev);
+                match ev {
+                    ExecEvent::Exit { .. } => return Ok(ev),
+                    ExecEvent::Error { error } => {
+                        return Err(ClientError::Api {
+                            status: 502,
+                            code: error.code,
+                            message: error.message,
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Err(ClientError::Http(
+            "the exec stream ended without an exit event".into(),
+        ))
     }
 
     pub async fn write_file(
@@ -406,6 +466,22 @@ where
         .send_request(req)
         .await
         .map_err(|e| ClientError::Http(e.to_string()))
+}
+
+/// The error a non-2xx response carries.
+fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) => ClientError::Api {
+            status: status.as_u16(),
+            code: e.error.code,
+            message: e.error.message,
+        },
+        Err(_) => ClientError::Api {
+            status: status.as_u16(),
+            code: "http".into(),
+            message: String::from_utf8_lossy(body).into_owned(),
+        },
+    }
 }
 
 /// Percent-encode a path segment or query value.

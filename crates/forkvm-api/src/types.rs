@@ -278,6 +278,34 @@ pub struct ExecRequest {
     /// Encoding of the output in the response (default `utf8`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encoding: Option<OutputEncoding>,
+    /// Stream the output as it happens instead of one JSON result: the
+    /// response is `application/x-ndjson`, one [`ExecEvent`] per line, the
+    /// last one `exit` or `error`. `max_output_bytes` and `encoding` do not
+    /// apply (nothing is buffered; chunks are base64).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+}
+
+/// One line of a streamed exec (`stream: true`), newline-delimited JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecEvent {
+    /// A chunk of standard output, base64.
+    Stdout { data: String },
+    /// A chunk of standard error, base64.
+    Stderr { data: String },
+    /// The command finished; always the last line of a successful stream.
+    Exit {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        timed_out: bool,
+        duration_ms: u64,
+        stdout_bytes: u64,
+        stderr_bytes: u64,
+    },
+    /// The command could not run to the end (the guest went away, the
+    /// sandbox stopped...); the last line of a failed stream.
+    Error { error: ErrorDetail },
 }
 
 /// The result of a finished command.

@@ -20,7 +20,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine;
 use clap::{Parser, Subcommand};
-use forkvm_api::{Client, ClientError, CreateSandbox, ExecRequest, OutputEncoding, Target};
+use forkvm_api::{
+    Client, ClientError, CreateSandbox, ExecEvent, ExecRequest, OutputEncoding, Target,
+};
 
 #[derive(Parser)]
 #[command(
@@ -538,9 +540,7 @@ async fn snapshot_cmd(
             }
         }
         Some(SnapCmd::Flatten { id, tag }) => {
-            let s = c
-                .flatten(&id, &forkvm_api::FlattenRequest { tag })
-                .await?;
+            let s = c.flatten(&id, &forkvm_api::FlattenRequest { tag }).await?;
             if json {
                 print_json(&s)?;
             } else {
@@ -599,41 +599,80 @@ async fn do_exec(c: &Client, id: &str, a: &ExecArgs, json: bool) -> Result<ExitC
     if json {
         req.encoding = Some(OutputEncoding::Utf8);
     }
-    let r = c.exec(id, &req).await?;
     if json {
+        let r = c.exec(id, &req).await?;
         print_json(&r)?;
-    } else {
-        let dec = |s: &str| base64::engine::general_purpose::STANDARD.decode(s);
-        let out = dec(&r.stdout).map_err(|e| anyhow!("bad stdout from daemon: {e}"))?;
-        let err = dec(&r.stderr).map_err(|e| anyhow!("bad stderr from daemon: {e}"))?;
-        std::io::stdout().write_all(&out)?;
-        std::io::stdout().flush()?;
-        std::io::stderr().write_all(&err)?;
-        for (name, trunc, total, kept) in [
-            ("stdout", r.stdout_truncated, r.stdout_bytes, out.len()),
-            ("stderr", r.stderr_truncated, r.stderr_bytes, err.len()),
-        ] {
-            if trunc {
-                eprintln!(
-                    "forkvm: {name} truncated: the command wrote {total} bytes, {kept} were kept (the server's max_exec_output_bytes)"
-                );
+        return Ok(exit_code(
+            r.timed_out,
+            r.exit_code,
+            r.signal,
+            r.duration_ms,
+            true,
+        ));
+    }
+    // On a terminal the output is streamed: a long command shows it live.
+    let dec = |s: &str| base64::engine::general_purpose::STANDARD.decode(s);
+    let mut write_err = None;
+    let last = c
+        .exec_stream(id, &req, |ev| {
+            let r = match ev {
+                ExecEvent::Stdout { data } => dec(data).map(|b| {
+                    let mut o = std::io::stdout().lock();
+                    o.write_all(&b).and_then(|_| o.flush())
+                }),
+                ExecEvent::Stderr { data } => dec(data).map(|b| {
+                    let mut o = std::io::stderr().lock();
+                    o.write_all(&b).and_then(|_| o.flush())
+                }),
+                _ => Ok(Ok(())),
+            };
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    write_err.get_or_insert_with(|| anyhow!("writing the output: {e}"));
+                }
+                Err(e) => {
+                    write_err.get_or_insert_with(|| anyhow!("bad output chunk from daemon: {e}"));
+                }
             }
-        }
+        })
+        .await?;
+    if let Some(e) = write_err {
+        return Err(e);
     }
-    if r.timed_out {
-        if !json {
-            eprintln!(
-                "forkvm: the command timed out after {} ms and was killed",
-                r.duration_ms
-            );
+    let ExecEvent::Exit {
+        exit_code: code,
+        signal,
+        timed_out,
+        duration_ms,
+        ..
+    } = last
+    else {
+        bail!("the exec stream ended without an exit status");
+    };
+    Ok(exit_code(timed_out, code, signal, duration_ms, false))
+}
+
+/// The CLI's exit status for a finished command: its own, 128+signal, or 124
+/// when it timed out (as `timeout(1)` does).
+fn exit_code(
+    timed_out: bool,
+    code: Option<i32>,
+    signal: Option<i32>,
+    duration_ms: u64,
+    quiet: bool,
+) -> ExitCode {
+    if timed_out {
+        if !quiet {
+            eprintln!("forkvm: the command timed out after {duration_ms} ms and was killed");
         }
-        return Ok(ExitCode::from(124));
+        return ExitCode::from(124);
     }
-    Ok(match (r.exit_code, r.signal) {
+    match (code, signal) {
         (Some(c), _) => ExitCode::from((c & 0xff) as u8),
         (None, Some(s)) => ExitCode::from((128 + s).clamp(0, 255) as u8),
         _ => ExitCode::from(1),
-    })
+    }
 }
 
 /// A client for the daemon, starting a local one when the default socket

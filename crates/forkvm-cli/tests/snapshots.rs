@@ -8,28 +8,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn stderr(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn sh(d: &Daemon, id: &str, script: &str) -> String {
-    d.ok(&["exec", id, "--", "sh", "-c", script])
-}
-
-/// The ids of a list of sandboxes in a JSON response.
-fn ids(v: &serde_json::Value) -> Vec<String> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap().to_string())
-        .collect()
-}
-
-/// Like `sh`, but a failing command just yields its stdout.
-fn try_sh(d: &Daemon, id: &str, script: &str) -> String {
-    String::from_utf8_lossy(&d.run(&["exec", id, "--", "sh", "-c", script]).stdout).into_owned()
-}
-
 /// Snapshot a sandbox with a running process, files and a large Python value;
 /// its children see all of it, and their writes stay their own.
 #[test]
@@ -355,98 +333,6 @@ fn snapshot_durability() {
     // And the good snapshot still spawns after the restart.
     let k = d.ok(&["spawn", "--snapshot", &good]).trim().to_string();
     assert_eq!(sh(&d, &k, "cat /root/d.txt"), "durable\n");
-}
-
-/// Branch a sandbox with a running counter in live and full modes: the
-/// source keeps running, each child continues the counter from the branch
-/// point, and modes not available yet are refused clearly.
-#[test]
-#[ignore = "boots microVMs: run with `make test`"]
-fn branch_live_and_full() {
-    let d = shared();
-    let src = d.spawn();
-    sh(
-        d,
-        &src.id,
-        "echo before > /root/b.txt; \
-         (i=0; while true; do i=$((i+1)); echo $i > /tmp/c.tmp; mv /tmp/c.tmp /tmp/counter; sleep 0.05; done) >/dev/null 2>&1 &",
-    );
-    assert!(wait_until(Duration::from_secs(30), || {
-        try_sh(d, &src.id, "cat /tmp/counter")
-            .trim()
-            .parse::<u64>()
-            .unwrap_or(0)
-            > 3
-    }));
-    for mode in ["live", "full"] {
-        let before: u64 = sh(d, &src.id, "cat /tmp/counter").trim().parse().unwrap();
-        let r = d.json(&["branch", &src.id, "--mode", mode, "--count", "2"]);
-        let after: u64 = sh(d, &src.id, "cat /tmp/counter").trim().parse().unwrap();
-        assert_eq!(r["mode"], mode);
-        let pause = r["pause_ms"].as_f64().unwrap();
-        assert!(pause > 0.0 && pause < 30_000.0, "{mode}: pause {pause}");
-        let snap = r["snapshot"]["id"].as_str().unwrap().to_string();
-        let kids = ids(&r["children"]);
-        assert_eq!(kids.len(), 2);
-        for k in &kids {
-            assert_eq!(sh(d, k, "cat /root/b.txt"), "before\n");
-            // The counter resumed from a value between the two reads of the
-            // source around the branch, and keeps counting in the child.
-            let v: u64 = sh(d, k, "cat /tmp/counter").trim().parse().unwrap();
-            assert!(v >= before, "{mode}: child {k} counter {v} < {before}");
-            let v0 = v;
-            assert!(
-                wait_until(Duration::from_secs(30), || {
-                    try_sh(d, k, "cat /tmp/counter")
-                        .trim()
-                        .parse::<u64>()
-                        .unwrap_or(0)
-                        > v0
-                }),
-                "{mode}: the counter does not run in {k}"
-            );
-            let _ = after;
-        }
-        // The source kept running.
-        let later: u64 = sh(d, &src.id, "cat /tmp/counter").trim().parse().unwrap();
-        assert!(later >= after);
-        d.ok(&["snapshot", "rm", "--force", &snap]);
-    }
-    // Asynchronous: the call returns once the source has resumed; the
-    // snapshot is `writing`, then `ready`, and the child comes up.
-    let r = d.json(&["branch", &src.id, "--no-wait", "--count", "1"]);
-    assert_eq!(r["snapshot"]["state"], "writing", "{r}");
-    assert!(r["children"].as_array().unwrap().is_empty());
-    let snap = r["snapshot"]["id"].as_str().unwrap().to_string();
-    assert!(
-        wait_until(Duration::from_secs(120), || {
-            let s = d.json(&["snapshot", "inspect", &snap]);
-            s["state"] == "ready" && s["sandboxes"].as_array().is_some_and(|a| a.len() == 1)
-        }),
-        "the async branch never became ready with its child"
-    );
-    let kid = d.json(&["snapshot", "inspect", &snap])["sandboxes"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(wait_until(Duration::from_secs(60), || {
-        try_sh(d, &kid, "cat /root/b.txt") == "before\n"
-    }));
-    d.ok(&["snapshot", "rm", "--force", &snap]);
-    for (args, want) in [
-        (
-            vec!["branch", src.id.as_str(), "--mode", "diff"],
-            "not available yet",
-        ),
-        (
-            vec!["branch", src.id.as_str(), "--count", "1001"],
-            "between 0 and 1000",
-        ),
-    ] {
-        let o = d.run(&args);
-        assert_eq!(o.status.code(), Some(1), "{args:?}");
-        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
-    }
 }
 
 /// A small filesystem mounted for a test's data directory; unmounted on drop.

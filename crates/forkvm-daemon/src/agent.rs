@@ -232,6 +232,17 @@ impl AgentConn {
         spec: ExecSpec,
         deadline: Duration,
     ) -> Result<ExecOutcome, AgentError> {
+        self.exec_tapped(spec, deadline, None).await
+    }
+
+    /// [`AgentConn::exec`], also handing every output chunk to `tap` as it
+    /// arrives (the chunks are not kept: `stdout`/`stderr` stay empty).
+    pub async fn exec_tapped(
+        &self,
+        spec: ExecSpec,
+        deadline: Duration,
+        tap: Option<tokio::sync::mpsc::UnboundedSender<(proto::Stream, Vec<u8>)>>,
+    ) -> Result<ExecOutcome, AgentError> {
         let ExecSpec {
             argv,
             env,
@@ -262,6 +273,12 @@ impl AgentConn {
                             proto::Stream::Stderr => (&mut out.stderr, &mut out.stderr_bytes),
                         };
                         *count += f.payload.len() as u64;
+                        if let Some(t) = &tap {
+                            // A gone reader (the client hung up) just stops
+                            // the stream; the command still runs to its end.
+                            let _ = t.send((stream, f.payload));
+                            continue;
+                        }
                         let room = max_output.saturating_sub(buf.len() as u64) as usize;
                         buf.extend_from_slice(&f.payload[..f.payload.len().min(room)]);
                     }

@@ -323,12 +323,14 @@ fn agent_error(id: &str, e: AgentError) -> ApiError {
     }
 }
 
-/// Run a command in the sandbox and wait for it to finish.
+/// Run a command in the sandbox and wait for it to finish; or, with
+/// `stream: true`, stream its output as NDJSON [`ExecEvent`] lines.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id")),
     request_body = ExecRequest,
     responses(
         (status = 200, body = ExecResult, description = "the command ran (whatever its exit code)"),
+        (status = 200, body = ExecEvent, content_type = "application/x-ndjson", description = "with `stream: true`: one event per line as output happens, ending with `exit` or `error`"),
         (status = 400, body = ErrorBody, description = "bad request or the command could not start"),
         (status = 404, body = ErrorBody, description = "no such sandbox or executable"),
         (status = 409, body = ErrorBody, description = "the sandbox is not running"),
@@ -338,7 +340,7 @@ async fn exec(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<ExecRequest>,
-) -> Result<Json<ExecResult>, ApiError> {
+) -> Result<Response, ApiError> {
     let l = &m.cfg.limits;
     if req.argv.is_empty() || req.argv[0].is_empty() {
         return Err(ApiError::invalid(
@@ -391,6 +393,9 @@ async fn exec(
         max_output,
     };
     let deadline = Duration::from_millis(timeout_ms) + Manager::HOST_GRACE;
+    if req.stream {
+        return Ok(exec_stream(id, agent, spec, deadline));
+    }
     let out = agent
         .exec(spec, deadline)
         .await
@@ -412,7 +417,75 @@ async fn exec(
         stdout_bytes: out.stdout_bytes,
         stderr_bytes: out.stderr_bytes,
         duration_ms: out.duration_ms,
-    }))
+    })
+    .into_response())
+}
+
+/// The streamed form of exec: output chunks become NDJSON lines as the agent
+/// delivers them. The status is 200 once the command is under way; a later
+/// failure is the stream's last line (`error`), since the status is gone.
+fn exec_stream(
+    id: String,
+    agent: Arc<crate::agent::AgentConn>,
+    spec: ExecSpec,
+    deadline: Duration,
+) -> Response {
+    let (tap_tx, mut tap_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (line_tx, line_rx) =
+        tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
+    let line = |ev: &ExecEvent| {
+        let mut v = serde_json::to_vec(ev).unwrap_or_default();
+        v.push(b'\n');
+        Ok(Bytes::from(v))
+    };
+    tokio::spawn(async move {
+        let run = agent.exec_tapped(spec, deadline, Some(tap_tx));
+        tokio::pin!(run);
+        let chunk = |(s, data): (forkvm_agent_protocol::Stream, Vec<u8>)| {
+            let data = base64::engine::general_purpose::STANDARD.encode(data);
+            match s {
+                forkvm_agent_protocol::Stream::Stdout => ExecEvent::Stdout { data },
+                forkvm_agent_protocol::Stream::Stderr => ExecEvent::Stderr { data },
+            }
+        };
+        let result = loop {
+            tokio::select! {
+                Some(c) = tap_rx.recv() => {
+                    // A client that hung up ends the stream, not the command.
+                    let _ = line_tx.send(line(&chunk(c))).await;
+                }
+                r = &mut run => break r,
+            }
+        };
+        while let Some(c) = tap_rx.recv().await {
+            let _ = line_tx.send(line(&chunk(c))).await;
+        }
+        let last = match result {
+            Ok(out) => ExecEvent::Exit {
+                exit_code: out.exit_code,
+                signal: out.signal,
+                timed_out: out.timed_out,
+                duration_ms: out.duration_ms,
+                stdout_bytes: out.stdout_bytes,
+                stderr_bytes: out.stderr_bytes,
+            },
+            Err(e) => {
+                let e = agent_error(&id, e);
+                ExecEvent::Error {
+                    error: ErrorDetail {
+                        code: e.code.to_string(),
+                        message: e.message,
+                    },
+                }
+            }
+        };
+        let _ = line_tx.send(line(&last)).await;
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(line_rx)),
+    )
+        .into_response()
 }
 
 /// Query of the file endpoints.
@@ -552,10 +625,12 @@ async fn snapshot_sandbox(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
     };
-    let s = tokio::spawn(async move { m.snapshot(&id, req.tag, None, crate::snapshot::Save::Diff)
-            .await })
-        .await
-        .map_err(|e| ApiError::internal(format!("snapshot task failed: {e}")))??;
+    let s = tokio::spawn(async move {
+        m.snapshot(&id, req.tag, None, crate::snapshot::Save::Diff)
+            .await
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("snapshot task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(s)))
 }
 

@@ -403,8 +403,12 @@ impl Manager {
         let ram_bytes = u64::from(row.memory_mib) << 20;
         let mapping = match &chain {
             Some(c) => Some(
-                forkvm_qemu::ram::find_mapping(live.pid, &c.base.path(forkvm_store::MEMORY), ram_bytes)
-                    .map_err(|e| ApiError::internal(format!("cannot find the clone's RAM: {e}")))?,
+                forkvm_qemu::ram::find_mapping(
+                    live.pid,
+                    &c.base.path(forkvm_store::MEMORY),
+                    ram_bytes,
+                )
+                .map_err(|e| ApiError::internal(format!("cannot find the clone's RAM: {e}")))?,
             ),
             None => None,
         };
@@ -737,11 +741,12 @@ impl Manager {
                     })
                     .map_err(ioerr)?;
                 for l in &chain.links {
-                    let d = forkvm_store::memdiff::MemDiff::open(&l.path(forkvm_store::MEMORY_DIFF))
-                        .map_err(|e| StoreError::Corrupt {
-                            id: l.manifest.id.clone(),
-                            why: e.to_string(),
-                        })?;
+                    let d =
+                        forkvm_store::memdiff::MemDiff::open(&l.path(forkvm_store::MEMORY_DIFF))
+                            .map_err(|e| StoreError::Corrupt {
+                                id: l.manifest.id.clone(),
+                                why: e.to_string(),
+                            })?;
                     let data = d.read_data().map_err(|e| StoreError::Corrupt {
                         id: l.manifest.id.clone(),
                         why: e.to_string(),
@@ -754,20 +759,25 @@ impl Manager {
                 }
             }
             let copy = |from: PathBuf, to: PathBuf| {
-                std::fs::copy(&from, &to).map(drop).map_err(|e| StoreError::Io {
-                    path: to.display().to_string(),
-                    source: e,
-                })
+                std::fs::copy(&from, &to)
+                    .map(drop)
+                    .map_err(|e| StoreError::Io {
+                        path: to.display().to_string(),
+                        source: e,
+                    })
             };
             copy(
                 head.path(forkvm_store::DEVICE_STATE),
                 staging.path(forkvm_store::DEVICE_STATE),
             )?;
-            std::fs::hard_link(head.path(forkvm_store::DISK), staging.path(forkvm_store::DISK))
-                .map_err(|e| StoreError::Io {
-                    path: staging.path(forkvm_store::DISK).display().to_string(),
-                    source: e,
-                })?;
+            std::fs::hard_link(
+                head.path(forkvm_store::DISK),
+                staging.path(forkvm_store::DISK),
+            )
+            .map_err(|e| StoreError::Io {
+                path: staging.path(forkvm_store::DISK).display().to_string(),
+                source: e,
+            })?;
             store.store.publish(staging, manifest)
         })
         .await
@@ -828,7 +838,8 @@ impl Manager {
                     path: out.display().to_string(),
                     source: std::io::Error::other(e.to_string()),
                 };
-                let view = forkvm_store::memdiff::ChainView::open(&d.base, &d.links).map_err(corrupt)?;
+                let view =
+                    forkvm_store::memdiff::ChainView::open(&d.base, &d.links).map_err(corrupt)?;
                 let (pages, data) = view.changed(&d.pages, &d.data).map_err(corrupt)?;
                 forkvm_store::memdiff::write(&out, d.ram_bytes, &pages, &data).map_err(corrupt)?;
             }

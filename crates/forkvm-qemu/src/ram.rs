@@ -231,14 +231,21 @@ mod tests {
         };
         assert_ne!(p, libc::MAP_FAILED);
         let base = p as *mut u8;
+        let peek = |off: usize| {
+            assert!(off < len as usize);
+            // SAFETY: `off` is inside the live mapping (checked above).
+            unsafe { base.add(off).read_volatile() }
+        };
+        let poke = |off: usize, v: u8| {
+            assert!(off < len as usize);
+            // SAFETY: `off` is inside the live, writable mapping.
+            unsafe { base.add(off).write_volatile(v) }
+        };
         // Read every page (file-backed now), then write three of them.
-        let mut sum = 0u64;
-        for i in 0..64 {
-            sum += unsafe { *base.add(i * PAGE as usize) } as u64;
-        }
+        let sum: u64 = (0..64).map(|i| u64::from(peek(i * PAGE as usize))).sum();
         assert_eq!(sum, 7 * 64);
         for i in [3usize, 10, 63] {
-            unsafe { *base.add(i * PAGE as usize + 5) = i as u8 };
+            poke(i * PAGE as usize + 5, i as u8);
         }
         let me = std::process::id();
         let m = find_mapping(me, &path, len).unwrap();
@@ -253,11 +260,15 @@ mod tests {
         let mut page = vec![0xabu8; PAGE as usize];
         page[0] = 1;
         write_pages(&m, &[20], &page).unwrap();
-        assert_eq!(unsafe { *base.add(20 * PAGE as usize) }, 1);
-        assert_eq!(unsafe { *base.add(20 * PAGE as usize + 1) }, 0xab);
+        assert_eq!(peek(20 * PAGE as usize), 1);
+        assert_eq!(peek(20 * PAGE as usize + 1), 0xab);
         assert_eq!(private_pages(&m).unwrap(), vec![3, 10, 20, 63]);
-        assert!(write_pages(&m, &[64], &page).is_err(), "outside the mapping");
+        assert!(
+            write_pages(&m, &[64], &page).is_err(),
+            "outside the mapping"
+        );
         assert!(write_pages(&m, &[1, 2], &page).is_err(), "short data");
+        // SAFETY: unmapping the mapping made above; nothing uses it after.
         unsafe { libc::munmap(p, len as usize) };
     }
 }

@@ -202,6 +202,7 @@ pub(crate) mod tests_support {
                 sha256: "00".into(),
             }],
             ram_format: None,
+            state_format: None,
         }
     }
 }

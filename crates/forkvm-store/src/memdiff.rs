@@ -77,7 +77,9 @@ fn checksum(head: &[u8], bitmap: &[u8]) -> [u8; 32] {
 pub fn write(path: &Path, ram_bytes: u64, pages: &[u64], data: &[u8]) -> Result<(), MemDiffError> {
     let bad = |m: String| Err(MemDiffError::Format(m));
     if ram_bytes == 0 || ram_bytes % PAGE != 0 {
-        return bad(format!("RAM size {ram_bytes} is not a whole number of pages"));
+        return bad(format!(
+            "RAM size {ram_bytes} is not a whole number of pages"
+        ));
     }
     if data.len() as u64 != pages.len() as u64 * PAGE {
         return bad("page data does not match the page list".into());

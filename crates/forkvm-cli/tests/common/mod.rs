@@ -333,3 +333,26 @@ extern "C" fn cleanup_shared() {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Run a shell script in a sandbox; it must succeed.
+pub fn sh(d: &Daemon, id: &str, script: &str) -> String {
+    d.ok(&["exec", id, "--", "sh", "-c", script])
+}
+
+/// Like `sh`, but a failing command just yields its stdout.
+pub fn try_sh(d: &Daemon, id: &str, script: &str) -> String {
+    String::from_utf8_lossy(&d.run(&["exec", id, "--", "sh", "-c", script]).stdout).into_owned()
+}
+
+/// The ids of a list of sandboxes in a JSON response.
+pub fn ids(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect()
+}
