@@ -331,8 +331,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     println!("{}", k.id);
                 }
                 eprintln!(
-                    "forkvm: branched {id} ({:?}): source paused {:.1} ms; snapshot {:.0} ms, {} children {:.0} ms, total {:.0} ms",
-                    r.mode, r.pause_ms, r.snapshot_ms, r.children.len(), r.spawn_ms, r.total_ms
+                    "forkvm: branched {id} in {} mode ({} snapshot): source paused {:.1} ms; snapshot {:.0} ms, {} children {:.0} ms, total {:.0} ms",
+                    format!("{:?}", r.mode).to_lowercase(),
+                    r.snapshot.kind,
+                    r.pause_ms,
+                    r.snapshot_ms,
+                    r.children.len(),
+                    r.spawn_ms,
+                    r.total_ms
                 );
             }
             Ok(ExitCode::SUCCESS)

@@ -349,20 +349,45 @@ impl Manager {
                 }
             }
         }
-        let first = self.cold_boot(image, memory_mib, cpus).await?;
         let claimed = self
             .templating
             .lock()
             .map(|mut s| s.insert(key.clone()))
             .unwrap_or(false);
         if !claimed {
-            // Someone else is making this template: just cold-boot the rest.
-            let mut v = vec![first];
-            for _ in 1..n {
+            // Someone else is making this template: wait for it, then clone
+            // it, so every default sandbox is a clone (diff-capable, sharing
+            // its pages) whoever asked first.
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(300)
+                && self
+                    .templating
+                    .lock()
+                    .map(|s| s.contains(&key))
+                    .unwrap_or(false)
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if let Some(t) = self.db.snapshot_by_template(&key)? {
+                if let Ok(snap) = self.open_verified(&t.id).await {
+                    return self.spawn_clones(&snap, n).await;
+                }
+            }
+            let mut v = Vec::new();
+            for _ in 0..n {
                 v.push(self.cold_boot(image, memory_mib, cpus).await?);
             }
             return Ok(v);
         }
+        let first = match self.cold_boot(image, memory_mib, cpus).await {
+            Ok(f) => f,
+            Err(e) => {
+                if let Ok(mut s) = self.templating.lock() {
+                    s.remove(&key);
+                }
+                return Err(e);
+            }
+        };
         let t = Instant::now();
         let made = self
             .snapshot(
@@ -375,31 +400,46 @@ impl Manager {
         if let Ok(mut s) = self.templating.lock() {
             s.remove(&key);
         }
-        let mut first = first;
-        let mut v = Vec::new();
-        match made {
+        let template_ms = ms(t.elapsed());
+        let clones = match made {
             Ok(snap) => {
-                if let Some(tm) = first.timings.as_mut() {
-                    tm.template_ms = Some(ms(t.elapsed()));
-                }
                 if self.default_pool_size > 0 {
                     let _ = self.db.set_pool_size(&snap.id, self.default_pool_size);
-                    self.refill_pool(&snap.id);
                 }
-                if n > 1 {
-                    let s = self.open_verified(&snap.id).await?;
-                    v = self.spawn_clones(&s, n - 1).await?;
+                // The booted sandbox only made the template: every sandbox
+                // handed out is a clone of it, so they all share its pages
+                // and can all be branched in `diff` mode.
+                match self.open_verified(&snap.id).await {
+                    Ok(s) => self.spawn_clones(&s, n).await,
+                    Err(e) => Err(e),
                 }
+            }
+            Err(e) => Err(e),
+        };
+        match clones {
+            Ok(mut v) => {
+                if let Err(e) = self.remove(&first.id).await {
+                    tracing::warn!("could not remove template source {}: {}", first.id, e.message);
+                }
+                if let (Some(c), Some(b)) = (
+                    v.first_mut().and_then(|c| c.timings.as_mut()),
+                    first.timings.as_ref(),
+                ) {
+                    c.boot_ms = b.boot_ms;
+                    c.template_ms = Some(template_ms);
+                    c.total_ms += b.total_ms + template_ms;
+                }
+                Ok(v)
             }
             Err(e) => {
                 tracing::warn!("could not make the boot template of {image}: {}", e.message);
+                let mut v = vec![first];
                 for _ in 1..n {
                     v.push(self.cold_boot(image, memory_mib, cpus).await?);
                 }
+                Ok(v)
             }
         }
-        v.insert(0, first);
-        Ok(v)
     }
 
     /// Boot a new sandbox from its image and wait until its agent answers.

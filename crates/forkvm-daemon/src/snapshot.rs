@@ -415,6 +415,14 @@ impl Manager {
         // A live save goes to tmpfs: QEMU finishes the file while the guest
         // is stopped, and on a disk that final write was most of the pause.
         let live_tmp = live_mode.then(|| self.cfg.run_dir.join(format!("{snap_id}.state")));
+        if live_tmp.is_some() {
+            std::fs::create_dir_all(&self.cfg.run_dir).map_err(|e| {
+                ApiError::internal(format!(
+                    "cannot create {}: {e}",
+                    self.cfg.run_dir.display()
+                ))
+            })?;
+        }
         let qmp = Qmp::connect(&paths.qmp, Duration::from_secs(10))
             .await
             .map_err(|e| qemu_err("cannot reach the sandbox's QMP socket", e))?;
