@@ -22,6 +22,7 @@ pub const IMAGE_NOT_FOUND: &str = "image_not_found";
 pub const CONFLICT: &str = "conflict";
 pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
 pub const LIMIT_EXCEEDED: &str = "limit_exceeded";
+pub const REQUEST_TIMEOUT: &str = "request_timeout";
 pub const GUEST_ERROR: &str = "guest_error";
 pub const GUEST_TIMEOUT: &str = "guest_timeout";
 pub const QEMU_FAILED: &str = "qemu_failed";

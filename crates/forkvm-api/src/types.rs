@@ -369,6 +369,12 @@ pub struct Limits {
     pub max_exec_timeout_ms: u64,
     pub max_file_bytes: u64,
     pub max_request_bytes: u64,
+    /// Requests handled at once; more get 429 `limit_exceeded`.
+    #[serde(default)]
+    pub max_concurrent_requests: u32,
+    /// A request body must arrive within this long, or 408 `request_timeout`.
+    #[serde(default)]
+    pub request_body_timeout_ms: u64,
 }
 
 /// `GET /v1/info`.

@@ -186,6 +186,10 @@ enum Cmd {
         /// Warm-pool size given to each new boot template.
         #[arg(long, default_value_t = 0, value_name = "N")]
         pool_size: u32,
+        /// Requests handled at once; more are refused with 429.
+        #[arg(long, default_value_t = 256, value_name = "N",
+              value_parser = clap::value_parser!(u32).range(1..=65536))]
+        max_requests: u32,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -221,6 +225,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             listen,
             accel,
             pool_size,
+            max_requests,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -229,6 +234,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             cfg.tcp = listen;
             cfg.default_pool_size = pool_size;
+            cfg.limits.max_concurrent_requests = max_requests;
             cfg.token = std::env::var(forkvm_api::ENV_TOKEN)
                 .ok()
                 .filter(|t| !t.is_empty());

@@ -87,8 +87,32 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// An optional JSON body: empty means `T::default()`. Errors as [`JsonBody`].
+pub struct OptJsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptJsonBody<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| body_error(e.status(), e.body_text()))?;
+        if bytes.is_empty() {
+            return Ok(OptJsonBody(T::default()));
+        }
+        serde_json::from_slice(&bytes)
+            .map(OptJsonBody)
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+    }
+}
+
 fn body_error(status: StatusCode, text: String) -> ApiError {
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
+    if text.contains("timed out") || text.contains("timeout") {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            codes::REQUEST_TIMEOUT,
+            "the request body did not arrive in time (request_body_timeout_ms in GET /v1/info)",
+        )
+    } else if status == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
             status,
             codes::PAYLOAD_TOO_LARGE,
@@ -129,6 +153,10 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
         r = r.route(path, handler(*op));
     }
     let limit = state.cfg.limits.max_request_bytes as usize;
+    let body_timeout = Duration::from_millis(state.cfg.limits.request_body_timeout_ms);
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        state.cfg.limits.max_concurrent_requests as usize,
+    ));
     let r = r
         .fallback(|req: Request| async move {
             ApiError::not_found(format!("no route {} {}", req.method(), req.uri().path()))
@@ -141,6 +169,15 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            body_timeout,
+        ))
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let slots = slots.clone();
+                async move { admit(&slots, req, next).await }
+            },
+        ))
         .with_state(state);
     match token {
         Some(t) => r.layer(axum::middleware::from_fn(
@@ -150,6 +187,25 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
             },
         )),
         None => r,
+    }
+}
+
+/// The concurrency limit: a request beyond it is refused at once with 429
+/// rather than queued, so a client sees back-pressure instead of a hang.
+/// Health checks always pass.
+async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/v1/health" {
+        return next.run(req).await;
+    }
+    match slots.clone().try_acquire_owned() {
+        Ok(_permit) => next.run(req).await,
+        Err(_) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            codes::LIMIT_EXCEEDED,
+            "the daemon is already handling its maximum of concurrent requests \
+             (max_concurrent_requests in GET /v1/info); retry shortly",
+        )
+        .into_response(),
     }
 }
 
@@ -617,14 +673,8 @@ async fn logs(State(m): State<AppState>, Path(id): Path<String>) -> Result<Respo
 async fn snapshot_sandbox(
     State(m): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    OptJsonBody(req): OptJsonBody<CreateSnapshot>,
 ) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
-    let req: CreateSnapshot = if body.is_empty() {
-        CreateSnapshot::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
-    };
     let s = tokio::spawn(async move {
         m.snapshot(&id, req.tag, None, crate::snapshot::Save::Diff)
             .await
@@ -728,14 +778,8 @@ async fn set_pool(
 async fn flatten_snapshot(
     State(m): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    OptJsonBody(req): OptJsonBody<FlattenRequest>,
 ) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
-    let req: FlattenRequest = if body.is_empty() {
-        FlattenRequest::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
-    };
     let s = tokio::spawn(async move { m.flatten(&id, req.tag).await })
         .await
         .map_err(|e| ApiError::internal(format!("flatten task failed: {e}")))??;

@@ -68,6 +68,10 @@ impl Config {
                 // The agent protocol carries a file in one frame.
                 max_file_bytes: u64::from(forkvm_agent_protocol::MAX_PAYLOAD),
                 max_request_bytes: 96 << 20,
+                // Each request is a task and maybe a QEMU operation; a
+                // bounded number keeps a flood from exhausting fds.
+                max_concurrent_requests: 256,
+                request_body_timeout_ms: 60_000,
             },
             boot_timeout_secs: 180,
             default_pool_size: 0,

@@ -419,7 +419,11 @@ impl Manager {
         match clones {
             Ok(mut v) => {
                 if let Err(e) = self.remove(&first.id).await {
-                    tracing::warn!("could not remove template source {}: {}", first.id, e.message);
+                    tracing::warn!(
+                        "could not remove template source {}: {}",
+                        first.id,
+                        e.message
+                    );
                 }
                 if let (Some(c), Some(b)) = (
                     v.first_mut().and_then(|c| c.timings.as_mut()),

@@ -417,10 +417,7 @@ impl Manager {
         let live_tmp = live_mode.then(|| self.cfg.run_dir.join(format!("{snap_id}.state")));
         if live_tmp.is_some() {
             std::fs::create_dir_all(&self.cfg.run_dir).map_err(|e| {
-                ApiError::internal(format!(
-                    "cannot create {}: {e}",
-                    self.cfg.run_dir.display()
-                ))
+                ApiError::internal(format!("cannot create {}: {e}", self.cfg.run_dir.display()))
             })?;
         }
         let qmp = Qmp::connect(&paths.qmp, Duration::from_secs(10))
@@ -440,6 +437,16 @@ impl Manager {
         let (top_node, top_file, vsize) = migrate::top_disk(&qmp)
             .await
             .map_err(|e| qemu_err("cannot find the disk", e))?;
+        // Our node names say which file each layer is: `root` is the disk the
+        // sandbox started with, `root-<layer>` the overlay of that snapshot.
+        let top_file = match top_node.strip_prefix("root-") {
+            Some(l) if top_node != "root-file" => paths.dir.join(format!("disk-{l}.qcow2")),
+            _ if top_node == "root" => paths.disk.clone(),
+            _ => PathBuf::from(top_file.ok_or_else(|| {
+                ApiError::internal(format!("cannot tell which file disk node {top_node} is"))
+            })?),
+        };
+        let top_file = top_file.display().to_string();
         let staging = self.store.begin(&snap_id).map_err(store_err)?;
         let final_disk = self.store.dir(&snap_id).join(forkvm_store::DISK);
         let layer_n = util::new_id("l");

@@ -140,7 +140,13 @@ pub async fn load_state(qmp: &Qmp, path: &Path) -> Result<(), QmpError> {
 }
 
 /// The top block node of the VM's (only) disk, its file and virtual size.
-pub async fn top_disk(qmp: &Qmp) -> Result<(String, String, u64), QmpError> {
+///
+/// The file name is `None` when QEMU cannot say it plainly: after external
+/// snapshots whose overlay names its backing file by another path, QEMU
+/// describes the node as a `json:` blob, and past 4 KiB (a chain of about
+/// twenty layers) that blob is cut off. Callers that name their nodes after
+/// their files (the daemon does) map the node name instead.
+pub async fn top_disk(qmp: &Qmp) -> Result<(String, Option<String>, u64), QmpError> {
     let v = qmp.execute("query-block", None).await?;
     v.as_array()
         .into_iter()
@@ -149,7 +155,7 @@ pub async fn top_disk(qmp: &Qmp) -> Result<(String, String, u64), QmpError> {
             let ins = d.get("inserted")?;
             Some((
                 ins["node-name"].as_str()?.to_string(),
-                plain_filename(ins["file"].as_str()?)?,
+                ins["file"].as_str().and_then(plain_filename),
                 ins["image"]["virtual-size"].as_u64()?,
             ))
         })
