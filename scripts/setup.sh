@@ -178,16 +178,50 @@ if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
     python3 -m venv --clear "$VENV"
     did='created venv'
 fi
-if ! "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
-    run_long "$LOG_DIR/pip.log" "$VENV/bin/python" -m pip install -q matplotlib ||
-        die "pip install matplotlib failed (log: $LOG_DIR/pip.log)." \
+# Reinstall only when the requirements or the SDK's metadata changed.
+REQS=$SCRIPT_DIR/requirements-dev.txt
+stamp=$(cat "$REQS" "$REPO/sdk/python/pyproject.toml" 2>/dev/null | sha256sum | cut -c1-16)
+if [[ "$(cat "$VENV/.forkvm-reqs" 2>/dev/null)" != "$stamp" ]]; then
+    run_long "$LOG_DIR/pip.log" "$VENV/bin/python" -m pip install -q -r "$REQS" ||
+        die "pip install failed (log: $LOG_DIR/pip.log)." \
             "Check access to the PyPI index and re-run scripts/setup.sh."
-    did="${did:+$did, }installed matplotlib"
+    if [[ -f "$REPO/sdk/python/pyproject.toml" ]]; then
+        run_long "$LOG_DIR/pip.log" "$VENV/bin/python" -m pip install -q -e "$REPO/sdk/python[test]" ||
+            die "pip install of the Python SDK failed (log: $LOG_DIR/pip.log)." \
+                "Check access to the PyPI index and re-run scripts/setup.sh."
+    fi
+    echo "$stamp" >"$VENV/.forkvm-reqs"
+    did="${did:+$did, }installed $(grep -c '^[a-z]' "$REQS") tools and the Python SDK"
 fi
 if [[ -n "$did" ]]; then
     step_done "$did"
 else
-    step_skip "matplotlib"
+    step_skip "matplotlib, schemathesis, pytest, the Python SDK"
+fi
+
+# --- 3b. Node.js for the TypeScript SDK -------------------------------------------------
+step "Node.js >= 20 and the TypeScript SDK's packages"
+FAIL_HINT="Install Node.js 20 or newer (with npm), then re-run scripts/setup.sh."
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    run_long "$LOG_DIR/apt.log" apt-get install -y -q nodejs npm ||
+        die "apt-get install nodejs npm failed (log: $LOG_DIR/apt.log)." "$FAIL_HINT"
+fi
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+(( node_major >= 20 )) || die "Node.js $(node --version) is too old; the TypeScript SDK needs 20 or newer." "$FAIL_HINT"
+TS=$REPO/sdk/typescript
+if [[ -f "$TS/package-lock.json" ]]; then
+    lock=$(sha256sum "$TS/package-lock.json" | cut -c1-16)
+    if [[ "$(cat "$TS/node_modules/.forkvm-lock" 2>/dev/null)" != "$lock" ]]; then
+        (cd "$TS" && run_long "$LOG_DIR/npm.log" npm ci --no-audit --no-fund) ||
+            die "npm ci in sdk/typescript failed (log: $LOG_DIR/npm.log)." \
+                "Check access to the npm registry and re-run scripts/setup.sh."
+        echo "$lock" >"$TS/node_modules/.forkvm-lock"
+        step_done "node $(node --version), npm ci"
+    else
+        step_skip "node $(node --version), packages"
+    fi
+else
+    step_skip "node $(node --version)"
 fi
 
 log "${C_DIM}host setup finished in $(elapsed "$T_START")${C_RESET}"

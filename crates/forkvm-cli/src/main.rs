@@ -190,6 +190,10 @@ enum Cmd {
         #[arg(long, default_value_t = 256, value_name = "N",
               value_parser = clap::value_parser!(u32).range(1..=65536))]
         max_requests: u32,
+        /// Most sandboxes at once (including warm-pool ones); more give 429.
+        #[arg(long, default_value_t = 1000, value_name = "N",
+              value_parser = clap::value_parser!(u32).range(1..=100000))]
+        max_sandboxes: u32,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -226,6 +230,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             accel,
             pool_size,
             max_requests,
+            max_sandboxes,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -235,6 +240,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.tcp = listen;
             cfg.default_pool_size = pool_size;
             cfg.limits.max_concurrent_requests = max_requests;
+            cfg.limits.max_sandboxes = max_sandboxes;
             cfg.token = std::env::var(forkvm_api::ENV_TOKEN)
                 .ok()
                 .filter(|t| !t.is_empty());

@@ -55,9 +55,72 @@ type AppState = Arc<Manager>;
         set_pool,
         flatten_snapshot
     ),
-    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch))
+    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch)),
+    modifiers(&CommonErrors)
 )]
 pub struct ApiDoc;
+
+/// The errors any operation can answer, whatever it does: a bad or slow
+/// body, the bearer token on TCP, the concurrency limit, a host failure.
+/// Added to every operation so the document lists every status the server
+/// can send (the API fuzzer holds the server to that).
+struct CommonErrors;
+
+impl utoipa::Modify for CommonErrors {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let common = [
+            (
+                "400",
+                "malformed request: bad JSON, unknown fields, values out of range",
+            ),
+            ("401", "TCP only: missing or wrong bearer token"),
+            (
+                "408",
+                "the request body did not arrive within request_body_timeout_ms",
+            ),
+            ("413", "request body over max_request_bytes"),
+            ("429", "limit reached: concurrent requests or sandboxes"),
+            ("500", "host or QEMU failure; the message says what to do"),
+        ];
+        for item in doc.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                for (code, why) in common {
+                    if code == "400" && item_is_health(op) {
+                        continue;
+                    }
+                    op.responses
+                        .responses
+                        .entry(code.to_string())
+                        .or_insert_with(|| {
+                            ResponseBuilder::new()
+                                .description(why)
+                                .content(
+                                    "application/json",
+                                    ContentBuilder::new()
+                                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                                        .build(),
+                                )
+                                .build()
+                                .into()
+                        });
+                }
+            }
+        }
+    }
+}
+
+fn item_is_health(op: &utoipa::openapi::path::Operation) -> bool {
+    op.operation_id.as_deref() == Some("health")
+}
 
 /// The OpenAPI document as pretty JSON (what `docs/openapi.json` holds).
 pub fn openapi_json() -> String {

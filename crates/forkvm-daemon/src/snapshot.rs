@@ -891,6 +891,21 @@ impl Manager {
                 "count must be between 0 and 1000 (got {count})"
             )));
         }
+        let free = self
+            .cfg
+            .limits
+            .max_sandboxes
+            .saturating_sub(self.db.count()?);
+        if count > free {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                codes::LIMIT_EXCEEDED,
+                format!(
+                    "{count} children would pass the limit of {} sandboxes ({free} free); remove some with `forkvm rm`",
+                    self.cfg.limits.max_sandboxes
+                ),
+            ));
+        }
         let how = match mode {
             BranchMode::Live => Save::Live,
             BranchMode::Diff => Save::Diff,
