@@ -66,6 +66,6 @@ args=(run "$REPO/docs/openapi.json" --url "http://127.0.0.1:$PORT"
       -H "Authorization: Bearer $TOKEN"
       --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
       --max-examples "$MAX_EXAMPLES" --workers 1 --seed 1 --no-color
-      --request-timeout 300 --suppress-health-check all)
+      --request-timeout 300 --suppress-health-check all --generation-database none)
 [ -n "$MAX_TIME" ] && args+=(--max-time "$MAX_TIME")
 "$ST" "${args[@]}"
