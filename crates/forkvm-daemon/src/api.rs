@@ -448,8 +448,8 @@ fn agent_error(id: &str, e: AgentError) -> ApiError {
     params(("id" = String, Path, description = "sandbox id")),
     request_body = ExecRequest,
     responses(
-        (status = 200, body = ExecResult, description = "the command ran (whatever its exit code)"),
-        (status = 200, body = ExecEvent, content_type = "application/x-ndjson", description = "with `stream: true`: one event per line as output happens, ending with `exit` or `error`"),
+        (status = 200, description = "the command ran (whatever its exit code): one `ExecResult`; or, with `stream: true`, one `ExecEvent` per line as output happens, ending with `exit` or `error`",
+            content((ExecResult = "application/json"), (ExecEvent = "application/x-ndjson"))),
         (status = 400, body = ErrorBody, description = "bad request or the command could not start"),
         (status = 404, body = ErrorBody, description = "no such sandbox or executable"),
         (status = 409, body = ErrorBody, description = "the sandbox is not running"),
@@ -609,6 +609,7 @@ fn exec_stream(
 
 /// Query of the file endpoints.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct FileQuery {
     /// Absolute path in the guest.
@@ -793,6 +794,7 @@ async fn get_snapshot(
 
 /// Query of `DELETE /v1/snapshots/{id}`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteSnapshotQuery {
     /// Also remove the sandboxes and snapshots that depend on it.

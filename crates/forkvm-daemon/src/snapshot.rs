@@ -415,11 +415,6 @@ impl Manager {
         // A live save goes to tmpfs: QEMU finishes the file while the guest
         // is stopped, and on a disk that final write was most of the pause.
         let live_tmp = live_mode.then(|| self.cfg.run_dir.join(format!("{snap_id}.state")));
-        if live_tmp.is_some() {
-            std::fs::create_dir_all(&self.cfg.run_dir).map_err(|e| {
-                ApiError::internal(format!("cannot create {}: {e}", self.cfg.run_dir.display()))
-            })?;
-        }
         let qmp = Qmp::connect(&paths.qmp, Duration::from_secs(10))
             .await
             .map_err(|e| qemu_err("cannot reach the sandbox's QMP socket", e))?;
@@ -457,6 +452,27 @@ impl Manager {
             .await
             .map_err(ApiError::internal)?;
 
+        if let Some(t) = &live_tmp {
+            // Create the file now: the run directory is removed when it is
+            // empty (the last sandbox RAM file going), and a file in it is
+            // what keeps it for QEMU's own open below.
+            let mut tries = 0;
+            loop {
+                let r = std::fs::create_dir_all(&self.cfg.run_dir)
+                    .and_then(|_| std::fs::File::create(t).map(drop));
+                match r {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 10 => tries += 1,
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&new_top);
+                        return Err(ApiError::internal(format!(
+                            "cannot create {}: {e}",
+                            t.display()
+                        )));
+                    }
+                }
+            }
+        }
         let mut timings = SnapshotTimings::default();
         let frozen = std::sync::atomic::AtomicBool::new(false);
         let t_stop = Instant::now();
