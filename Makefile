@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-boot bench-spawn
+.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -20,9 +20,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## Set up and run every test: lint, unit tests, and the VM integration tests under the real QEMU.
+## Set up and run every test: lint, unit tests, the VM integration tests under the real QEMU,
+## the SDK suites against a real daemon, and the API fuzzer.
 test: setup lint
-	$(CARGO) test --workspace -- --include-ignored
+	$(CARGO) test --workspace --no-fail-fast -- --include-ignored
+	bash scripts/test-sdks.sh
+	bash scripts/fuzz-api.sh
 
 ## Benchmarks (not part of `make test`).
 bench-boot: build
@@ -30,3 +33,9 @@ bench-boot: build
 
 bench-spawn: build
 	bash bench/spawn/run.sh
+
+bench-branch: build
+	bash bench/branch/run.sh
+
+bench-load: build
+	bash bench/load/run.sh

@@ -1,0 +1,433 @@
+/**
+ * The low-level client: one method per operation of the REST API
+ * (`operationId` in docs/openapi.json, in camelCase), with the wire types.
+ *
+ * @module
+ */
+import { ForkvmError, ProtocolError, StreamingUnsupportedError } from "./errors.js";
+import {
+  FetchTransport,
+  parseEndpoint,
+  UnixSocketTransport,
+  type Transport,
+  type TransportRequest,
+  type TransportResponse,
+} from "./transport.js";
+import type {
+  BranchRequest,
+  BranchResult,
+  CreateSandbox,
+  CreateSnapshot,
+  ErrorDetail,
+  ExecRequest,
+  ExecResult,
+  ExecEvent,
+  FileWritten,
+  FlattenRequest,
+  Health,
+  Info,
+  Sandbox,
+  SandboxBatch,
+  SandboxList,
+  Snapshot,
+  SnapshotList,
+} from "./types.js";
+
+/** The data directory when `FORKVM_HOME` is not set. */
+export const DEFAULT_HOME = "/var/lib/forkvm";
+
+/** How to reach the daemon. Every field falls back on the environment. */
+export interface ClientOptions {
+  /**
+   * `unix:///path/to.sock`, a bare socket path, or `http://HOST:PORT`.
+   * Default: `$FORKVM_URL`, else `$FORKVM_HOME/forkvm.sock`.
+   */
+  url?: string | undefined;
+  /** Bearer token for TCP. Default: `$FORKVM_TOKEN`. */
+  token?: string | undefined;
+  /** Data directory whose `forkvm.sock` to use when no URL is given. Default: `$FORKVM_HOME`, else /var/lib/forkvm. */
+  home?: string | undefined;
+  /** Extra headers for every request. */
+  headers?: Record<string, string> | undefined;
+  /** A `fetch` to use for TCP instead of the global one (e.g. with an undici dispatcher). */
+  fetch?: typeof fetch | undefined;
+  /** Use this transport instead of building one from `url`. */
+  transport?: Transport | undefined;
+}
+
+/** Options of every request. */
+export interface RequestOptions {
+  /** Abort the request (the promise rejects with an `AbortError`). */
+  signal?: AbortSignal | undefined;
+}
+
+/** `PUT /v1/sandboxes/{id}/files` options. */
+export interface WriteFileOptions extends RequestOptions {
+  /** File mode: a number (`0o755`) or an octal string (`"755"`). Default 644. */
+  mode?: number | string | undefined;
+}
+
+/** `DELETE /v1/snapshots/{id}` options. */
+export interface DeleteSnapshotOptions extends RequestOptions {
+  /** Also remove the sandboxes and snapshots that depend on it. */
+  force?: boolean | undefined;
+}
+
+/** A streamed-exec event other than `error` (errors are thrown). */
+export type ExecStreamFrame = Exclude<ExecEvent, { type: "error" }>;
+
+/** The request of a (non-streaming) exec. */
+export type ExecParams = Omit<ExecRequest, "stream">;
+
+/** The request of a streamed exec (output is neither buffered nor re-encoded). */
+export type ExecStreamParams = Omit<ExecRequest, "stream" | "max_output_bytes" | "encoding">;
+
+const seg = (value: string): string => encodeURIComponent(value);
+
+/** Low-level forkvm client. */
+export class Client {
+  readonly transport: Transport;
+
+  constructor(options: ClientOptions = {}) {
+    this.transport = options.transport ?? Client.#transportFor(options);
+  }
+
+  static #transportFor(options: ClientOptions): Transport {
+    const env = process.env;
+    const url =
+      options.url ?? (env.FORKVM_URL || `unix://${options.home ?? (env.FORKVM_HOME || DEFAULT_HOME)}/forkvm.sock`);
+    const token = options.token ?? (env.FORKVM_TOKEN || undefined);
+    const endpoint = parseEndpoint(url);
+    return endpoint.kind === "unix"
+      ? new UnixSocketTransport(endpoint.socketPath, { token, headers: options.headers })
+      : new FetchTransport(endpoint.baseUrl, { token, headers: options.headers, fetch: options.fetch });
+  }
+
+  /** The daemon's URL (`unix:///…` or `http://…`). */
+  get url(): string {
+    return this.transport.url;
+  }
+
+  /** Release pooled connections (the client must not be used afterwards). */
+  close(): void {
+    this.transport.close();
+  }
+
+  // ---- daemon ---------------------------------------------------------
+
+  /** `GET /v1/health` (operation `health`). */
+  health(opts?: RequestOptions): Promise<Health> {
+    return this.#json({ method: "GET", path: "/v1/health", signal: opts?.signal });
+  }
+
+  /** `GET /v1/info` (operation `info`): version, accelerator, QEMU, limits, pools. */
+  info(opts?: RequestOptions): Promise<Info> {
+    return this.#json({ method: "GET", path: "/v1/info", signal: opts?.signal });
+  }
+
+  // ---- sandboxes ------------------------------------------------------
+
+  /** `GET /v1/sandboxes` (operation `list_sandboxes`). */
+  listSandboxes(opts?: RequestOptions): Promise<SandboxList> {
+    return this.#json({ method: "GET", path: "/v1/sandboxes", signal: opts?.signal });
+  }
+
+  /**
+   * `POST /v1/sandboxes` (operation `create_sandbox`). Resolves once every
+   * guest agent answers: with one sandbox, or a batch when `count` is given.
+   */
+  createSandbox(req: CreateSandbox & { count: number }, opts?: RequestOptions): Promise<SandboxBatch>;
+  createSandbox(req?: CreateSandbox & { count?: null | undefined }, opts?: RequestOptions): Promise<Sandbox>;
+  createSandbox(req?: CreateSandbox, opts?: RequestOptions): Promise<Sandbox | SandboxBatch>;
+  createSandbox(req: CreateSandbox = {}, opts?: RequestOptions): Promise<Sandbox | SandboxBatch> {
+    return this.#json({ method: "POST", path: "/v1/sandboxes", ...jsonBody(req), signal: opts?.signal });
+  }
+
+  /** `GET /v1/sandboxes/{id}` (operation `get_sandbox`), with the memory use of its QEMU. */
+  getSandbox(id: string, opts?: RequestOptions): Promise<Sandbox> {
+    return this.#json({ method: "GET", path: `/v1/sandboxes/${seg(id)}`, signal: opts?.signal });
+  }
+
+  /** `DELETE /v1/sandboxes/{id}` (operation `delete_sandbox`). */
+  async deleteSandbox(id: string, opts?: RequestOptions): Promise<void> {
+    await this.#empty({ method: "DELETE", path: `/v1/sandboxes/${seg(id)}`, signal: opts?.signal });
+  }
+
+  /** `POST /v1/sandboxes/{id}/branch` (operation `branch_sandbox`). */
+  branchSandbox(id: string, req: BranchRequest = {}, opts?: RequestOptions): Promise<BranchResult> {
+    return this.#json({
+      method: "POST",
+      path: `/v1/sandboxes/${seg(id)}/branch`,
+      ...jsonBody(req),
+      signal: opts?.signal,
+    });
+  }
+
+  /** `POST /v1/sandboxes/{id}/exec` (operation `exec`): run a command and wait for it. */
+  exec(id: string, req: ExecParams, opts?: RequestOptions): Promise<ExecResult> {
+    return this.#json({
+      method: "POST",
+      path: `/v1/sandboxes/${seg(id)}/exec`,
+      ...jsonBody(req),
+      signal: opts?.signal,
+    });
+  }
+
+  /**
+   * `POST /v1/sandboxes/{id}/exec` with `"stream": true` (operation `exec`):
+   * the command's output as it is written (base64 chunks), then its exit.
+   * An `error` line is thrown as a {@link ForkvmError}. Breaking out of the
+   * loop closes the connection; the command itself runs on (bound it with
+   * `timeout_ms`).
+   */
+  async *execStream(id: string, req: ExecStreamParams, opts?: RequestOptions): AsyncGenerator<ExecStreamFrame, void> {
+    const res = await this.#send({
+      method: "POST",
+      path: `/v1/sandboxes/${seg(id)}/exec`,
+      ...jsonBody({ ...req, stream: true }),
+      headers: { "content-type": "application/json", accept: "application/x-ndjson" },
+      signal: opts?.signal,
+    }).catch((err: unknown) => {
+      throw streamingRefusal(err) ?? err;
+    });
+    let finished = false;
+    try {
+      if (!(res.header("content-type") ?? "").includes("ndjson")) {
+        // A daemon that answered with a whole ExecResult: replay it as events.
+        yield* framesOf(await parseJson<ExecResult>(res));
+        finished = true;
+        return;
+      }
+      for await (const line of ndjsonLines(res.body())) {
+        const event = parseLine(line, res.status);
+        if (event.type === "error") {
+          throw errorFromDetail(event.error, ForkvmError.statusOf(event.error.code) ?? res.status);
+        }
+        yield event;
+        if (event.type === "exit") {
+          finished = true;
+          return;
+        }
+      }
+      throw new ProtocolError("the exec stream ended before the command's exit", res.status);
+    } finally {
+      if (!finished) res.cancel();
+    }
+  }
+
+  /** `GET /v1/sandboxes/{id}/files?path=` (operation `read_file`): the file's bytes. */
+  async readFile(id: string, path: string, opts?: RequestOptions): Promise<Uint8Array> {
+    const res = await this.#send({
+      method: "GET",
+      path: `/v1/sandboxes/${seg(id)}/files`,
+      query: { path },
+      headers: { accept: "application/octet-stream" },
+      signal: opts?.signal,
+    });
+    return res.bytes();
+  }
+
+  /**
+   * `PUT /v1/sandboxes/{id}/files?path=&mode=` (operation `write_file`):
+   * write a guest file atomically.
+   */
+  writeFile(id: string, path: string, data: Uint8Array | string, opts?: WriteFileOptions): Promise<FileWritten> {
+    const mode = typeof opts?.mode === "number" ? opts.mode.toString(8) : opts?.mode;
+    return this.#json({
+      method: "PUT",
+      path: `/v1/sandboxes/${seg(id)}/files`,
+      query: { path, mode },
+      headers: { "content-type": "application/octet-stream" },
+      body: typeof data === "string" ? Buffer.from(data) : data,
+      signal: opts?.signal,
+    });
+  }
+
+  /** `GET /v1/sandboxes/{id}/logs` (operation `logs`): the serial console, last 1 MiB. */
+  async logs(id: string, opts?: RequestOptions): Promise<string> {
+    const res = await this.#send({
+      method: "GET",
+      path: `/v1/sandboxes/${seg(id)}/logs`,
+      headers: { accept: "text/plain" },
+      signal: opts?.signal,
+    });
+    return new TextDecoder().decode(await res.bytes());
+  }
+
+  /** `POST /v1/sandboxes/{id}/snapshot` (operation `snapshot_sandbox`); the source keeps running. */
+  snapshotSandbox(id: string, req: CreateSnapshot = {}, opts?: RequestOptions): Promise<Snapshot> {
+    return this.#json({
+      method: "POST",
+      path: `/v1/sandboxes/${seg(id)}/snapshot`,
+      ...jsonBody(req),
+      signal: opts?.signal,
+    });
+  }
+
+  // ---- snapshots ------------------------------------------------------
+
+  /** `GET /v1/snapshots` (operation `list_snapshots`). */
+  listSnapshots(opts?: RequestOptions): Promise<SnapshotList> {
+    return this.#json({ method: "GET", path: "/v1/snapshots", signal: opts?.signal });
+  }
+
+  /** `GET /v1/snapshots/{id}` (operation `get_snapshot`), by id or tag. */
+  getSnapshot(ref: string, opts?: RequestOptions): Promise<Snapshot> {
+    return this.#json({ method: "GET", path: `/v1/snapshots/${seg(ref)}`, signal: opts?.signal });
+  }
+
+  /** `DELETE /v1/snapshots/{id}[?force=true]` (operation `delete_snapshot`). */
+  async deleteSnapshot(ref: string, opts?: DeleteSnapshotOptions): Promise<void> {
+    await this.#empty({
+      method: "DELETE",
+      path: `/v1/snapshots/${seg(ref)}`,
+      query: { force: opts?.force ? "true" : undefined },
+      signal: opts?.signal,
+    });
+  }
+
+  /** `POST /v1/snapshots/{id}/flatten` (operation `flatten_snapshot`): merge a diff chain into one snapshot. */
+  flattenSnapshot(ref: string, req: FlattenRequest = {}, opts?: RequestOptions): Promise<Snapshot> {
+    return this.#json({
+      method: "POST",
+      path: `/v1/snapshots/${seg(ref)}/flatten`,
+      ...jsonBody(req),
+      signal: opts?.signal,
+    });
+  }
+
+  /** `PUT /v1/snapshots/{id}/pool` (operation `set_pool`): warm-pool size (0 turns it off). */
+  setPool(ref: string, size: number, opts?: RequestOptions): Promise<Snapshot> {
+    return this.#json({
+      method: "PUT",
+      path: `/v1/snapshots/${seg(ref)}/pool`,
+      ...jsonBody({ size }),
+      signal: opts?.signal,
+    });
+  }
+
+  // ---- plumbing -------------------------------------------------------
+
+  /** Send a request; a 4xx/5xx becomes a {@link ForkvmError}. */
+  async #send(req: TransportRequest): Promise<TransportResponse> {
+    const res = await this.transport.request(req);
+    if (res.status >= 400) throw await errorFrom(res);
+    return res;
+  }
+
+  async #json<T>(req: TransportRequest): Promise<T> {
+    return parseJson<T>(await this.#send(req));
+  }
+
+  async #empty(req: TransportRequest): Promise<void> {
+    await (await this.#send(req)).bytes();
+  }
+}
+
+function jsonBody(value: object): Pick<TransportRequest, "body" | "headers"> {
+  return { body: JSON.stringify(value), headers: { "content-type": "application/json" } };
+}
+
+async function parseJson<T>(res: TransportResponse): Promise<T> {
+  const text = new TextDecoder().decode(await res.bytes());
+  try {
+    return JSON.parse(text) as T;
+  } catch (cause) {
+    throw new ProtocolError(`the daemon sent invalid JSON (HTTP ${res.status}): ${text.slice(0, 200)}`, res.status, {
+      cause,
+    });
+  }
+}
+
+async function errorFrom(res: TransportResponse): Promise<ForkvmError> {
+  const text = new TextDecoder().decode(await res.bytes());
+  let detail: Partial<ErrorDetail> | undefined;
+  try {
+    detail = (JSON.parse(text) as { error?: Partial<ErrorDetail> }).error;
+  } catch {
+    // not JSON: fall through with the raw text
+  }
+  return errorFromDetail(
+    {
+      code: detail?.code ?? `http_${res.status}`,
+      message: detail?.message ?? (text.trim() || `HTTP ${res.status}`),
+    },
+    res.status,
+  );
+}
+
+function errorFromDetail(detail: ErrorDetail, status: number): ForkvmError {
+  return ForkvmError.fromResponse(status, detail.code, detail.message);
+}
+
+/** An older daemon refuses `stream` as an unknown field: say so clearly. */
+function streamingRefusal(err: unknown): StreamingUnsupportedError | undefined {
+  if (err instanceof ForkvmError && err.status === 400 && /unknown field `stream`/.test(err.message)) {
+    return new StreamingUnsupportedError(
+      `this forkvm daemon does not support streaming exec; upgrade it, or use exec() (server said: ${err.message})`,
+      err.code,
+      err.status,
+    );
+  }
+  return undefined;
+}
+
+function* framesOf(result: ExecResult): Generator<ExecStreamFrame> {
+  const b64 = (text: string): string =>
+    result.encoding === "base64" ? text : Buffer.from(text, "utf8").toString("base64");
+  if (result.stdout) yield { type: "stdout", data: b64(result.stdout) };
+  if (result.stderr) yield { type: "stderr", data: b64(result.stderr) };
+  yield {
+    type: "exit",
+    exit_code: result.exit_code ?? null,
+    signal: result.signal ?? null,
+    duration_ms: result.duration_ms,
+    timed_out: result.timed_out,
+    stdout_bytes: result.stdout_bytes,
+    stderr_bytes: result.stderr_bytes,
+  };
+}
+
+function parseLine(line: string, status: number): ExecEvent {
+  let event: unknown;
+  try {
+    event = JSON.parse(line);
+  } catch (cause) {
+    throw new ProtocolError(`bad line in the exec stream: ${line.slice(0, 200)}`, status, { cause });
+  }
+  const type = (event as { type?: unknown } | null)?.type;
+  if (type !== "stdout" && type !== "stderr" && type !== "exit" && type !== "error") {
+    throw new ProtocolError(`unknown event in the exec stream: ${line.slice(0, 200)}`, status);
+  }
+  return event as ExecEvent;
+}
+
+/** Split a byte stream into its non-empty lines (NDJSON). */
+export async function* ndjsonLines(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<string, void> {
+  const decoder = new TextDecoder();
+  let pending = "";
+  for await (const chunk of chunks) {
+    pending += decoder.decode(chunk, { stream: true });
+    let newline: number;
+    while ((newline = pending.indexOf("\n")) >= 0) {
+      const line = pending.slice(0, newline).trim();
+      pending = pending.slice(newline + 1);
+      if (line) yield line;
+    }
+  }
+  const rest = (pending + decoder.decode()).trim();
+  if (rest) yield rest;
+}
+
+let shared: Client | undefined;
+
+/** The client the high-level API uses when none is given: built from the environment on first use. */
+export function defaultClient(): Client {
+  shared ??= new Client();
+  return shared;
+}
+
+/** Replace (or with `undefined`, reset) the client the high-level API uses by default. */
+export function setDefaultClient(client: Client | undefined): void {
+  shared = client;
+}

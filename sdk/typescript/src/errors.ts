@@ -1,0 +1,170 @@
+/**
+ * Errors raised by the SDK. Every one is a {@link ForkvmError}: the server's
+ * `{"error": {"code", "message"}}` with the HTTP status, or a transport or
+ * protocol failure on the client side.
+ *
+ * @module
+ */
+
+/** Error codes the daemon sends (see docs/api.md), plus the SDK's own. */
+export type ErrorCode =
+  | "invalid_request"
+  | "unauthorized"
+  | "not_found"
+  | "image_not_found"
+  | "conflict"
+  | "snapshot_corrupt"
+  | "payload_too_large"
+  | "limit_exceeded"
+  | "request_timeout"
+  | "qemu_failed"
+  | "internal"
+  | "guest_error"
+  | "guest_timeout"
+  | "connection_failed"
+  | "protocol_error"
+  | "snapshot_failed"
+  | "timeout"
+  | (string & {});
+
+/** Any error from forkvm: `code` and `message` come from the server when it sent them. */
+export class ForkvmError extends Error {
+  override name = "ForkvmError";
+  /** The machine-readable code, e.g. `not_found`. */
+  readonly code: ErrorCode;
+  /**
+   * The HTTP status, or 0 when no HTTP response was received. For an error
+   * reported inside a streamed exec (after a 200), the status that error has
+   * outside a stream (e.g. 404 for `not_found`).
+   */
+  readonly status: number;
+
+  constructor(message: string, code: ErrorCode, status: number, options?: ErrorOptions) {
+    super(message, options);
+    this.code = code;
+    this.status = status;
+  }
+
+  /** Build the most specific error class for a server error. */
+  static fromResponse(status: number, code: string, message: string): ForkvmError {
+    const Class = BY_CODE[code] ?? BY_STATUS[status] ?? ForkvmError;
+    return new Class(message, code, status);
+  }
+
+  /** The HTTP status the daemon gives an error code (docs/api.md), if known. */
+  static statusOf(code: string): number | undefined {
+    return STATUS_OF_CODE[code];
+  }
+}
+
+/** 400 (and 405): malformed request, unknown fields, out-of-range values. */
+export class InvalidRequestError extends ForkvmError {
+  override name = "InvalidRequestError";
+}
+/** 401: TCP without the right bearer token. */
+export class UnauthorizedError extends ForkvmError {
+  override name = "UnauthorizedError";
+}
+/** 404: no such sandbox, snapshot, image, route, guest file or executable. */
+export class NotFoundError extends ForkvmError {
+  override name = "NotFoundError";
+}
+/** 409: the sandbox failed or is starting, a snapshot is in use, a tag is taken. */
+export class ConflictError extends ForkvmError {
+  override name = "ConflictError";
+}
+/** 413: body, stdin or file over the limit. */
+export class PayloadTooLargeError extends ForkvmError {
+  override name = "PayloadTooLargeError";
+}
+/** 422: a snapshot file fails its size or SHA-256 check. */
+export class SnapshotCorruptError extends ForkvmError {
+  override name = "SnapshotCorruptError";
+}
+/** 408: the request body did not arrive in time. */
+export class RequestTimeoutError extends ForkvmError {
+  override name = "RequestTimeoutError";
+}
+/** 429: the sandbox limit, or the daemon's limit of requests at once, is reached. */
+export class LimitExceededError extends ForkvmError {
+  override name = "LimitExceededError";
+}
+/** 5xx other than 502/504: QEMU could not start, or a host problem. */
+export class ServerError extends ForkvmError {
+  override name = "ServerError";
+}
+/** 502: the guest agent went away (the VM died). */
+export class GuestError extends ForkvmError {
+  override name = "GuestError";
+}
+/** 504: the guest did not boot, or did not answer. */
+export class GuestTimeoutError extends ForkvmError {
+  override name = "GuestTimeoutError";
+}
+/** The daemon could not be reached (status 0). */
+export class ConnectionError extends ForkvmError {
+  override name = "ConnectionError";
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, "connection_failed", 0, options);
+  }
+}
+/** The daemon answered something the SDK cannot understand. */
+export class ProtocolError extends ForkvmError {
+  override name = "ProtocolError";
+  constructor(message: string, status: number, options?: ErrorOptions) {
+    super(message, "protocol_error", status, options);
+  }
+}
+/** The daemon does not support streaming exec (it predates it). */
+export class StreamingUnsupportedError extends InvalidRequestError {
+  override name = "StreamingUnsupportedError";
+}
+
+type ErrorClass = new (message: string, code: string, status: number) => ForkvmError;
+
+const BY_CODE: Record<string, ErrorClass> = {
+  invalid_request: InvalidRequestError,
+  unauthorized: UnauthorizedError,
+  not_found: NotFoundError,
+  image_not_found: NotFoundError,
+  conflict: ConflictError,
+  payload_too_large: PayloadTooLargeError,
+  snapshot_corrupt: SnapshotCorruptError,
+  limit_exceeded: LimitExceededError,
+  request_timeout: RequestTimeoutError,
+  qemu_failed: ServerError,
+  internal: ServerError,
+  guest_error: GuestError,
+  guest_timeout: GuestTimeoutError,
+};
+
+const STATUS_OF_CODE: Record<string, number> = {
+  invalid_request: 400,
+  unauthorized: 401,
+  not_found: 404,
+  image_not_found: 404,
+  conflict: 409,
+  payload_too_large: 413,
+  snapshot_corrupt: 422,
+  limit_exceeded: 429,
+  request_timeout: 408,
+  qemu_failed: 500,
+  internal: 500,
+  guest_error: 502,
+  guest_timeout: 504,
+};
+
+const BY_STATUS: Record<number, ErrorClass> = {
+  400: InvalidRequestError,
+  401: UnauthorizedError,
+  404: NotFoundError,
+  405: InvalidRequestError,
+  408: RequestTimeoutError,
+  409: ConflictError,
+  413: PayloadTooLargeError,
+  422: SnapshotCorruptError,
+  429: LimitExceededError,
+  500: ServerError,
+  502: GuestError,
+  504: GuestTimeoutError,
+};

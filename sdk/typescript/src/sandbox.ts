@@ -1,0 +1,249 @@
+/**
+ * The high-level API: a running sandbox you can run commands in, read and
+ * write files of, snapshot and branch.
+ *
+ * @module
+ */
+import { defaultClient, type Client, type RequestOptions } from "./client.js";
+import { NotFoundError } from "./errors.js";
+import {
+  commandResult,
+  execParams,
+  ExecStream,
+  type BinaryExecOptions,
+  type Command,
+  type CommandResult,
+  type ExecOptions,
+  type ExecStreamOptions,
+} from "./exec.js";
+import { Snapshot } from "./snapshot.js";
+import type * as api from "./types.js";
+
+/** Options of {@link Sandbox.create}. */
+export interface SandboxCreateOptions extends RequestOptions {
+  /** Image name (default `default`). Ignored with `snapshot`. */
+  image?: string | undefined;
+  /** Guest RAM in MiB (default 512). */
+  memoryMib?: number | undefined;
+  /** vCPUs (default 1). */
+  cpus?: number | undefined;
+  /** Spawn from this snapshot (id or tag) instead of an image. */
+  snapshot?: string | undefined;
+  /** `false` forces a cold boot instead of using the image's boot template. */
+  useTemplate?: boolean | undefined;
+  /** The daemon to use (default: from the environment). */
+  client?: Client | undefined;
+}
+
+/** Options of {@link Sandbox.branch}. */
+export interface BranchOptions extends RequestOptions {
+  /** How memory is copied: `live` (default, shortest pause), `diff` or `full`. */
+  mode?: api.BranchMode | undefined;
+  /** Children to spawn (0–1000, default 1). */
+  count?: number | undefined;
+  /** A unique name for the branch point's snapshot. */
+  tag?: string | undefined;
+  /** `false`: return once the source has resumed; the snapshot is then `writing` (default true). */
+  wait?: boolean | undefined;
+}
+
+/** The result of {@link Sandbox.branch}. */
+export interface Branch {
+  mode: api.BranchMode;
+  /** The snapshot of the branch point. */
+  snapshot: Snapshot;
+  /** The children, running from the branch point (none yet with `wait: false`). */
+  children: Sandbox[];
+  /** How long the source was paused. */
+  pauseMs: number;
+  snapshotMs: number;
+  spawnMs: number;
+  totalMs: number;
+}
+
+/** A guest file system. */
+export class SandboxFiles {
+  readonly #sandbox: Sandbox;
+
+  constructor(sandbox: Sandbox) {
+    this.#sandbox = sandbox;
+  }
+
+  /** The bytes of a guest file (absolute path). */
+  read(path: string, opts?: RequestOptions): Promise<Uint8Array> {
+    return this.#sandbox.client.readFile(this.#sandbox.id, path, opts);
+  }
+
+  /** A guest file as UTF-8 text. */
+  async readText(path: string, opts?: RequestOptions): Promise<string> {
+    return new TextDecoder().decode(await this.read(path, opts));
+  }
+
+  /** Write a guest file atomically; `mode` is a number (`0o755`) or octal string, default 644. */
+  write(
+    path: string,
+    data: string | Uint8Array,
+    opts?: { mode?: number | string | undefined } & RequestOptions,
+  ): Promise<api.FileWritten> {
+    return this.#sandbox.client.writeFile(this.#sandbox.id, path, data, opts);
+  }
+}
+
+/** A sandbox: a microVM with a guest agent. Close it when done (or use `await using`). */
+export class Sandbox implements AsyncDisposable {
+  readonly client: Client;
+  readonly id: string;
+  /** What the daemon last said about it; {@link refresh} updates it. */
+  info: api.Sandbox;
+  /** Its files. */
+  readonly files: SandboxFiles;
+  #closed = false;
+
+  /** Wrap a sandbox the daemon described. Use {@link Sandbox.create} or {@link Sandbox.get} instead. */
+  constructor(client: Client, info: api.Sandbox) {
+    this.client = client;
+    this.id = info.id;
+    this.info = info;
+    this.files = new SandboxFiles(this);
+  }
+
+  /**
+   * Start a sandbox: from an image (its boot template after the first time)
+   * or from a snapshot. Resolves once its guest agent answers.
+   */
+  static async create(opts: SandboxCreateOptions = {}): Promise<Sandbox> {
+    const client = opts.client ?? defaultClient();
+    const req: api.CreateSandbox & { count?: undefined } = {};
+    if (opts.image !== undefined) req.image = opts.image;
+    if (opts.memoryMib !== undefined) req.memory_mib = opts.memoryMib;
+    if (opts.cpus !== undefined) req.cpus = opts.cpus;
+    if (opts.snapshot !== undefined) req.snapshot = opts.snapshot;
+    if (opts.useTemplate !== undefined) req.use_template = opts.useTemplate;
+    return new Sandbox(client, await client.createSandbox(req, opts));
+  }
+
+  /** An existing sandbox, by id. */
+  static async get(id: string, opts: { client?: Client | undefined } & RequestOptions = {}): Promise<Sandbox> {
+    const client = opts.client ?? defaultClient();
+    return new Sandbox(client, await client.getSandbox(id, opts));
+  }
+
+  /** Every sandbox the daemon knows, in any state. */
+  static async list(opts: { client?: Client | undefined } & RequestOptions = {}): Promise<Sandbox[]> {
+    const client = opts.client ?? defaultClient();
+    const { sandboxes } = await client.listSandboxes(opts);
+    return sandboxes.map((info) => new Sandbox(client, info));
+  }
+
+  /** `starting`, `running` or `failed`, as last seen. */
+  get state(): api.SandboxState {
+    return this.info.state;
+  }
+
+  /** Whether {@link close} has removed it. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Fetch its current state, with the memory use of its QEMU. */
+  async refresh(opts?: RequestOptions): Promise<api.Sandbox> {
+    this.info = await this.client.getSandbox(this.id, opts);
+    return this.info;
+  }
+
+  /**
+   * Run a command and wait for it: a shell line (`sh -c`) or an argv array.
+   * A non-zero exit is not an error: check `exitCode`. With `onStdout` or
+   * `onStderr`, the output is streamed to them as it is written.
+   */
+  exec(cmd: Command, opts: BinaryExecOptions): Promise<CommandResult<Uint8Array>>;
+  exec(cmd: Command, opts?: ExecOptions & { binary?: false | undefined }): Promise<CommandResult<string>>;
+  async exec(cmd: Command, opts: ExecOptions & { binary?: boolean } = {}): Promise<CommandResult<string | Uint8Array>> {
+    const binary = opts.binary === true;
+    if (opts.onStdout || opts.onStderr) return this.#execStreamed(cmd, opts, binary);
+    const result = await this.client.exec(this.id, execParams(cmd, opts, binary), opts);
+    return commandResult(result, binary);
+  }
+
+  async #execStreamed(cmd: Command, opts: ExecOptions, binary: boolean): Promise<CommandResult<string | Uint8Array>> {
+    const cap = opts.maxOutputBytes ?? Infinity;
+    const kept = { stdout: [] as Uint8Array[], stderr: [] as Uint8Array[] };
+    const size = { stdout: 0, stderr: 0 };
+    const stream = new ExecStream(this.client, this.id, cmd, opts);
+    for await (const event of stream) {
+      if (event.type === "exit") continue;
+      const room = cap - size[event.type];
+      if (room <= 0) continue;
+      const chunk = event.data.byteLength > room ? event.data.subarray(0, room) : event.data;
+      kept[event.type].push(chunk);
+      size[event.type] += chunk.byteLength;
+    }
+    const exit = await stream.wait();
+    const stdout = Buffer.concat(kept.stdout);
+    const stderr = Buffer.concat(kept.stderr);
+    return {
+      stdout: binary ? stdout : stdout.toString("utf8"),
+      stderr: binary ? stderr : stderr.toString("utf8"),
+      ...exit,
+      stdoutTruncated: exit.stdoutBytes > stdout.byteLength,
+      stderrTruncated: exit.stderrBytes > stderr.byteLength,
+    };
+  }
+
+  /**
+   * Run a command and read its output as it is written:
+   * `for await (const ev of sb.execStream("make")) …`, or `await sb.execStream(cmd, {onStdout}).wait()`.
+   */
+  execStream(cmd: Command, opts?: ExecStreamOptions): ExecStream {
+    return new ExecStream(this.client, this.id, cmd, opts);
+  }
+
+  /**
+   * Snapshot it at this instant (it keeps running) and spawn `count`
+   * children that continue from there.
+   */
+  async branch(opts: BranchOptions = {}): Promise<Branch> {
+    const req: api.BranchRequest = {};
+    if (opts.mode !== undefined) req.mode = opts.mode;
+    if (opts.count !== undefined) req.count = opts.count;
+    if (opts.tag !== undefined) req.tag = opts.tag;
+    if (opts.wait !== undefined) req.wait = opts.wait;
+    const res = await this.client.branchSandbox(this.id, req, opts);
+    return {
+      mode: res.mode,
+      snapshot: new Snapshot(this.client, res.snapshot),
+      children: res.children.map((info) => new Sandbox(this.client, info)),
+      pauseMs: res.pause_ms,
+      snapshotMs: res.snapshot_ms,
+      spawnMs: res.spawn_ms,
+      totalMs: res.total_ms,
+    };
+  }
+
+  /** Snapshot it (it keeps running). */
+  async snapshot(opts: { tag?: string | undefined } & RequestOptions = {}): Promise<Snapshot> {
+    const req: api.CreateSnapshot = opts.tag === undefined ? {} : { tag: opts.tag };
+    return new Snapshot(this.client, await this.client.snapshotSandbox(this.id, req, opts));
+  }
+
+  /** Its serial console (the last 1 MiB). */
+  logs(opts?: RequestOptions): Promise<string> {
+    return this.client.logs(this.id, opts);
+  }
+
+  /** Kill it and delete everything it had. Closing twice, or a sandbox already gone, is fine. */
+  async close(opts?: RequestOptions): Promise<void> {
+    if (this.#closed) return;
+    try {
+      await this.client.deleteSandbox(this.id, opts);
+    } catch (err) {
+      if (!(err instanceof NotFoundError)) throw err;
+    }
+    this.#closed = true;
+  }
+
+  /** `await using sb = await Sandbox.create()` closes it at the end of the block. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * Snapshots: frozen sandboxes to spawn children from.
+ *
+ * @module
+ */
+import { defaultClient, type Client, type RequestOptions } from "./client.js";
+import { ForkvmError } from "./errors.js";
+import { Sandbox } from "./sandbox.js";
+import type * as api from "./types.js";
+
+/** A snapshot of a sandbox: memory, devices and disk at one instant. */
+export class Snapshot {
+  readonly client: Client;
+  readonly id: string;
+  /** What the daemon last said about it; {@link refresh} updates it. */
+  info: api.Snapshot;
+
+  /** Wrap a snapshot the daemon described. Use {@link Snapshot.get} or `Sandbox.snapshot()` instead. */
+  constructor(client: Client, info: api.Snapshot) {
+    this.client = client;
+    this.id = info.id;
+    this.info = info;
+  }
+
+  /** An existing snapshot, by id or tag. */
+  static async get(ref: string, opts: { client?: Client | undefined } & RequestOptions = {}): Promise<Snapshot> {
+    const client = opts.client ?? defaultClient();
+    return new Snapshot(client, await client.getSnapshot(ref, opts));
+  }
+
+  /** Every snapshot, boot templates included. */
+  static async list(opts: { client?: Client | undefined } & RequestOptions = {}): Promise<Snapshot[]> {
+    const client = opts.client ?? defaultClient();
+    const { snapshots } = await client.listSnapshots(opts);
+    return snapshots.map((info) => new Snapshot(client, info));
+  }
+
+  /** Its tag, if it has one. */
+  get tag(): string | undefined {
+    return this.info.tag ?? undefined;
+  }
+
+  /** `ready`, `writing` or `failed`, as last seen. */
+  get state(): string {
+    return this.info.state;
+  }
+
+  /** `shared`, `stream`, `live` or `diff`. */
+  get kind(): string {
+    return this.info.kind;
+  }
+
+  /** Fetch its current state. */
+  async refresh(opts?: RequestOptions): Promise<api.Snapshot> {
+    this.info = await this.client.getSnapshot(this.id, opts);
+    return this.info;
+  }
+
+  /** Spawn `count` (default 1) sandboxes from it, concurrently; all or nothing. */
+  async spawn(opts: { count?: number | undefined } & RequestOptions = {}): Promise<Sandbox[]> {
+    const batch = await this.client.createSandbox({ snapshot: this.id, count: opts.count ?? 1 }, opts);
+    return batch.sandboxes.map((info) => new Sandbox(this.client, info));
+  }
+
+  /** Merge a diff snapshot's chain into one standalone snapshot. */
+  async flatten(opts: { tag?: string | undefined } & RequestOptions = {}): Promise<Snapshot> {
+    const req: api.FlattenRequest = opts.tag === undefined ? {} : { tag: opts.tag };
+    return new Snapshot(this.client, await this.client.flattenSnapshot(this.id, req, opts));
+  }
+
+  /** Remove it; refused (409) while sandboxes or snapshots depend on it, unless `force`. */
+  delete(opts: { force?: boolean | undefined } & RequestOptions = {}): Promise<void> {
+    return this.client.deleteSnapshot(this.id, opts);
+  }
+
+  /** Keep `size` QEMU processes waiting for it, so spawns skip QEMU's start (0 turns the pool off). */
+  async setPool(size: number, opts?: RequestOptions): Promise<Snapshot> {
+    this.info = await this.client.setPool(this.id, size, opts);
+    return this;
+  }
+
+  /**
+   * Wait until an asynchronous branch's snapshot (`wait: false`) is published:
+   * resolves when it is `ready`, throws when it `failed`.
+   */
+  async waitReady(opts: { timeoutMs?: number; intervalMs?: number } & RequestOptions = {}): Promise<Snapshot> {
+    const deadline = Date.now() + (opts.timeoutMs ?? 120_000);
+    const interval = opts.intervalMs ?? 100;
+    for (;;) {
+      if (this.info.state === "ready") return this;
+      if (this.info.state === "failed") {
+        throw new ForkvmError(`snapshot ${this.id} failed: ${this.info.failure ?? "no reason given"}`, "snapshot_failed", 0);
+      }
+      if (Date.now() >= deadline) {
+        throw new ForkvmError(`snapshot ${this.id} is still ${this.info.state} after ${opts.timeoutMs ?? 120_000} ms`, "timeout", 0);
+      }
+      await new Promise((resolve) => setTimeout(resolve, interval));
+      opts.signal?.throwIfAborted();
+      await this.refresh(opts);
+    }
+  }
+}

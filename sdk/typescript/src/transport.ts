@@ -1,0 +1,213 @@
+/**
+ * HTTP transports: `fetch` for TCP (`http://HOST:PORT`) and `node:http` over
+ * a unix socket (`unix:///path/to.sock`).
+ *
+ * @module
+ */
+import * as http from "node:http";
+import { ConnectionError } from "./errors.js";
+
+/** One HTTP request, relative to the daemon's base URL. */
+export interface TransportRequest {
+  method: "GET" | "POST" | "PUT" | "DELETE" | (string & {});
+  /** Absolute path, e.g. `/v1/sandboxes`; already percent-encoded. */
+  path: string;
+  query?: Record<string, string | undefined>;
+  headers?: Record<string, string>;
+  body?: Uint8Array | string;
+  signal?: AbortSignal;
+}
+
+/** A response whose body has not been read yet. */
+export interface TransportResponse {
+  status: number;
+  /** A response header (case-insensitive), or null. */
+  header(name: string): string | null;
+  /** The body as it arrives. Read it once, either this way or with `bytes()`. */
+  body(): AsyncIterable<Uint8Array>;
+  bytes(): Promise<Uint8Array>;
+  /** Stop reading and release the connection. */
+  cancel(): void;
+}
+
+/** Sends requests to one daemon. */
+export interface Transport {
+  /** Where requests go, for messages: `unix:///…` or `http://…`. */
+  readonly url: string;
+  request(req: TransportRequest): Promise<TransportResponse>;
+  /** Release pooled connections. */
+  close(): void;
+}
+
+/** Options shared by the transports. */
+export interface TransportOptions {
+  /** Sent as `Authorization: Bearer <token>`. */
+  token?: string | undefined;
+  /** Extra headers for every request. */
+  headers?: Record<string, string> | undefined;
+}
+
+function buildPath(req: TransportRequest): string {
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(req.query ?? {})) {
+    if (value !== undefined) params.append(key, value);
+  }
+  const qs = params.toString();
+  return qs ? `${req.path}?${qs}` : req.path;
+}
+
+function baseHeaders(opts: TransportOptions, req: TransportRequest): Record<string, string> {
+  const headers: Record<string, string> = { accept: "application/json", ...opts.headers, ...req.headers };
+  if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+  return headers;
+}
+
+function unreachable(url: string, cause: unknown): ConnectionError {
+  const detail = cause instanceof Error ? cause.message : String(cause);
+  return new ConnectionError(
+    `cannot reach the forkvm daemon at ${url} (${detail}); is \`forkvm serve\` running? ` +
+      "Set FORKVM_URL (unix:///path/to.sock or http://HOST:PORT) to point at another daemon",
+    { cause },
+  );
+}
+
+function isAbort(err: unknown): boolean {
+  return err instanceof Error && (err.name === "AbortError" || (err as NodeJS.ErrnoException).code === "ABORT_ERR");
+}
+
+async function collect(chunks: AsyncIterable<Uint8Array>): Promise<Uint8Array> {
+  const parts: Uint8Array[] = [];
+  for await (const chunk of chunks) parts.push(chunk);
+  return Buffer.concat(parts);
+}
+
+/** TCP transport on the global `fetch` (or one you pass). */
+export class FetchTransport implements Transport {
+  readonly url: string;
+  readonly #fetch: typeof fetch;
+  readonly #opts: TransportOptions;
+
+  constructor(baseUrl: string, opts: TransportOptions & { fetch?: typeof fetch | undefined } = {}) {
+    this.url = baseUrl.replace(/\/+$/, "");
+    this.#fetch = opts.fetch ?? globalThis.fetch;
+    this.#opts = opts;
+  }
+
+  async request(req: TransportRequest): Promise<TransportResponse> {
+    let res: Response;
+    try {
+      res = await this.#fetch(this.url + buildPath(req), {
+        method: req.method,
+        headers: baseHeaders(this.#opts, req),
+        body: req.body ?? null,
+        signal: req.signal ?? null,
+      });
+    } catch (err) {
+      if (isAbort(err)) throw err;
+      throw unreachable(this.url, err instanceof Error && err.cause ? err.cause : err);
+    }
+    let used = false;
+    const take = (): ReadableStream<Uint8Array> | null => {
+      if (used) throw new Error("the response body was already read");
+      used = true;
+      return res.body;
+    };
+    return {
+      status: res.status,
+      header: (name) => res.headers.get(name),
+      body: () => take() ?? emptyBody(),
+      bytes: async () => {
+        const stream = take();
+        return stream ? collect(stream) : new Uint8Array();
+      },
+      cancel: () => {
+        res.body?.cancel().catch(() => {});
+      },
+    };
+  }
+
+  close(): void {
+    // fetch's connection pool belongs to the global dispatcher; nothing to do.
+  }
+}
+
+async function* emptyBody(): AsyncIterable<Uint8Array> {}
+
+/** Unix-socket transport on `node:http` with `socketPath`. */
+export class UnixSocketTransport implements Transport {
+  readonly url: string;
+  readonly socketPath: string;
+  readonly #agent = new http.Agent({ keepAlive: true });
+  readonly #opts: TransportOptions;
+
+  constructor(socketPath: string, opts: TransportOptions = {}) {
+    this.socketPath = socketPath;
+    this.url = `unix://${socketPath}`;
+    this.#opts = opts;
+  }
+
+  request(req: TransportRequest): Promise<TransportResponse> {
+    const headers = baseHeaders(this.#opts, req);
+    const body = typeof req.body === "string" ? Buffer.from(req.body) : req.body;
+    if (body) headers["content-length"] = String(body.byteLength);
+    return new Promise((resolve, reject) => {
+      const outgoing = http.request(
+        {
+          socketPath: this.socketPath,
+          agent: this.#agent,
+          method: req.method,
+          path: buildPath(req),
+          headers: { host: "localhost", ...headers },
+          signal: req.signal,
+        },
+        (res) => {
+          let used = false;
+          const take = (): http.IncomingMessage => {
+            if (used) throw new Error("the response body was already read");
+            used = true;
+            return res;
+          };
+          resolve({
+            status: res.statusCode ?? 0,
+            header: (name) => {
+              const value = res.headers[name.toLowerCase()];
+              return value === undefined ? null : Array.isArray(value) ? value.join(", ") : value;
+            },
+            body: take,
+            bytes: () => collect(take()),
+            cancel: () => res.destroy(),
+          });
+        },
+      );
+      outgoing.on("error", (err) => reject(isAbort(err) ? err : unreachable(this.url, err)));
+      outgoing.end(body);
+    });
+  }
+
+  close(): void {
+    this.#agent.destroy();
+  }
+}
+
+/** Where a daemon is, from a URL (`unix:///p.sock`, `/p.sock`, `http://host:port`). */
+export type Endpoint = { kind: "unix"; socketPath: string } | { kind: "http"; baseUrl: string };
+
+/**
+ * Parse a daemon URL, as the CLI does: `unix:///path/to.sock`, a bare socket
+ * path, or `http(s)://HOST:PORT`.
+ */
+export function parseEndpoint(url: string): Endpoint {
+  if (url.startsWith("unix:")) {
+    const rest = url.slice("unix:".length);
+    const socketPath = rest.startsWith("//") ? rest.slice(2) : rest;
+    if (!socketPath.startsWith("/")) {
+      throw new TypeError(`bad forkvm URL ${JSON.stringify(url)}: use unix:///absolute/path.sock`);
+    }
+    return { kind: "unix", socketPath };
+  }
+  if (url.startsWith("/")) return { kind: "unix", socketPath: url };
+  if (/^https?:\/\//.test(url)) return { kind: "http", baseUrl: url };
+  throw new TypeError(
+    `bad forkvm URL ${JSON.stringify(url)}: use unix:///path/to.sock, a socket path, or http://HOST:PORT`,
+  );
+}

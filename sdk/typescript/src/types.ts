@@ -1,0 +1,359 @@
+/**
+ * Wire types of the forkvm REST API, one per schema in `docs/openapi.json`
+ * (`components.schemas`), with the server's field names.
+ *
+ * Response objects may gain fields in later versions of the daemon; request
+ * objects are parsed strictly by the server (unknown fields are a 400).
+ * `test/openapi.test.ts` fails when a schema or property is missing here.
+ *
+ * @module
+ */
+
+/** The accelerator in use and why it was chosen. */
+export interface AccelInfo {
+  /** `kvm` or `tcg`. */
+  kind: string;
+  reason: string;
+}
+
+/** How a branch copies memory. */
+export type BranchMode = "live" | "diff" | "full";
+
+/** `POST /v1/sandboxes/{id}/branch`. */
+export interface BranchRequest {
+  mode?: BranchMode | null;
+  /** Children to spawn from the branch point (0–1000, default 1). */
+  count?: number | null;
+  tag?: string | null;
+  /**
+   * Wait for the snapshot and children before answering (default true).
+   * With `false` the call returns as soon as the source has resumed; the
+   * snapshot is then `writing` until it is `ready` or `failed`.
+   */
+  wait?: boolean | null;
+}
+
+/** The result of a branch. */
+export interface BranchResult {
+  mode: BranchMode;
+  /** The snapshot of the branch point. */
+  snapshot: Snapshot;
+  children: Sandbox[];
+  /** How long the source's vCPUs were stopped (QEMU STOP/RESUME timestamps). */
+  pause_ms: number;
+  /** Taking the snapshot. */
+  snapshot_ms: number;
+  /** Spawning the children. */
+  spawn_ms: number;
+  total_ms: number;
+}
+
+/** `POST /v1/sandboxes`: start a sandbox. */
+export interface CreateSandbox {
+  /** Image name; `default` when omitted. */
+  image?: string | null;
+  /** Guest RAM in MiB (default 512). */
+  memory_mib?: number | null;
+  /** vCPUs (default 1). */
+  cpus?: number | null;
+  /** Spawn from this snapshot (id or tag); it fixes the image, memory and cpus. */
+  snapshot?: string | null;
+  /** Spawn this many sandboxes at once (1–1000); the response is then a {@link SandboxBatch}. */
+  count?: number | null;
+  /** Use (and on first use, create) the image's boot template (default true). */
+  use_template?: boolean | null;
+}
+
+/** `POST /v1/sandboxes/{id}/snapshot`. */
+export interface CreateSnapshot {
+  /** A unique name to refer to the snapshot by. */
+  tag?: string | null;
+}
+
+/** The body of every error response. */
+export interface ErrorBody {
+  error: ErrorDetail;
+}
+
+/** A machine-readable code and a message saying what to do. */
+export interface ErrorDetail {
+  code: string;
+  message: string;
+}
+
+/** `POST /v1/sandboxes/{id}/exec`: run a command. */
+export interface ExecRequest {
+  /** Program and arguments; `argv[0]` is looked up on the guest's PATH. */
+  argv: string[];
+  /** Extra environment variables, on top of the agent's. */
+  env?: Record<string, string>;
+  /** Working directory (default `/`). */
+  cwd?: string | null;
+  /** Standard input as text. */
+  stdin?: string | null;
+  /** Standard input as base64 bytes (instead of `stdin`). */
+  stdin_base64?: string | null;
+  /** Kill the command after this many milliseconds. */
+  timeout_ms?: number | null;
+  /** Keep at most this many bytes of each of stdout and stderr. */
+  max_output_bytes?: number | null;
+  /** Encoding of the output in the response (default `utf8`). */
+  encoding?: OutputEncoding | null;
+  /**
+   * Stream the output as it happens: the response is `application/x-ndjson`,
+   * one {@link ExecEvent} per line. `max_output_bytes` and `encoding` do not
+   * apply. `Client.execStream` sets it.
+   */
+  stream?: boolean;
+}
+
+/** The result of a finished command. */
+export interface ExecResult {
+  /** Exit status, when the command exited normally. */
+  exit_code?: number | null;
+  /** The signal that ended the command, if one did. */
+  signal?: number | null;
+  /** The command ran past `timeout_ms` and was killed. */
+  timed_out: boolean;
+  stdout: string;
+  stderr: string;
+  encoding: OutputEncoding;
+  /** Total bytes the command wrote, including any dropped past the cap. */
+  stdout_bytes: number;
+  stderr_bytes: number;
+  stdout_truncated: boolean;
+  stderr_truncated: boolean;
+  /** Run time inside the guest. */
+  duration_ms: number;
+}
+
+/**
+ * One line of a streamed exec (`stream: true`), newline-delimited JSON:
+ * output chunks (base64) as they happen, then `exit` or `error`.
+ */
+export type ExecEvent =
+  | {
+      /** A chunk of standard output, base64. */
+      type: "stdout";
+      data: string;
+    }
+  | {
+      /** A chunk of standard error, base64. */
+      type: "stderr";
+      data: string;
+    }
+  | {
+      /** The command finished; always the last line of a successful stream. */
+      type: "exit";
+      exit_code?: number | null;
+      signal?: number | null;
+      timed_out: boolean;
+      duration_ms: number;
+      stdout_bytes: number;
+      stderr_bytes: number;
+    }
+  | {
+      /** The command could not run to the end (the guest went away…); the last line of a failed stream. */
+      type: "error";
+      error: ErrorDetail;
+    };
+
+/** `PUT /v1/sandboxes/{id}/files`. */
+export interface FileWritten {
+  path: string;
+  size: number;
+}
+
+/** `POST /v1/snapshots/{id}/flatten`. */
+export interface FlattenRequest {
+  /** A unique name for the flat snapshot. */
+  tag?: string | null;
+}
+
+/** `GET /v1/health`. */
+export interface Health {
+  /** Always `ok` when the daemon answers. */
+  status: string;
+  version: string;
+}
+
+/** `GET /v1/info`. */
+export interface Info {
+  version: string;
+  accel: AccelInfo;
+  qemu: QemuInfo;
+  limits: Limits;
+  /** The daemon's data directory. */
+  home: string;
+  /** Images that can be spawned. */
+  images: string[];
+  /** Sandboxes known to the daemon, in any state. */
+  sandboxes: number;
+  snapshots: number;
+  /** The default warm-pool size for boot templates (`--pool-size`). */
+  default_pool_size: number;
+  pools: PoolInfo[];
+}
+
+/** Limits the daemon enforces. */
+export interface Limits {
+  max_memory_mib: number;
+  max_cpus: number;
+  max_sandboxes: number;
+  max_exec_output_bytes: number;
+  max_exec_timeout_ms: number;
+  max_file_bytes: number;
+  max_request_bytes: number;
+  /** Requests handled at once; more get 429 `limit_exceeded`. */
+  max_concurrent_requests?: number;
+  /** A request body must arrive within this long, or 408 `request_timeout`. */
+  request_body_timeout_ms?: number;
+}
+
+/** Memory use of a sandbox's QEMU process, from `/proc/<pid>/smaps_rollup`. */
+export interface MemoryUsage {
+  rss_kib: number;
+  pss_kib: number;
+  private_dirty_kib: number;
+}
+
+/** How `stdout`/`stderr` are encoded in an {@link ExecResult}. */
+export type OutputEncoding = "utf8" | "base64";
+
+/** `PUT /v1/snapshots/{id}/pool`. */
+export interface PoolConfig {
+  /** QEMU processes to keep started and waiting (0 disables the pool). */
+  size: number;
+}
+
+/** A warm pool as `GET /v1/info` shows it. */
+export interface PoolInfo {
+  snapshot: string;
+  size: number;
+  /** Processes ready to be claimed right now. */
+  ready: number;
+}
+
+/** The QEMU in use. */
+export interface QemuInfo {
+  path: string;
+  version: string;
+}
+
+/** A sandbox as the API shows it. */
+export interface Sandbox {
+  id: string;
+  state: SandboxState;
+  image: string;
+  memory_mib: number;
+  cpus: number;
+  /** `kvm` or `tcg`. */
+  accel: string;
+  /** The QEMU process id while it runs. */
+  pid?: number | null;
+  /** RFC 3339 creation time. */
+  created_at: string;
+  /** Why the sandbox failed, when `state` is `failed`. */
+  failure?: string | null;
+  timings?: SpawnTimings | null;
+  /** Present on `GET /v1/sandboxes/{id}` while QEMU runs. */
+  memory?: MemoryUsage | null;
+  /** The snapshot the sandbox was spawned from. */
+  snapshot?: string | null;
+}
+
+/** The response to `POST /v1/sandboxes` with `count`. */
+export interface SandboxBatch {
+  sandboxes: Sandbox[];
+  /** Wall time of the whole batch. */
+  total_ms: number;
+}
+
+/** `GET /v1/sandboxes`. */
+export interface SandboxList {
+  sandboxes: Sandbox[];
+}
+
+/** Lifecycle state of a sandbox. */
+export type SandboxState = "starting" | "running" | "failed";
+
+/** A snapshot as the API shows it. */
+export interface Snapshot {
+  id: string;
+  tag?: string | null;
+  /** The snapshot the source was spawned from (its disk layer is this snapshot's backing layer). */
+  parent?: string | null;
+  /** The sandbox that was snapshotted. */
+  source: string;
+  image: string;
+  memory_mib: number;
+  cpus: number;
+  created_at: string;
+  /** `shared`, `stream`, `live` or `diff`. */
+  kind: string;
+  /** Diff links between this snapshot and its base memory image (0 but for `diff`). */
+  depth?: number;
+  /** `ready`, `writing` (an asynchronous branch is still publishing it) or `failed`. */
+  state: string;
+  /** Why an asynchronous branch's snapshot failed. */
+  failure?: string | null;
+  /** True for an image's boot template. */
+  template: boolean;
+  qemu_version: string;
+  sizes: SnapshotSizes;
+  /** Warm-pool size (QEMU processes kept waiting for this snapshot). */
+  pool_size: number;
+  /** Sandboxes spawned from it that still exist. */
+  sandboxes: string[];
+  /** Snapshots whose disk layer builds on this one. */
+  children: string[];
+  /** Present in the response that created it. */
+  timings?: SnapshotTimings | null;
+}
+
+/** `GET /v1/snapshots`. */
+export interface SnapshotList {
+  snapshots: Snapshot[];
+}
+
+/** Sizes of a snapshot's files. */
+export interface SnapshotSizes {
+  memory_bytes: number;
+  /** Memory image bytes actually allocated (it is sparse). */
+  memory_allocated_bytes: number;
+  device_state_bytes: number;
+  disk_bytes: number;
+  /** A diff snapshot's changed pages (`memory.diff`), header included. */
+  memory_diff_bytes?: number;
+}
+
+/** Where the time of a snapshot went, in milliseconds. */
+export interface SnapshotTimings {
+  /** How long the source's vCPUs were stopped. */
+  pause_ms: number;
+  save_state_ms: number;
+  freeze_disk_ms: number;
+  copy_memory_ms: number;
+  /** Hashing and publishing, after the source resumed. */
+  publish_ms: number;
+  total_ms: number;
+}
+
+/** Where the time of a spawn went, in milliseconds. */
+export interface SpawnTimings {
+  /** Creating the sandbox directory, RAM file and disk overlay. */
+  prepare_ms: number;
+  /** Starting QEMU until QMP answered. */
+  qemu_start_ms: number;
+  /** From QMP ready until the guest agent answered (0 for a restore). */
+  boot_ms: number;
+  /** Loading the snapshot's device state and resuming (restores only). */
+  restore_ms?: number | null;
+  /** Giving the clone its identity: RNG reseed, clock, hostname (restores only). */
+  identity_ms?: number | null;
+  /** The QEMU process came from the warm pool. */
+  from_pool?: boolean | null;
+  /** Creating the image's boot template (first spawn of an image only). */
+  template_ms?: number | null;
+  total_ms: number;
+}

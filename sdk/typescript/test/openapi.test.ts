@@ -1,0 +1,259 @@
+/**
+ * The SDK against docs/openapi.json, without a daemon: every operation has a
+ * Client method that sends the right verb, path, query and body fields, and
+ * every schema has a wire type in src/types.ts with the same properties.
+ */
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import ts from "typescript";
+import { Client, ForkvmError, type Transport, type TransportRequest } from "forkvm";
+import { OPENAPI_PATH, SDK_ROOT } from "./paths.js";
+
+interface Parameter {
+  name: string;
+  in: string;
+}
+interface Operation {
+  operationId: string;
+  responses: Record<string, unknown>;
+  parameters?: Parameter[];
+  requestBody?: { content: Record<string, { schema: { $ref?: string } }> };
+}
+interface Schema {
+  type?: string | string[];
+  enum?: string[];
+  properties?: Record<string, Schema>;
+  required?: string[];
+  oneOf?: Schema[];
+}
+interface OpenApi {
+  paths: Record<string, Record<string, Operation>>;
+  components: { schemas: Record<string, Schema> };
+}
+
+const doc = JSON.parse(readFileSync(OPENAPI_PATH, "utf8")) as OpenApi;
+const HTTP_METHODS = ["get", "put", "post", "delete", "patch", "head", "options"];
+
+const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
+  Object.entries(item)
+    .filter(([method]) => HTTP_METHODS.includes(method))
+    .map(([method, op]) => ({ path, method: method.toUpperCase(), op })),
+);
+
+/** `list_sandboxes` → `listSandboxes`. */
+const methodName = (operationId: string): string => operationId.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+
+/**
+ * How to call each operation's methods, so that together they send every
+ * parameter and body field. A new operation in docs/openapi.json fails the
+ * tests below until it is added here and to the Client.
+ */
+const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
+  health: [(c) => c.health()],
+  info: [(c) => c.info()],
+  list_sandboxes: [(c) => c.listSandboxes()],
+  create_sandbox: [
+    (c) => c.createSandbox({ image: "default", memory_mib: 512, cpus: 1, use_template: false }),
+    (c) => c.createSandbox({ snapshot: "s", count: 2 }),
+  ],
+  get_sandbox: [(c) => c.getSandbox("ID")],
+  delete_sandbox: [(c) => c.deleteSandbox("ID")],
+  branch_sandbox: [(c) => c.branchSandbox("ID", { mode: "live", count: 2, tag: "t", wait: false })],
+  exec: [
+    (c) =>
+      c.exec("ID", {
+        argv: ["true"],
+        env: { A: "1" },
+        cwd: "/",
+        stdin: "x",
+        timeout_ms: 1,
+        max_output_bytes: 1,
+        encoding: "base64",
+      }),
+    (c) => c.exec("ID", { argv: ["true"], stdin_base64: "eA==" }),
+    (c) => c.execStream("ID", { argv: ["true"] }).next(),
+  ],
+  read_file: [(c) => c.readFile("ID", "/etc/hostname")],
+  write_file: [(c) => c.writeFile("ID", "/tmp/f", "data", { mode: 0o600 })],
+  logs: [(c) => c.logs("ID")],
+  snapshot_sandbox: [(c) => c.snapshotSandbox("ID", { tag: "t" })],
+  list_snapshots: [(c) => c.listSnapshots()],
+  get_snapshot: [(c) => c.getSnapshot("ID")],
+  delete_snapshot: [(c) => c.deleteSnapshot("ID", { force: true })],
+  flatten_snapshot: [(c) => c.flattenSnapshot("ID", { tag: "t" })],
+  set_pool: [(c) => c.setPool("ID", 2)],
+};
+
+/** Parameters the document lists that the SDK leaves out on purpose. */
+const UNUSED_PARAMETERS: Record<string, string[]> = {
+  // The file endpoints share one query struct; `mode` applies to writes only.
+  read_file: ["mode"],
+};
+
+/** A transport that records the request and goes no further. */
+class RecordingTransport implements Transport {
+  readonly url = "record://";
+  requests: TransportRequest[] = [];
+  request(req: TransportRequest): Promise<never> {
+    this.requests.push(req);
+    return Promise.reject(new Error("recorded"));
+  }
+  close(): void {}
+}
+
+describe("the Client covers docs/openapi.json", () => {
+  test("the document lists operations", () => {
+    assert.ok(operations.length >= 17, `only ${operations.length} operations in ${OPENAPI_PATH}`);
+  });
+
+  test("every operationId has a Client method", () => {
+    const proto = Client.prototype as unknown as Record<string, unknown>;
+    const missing = operations
+      .map(({ op }) => op.operationId)
+      .filter((id) => typeof proto[methodName(id)] !== "function")
+      .map((id) => `${id} → Client.${methodName(id)}`);
+    assert.deepEqual(missing, [], `the Client lacks methods for: ${missing.join(", ")}`);
+  });
+
+  for (const { path, method, op } of operations) {
+    test(`${op.operationId}: ${method} ${path}`, async () => {
+      const calls = CALLS[op.operationId];
+      assert.ok(calls, `no test call for operation ${op.operationId}: add it to CALLS`);
+      const transport = new RecordingTransport();
+      for (const call of calls) await assert.rejects(call(new Client({ transport })), /recorded/);
+      assert.equal(transport.requests.length, calls.length);
+
+      const pattern = new RegExp(`^${path.replace(/\{[^}]+\}/g, "[^/?]+")}$`);
+      const inPath = new Set([...path.matchAll(/\{([^}]+)\}/g)].map((m) => m[1]));
+      const content = op.requestBody?.content ?? {};
+      const ref = content["application/json"]?.schema.$ref;
+      const sentFields = new Set<string>();
+      for (const req of transport.requests) {
+        assert.equal(req.method, method);
+        assert.match(req.path, pattern);
+        // Parameters that are not in the path template travel in the query.
+        for (const param of op.parameters ?? []) {
+          if (inPath.has(param.name) || UNUSED_PARAMETERS[op.operationId]?.includes(param.name)) continue;
+          assert.ok(req.query?.[param.name] !== undefined, `${op.operationId} does not send the ${param.name} parameter`);
+        }
+        if (ref) {
+          for (const key of Object.keys(JSON.parse(String(req.body)) as object)) sentFields.add(key);
+        } else if (content["application/octet-stream"]) {
+          assert.ok(req.body instanceof Uint8Array, `${op.operationId} sends raw bytes`);
+        } else {
+          assert.equal(req.body, undefined, `${op.operationId} takes no body`);
+        }
+      }
+      if (ref) {
+        // The fields sent are the schema's (the server denies others), and the calls send them all.
+        const known = Object.keys(doc.components.schemas[ref.split("/").pop()!]!.properties ?? {});
+        assert.deepEqual([...sentFields].filter((k) => !known.includes(k)), [], `${op.operationId} sends fields the schema lacks`);
+        assert.deepEqual(known.filter((k) => !sentFields.has(k)), [], `the SDK never sends these fields of ${op.operationId}`);
+      }
+    });
+  }
+});
+
+describe("errors", () => {
+  test("every error status in the document has its own ForkvmError subclass", () => {
+    const statuses = new Set(operations.flatMap(({ op }) => Object.keys(op.responses).map(Number).filter((s) => s >= 400)));
+    const generic = [...statuses].filter((s) => ForkvmError.fromResponse(s, "some_new_code", "m").constructor === ForkvmError);
+    assert.deepEqual(generic, [], "statuses that map to no specific error class");
+  });
+
+  test("the class follows the code first, then the status", () => {
+    const notFound = ForkvmError.fromResponse(404, "image_not_found", "no image");
+    assert.equal(notFound.name, "NotFoundError");
+    assert.equal(notFound.code, "image_not_found");
+    assert.equal(notFound.status, 404);
+    assert.equal(notFound.message, "no image");
+    assert.equal(ForkvmError.fromResponse(500, "guest_timeout", "m").name, "GuestTimeoutError");
+    assert.equal(ForkvmError.fromResponse(429, "x", "m").name, "LimitExceededError");
+    assert.equal(ForkvmError.fromResponse(418, "teapot", "m").name, "ForkvmError");
+    assert.equal(ForkvmError.statusOf("conflict"), 409);
+  });
+});
+
+/** The exported interfaces and type aliases of src/types.ts. */
+function declaredTypes(): Map<string, ts.InterfaceDeclaration | ts.TypeAliasDeclaration> {
+  const file = join(SDK_ROOT, "src/types.ts");
+  const source = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.Latest, true);
+  const types = new Map<string, ts.InterfaceDeclaration | ts.TypeAliasDeclaration>();
+  for (const node of source.statements) {
+    if ((ts.isInterfaceDeclaration(node) || ts.isTypeAliasDeclaration(node)) && node.modifiers?.some((m) => m.kind === ts.SyntaxKind.ExportKeyword)) {
+      types.set(node.name.text, node);
+    }
+  }
+  return types;
+}
+
+/** Property name → optional?, of an interface or an object type literal. */
+function membersOf(node: ts.Node): Map<string, boolean> | undefined {
+  const members = ts.isInterfaceDeclaration(node) || ts.isTypeLiteralNode(node) ? node.members : undefined;
+  if (!members) return undefined;
+  const out = new Map<string, boolean>();
+  for (const member of members) {
+    if (ts.isPropertySignature(member) && member.name && ts.isIdentifier(member.name)) {
+      out.set(member.name.text, member.questionToken !== undefined);
+    }
+  }
+  return out;
+}
+
+/** The string literal type of a `type` member, for tagged unions. */
+function tagOf(node: ts.TypeLiteralNode): string | undefined {
+  for (const member of node.members) {
+    if (ts.isPropertySignature(member) && member.name && ts.isIdentifier(member.name) && member.name.text === "type") {
+      const type = member.type;
+      if (type && ts.isLiteralTypeNode(type) && ts.isStringLiteral(type.literal)) return type.literal.text;
+    }
+  }
+  return undefined;
+}
+
+function assertProperties(name: string, schema: Schema, node: ts.Node): void {
+  const members = membersOf(node);
+  assert.ok(members, `${name} is an interface or object type`);
+  const required = new Set(schema.required ?? []);
+  for (const prop of Object.keys(schema.properties ?? {})) {
+    assert.ok(members.has(prop), `${name} lacks the property ${prop}`);
+    assert.equal(members.get(prop), !required.has(prop), `${name}.${prop} should be ${required.has(prop) ? "required" : "optional"}`);
+  }
+}
+
+describe("src/types.ts covers every schema of docs/openapi.json", () => {
+  const types = declaredTypes();
+  for (const [name, schema] of Object.entries(doc.components.schemas)) {
+    test(`schema ${name}`, () => {
+      const node = types.get(name);
+      assert.ok(node, `src/types.ts has no exported type ${name}`);
+      const body = ts.isTypeAliasDeclaration(node) ? node.type : node;
+      if (schema.enum) {
+        assert.ok(ts.isUnionTypeNode(body), `${name} is a union of literals`);
+        const literals = body.types.map((t) => (ts.isLiteralTypeNode(t) && ts.isStringLiteral(t.literal) ? t.literal.text : "?"));
+        assert.deepEqual([...literals].sort(), [...schema.enum].sort(), `the values of ${name}`);
+      } else if (schema.oneOf && schema.oneOf.every((v) => v.properties?.type?.enum)) {
+        // A tagged union: one object type per variant, told apart by `type`.
+        assert.ok(ts.isUnionTypeNode(body), `${name} is a union`);
+        const variants = new Map<string, ts.TypeLiteralNode>();
+        for (const t of body.types) {
+          const tag = ts.isTypeLiteralNode(t) ? tagOf(t) : undefined;
+          if (tag && ts.isTypeLiteralNode(t)) variants.set(tag, t);
+        }
+        for (const variant of schema.oneOf) {
+          const tag = variant.properties!.type!.enum![0]!;
+          const literal = variants.get(tag);
+          assert.ok(literal, `${name} lacks the variant type: "${tag}"`);
+          assertProperties(`${name}(${tag})`, variant, literal);
+        }
+        assert.equal(variants.size, schema.oneOf.length, `${name} has variants the document lacks`);
+      } else if (schema.properties) {
+        assertProperties(name, schema, body);
+      } else {
+        assert.fail(`schema ${name} has a shape this test does not know; extend it`);
+      }
+    });
+  }
+});
