@@ -333,7 +333,7 @@ impl Client {
                     ExecEvent::Exit { .. } => return Ok(ev),
                     ExecEvent::Error { error } => {
                         return Err(ClientError::Api {
-                            status: 502,
+                            status: crate::codes::status_of(&error.code),
                             code: error.code,
                             message: error.message,
                         })

@@ -9,6 +9,7 @@
 //! | `conflict` | 409 | the sandbox is not in a state that allows this |
 //! | `snapshot_corrupt` | 422 | a snapshot file fails its checksum |
 //! | `payload_too_large` | 413 | request body or guest file over the limit |
+//! | `request_timeout` | 408 | the request body did not arrive in time |
 //! | `limit_exceeded` | 429 | too many sandboxes or requests |
 //! | `guest_error` | 502 | the guest agent reported an error or went away |
 //! | `guest_timeout` | 504 | the guest agent did not answer in time |
@@ -28,3 +29,22 @@ pub const GUEST_TIMEOUT: &str = "guest_timeout";
 pub const QEMU_FAILED: &str = "qemu_failed";
 pub const INTERNAL: &str = "internal";
 pub const SNAPSHOT_CORRUPT: &str = "snapshot_corrupt";
+
+/// The HTTP status a code is sent with (the table above). A streamed exec
+/// reports a late error as a code inside a 200 response; clients use this to
+/// give it the status it would have had.
+pub fn status_of(code: &str) -> u16 {
+    match code {
+        INVALID_REQUEST => 400,
+        UNAUTHORIZED => 401,
+        NOT_FOUND | IMAGE_NOT_FOUND => 404,
+        REQUEST_TIMEOUT => 408,
+        CONFLICT => 409,
+        PAYLOAD_TOO_LARGE => 413,
+        SNAPSHOT_CORRUPT => 422,
+        LIMIT_EXCEEDED => 429,
+        GUEST_ERROR => 502,
+        GUEST_TIMEOUT => 504,
+        _ => 500,
+    }
+}

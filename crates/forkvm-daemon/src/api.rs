@@ -262,13 +262,31 @@ async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) ->
     }
     match slots.clone().try_acquire_owned() {
         Ok(_permit) => next.run(req).await,
-        Err(_) => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            codes::LIMIT_EXCEEDED,
-            "the daemon is already handling its maximum of concurrent requests \
-             (max_concurrent_requests in GET /v1/info); retry shortly",
-        )
-        .into_response(),
+        Err(_) => {
+            // Take in a small body first, so a client that sends its body
+            // after the headers reads this 429 instead of a broken pipe.
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                axum::body::to_bytes(req.into_body(), 1 << 20),
+            )
+            .await;
+            let mut r = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                codes::LIMIT_EXCEEDED,
+                "the daemon is already handling its maximum of concurrent requests \
+                 (max_concurrent_requests in GET /v1/info); retry shortly",
+            )
+            .into_response();
+            // A larger body is left unread, so the connection cannot carry
+            // another request: say so.
+            r.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            r
+        }
     }
 }
 

@@ -713,6 +713,14 @@ impl Manager {
                 )));
             }
             self.live_map().remove(id);
+        } else if row.state == SandboxState::Starting {
+            // Its spawn is still preparing (no QEMU attached yet): removing
+            // its files now would fail that spawn halfway. (Rows left
+            // `starting` by a dead daemon are swept at start, so this spawn
+            // is one of ours and will finish.)
+            return Err(ApiError::conflict(format!(
+                "sandbox {id} is still starting; remove it once the spawn returns"
+            )));
         } else if let (SandboxState::Running | SandboxState::Starting, Some(pid)) =
             (row.state, row.pid)
         {

@@ -1155,6 +1155,10 @@ impl Manager {
     /// goes through (garbage collection from the roots: every sandbox's disk
     /// files and every published snapshot's layer).
     pub async fn collect_layers(&self) {
+        // One collection at a time: two would each see the other's deletions
+        // as unreadable chains.
+        static GC: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _gc = GC.lock().await;
         if self.store.orphan_layers().is_empty() {
             return;
         }
@@ -1177,6 +1181,9 @@ impl Manager {
         for r in roots {
             match forkvm_qemu::disk::backing_chain(&r).await {
                 Ok(chain) => referenced.extend(chain),
+                // A sandbox removed while we looked: its files reference
+                // nothing any more.
+                Err(_) if !r.exists() => {}
                 Err(e) => {
                     // Unsure what this chain holds: delete nothing this time.
                     tracing::warn!(

@@ -1,0 +1,105 @@
+"""Python SDK for forkvm: AI-agent sandboxes as microVMs that fork while they run.
+
+Quick start::
+
+    from forkvm import Sandbox
+
+    with Sandbox() as sb:
+        print(sb.exec("echo hello from $(hostname)").stdout)
+
+The package has three layers:
+
+* :class:`Sandbox`, :class:`Snapshot` and :class:`Branch` (and their async
+  twins :class:`AsyncSandbox`, :class:`AsyncSnapshot`, :class:`AsyncBranch`):
+  objects for everyday use.
+* :class:`Client` and :class:`AsyncClient`: one method per REST operation,
+  returning the typed models of :mod:`forkvm.models`.
+* :mod:`forkvm.errors`: :class:`ForkvmError` and a subclass per kind of
+  failure, carrying the daemon's ``status``, ``code`` and ``message``.
+
+The daemon is found through ``FORKVM_URL`` (``unix:///path.sock`` or
+``http://host:port``, with ``FORKVM_TOKEN`` as bearer token), else at
+``$FORKVM_HOME/forkvm.sock`` (``FORKVM_HOME`` defaults to ``/var/lib/forkvm``).
+"""
+
+__version__ = "0.1.0"
+
+from . import models
+from .aio import AsyncBranch, AsyncSandbox, AsyncSandboxFiles, AsyncSnapshot
+from .async_client import AsyncClient, default_async_client
+from .client import Client, default_client
+from .errors import (
+    ClientTimeout,
+    CommandFailed,
+    Conflict,
+    DaemonUnreachable,
+    ForkvmError,
+    GuestError,
+    GuestTimeout,
+    ImageNotFound,
+    InvalidRequest,
+    LimitExceeded,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    ProtocolError,
+    QemuFailed,
+    RequestTimeout,
+    ServerError,
+    SnapshotCorrupt,
+    StreamingUnsupported,
+    Unauthorized,
+)
+from .models import BranchMode, ExecResult, OutputEncoding, SandboxState
+from .sandbox import Branch, Sandbox, SandboxFiles, Snapshot
+from .streaming import AsyncExecStream, ExecEvent, ExecStream, ExitEvent, OutputEvent
+
+__all__ = [
+    "__version__",
+    "models",
+    # objects
+    "Sandbox",
+    "Snapshot",
+    "Branch",
+    "SandboxFiles",
+    "AsyncSandbox",
+    "AsyncSnapshot",
+    "AsyncBranch",
+    "AsyncSandboxFiles",
+    # clients
+    "Client",
+    "AsyncClient",
+    "default_client",
+    "default_async_client",
+    # results and events
+    "ExecResult",
+    "BranchMode",
+    "OutputEncoding",
+    "SandboxState",
+    "ExecStream",
+    "AsyncExecStream",
+    "ExecEvent",
+    "OutputEvent",
+    "ExitEvent",
+    # errors
+    "ForkvmError",
+    "InvalidRequest",
+    "MethodNotAllowed",
+    "StreamingUnsupported",
+    "Unauthorized",
+    "NotFound",
+    "ImageNotFound",
+    "Conflict",
+    "RequestTimeout",
+    "PayloadTooLarge",
+    "SnapshotCorrupt",
+    "LimitExceeded",
+    "ServerError",
+    "QemuFailed",
+    "GuestError",
+    "GuestTimeout",
+    "DaemonUnreachable",
+    "ClientTimeout",
+    "ProtocolError",
+    "CommandFailed",
+]

@@ -1,0 +1,247 @@
+"""The API operations as transport-free request descriptions.
+
+Each function here builds a :class:`Request` for one ``operationId`` of the
+OpenAPI document: method, path, query, body, and how to parse the answer.
+:class:`~forkvm.Client` and :class:`~forkvm.AsyncClient` only send them, so
+both clients build identical requests.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Type, Union
+from urllib.parse import quote
+
+import httpx
+
+from . import models
+from ._config import EXEC_GRACE_SECONDS
+from .errors import ProtocolError
+
+Parser = Callable[[httpx.Response], Any]
+
+
+def _none(response: httpx.Response) -> None:
+    return None
+
+
+@dataclass
+class Request:
+    """One HTTP request to the daemon, and how to read its answer."""
+
+    method: str
+    path: str
+    parse: Parser = _none
+    params: Optional[Dict[str, str]] = None
+    json: Any = None
+    content: Optional[bytes] = None
+    headers: Dict[str, str] = field(default_factory=dict)
+    #: ``None`` means the client's default timeout; otherwise an httpx timeout.
+    timeout: Optional[httpx.Timeout] = None
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return json.loads(response.content)
+    except ValueError as e:
+        raise ProtocolError(
+            f"the daemon answered {response.request.method} {response.request.url.path} "
+            f"with a body that is not JSON: {response.text[:200]!r}",
+            code="bad_response",
+            status=response.status_code,
+        ) from e
+
+
+def _model(cls: Type[models.Model]) -> Parser:
+    def parse(response: httpx.Response) -> Any:
+        data = _json(response)
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as e:
+            raise ProtocolError(f"unexpected {cls.__name__} from the daemon: {e}", code="bad_response") from e
+
+    return parse
+
+
+def _created(response: httpx.Response) -> Union[models.Sandbox, models.SandboxBatch]:
+    data = _json(response)
+    cls = models.SandboxBatch if isinstance(data, dict) and "sandboxes" in data else models.Sandbox
+    return cls.from_dict(data)
+
+
+def _seg(value: str) -> str:
+    """A path segment (ids and tags), percent-encoded."""
+    if not value:
+        raise ValueError("an id or tag must not be empty")
+    return quote(str(value), safe="")
+
+
+def _file_mode(mode: Union[int, str, None]) -> Optional[str]:
+    if mode is None:
+        return None
+    if isinstance(mode, int):
+        return format(mode, "o")
+    return mode
+
+
+def exec_timeout(timeout_ms: Optional[int], default_read: Optional[float] = None) -> httpx.Timeout:
+    """An HTTP timeout for an exec: its own timeout plus a grace, else none."""
+    read = timeout_ms / 1000.0 + EXEC_GRACE_SECONDS if timeout_ms is not None else default_read
+    return httpx.Timeout(read, connect=10.0)
+
+
+# --------------------------------------------------------------------------
+# One builder per operationId.
+
+
+def health() -> Request:
+    return Request("GET", "/v1/health", _model(models.Health))
+
+
+def info() -> Request:
+    return Request("GET", "/v1/info", _model(models.Info))
+
+
+def list_sandboxes() -> Request:
+    return Request("GET", "/v1/sandboxes", _model(models.SandboxList))
+
+
+def create_sandbox(body: models.CreateSandbox) -> Request:
+    return Request("POST", "/v1/sandboxes", _created, json=body.to_dict())
+
+
+def get_sandbox(id: str) -> Request:
+    return Request("GET", f"/v1/sandboxes/{_seg(id)}", _model(models.Sandbox))
+
+
+def delete_sandbox(id: str) -> Request:
+    return Request("DELETE", f"/v1/sandboxes/{_seg(id)}")
+
+
+def branch_sandbox(id: str, body: models.BranchRequest) -> Request:
+    return Request("POST", f"/v1/sandboxes/{_seg(id)}/branch", _model(models.BranchResult), json=body.to_dict())
+
+
+def exec_(id: str, body: models.ExecRequest) -> Request:
+    return Request(
+        "POST",
+        f"/v1/sandboxes/{_seg(id)}/exec",
+        _model(models.ExecResult),
+        json=body.to_dict(),
+        timeout=exec_timeout(body.timeout_ms),
+    )
+
+
+def exec_stream(id: str, body: models.ExecRequest) -> Request:
+    body.stream = True
+    return Request(
+        "POST",
+        f"/v1/sandboxes/{_seg(id)}/exec",
+        json=body.to_dict(),
+        headers={"Accept": "application/x-ndjson"},
+        timeout=exec_timeout(body.timeout_ms),
+    )
+
+
+def read_file(id: str, path: str) -> Request:
+    return Request(
+        "GET",
+        f"/v1/sandboxes/{_seg(id)}/files",
+        lambda r: r.content,
+        params={"path": path},
+        headers={"Accept": "application/octet-stream"},
+    )
+
+
+def write_file(id: str, path: str, data: Union[bytes, str], mode: Union[int, str, None] = None) -> Request:
+    params = {"path": path}
+    mode_str = _file_mode(mode)
+    if mode_str is not None:
+        params["mode"] = mode_str
+    content = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return Request(
+        "PUT",
+        f"/v1/sandboxes/{_seg(id)}/files",
+        _model(models.FileWritten),
+        params=params,
+        content=content,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+
+
+def logs(id: str) -> Request:
+    return Request("GET", f"/v1/sandboxes/{_seg(id)}/logs", lambda r: r.text, headers={"Accept": "text/plain"})
+
+
+def snapshot_sandbox(id: str, body: models.CreateSnapshot) -> Request:
+    return Request("POST", f"/v1/sandboxes/{_seg(id)}/snapshot", _model(models.Snapshot), json=body.to_dict())
+
+
+def list_snapshots() -> Request:
+    return Request("GET", "/v1/snapshots", _model(models.SnapshotList))
+
+
+def get_snapshot(id: str) -> Request:
+    return Request("GET", f"/v1/snapshots/{_seg(id)}", _model(models.Snapshot))
+
+
+def delete_snapshot(id: str, force: bool = False) -> Request:
+    return Request("DELETE", f"/v1/snapshots/{_seg(id)}", params={"force": "true"} if force else None)
+
+
+def flatten_snapshot(id: str, body: models.FlattenRequest) -> Request:
+    return Request("POST", f"/v1/snapshots/{_seg(id)}/flatten", _model(models.Snapshot), json=body.to_dict())
+
+
+def set_pool(id: str, body: models.PoolConfig) -> Request:
+    return Request("PUT", f"/v1/snapshots/{_seg(id)}/pool", _model(models.Snapshot), json=body.to_dict())
+
+
+# --------------------------------------------------------------------------
+# Helpers for building exec requests from friendly arguments.
+
+
+def exec_request(
+    argv: Union[str, Sequence[str]],
+    *,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[str] = None,
+    stdin: Union[str, bytes, None] = None,
+    stdin_base64: Optional[str] = None,
+    timeout_ms: Optional[int] = None,
+    max_output_bytes: Optional[int] = None,
+    encoding: Union[models.OutputEncoding, str, None] = None,
+) -> models.ExecRequest:
+    """Build an :class:`~forkvm.models.ExecRequest`.
+
+    A string command runs through ``sh -c``; bytes ``stdin`` is sent as base64.
+    """
+    if isinstance(argv, str):
+        args = ["sh", "-c", argv]
+    else:
+        args = [str(a) for a in argv]
+    if isinstance(stdin, (bytes, bytearray, memoryview)):
+        if stdin_base64 is not None:
+            raise ValueError("give stdin or stdin_base64, not both")
+        stdin_base64 = base64.b64encode(bytes(stdin)).decode("ascii")
+        stdin = None
+    return models.ExecRequest(
+        argv=args,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        stdin=stdin,
+        stdin_base64=stdin_base64,
+        timeout_ms=timeout_ms,
+        max_output_bytes=max_output_bytes,
+        encoding=models.OutputEncoding(encoding) if encoding is not None else None,
+    )
+
+
+def seconds_to_ms(timeout: Optional[float]) -> Optional[int]:
+    if timeout is None:
+        return None
+    if timeout < 0:
+        raise ValueError("timeout must not be negative")
+    return int(round(timeout * 1000))

@@ -1,0 +1,445 @@
+"""The async object interface: :class:`AsyncSandbox`, :class:`AsyncSnapshot`, :class:`AsyncBranch`.
+
+The same surface as :mod:`forkvm.sandbox`, with coroutines. A sandbox is
+spawned by awaiting the constructor, by ``async with``, or by
+:meth:`AsyncSandbox.create`::
+
+    async with AsyncSandbox() as sb:
+        result = await sb.exec("echo hello")
+        branch = await sb.branch(count=4)
+        results = await asyncio.gather(*(c.exec("hostname") for c in branch.children))
+        await asyncio.gather(*(c.close() for c in branch.children))
+
+    sb = await AsyncSandbox(memory_mib=256)
+    ...
+    await sb.close()
+
+Without ``client=``, objects share one :class:`~forkvm.AsyncClient` per
+event loop, configured from the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Generator, List, Mapping, Optional, Sequence, Union
+
+from . import _ops, models
+from .async_client import AsyncClient, default_async_client
+from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
+from .streaming import AsyncExecStream
+
+__all__ = ["AsyncSandbox", "AsyncSnapshot", "AsyncBranch", "AsyncSandboxFiles"]
+
+Command = Union[str, Sequence[str]]
+AsyncOutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]
+
+
+async def _call(callback: AsyncOutputCallback, text: str) -> None:
+    outcome = callback(text)
+    if inspect.isawaitable(outcome):
+        await outcome
+
+
+class AsyncSandboxFiles:
+    """Files in a sandbox's guest (async)."""
+
+    def __init__(self, sandbox: "AsyncSandbox") -> None:
+        self._sandbox = sandbox
+
+    async def read(self, path: str) -> bytes:
+        return await self._sandbox.client.read_file(self._sandbox.id, path)
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read(path)).decode(encoding)
+
+    async def write(self, path: str, data: Union[bytes, str], mode: Union[int, str, None] = None) -> models.FileWritten:
+        return await self._sandbox.client.write_file(self._sandbox.id, path, data, mode=mode)
+
+
+class AsyncSandbox:
+    """A running microVM (async). See :class:`forkvm.Sandbox`.
+
+    ``AsyncSandbox(...)`` only records the arguments; the spawn happens when
+    it is awaited (``sb = await AsyncSandbox()``) or entered
+    (``async with AsyncSandbox() as sb``).
+    """
+
+    def __init__(
+        self,
+        image: Optional[str] = None,
+        *,
+        memory_mib: Optional[int] = None,
+        cpus: Optional[int] = None,
+        snapshot: Optional[str] = None,
+        use_template: Optional[bool] = None,
+        client: Optional[AsyncClient] = None,
+    ) -> None:
+        self._spec = models.CreateSandbox(
+            image=image, memory_mib=memory_mib, cpus=cpus, snapshot=snapshot, use_template=use_template
+        )
+        self._client = client
+        self._info: Optional[models.Sandbox] = None
+        self._closed = False
+
+    @classmethod
+    async def create(
+        cls,
+        image: Optional[str] = None,
+        *,
+        memory_mib: Optional[int] = None,
+        cpus: Optional[int] = None,
+        snapshot: Optional[str] = None,
+        use_template: Optional[bool] = None,
+        client: Optional[AsyncClient] = None,
+    ) -> "AsyncSandbox":
+        """Spawn a sandbox and return it."""
+        sandbox = cls(
+            image, memory_mib=memory_mib, cpus=cpus, snapshot=snapshot, use_template=use_template, client=client
+        )
+        return await sandbox.start()
+
+    async def start(self) -> "AsyncSandbox":
+        """Spawn the sandbox (once; later calls return it as it is)."""
+        if self._info is None:
+            spec = self._spec
+            info = await self.client.create_sandbox(
+                image=spec.image,
+                memory_mib=spec.memory_mib,
+                cpus=spec.cpus,
+                snapshot=spec.snapshot,
+                use_template=spec.use_template,
+            )
+            assert isinstance(info, models.Sandbox)
+            self._info = info
+        return self
+
+    def __await__(self) -> Generator[Any, None, "AsyncSandbox"]:
+        return self.start().__await__()
+
+    @classmethod
+    def _wrap(cls, client: AsyncClient, info: models.Sandbox) -> "AsyncSandbox":
+        sandbox = cls(client=client)
+        sandbox._info = info
+        return sandbox
+
+    @classmethod
+    async def get(cls, id: str, *, client: Optional[AsyncClient] = None) -> "AsyncSandbox":
+        """The existing sandbox ``id``."""
+        client = client or default_async_client()
+        return cls._wrap(client, await client.get_sandbox(id))
+
+    @classmethod
+    async def list(cls, *, client: Optional[AsyncClient] = None) -> List["AsyncSandbox"]:
+        """Every sandbox the daemon knows."""
+        client = client or default_async_client()
+        return [cls._wrap(client, info) for info in (await client.list_sandboxes()).sandboxes]
+
+    # -- state -------------------------------------------------------------
+
+    @property
+    def client(self) -> AsyncClient:
+        if self._client is None:
+            self._client = default_async_client()
+        return self._client
+
+    @property
+    def info(self) -> models.Sandbox:
+        if self._info is None:
+            raise RuntimeError("the sandbox is not started: `await AsyncSandbox(...)` or use `async with`")
+        return self._info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def state(self) -> Union[models.SandboxState, str]:
+        return self.info.state
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def files(self) -> AsyncSandboxFiles:
+        return AsyncSandboxFiles(self)
+
+    async def refresh(self) -> models.Sandbox:
+        self._info = await self.client.get_sandbox(self.id)
+        return self._info
+
+    def __repr__(self) -> str:
+        if self._info is None:
+            return "<AsyncSandbox (not started)>"
+        return f"<AsyncSandbox {self.id} {self.state}{' closed' if self._closed else ''}>"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, AsyncSandbox)
+            and self._info is not None
+            and other._info is not None
+            and other.id == self.id
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._info.id if self._info else id(self))
+
+    # -- commands ----------------------------------------------------------
+
+    async def exec(
+        self,
+        cmd: Command,
+        *,
+        stdin: Union[str, bytes, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        timeout: Optional[float] = None,
+        encoding: Union[models.OutputEncoding, str, None] = None,
+        max_output_bytes: Optional[int] = None,
+        on_stdout: Optional[AsyncOutputCallback] = None,
+        on_stderr: Optional[AsyncOutputCallback] = None,
+        check: bool = False,
+    ) -> models.ExecResult:
+        """Run ``cmd`` and wait for it (see :meth:`forkvm.Sandbox.exec`).
+
+        The callbacks may be plain functions or coroutines.
+        """
+        timeout_ms = _ops.seconds_to_ms(timeout)
+        if on_stdout is not None or on_stderr is not None:
+            if encoding is not None or max_output_bytes is not None:
+                raise ValueError("encoding and max_output_bytes cannot be combined with output callbacks")
+            try:
+                result = await self.exec_stream(cmd, stdin=stdin, env=env, cwd=cwd, timeout=timeout).collect(
+                    on_stdout, on_stderr
+                )
+            except StreamingUnsupported:
+                result = await self.client.exec(self.id, cmd, stdin=stdin, env=env, cwd=cwd, timeout_ms=timeout_ms)
+                if on_stdout is not None and result.stdout:
+                    await _call(on_stdout, result.stdout)
+                if on_stderr is not None and result.stderr:
+                    await _call(on_stderr, result.stderr)
+        else:
+            result = await self.client.exec(
+                self.id,
+                cmd,
+                stdin=stdin,
+                env=env,
+                cwd=cwd,
+                timeout_ms=timeout_ms,
+                encoding=encoding,
+                max_output_bytes=max_output_bytes,
+            )
+        return result.check() if check else result
+
+    def exec_stream(
+        self,
+        cmd: Command,
+        *,
+        stdin: Union[str, bytes, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> AsyncExecStream:
+        """``async for event in sb.exec_stream(cmd)``: output events, then the exit."""
+        return self.client.exec_stream(
+            self.id, cmd, stdin=stdin, env=env, cwd=cwd, timeout_ms=_ops.seconds_to_ms(timeout)
+        )
+
+    async def logs(self) -> str:
+        return await self.client.logs(self.id)
+
+    # -- snapshots and branches -------------------------------------------
+
+    async def snapshot(self, tag: Optional[str] = None) -> "AsyncSnapshot":
+        return AsyncSnapshot._wrap(self.client, await self.client.snapshot_sandbox(self.id, tag=tag))
+
+    async def branch(
+        self,
+        mode: Union[models.BranchMode, str, None] = None,
+        *,
+        count: Optional[int] = None,
+        tag: Optional[str] = None,
+        wait: bool = True,
+    ) -> "AsyncBranch":
+        """Snapshot now and spawn ``count`` children (see :meth:`forkvm.Sandbox.branch`)."""
+        result = await self.client.branch_sandbox(
+            self.id, mode=mode, count=count, tag=tag, wait=None if wait else False
+        )
+        return AsyncBranch._from_result(self.client, result, count)
+
+    # -- lifetime ----------------------------------------------------------
+
+    async def close(self) -> None:
+        """Remove the sandbox. Safe to call twice."""
+        if self._closed or self._info is None:
+            return
+        try:
+            await self.client.delete_sandbox(self.id)
+        except NotFound:
+            pass
+        self._closed = True
+
+    delete = close
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncSnapshot:
+    """A snapshot (async). See :class:`forkvm.Snapshot`."""
+
+    def __init__(self, client: AsyncClient, info: models.Snapshot) -> None:
+        self._client = client
+        self._info = info
+
+    @classmethod
+    def _wrap(cls, client: AsyncClient, info: models.Snapshot) -> "AsyncSnapshot":
+        return cls(client, info)
+
+    @classmethod
+    async def get(cls, ref: str, *, client: Optional[AsyncClient] = None) -> "AsyncSnapshot":
+        """The existing snapshot ``ref`` (an id or a tag)."""
+        client = client or default_async_client()
+        return cls(client, await client.get_snapshot(ref))
+
+    @classmethod
+    async def list(cls, *, client: Optional[AsyncClient] = None) -> List["AsyncSnapshot"]:
+        client = client or default_async_client()
+        return [cls(client, info) for info in (await client.list_snapshots()).snapshots]
+
+    @property
+    def id(self) -> str:
+        return self._info.id
+
+    @property
+    def tag(self) -> Optional[str]:
+        return self._info.tag
+
+    @property
+    def client(self) -> AsyncClient:
+        return self._client
+
+    @property
+    def info(self) -> models.Snapshot:
+        return self._info
+
+    async def refresh(self) -> models.Snapshot:
+        self._info = await self._client.get_snapshot(self.id)
+        return self._info
+
+    def __repr__(self) -> str:
+        tag = f" tag={self.tag!r}" if self.tag else ""
+        return f"<AsyncSnapshot {self.id}{tag} {self._info.kind} {self._info.state}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AsyncSnapshot) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    async def spawn(self, count: int = 1) -> List[AsyncSandbox]:
+        """Spawn ``count`` sandboxes from this snapshot (all or nothing)."""
+        batch = await self._client.create_sandbox(snapshot=self.id, count=count)
+        assert isinstance(batch, models.SandboxBatch)
+        return [AsyncSandbox._wrap(self._client, info) for info in batch.sandboxes]
+
+    async def sandboxes(self) -> List[AsyncSandbox]:
+        """The sandboxes spawned from this snapshot that still exist."""
+        out = []
+        for id in (await self.refresh()).sandboxes:
+            try:
+                out.append(await AsyncSandbox.get(id, client=self._client))
+            except NotFound:
+                pass
+        return out
+
+    async def flatten(self, tag: Optional[str] = None) -> "AsyncSnapshot":
+        return AsyncSnapshot(self._client, await self._client.flatten_snapshot(self.id, tag=tag))
+
+    async def set_pool(self, size: int) -> "AsyncSnapshot":
+        self._info = await self._client.set_pool(self.id, size)
+        return self
+
+    async def wait(self, timeout: float = 300.0, interval: float = 0.2) -> "AsyncSnapshot":
+        """Wait until the snapshot is no longer ``writing``; raise if it ``failed``."""
+        deadline = time.monotonic() + timeout
+        while (await self.refresh()).state == "writing":
+            if time.monotonic() > deadline:
+                raise ClientTimeout(f"snapshot {self.id} still writing after {timeout:g} s", code="client_timeout")
+            await asyncio.sleep(interval)
+        if self._info.state == "failed":
+            raise ForkvmError(f"snapshot {self.id} failed: {self._info.failure}", code="snapshot_failed")
+        return self
+
+    async def delete(self, force: bool = False) -> None:
+        await self._client.delete_snapshot(self.id, force=force)
+
+
+@dataclass
+class AsyncBranch:
+    """What :meth:`AsyncSandbox.branch` returns."""
+
+    snapshot: AsyncSnapshot
+    children: List[AsyncSandbox]
+    result: models.BranchResult
+    requested: Optional[int] = None
+
+    @classmethod
+    def _from_result(cls, client: AsyncClient, result: models.BranchResult, requested: Optional[int]) -> "AsyncBranch":
+        return cls(
+            snapshot=AsyncSnapshot(client, result.snapshot),
+            children=[AsyncSandbox._wrap(client, info) for info in result.children],
+            result=result,
+            requested=requested,
+        )
+
+    @property
+    def mode(self) -> Union[models.BranchMode, str]:
+        return self.result.mode
+
+    @property
+    def pause_ms(self) -> float:
+        return self.result.pause_ms
+
+    @property
+    def total_ms(self) -> float:
+        return self.result.total_ms
+
+    async def wait(self, timeout: float = 300.0, interval: float = 0.2) -> "AsyncBranch":
+        """After ``branch(wait=False)``: wait for the snapshot and its children."""
+        deadline = time.monotonic() + timeout
+        await self.snapshot.wait(timeout=timeout, interval=interval)
+        want = 1 if self.requested is None else self.requested
+        while len(self.snapshot.info.sandboxes) < want:
+            if time.monotonic() > deadline:
+                raise ClientTimeout(
+                    f"{len(self.snapshot.info.sandboxes)} of {want} children of {self.snapshot.id} after {timeout:g} s",
+                    code="client_timeout",
+                )
+            await asyncio.sleep(interval)
+            await self.snapshot.refresh()
+        children = await self.snapshot.sandboxes()
+        for child in children:  # listed from the start of their spawn
+            while child.state == "starting":
+                if time.monotonic() > deadline:
+                    raise ClientTimeout(f"child {child.id} still starting after {timeout:g} s", code="client_timeout")
+                await asyncio.sleep(interval)
+                try:
+                    await child.refresh()
+                except NotFound as e:
+                    raise ForkvmError(
+                        f"child {child.id} of {self.snapshot.id} failed to spawn", code="spawn_failed"
+                    ) from e
+        self.children = children
+        return self
+
+    async def close(self, keep: Sequence[AsyncSandbox] = ()) -> None:
+        """Remove the children, except those in ``keep``."""
+        kept = {sb.id for sb in keep}
+        await asyncio.gather(*(c.close() for c in self.children if c.id not in kept))

@@ -1,0 +1,234 @@
+"""The low-level asynchronous client: :class:`AsyncClient`.
+
+The async twin of :class:`forkvm.Client`, with the same methods as
+coroutines::
+
+    async with AsyncClient() as api:
+        sb = await api.create_sandbox()
+        result = await api.exec(sb.id, ["echo", "hi"])
+        await api.delete_sandbox(sb.id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any, AsyncIterator, Mapping, Optional, Sequence, Union
+
+import httpx
+
+from . import _ops, models
+from .client import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
+from .errors import error_from_response
+from .streaming import AsyncExecStream
+
+__all__ = ["AsyncClient", "default_async_client"]
+
+
+class AsyncClient(_BaseClient):
+    """An asynchronous connection to a forkvm daemon (see :class:`forkvm.Client`)."""
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        *,
+        timeout: TimeoutTypes = None,
+    ) -> None:
+        kwargs = self._httpx_kwargs(url, token, timeout)
+        transport = httpx.AsyncHTTPTransport(uds=self.endpoint.uds) if self.endpoint.uds else None
+        self._http = httpx.AsyncClient(transport=transport, **kwargs)
+
+    # -- plumbing ----------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+    @property
+    def is_closed(self) -> bool:
+        return self._http.is_closed
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _chunks(self, body: bytes) -> AsyncIterator[bytes]:
+        view = memoryview(body)
+        for start in range(0, len(body), _CHUNK):
+            yield bytes(view[start : start + _CHUNK])
+
+    def _build(self, request: _ops.Request) -> httpx.Request:
+        return self._http.build_request(
+            request.method,
+            request.path,
+            timeout=request.timeout if request.timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            **self._request_kwargs(request),
+        )
+
+    async def _send(self, request: _ops.Request) -> Any:
+        try:
+            response = await self._http.send(self._build(request))
+        except httpx.TransportError as e:
+            raise self._transport_error(request, e) from e
+        return self._finish(request, response)
+
+    async def _open_stream(self, request: _ops.Request) -> httpx.Response:
+        try:
+            response = await self._http.send(self._build(request), stream=True)
+        except httpx.TransportError as e:
+            raise self._transport_error(request, e) from e
+        if response.is_error:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            raise _streaming_refused(error_from_response(response))
+        return response
+
+    # -- daemon ------------------------------------------------------------
+
+    async def health(self) -> models.Health:
+        """``GET /v1/health``."""
+        return await self._send(_ops.health())
+
+    async def info(self) -> models.Info:
+        """``GET /v1/info``."""
+        return await self._send(_ops.info())
+
+    # -- sandboxes ---------------------------------------------------------
+
+    async def list_sandboxes(self) -> models.SandboxList:
+        """``GET /v1/sandboxes``."""
+        return await self._send(_ops.list_sandboxes())
+
+    async def create_sandbox(
+        self,
+        *,
+        image: Optional[str] = None,
+        memory_mib: Optional[int] = None,
+        cpus: Optional[int] = None,
+        snapshot: Optional[str] = None,
+        count: Optional[int] = None,
+        use_template: Optional[bool] = None,
+    ) -> Union[models.Sandbox, models.SandboxBatch]:
+        """``POST /v1/sandboxes`` (a :class:`~forkvm.models.SandboxBatch` when ``count`` is given)."""
+        body = models.CreateSandbox(image, memory_mib, cpus, snapshot, count, use_template)
+        return await self._send(_ops.create_sandbox(body))
+
+    async def get_sandbox(self, id: str) -> models.Sandbox:
+        """``GET /v1/sandboxes/{id}``."""
+        return await self._send(_ops.get_sandbox(id))
+
+    async def delete_sandbox(self, id: str) -> None:
+        """``DELETE /v1/sandboxes/{id}``."""
+        await self._send(_ops.delete_sandbox(id))
+
+    async def branch_sandbox(
+        self,
+        id: str,
+        *,
+        mode: Union[models.BranchMode, str, None] = None,
+        count: Optional[int] = None,
+        tag: Optional[str] = None,
+        wait: Optional[bool] = None,
+    ) -> models.BranchResult:
+        """``POST /v1/sandboxes/{id}/branch``."""
+        body = models.BranchRequest(models.BranchMode(mode) if mode is not None else None, count, tag, wait)
+        return await self._send(_ops.branch_sandbox(id, body))
+
+    async def exec(
+        self,
+        id: str,
+        argv: Union[str, Sequence[str]],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        stdin_base64: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        max_output_bytes: Optional[int] = None,
+        encoding: Union[models.OutputEncoding, str, None] = None,
+    ) -> models.ExecResult:
+        """``POST /v1/sandboxes/{id}/exec``."""
+        body = _ops.exec_request(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            stdin_base64=stdin_base64,
+            timeout_ms=timeout_ms,
+            max_output_bytes=max_output_bytes,
+            encoding=encoding,
+        )
+        return await self._send(_ops.exec_(id, body))
+
+    def exec_stream(
+        self,
+        id: str,
+        argv: Union[str, Sequence[str]],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        stdin_base64: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+    ) -> AsyncExecStream:
+        """Streaming exec: ``async for event in api.exec_stream(...)`` (not awaited)."""
+        body = _ops.exec_request(argv, env=env, cwd=cwd, stdin=stdin, stdin_base64=stdin_base64, timeout_ms=timeout_ms)
+        return AsyncExecStream(self, _ops.exec_stream(id, body))
+
+    async def read_file(self, id: str, path: str) -> bytes:
+        """``GET /v1/sandboxes/{id}/files?path=``."""
+        return await self._send(_ops.read_file(id, path))
+
+    async def write_file(
+        self, id: str, path: str, data: Union[bytes, str], *, mode: Union[int, str, None] = None
+    ) -> models.FileWritten:
+        """``PUT /v1/sandboxes/{id}/files?path=&mode=``."""
+        return await self._send(_ops.write_file(id, path, data, mode))
+
+    async def logs(self, id: str) -> str:
+        """``GET /v1/sandboxes/{id}/logs``."""
+        return await self._send(_ops.logs(id))
+
+    async def snapshot_sandbox(self, id: str, *, tag: Optional[str] = None) -> models.Snapshot:
+        """``POST /v1/sandboxes/{id}/snapshot``."""
+        return await self._send(_ops.snapshot_sandbox(id, models.CreateSnapshot(tag)))
+
+    # -- snapshots ---------------------------------------------------------
+
+    async def list_snapshots(self) -> models.SnapshotList:
+        """``GET /v1/snapshots``."""
+        return await self._send(_ops.list_snapshots())
+
+    async def get_snapshot(self, id: str) -> models.Snapshot:
+        """``GET /v1/snapshots/{id}``."""
+        return await self._send(_ops.get_snapshot(id))
+
+    async def delete_snapshot(self, id: str, *, force: bool = False) -> None:
+        """``DELETE /v1/snapshots/{id}``."""
+        await self._send(_ops.delete_snapshot(id, force))
+
+    async def flatten_snapshot(self, id: str, *, tag: Optional[str] = None) -> models.Snapshot:
+        """``POST /v1/snapshots/{id}/flatten``."""
+        return await self._send(_ops.flatten_snapshot(id, models.FlattenRequest(tag)))
+
+    async def set_pool(self, id: str, size: int) -> models.Snapshot:
+        """``PUT /v1/snapshots/{id}/pool``."""
+        return await self._send(_ops.set_pool(id, models.PoolConfig(size)))
+
+
+_defaults: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient]" = weakref.WeakKeyDictionary()
+
+
+def default_async_client() -> AsyncClient:
+    """The :class:`AsyncClient` used when none is given: one per event loop."""
+    loop = asyncio.get_running_loop()
+    client = _defaults.get(loop)
+    if client is None or client.is_closed:
+        client = AsyncClient()
+        _defaults[loop] = client
+    return client

@@ -1,0 +1,224 @@
+"""Exceptions raised by the forkvm SDK.
+
+Every error the daemon returns is ``{"error": {"code", "message"}}`` with a
+4xx or 5xx status. It is raised as a subclass of :class:`ForkvmError` chosen
+from the status (and refined by the code), carrying ``status``, ``code`` and
+``message``::
+
+    try:
+        client.get_sandbox("sb-nope")
+    except forkvm.NotFound as e:
+        print(e.status, e.code, e.message)
+
+Failures to reach the daemon at all raise :class:`DaemonUnreachable`, and a
+request that outlives the client's timeout raises :class:`ClientTimeout`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Dict, Optional, Type
+
+if TYPE_CHECKING:
+    import httpx
+
+    from .models import ExecResult
+
+__all__ = [
+    "ForkvmError",
+    "InvalidRequest",
+    "MethodNotAllowed",
+    "StreamingUnsupported",
+    "Unauthorized",
+    "NotFound",
+    "ImageNotFound",
+    "Conflict",
+    "RequestTimeout",
+    "PayloadTooLarge",
+    "SnapshotCorrupt",
+    "LimitExceeded",
+    "ServerError",
+    "QemuFailed",
+    "GuestError",
+    "GuestTimeout",
+    "DaemonUnreachable",
+    "ClientTimeout",
+    "ProtocolError",
+    "CommandFailed",
+    "error_from_response",
+    "error_from_detail",
+]
+
+
+class ForkvmError(Exception):
+    """Base of every SDK error.
+
+    ``status`` is the HTTP status (``None`` when the error did not come from an
+    HTTP status, e.g. an error event in an exec stream or a connection
+    failure), ``code`` the daemon's machine-readable code and ``message`` its
+    explanation.
+    """
+
+    def __init__(self, message: str, *, code: str = "error", status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+
+    def __str__(self) -> str:
+        where = f"HTTP {self.status}, " if self.status is not None else ""
+        return f"{self.message} ({where}{self.code})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(status={self.status!r}, code={self.code!r}, message={self.message!r})"
+
+
+class InvalidRequest(ForkvmError):
+    """400: malformed JSON, unknown fields, values out of range, relative paths."""
+
+
+class MethodNotAllowed(InvalidRequest):
+    """405: wrong method for the path."""
+
+
+class StreamingUnsupported(InvalidRequest):
+    """The daemon refused ``"stream": true``: it predates streaming exec."""
+
+
+class Unauthorized(ForkvmError):
+    """401: TCP without the right bearer token (set ``FORKVM_TOKEN``)."""
+
+
+class NotFound(ForkvmError):
+    """404: no such sandbox, snapshot, route, guest file or executable."""
+
+
+class ImageNotFound(NotFound):
+    """404 ``image_not_found``: unknown image."""
+
+
+class Conflict(ForkvmError):
+    """409: wrong state (failed, still starting), a tag taken, a snapshot in use."""
+
+
+class RequestTimeout(ForkvmError):
+    """408: the request body did not arrive in time (``request_body_timeout_ms``)."""
+
+
+class PayloadTooLarge(ForkvmError):
+    """413: body, stdin or file over the limit."""
+
+
+class SnapshotCorrupt(ForkvmError):
+    """422: a snapshot file fails its size or SHA-256 check."""
+
+
+class LimitExceeded(ForkvmError):
+    """429: the sandbox limit is reached, or too many requests are in flight (retry shortly)."""
+
+
+class ServerError(ForkvmError):
+    """5xx: the daemon or the host failed."""
+
+
+class QemuFailed(ServerError):
+    """500 ``qemu_failed``: QEMU could not start or died while booting."""
+
+
+class GuestError(ServerError):
+    """502: the guest agent went away (the VM died)."""
+
+
+class GuestTimeout(ServerError):
+    """504: the guest did not boot, or did not answer."""
+
+
+class DaemonUnreachable(ForkvmError):
+    """The daemon could not be reached (no socket, connection refused...)."""
+
+
+class ClientTimeout(ForkvmError):
+    """The request took longer than the client's timeout."""
+
+
+class ProtocolError(ForkvmError):
+    """The daemon's answer could not be understood."""
+
+
+class CommandFailed(ForkvmError):
+    """Raised by :meth:`ExecResult.check` when a command exited non-zero."""
+
+    def __init__(self, result: "ExecResult") -> None:
+        if result.timed_out:
+            what = "timed out"
+        elif result.exit_code is None:
+            what = f"was killed by signal {result.signal}"
+        else:
+            what = f"exited with status {result.exit_code}"
+        tail = result.stderr.strip()[-500:] if result.encoding == "utf8" else ""
+        message = f"command {what}" + (f": {tail}" if tail else "")
+        super().__init__(message, code="command_failed")
+        self.result = result
+
+
+_BY_STATUS: Dict[int, Type[ForkvmError]] = {
+    400: InvalidRequest,
+    401: Unauthorized,
+    404: NotFound,
+    405: MethodNotAllowed,
+    408: RequestTimeout,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: SnapshotCorrupt,
+    429: LimitExceeded,
+    500: ServerError,
+    502: GuestError,
+    504: GuestTimeout,
+}
+
+_BY_CODE: Dict[str, Type[ForkvmError]] = {
+    "invalid_request": InvalidRequest,
+    "unauthorized": Unauthorized,
+    "not_found": NotFound,
+    "image_not_found": ImageNotFound,
+    "conflict": Conflict,
+    "request_timeout": RequestTimeout,
+    "payload_too_large": PayloadTooLarge,
+    "snapshot_corrupt": SnapshotCorrupt,
+    "limit_exceeded": LimitExceeded,
+    "qemu_failed": QemuFailed,
+    "internal": ServerError,
+    "guest_error": GuestError,
+    "guest_timeout": GuestTimeout,
+}
+
+
+def _error_class(status: Optional[int], code: str) -> Type[ForkvmError]:
+    by_code = _BY_CODE.get(code)
+    if status is None:
+        return by_code or ForkvmError
+    by_status = _BY_STATUS.get(status)
+    if by_status is None:
+        by_status = ServerError if status >= 500 else ForkvmError
+    # The code may name a more precise class than the status (404 + image_not_found).
+    if by_code is not None and issubclass(by_code, by_status):
+        return by_code
+    return by_status
+
+
+def error_from_detail(code: str, message: str, status: Optional[int] = None) -> ForkvmError:
+    """The exception for an error ``code`` and ``message`` (and HTTP ``status``)."""
+    return _error_class(status, code)(message, code=code, status=status)
+
+
+def error_from_response(response: "httpx.Response") -> ForkvmError:
+    """The exception for an error response (its body must have been read)."""
+    status = response.status_code
+    code, message = f"http_{status}", ""
+    try:
+        body = json.loads(response.content)
+        detail = body["error"]
+        code, message = str(detail["code"]), str(detail["message"])
+    except (ValueError, KeyError, TypeError):
+        message = response.text.strip() or response.reason_phrase or f"HTTP {status}"
+    return error_from_detail(code, message, status)

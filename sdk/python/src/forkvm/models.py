@@ -1,0 +1,551 @@
+"""Typed models of the forkvm REST API.
+
+There is one class per schema in the daemon's OpenAPI document
+(``docs/openapi.json``), with the same name and the same fields.
+
+* Response models are built with :meth:`Model.from_dict`. Fields the SDK does
+  not know yet are kept in :attr:`Model.extra` rather than rejected, because
+  the daemon may add fields to its responses.
+* Request models are turned into JSON bodies with :meth:`Model.to_dict`,
+  which leaves out the fields that are ``None`` so the daemon applies its
+  defaults.
+* Enum values the SDK does not know are kept as plain strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import sys
+import typing
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
+
+__all__ = [
+    "Model",
+    "AccelInfo",
+    "BranchMode",
+    "BranchRequest",
+    "BranchResult",
+    "CreateSandbox",
+    "CreateSnapshot",
+    "ErrorBody",
+    "ErrorDetail",
+    "ExecEvent",
+    "ExecRequest",
+    "ExecResult",
+    "FileWritten",
+    "FlattenRequest",
+    "Health",
+    "Info",
+    "Limits",
+    "MemoryUsage",
+    "OutputEncoding",
+    "PoolConfig",
+    "PoolInfo",
+    "QemuInfo",
+    "Sandbox",
+    "SandboxBatch",
+    "SandboxList",
+    "SandboxState",
+    "Snapshot",
+    "SnapshotList",
+    "SnapshotSizes",
+    "SnapshotTimings",
+    "SpawnTimings",
+]
+
+M = TypeVar("M", bound="Model")
+
+_HINTS: Dict[type, Dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> Dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        module = sys.modules[cls.__module__]
+        hints = typing.get_type_hints(cls, vars(module))
+        _HINTS[cls] = hints
+    return hints
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    """Convert a decoded JSON value to the annotated type ``tp``."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin is Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(args[0], value) if len(args) == 1 else value
+    if origin in (list, List):
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_convert(item, v) for v in value]
+    if origin in (dict, Dict):
+        key_and_item = typing.get_args(tp)
+        item = key_and_item[1] if len(key_and_item) == 2 else Any
+        return {k: _convert(item, v) for k, v in value.items()}
+    if isinstance(tp, type):
+        if issubclass(tp, Model) and isinstance(value, Mapping):
+            return tp.from_dict(value)
+        if issubclass(tp, enum.Enum):
+            try:
+                return tp(value)
+            except ValueError:
+                return value  # a value this SDK does not know yet
+        if tp is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+    return value
+
+
+def _serialize(value: Any) -> Any:
+    if isinstance(value, Model):
+        return value.to_dict()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_serialize(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _serialize(v) for k, v in value.items()}
+    return value
+
+
+class Model:
+    """Base of every model: conversion from and to JSON-shaped dicts."""
+
+    @classmethod
+    def from_dict(cls: Type[M], data: Mapping[str, Any]) -> M:
+        """Build the model from a decoded JSON object.
+
+        Unknown keys end up in :attr:`extra`; nested objects become models.
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"{cls.__name__}.from_dict expects an object, got {type(data).__name__}")
+        hints = _hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        kwargs: Dict[str, Any] = {}
+        extra: Dict[str, Any] = {}
+        for key, value in data.items():
+            if key in names:
+                kwargs[key] = _convert(hints[key], value)
+            else:
+                extra[key] = value
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+        ]
+        if missing:
+            raise ValueError(f"{cls.__name__}: missing required field(s) {', '.join(missing)}")
+        obj = cls(**kwargs)
+        obj.__dict__["_extra"] = extra
+        return obj
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The model as a JSON-shaped dict, without the fields that are ``None``."""
+        out: Dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = _serialize(value)
+        return out
+
+    @property
+    def extra(self) -> Dict[str, Any]:
+        """Fields of the response that this version of the SDK does not model."""
+        return self.__dict__.get("_extra") or {}
+
+
+# --------------------------------------------------------------------------
+# Enums
+
+
+class _StrEnum(str, enum.Enum):
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class BranchMode(_StrEnum):
+    """How a branch copies memory."""
+
+    LIVE = "live"
+    DIFF = "diff"
+    FULL = "full"
+
+
+class OutputEncoding(_StrEnum):
+    """How ``stdout``/``stderr`` are encoded in an :class:`ExecResult`."""
+
+    UTF8 = "utf8"
+    BASE64 = "base64"
+
+
+class SandboxState(_StrEnum):
+    """Lifecycle state of a sandbox."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    FAILED = "failed"
+
+
+# --------------------------------------------------------------------------
+# Daemon
+
+
+@dataclass
+class Health(Model):
+    """``GET /v1/health``."""
+
+    status: str
+    version: str
+
+
+@dataclass
+class AccelInfo(Model):
+    """The accelerator in use (``kvm`` or ``tcg``) and why it was chosen."""
+
+    kind: str
+    reason: str
+
+
+@dataclass
+class QemuInfo(Model):
+    """The QEMU in use."""
+
+    path: str
+    version: str
+
+
+@dataclass
+class Limits(Model):
+    """Limits the daemon enforces."""
+
+    max_memory_mib: int
+    max_cpus: int
+    max_sandboxes: int
+    max_exec_output_bytes: int
+    max_exec_timeout_ms: int
+    max_file_bytes: int
+    max_request_bytes: int
+    max_concurrent_requests: Optional[int] = None
+    request_body_timeout_ms: Optional[int] = None
+
+
+@dataclass
+class PoolInfo(Model):
+    """A warm pool as ``GET /v1/info`` shows it."""
+
+    snapshot: str
+    size: int
+    ready: int
+
+
+@dataclass
+class Info(Model):
+    """``GET /v1/info``."""
+
+    version: str
+    accel: AccelInfo
+    qemu: QemuInfo
+    limits: Limits
+    home: str
+    images: List[str]
+    sandboxes: int
+    snapshots: int
+    default_pool_size: int
+    pools: List[PoolInfo]
+
+
+@dataclass
+class ErrorDetail(Model):
+    """A machine-readable code and a message saying what to do."""
+
+    code: str
+    message: str
+
+
+@dataclass
+class ErrorBody(Model):
+    """The body of every error response."""
+
+    error: ErrorDetail
+
+
+# --------------------------------------------------------------------------
+# Sandboxes
+
+
+@dataclass
+class SpawnTimings(Model):
+    """Where the time of a spawn went, in milliseconds."""
+
+    prepare_ms: float
+    qemu_start_ms: float
+    boot_ms: float
+    total_ms: float
+    restore_ms: Optional[float] = None
+    identity_ms: Optional[float] = None
+    from_pool: Optional[bool] = None
+    template_ms: Optional[float] = None
+
+
+@dataclass
+class MemoryUsage(Model):
+    """Memory use of a sandbox's QEMU process, in KiB."""
+
+    rss_kib: int
+    pss_kib: int
+    private_dirty_kib: int
+
+
+@dataclass
+class Sandbox(Model):
+    """A sandbox as the API shows it."""
+
+    id: str
+    state: SandboxState
+    image: str
+    memory_mib: int
+    cpus: int
+    accel: str
+    created_at: str
+    pid: Optional[int] = None
+    failure: Optional[str] = None
+    timings: Optional[SpawnTimings] = None
+    memory: Optional[MemoryUsage] = None
+    snapshot: Optional[str] = None
+
+
+@dataclass
+class SandboxBatch(Model):
+    """The response to ``POST /v1/sandboxes`` with ``count``."""
+
+    sandboxes: List[Sandbox]
+    total_ms: float
+
+
+@dataclass
+class SandboxList(Model):
+    """``GET /v1/sandboxes``."""
+
+    sandboxes: List[Sandbox]
+
+
+@dataclass
+class CreateSandbox(Model):
+    """``POST /v1/sandboxes``: start a sandbox (every field is optional)."""
+
+    image: Optional[str] = None
+    memory_mib: Optional[int] = None
+    cpus: Optional[int] = None
+    snapshot: Optional[str] = None
+    count: Optional[int] = None
+    use_template: Optional[bool] = None
+
+
+# --------------------------------------------------------------------------
+# Exec and files
+
+
+@dataclass
+class ExecRequest(Model):
+    """``POST /v1/sandboxes/{id}/exec``: run a command.
+
+    ``stream`` asks for an NDJSON stream of :class:`ExecEvent` lines instead
+    of one result (``max_output_bytes`` and ``encoding`` do not apply then).
+    """
+
+    argv: List[str]
+    env: Optional[Dict[str, str]] = None
+    cwd: Optional[str] = None
+    stdin: Optional[str] = None
+    stdin_base64: Optional[str] = None
+    timeout_ms: Optional[int] = None
+    max_output_bytes: Optional[int] = None
+    encoding: Optional[OutputEncoding] = None
+    stream: Optional[bool] = None
+
+
+@dataclass
+class ExecResult(Model):
+    """The result of a finished command.
+
+    ``stdout`` and ``stderr`` are text, or base64 when ``encoding`` is
+    ``base64``; :attr:`raw_stdout` and :attr:`raw_stderr` give bytes either way.
+    """
+
+    timed_out: bool
+    stdout: str
+    stderr: str
+    encoding: OutputEncoding
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+
+    @property
+    def ok(self) -> bool:
+        """The command exited with status 0."""
+        return self.exit_code == 0
+
+    @property
+    def duration(self) -> float:
+        """Run time inside the guest, in seconds."""
+        return self.duration_ms / 1000.0
+
+    @property
+    def raw_stdout(self) -> bytes:
+        return self._raw(self.stdout)
+
+    @property
+    def raw_stderr(self) -> bytes:
+        return self._raw(self.stderr)
+
+    def _raw(self, text: str) -> bytes:
+        if self.encoding == OutputEncoding.BASE64:
+            return base64.b64decode(text)
+        return text.encode("utf-8")
+
+    def check(self) -> "ExecResult":
+        """Return ``self`` if the command exited with 0, else raise :class:`~forkvm.CommandFailed`."""
+        if not self.ok:
+            from .errors import CommandFailed
+
+            raise CommandFailed(self)
+        return self
+
+
+@dataclass
+class ExecEvent(Model):
+    """One line of a streamed exec (``"stream": true``), newline-delimited JSON.
+
+    The schema is a union tagged by ``type``: ``stdout``/``stderr`` carry
+    base64 ``data``; ``exit`` carries ``exit_code``, ``signal``,
+    ``timed_out``, ``duration_ms`` and the byte counts; ``error`` carries
+    ``error``. :mod:`forkvm.streaming` turns these into
+    :class:`~forkvm.OutputEvent` and :class:`~forkvm.ExitEvent`.
+    """
+
+    type: str
+    data: Optional[str] = None
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    timed_out: Optional[bool] = None
+    duration_ms: Optional[int] = None
+    stdout_bytes: Optional[int] = None
+    stderr_bytes: Optional[int] = None
+    error: Optional[ErrorDetail] = None
+
+
+@dataclass
+class FileWritten(Model):
+    """``PUT /v1/sandboxes/{id}/files``."""
+
+    path: str
+    size: int
+
+
+# --------------------------------------------------------------------------
+# Snapshots
+
+
+@dataclass
+class SnapshotSizes(Model):
+    """Sizes of a snapshot's files, in bytes."""
+
+    memory_bytes: int
+    memory_allocated_bytes: int
+    device_state_bytes: int
+    disk_bytes: int
+    memory_diff_bytes: Optional[int] = None
+
+
+@dataclass
+class SnapshotTimings(Model):
+    """Where the time of a snapshot went, in milliseconds."""
+
+    pause_ms: float
+    save_state_ms: float
+    freeze_disk_ms: float
+    copy_memory_ms: float
+    publish_ms: float
+    total_ms: float
+
+
+@dataclass
+class Snapshot(Model):
+    """A snapshot as the API shows it."""
+
+    id: str
+    source: str
+    image: str
+    memory_mib: int
+    cpus: int
+    created_at: str
+    kind: str
+    state: str
+    template: bool
+    qemu_version: str
+    sizes: SnapshotSizes
+    pool_size: int
+    sandboxes: List[str]
+    children: List[str]
+    tag: Optional[str] = None
+    parent: Optional[str] = None
+    depth: Optional[int] = None
+    failure: Optional[str] = None
+    timings: Optional[SnapshotTimings] = None
+
+
+@dataclass
+class SnapshotList(Model):
+    """``GET /v1/snapshots``."""
+
+    snapshots: List[Snapshot]
+
+
+@dataclass
+class CreateSnapshot(Model):
+    """``POST /v1/sandboxes/{id}/snapshot``."""
+
+    tag: Optional[str] = None
+
+
+@dataclass
+class BranchRequest(Model):
+    """``POST /v1/sandboxes/{id}/branch``."""
+
+    mode: Optional[BranchMode] = None
+    count: Optional[int] = None
+    tag: Optional[str] = None
+    wait: Optional[bool] = None
+
+
+@dataclass
+class BranchResult(Model):
+    """The result of a branch: the snapshot of the branch point and its children."""
+
+    mode: BranchMode
+    snapshot: Snapshot
+    children: List[Sandbox]
+    pause_ms: float
+    snapshot_ms: float
+    spawn_ms: float
+    total_ms: float
+
+
+@dataclass
+class FlattenRequest(Model):
+    """``POST /v1/snapshots/{id}/flatten``."""
+
+    tag: Optional[str] = None
+
+
+@dataclass
+class PoolConfig(Model):
+    """``PUT /v1/snapshots/{id}/pool``."""
+
+    size: int
