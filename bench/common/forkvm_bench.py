@@ -15,7 +15,9 @@ What is here:
 * ``agent_ping``: one ping/pong with the guest agent on its unix socket;
 * ``percentile`` / ``summarize``: linear-interpolation percentiles;
 * ``machine_info`` / ``git_revision``: what to print in RESULTS.md;
-* ``kill_and_reap``: SIGKILL one pid we started and wait for it.
+* ``kill_and_reap``: SIGKILL one pid we started and wait for it;
+* ``fmt`` / ``write_csv``: number formatting and CSV output for the reports;
+* ``mapping_smaps``: smaps figures of one mapping (a clone's private RAM).
 """
 
 from __future__ import annotations
@@ -712,6 +714,25 @@ def ms_since(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
 
 
+def fmt(v, digits: int = 0) -> str:
+    """A number with thousands separators, or an en dash for None/NaN."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "–"
+    return f"{v:,.{digits}f}"
+
+
+def write_csv(path: str | Path, rows, fields) -> None:
+    """Rows (dicts) as CSV with the given columns; floats with 3 decimals,
+    keys not in `fields` left out."""
+    import csv
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()
+                        if k in fields})
+
+
 def tail(path: str, n: int = 20) -> str:
     """The last `n` lines of a log file, for error messages."""
     try:
@@ -762,6 +783,36 @@ def smaps_rollup(pid: int) -> dict[str, int]:
                     out[parts[0][:-1]] = int(parts[1])
     except OSError:
         pass
+    return out
+
+
+def mapping_smaps(pid: int, path: str | Path, length: int) -> dict[str, int]:
+    """The /proc/<pid>/smaps fields ({field: KiB}) of the mapping of `path`
+    that is exactly `length` bytes long (e.g. a clone's guest RAM, a private
+    mapping of a snapshot's memory image: its `Anonymous` KiB are the pages
+    the clone wrote). Empty if there is no such mapping or the process is gone."""
+    want = os.fsencode(str(path))
+    out: dict[str, int] = {}
+    found = False
+    try:
+        with open(f"/proc/{pid}/smaps", "rb") as f:
+            for line in f:
+                parts = line.split()
+                if not parts:
+                    continue
+                if b"-" in parts[0] and not parts[0].endswith(b":"):
+                    if found:
+                        break  # the next mapping starts
+                    lo, _, hi = parts[0].partition(b"-")
+                    try:
+                        size = int(hi, 16) - int(lo, 16)
+                    except ValueError:
+                        continue
+                    found = size == length and len(parts) >= 6 and parts[5] == want
+                elif found and len(parts) >= 3 and parts[2] == b"kB":
+                    out[parts[0][:-1].decode()] = int(parts[1])
+    except OSError:
+        return {}
     return out
 
 

@@ -137,13 +137,20 @@ fn transfer(m: &RamMapping, pages: &[u64], buf: *mut u8, write: bool) -> io::Res
             iov_base: unsafe { buf.add(n * IOV_BATCH * PAGE as usize) } as *mut libc::c_void,
             iov_len: chunk.len() * PAGE as usize,
         };
-        let remote: Vec<libc::iovec> = chunk
-            .iter()
-            .map(|&p| libc::iovec {
-                iov_base: (m.start + p * PAGE) as *mut libc::c_void,
-                iov_len: PAGE as usize,
-            })
-            .collect();
+        // Adjacent pages go in one iovec: the kernel pins and copies a run
+        // at a time, which is much cheaper than page by page.
+        let mut remote: Vec<libc::iovec> = Vec::new();
+        let mut prev: Option<u64> = None;
+        for &p in chunk {
+            match (prev, remote.last_mut()) {
+                (Some(q), Some(last)) if p == q + 1 => last.iov_len += PAGE as usize,
+                _ => remote.push(libc::iovec {
+                    iov_base: (m.start + p * PAGE) as *mut libc::c_void,
+                    iov_len: PAGE as usize,
+                }),
+            }
+            prev = Some(p);
+        }
         let want = local.iov_len as isize;
         // SAFETY: `local` points into a live buffer of the right length and
         // the remote iovecs are only interpreted by the kernel, which checks
@@ -252,6 +259,11 @@ mod tests {
         assert_eq!(m.start, base as u64);
         assert_eq!(private_pages(&m).unwrap(), vec![3, 10, 63]);
 
+        // A run of adjacent pages (one iovec) reads in order.
+        let run = read_pages(&m, &[9, 10, 11]).unwrap();
+        assert_eq!(run[5], 7);
+        assert_eq!(run[PAGE as usize + 5], 10);
+        assert_eq!(run[2 * PAGE as usize + 5], 7);
         let data = read_pages(&m, &[10, 63]).unwrap();
         assert_eq!(data[5], 10);
         assert_eq!(data[PAGE as usize + 5], 63);
