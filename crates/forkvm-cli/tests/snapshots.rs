@@ -430,6 +430,53 @@ fn a_branch_on_a_full_disk_fails_cleanly() {
             "no child was made"
         );
     }
+    // Asynchronously: the live save fits in tmpfs, so the call returns once
+    // the source has resumed; publishing into the full store then fails, and
+    // the snapshot shows `failed` with the reason. Nothing of it is on disk.
+    let r = d.json(&["branch", &id, "--mode", "live", "--no-wait", "--count", "1"]);
+    assert_eq!(r["snapshot"]["state"], "writing", "{r}");
+    let sid = r["snapshot"]["id"].as_str().unwrap().to_string();
+    let mut v = serde_json::Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(120), || {
+            v = d.json(&["snapshot", "inspect", &sid]);
+            v["state"] != "writing"
+        }),
+        "the failed async branch stayed `writing`"
+    );
+    assert_eq!(v["state"], "failed", "{v}");
+    assert!(
+        v["failure"]
+            .as_str()
+            .unwrap_or("")
+            .contains("No space left on device"),
+        "{v}"
+    );
+    assert_eq!(
+        d.ok(&["exec", "--timeout", "60", &id, "--", "cat", "/root/a.txt"]),
+        "alive\n"
+    );
+    let on_disk: Vec<String> = std::fs::read_dir(d.home.join("snapshots"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp-"))
+        .collect();
+    assert!(on_disk.is_empty(), "left on disk: {on_disk:?}");
+    // (Its frozen disk layer stays, unlisted, while the source's disk chain
+    // goes through it; there is no manifest, so no snapshot.)
+    assert!(!d
+        .home
+        .join("snapshots")
+        .join(&sid)
+        .join("manifest.fvs")
+        .exists());
+    d.ok(&["snapshot", "rm", &sid]);
+    assert!(d.json(&["snapshot", "ls"])["snapshots"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert_eq!(d.json(&["ps"])["sandboxes"].as_array().unwrap().len(), 1);
     d.ok(&["rm", &id]);
     d.stop(libc::SIGTERM);
     drop(d);
