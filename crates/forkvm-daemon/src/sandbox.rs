@@ -548,6 +548,7 @@ impl Manager {
             console_log: paths.console.clone(),
             incoming: None,
             device_state_only: false,
+            no_configuration_section: false,
         };
         let t1 = Instant::now();
         let Launched { child, pid, qmp } = self.launch_qemu(&spec, paths).await?;

@@ -78,6 +78,8 @@ struct DiffCapture {
     data: Vec<u8>,
     /// The view the clone started from: its snapshot's chain.
     base: PathBuf,
+    /// The base's device state: an ordinary stream, naming the machine.
+    base_state: PathBuf,
     links: Vec<PathBuf>,
 }
 
@@ -420,7 +422,12 @@ impl Manager {
             .map_err(|e| qemu_err("cannot reach the sandbox's QMP socket", e))?;
         migrate::set_capabilities(
             &qmp,
-            &[("x-ignore-shared", shared), ("mapped-ram", live_mode)],
+            &[
+                ("x-ignore-shared", shared),
+                ("mapped-ram", live_mode),
+                // MIGRATION events wake the daemon when the save completes.
+                ("events", true),
+            ],
         )
         .await
         .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
@@ -658,6 +665,7 @@ impl Manager {
                 pages,
                 data,
                 base: c.base.path(forkvm_store::MEMORY),
+                base_state: c.base.path(forkvm_store::DEVICE_STATE),
                 links: c
                     .links
                     .iter()
@@ -864,6 +872,25 @@ impl Manager {
             }
             // A diff keeps only the pages that differ from its parent's view.
             if let Some(d) = diff {
+                // The device state gets the configuration section a normal
+                // stream has (see forkvm_qemu::migrate::add_configuration).
+                let sp = staging.path(forkvm_store::DEVICE_STATE);
+                let state_err = |e: String| StoreError::Io {
+                    path: sp.display().to_string(),
+                    source: std::io::Error::other(e),
+                };
+                let raw = std::fs::read(&sp).map_err(|e| state_err(e.to_string()))?;
+                let mut head = [0u8; 64];
+                let machine = std::fs::File::open(&d.base_state)
+                    .and_then(|f| {
+                        use std::os::unix::fs::FileExt;
+                        f.read_at(&mut head, 0)
+                    })
+                    .ok()
+                    .and_then(|n| migrate::stream_machine(&head[..n]))
+                    .unwrap_or_else(|| "microvm".to_string());
+                let fixed = migrate::add_configuration(&raw, &machine).map_err(state_err)?;
+                std::fs::write(&sp, fixed).map_err(|e| state_err(e.to_string()))?;
                 let out = staging.path(forkvm_store::MEMORY_DIFF);
                 let corrupt = |e: forkvm_store::memdiff::MemDiffError| StoreError::Io {
                     path: out.display().to_string(),
@@ -1159,7 +1186,10 @@ impl Manager {
         // as unreadable chains.
         static GC: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
         let _gc = GC.lock().await;
-        if self.store.orphan_layers().is_empty() {
+        // The candidates are fixed before the roots are read (see
+        // Store::collect_layers).
+        let candidates = self.store.orphan_layers();
+        if candidates.is_empty() {
             return;
         }
         let mut roots = Vec::new();
@@ -1194,7 +1224,7 @@ impl Manager {
                 }
             }
         }
-        for gone in self.store.collect_layers(&referenced) {
+        for gone in self.store.collect_layers(&candidates, &referenced) {
             tracing::info!("collected unused disk layer {}", gone.display());
         }
     }
@@ -1232,6 +1262,7 @@ impl Manager {
         let m = &snap.manifest;
         let k = kind(m);
         let shared = k == "shared";
+        let devices_only = m.state_format.as_deref() == Some(DEVICES_ONLY);
         // A diff maps its chain's base and has its links' pages written in.
         let chain = if k == "diff" {
             let c = self.chain(snap)?;
@@ -1273,7 +1304,17 @@ impl Manager {
             qmp_socket: paths.qmp.clone(),
             console_log: paths.console.clone(),
             incoming: Some("defer".into()),
-            device_state_only: m.state_format.as_deref() == Some(DEVICES_ONLY),
+            device_state_only: devices_only,
+            no_configuration_section: devices_only && {
+                let mut head = [0u8; 9];
+                let n = std::fs::File::open(snap.path(forkvm_store::DEVICE_STATE))
+                    .and_then(|f| {
+                        use std::os::unix::fs::FileExt;
+                        f.read_at(&mut head, 0)
+                    })
+                    .unwrap_or(0);
+                !migrate::has_configuration(&head[..n])
+            },
         };
         let prepare_ms = ms(t0.elapsed());
         let t1 = Instant::now();
@@ -1284,9 +1325,14 @@ impl Manager {
                 return Err(e);
             }
         };
+        // A devices-only stream carries no RAM and no capability
+        // subsection, so the validated capabilities stay off for it.
         migrate::set_capabilities(
             &qmp,
-            &[("x-ignore-shared", shared), ("mapped-ram", k == "live")],
+            &[
+                ("x-ignore-shared", shared && !devices_only),
+                ("mapped-ram", k == "live"),
+            ],
         )
         .await
         .map_err(|e| qemu_err("cannot set migration capabilities", e))?;

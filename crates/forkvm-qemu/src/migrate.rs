@@ -57,7 +57,25 @@ pub async fn set_live_parameters(qmp: &Qmp) -> Result<(), QmpError> {
 /// object. Polling at 1 ms keeps the added latency below what events would
 /// save, without depending on the `events` capability.
 pub async fn wait_migration(qmp: &Qmp, timeout: Duration) -> Result<Value, QmpError> {
+    wait_migration_with(qmp, None, timeout).await
+}
+
+/// Wait for the end of a migration, woken by QEMU's `MIGRATION` events when
+/// `events` is given (the `events` capability must be on), with a slow poll
+/// as the fallback. Polling `query-migrate` every millisecond both adds up
+/// to a millisecond of latency and keeps QEMU's main loop busy answering
+/// while it finishes the migration, inside the guest's pause.
+pub async fn wait_migration_with(
+    qmp: &Qmp,
+    mut events: Option<tokio::sync::broadcast::Receiver<crate::QmpEvent>>,
+    timeout: Duration,
+) -> Result<Value, QmpError> {
     let t = Instant::now();
+    let poll = if events.is_some() {
+        Duration::from_millis(100)
+    } else {
+        Duration::from_millis(1)
+    };
     loop {
         let v = qmp.execute("query-migrate", None).await?;
         match v["status"].as_str().unwrap_or("") {
@@ -77,19 +95,47 @@ pub async fn wait_migration(qmp: &Qmp, timeout: Duration) -> Result<Value, QmpEr
         if t.elapsed() > timeout {
             return Err(QmpError::Timeout("migrate".into()));
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        match events.as_mut() {
+            None => tokio::time::sleep(poll).await,
+            Some(rx) => {
+                let deadline = tokio::time::Instant::now() + poll;
+                loop {
+                    match tokio::time::timeout_at(deadline, rx.recv()).await {
+                        Err(_) => break,
+                        Ok(Ok(ev)) if ev.name == "MIGRATION" => {
+                            let st = ev.data["status"].as_str().unwrap_or("");
+                            if st == "completed" {
+                                return Ok(ev.data);
+                            }
+                            if matches!(st, "failed" | "cancelled") {
+                                break; // query-migrate has the reason
+                            }
+                        }
+                        Ok(Ok(_)) => {}
+                        // Lagged: some events were dropped; ask QEMU.
+                        Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => break,
+                        Ok(Err(_)) => {
+                            events = None;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
 /// Save the device state of a (stopped) VM to `path`. RAM is skipped when
 /// `x-ignore-shared` is on and RAM is shared.
 pub async fn save_state(qmp: &Qmp, path: &Path) -> Result<Value, QmpError> {
+    // Subscribe before starting, so the completion event cannot be missed.
+    let events = qmp.events();
     qmp.execute(
         "migrate",
         Some(json!({ "uri": format!("file:{}", path.display()) })),
     )
     .await?;
-    wait_migration(qmp, Duration::from_secs(600)).await
+    wait_migration_with(qmp, Some(events), Duration::from_secs(600)).await
 }
 
 /// Save the device state, and nothing else, of a stopped VM to `path`.
@@ -104,6 +150,49 @@ pub async fn save_device_state(qmp: &Qmp, path: &Path) -> Result<(), QmpError> {
     )
     .await
     .map(drop)
+}
+
+/// The start of a migration stream: magic `QEVM` and version 3.
+const STREAM_HEADER: [u8; 8] = *b"QEVM\0\0\0\x03";
+/// `QEMU_VM_CONFIGURATION`.
+const SECTION_CONFIGURATION: u8 = 0x07;
+
+/// The machine type a migration stream's configuration section names.
+pub fn stream_machine(stream: &[u8]) -> Option<String> {
+    if stream.len() < 13 || stream[..8] != STREAM_HEADER || stream[8] != SECTION_CONFIGURATION {
+        return None;
+    }
+    let len = u32::from_be_bytes(stream[9..13].try_into().ok()?) as usize;
+    let name = stream.get(13..13 + len)?;
+    String::from_utf8(name.to_vec()).ok()
+}
+
+/// Does this stream carry a configuration section right after its header?
+pub fn has_configuration(stream_start: &[u8]) -> bool {
+    stream_start.len() > 8
+        && stream_start[..8] == STREAM_HEADER
+        && stream_start[8] == SECTION_CONFIGURATION
+}
+
+/// Give a devices-only stream (from `xen-save-devices-state`) the
+/// configuration section an ordinary migration starts with: the machine type
+/// and no capability subsection, matching a destination with the validated
+/// capabilities (`x-ignore-shared`, `mapped-ram`) off. The destination can
+/// then load it with QEMU's defaults.
+pub fn add_configuration(stream: &[u8], machine: &str) -> Result<Vec<u8>, String> {
+    if stream.len() < 8 || stream[..8] != STREAM_HEADER {
+        return Err("not a QEMU migration stream (bad header)".into());
+    }
+    if has_configuration(stream) {
+        return Ok(stream.to_vec());
+    }
+    let mut out = Vec::with_capacity(stream.len() + 5 + machine.len());
+    out.extend_from_slice(&stream[..8]);
+    out.push(SECTION_CONFIGURATION);
+    out.extend_from_slice(&(machine.len() as u32).to_be_bytes());
+    out.extend_from_slice(machine.as_bytes());
+    out.extend_from_slice(&stream[8..]);
+    Ok(out)
 }
 
 /// Load device state into a QEMU started with `-incoming defer` and wait
@@ -202,6 +291,33 @@ pub fn plain_filename(f: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    /// The configuration section as QEMU writes it (bytes seen in a real
+    /// `microvm` stream), added to a devices-only stream and read back.
+    #[test]
+    fn configuration_sections() {
+        let mut real = b"QEVM\0\0\0\x03\x07\0\0\0\x07microvm\x05".to_vec();
+        real.extend_from_slice(b"rest");
+        assert_eq!(super::stream_machine(&real).as_deref(), Some("microvm"));
+        assert!(super::has_configuration(&real));
+        let devices = b"QEVM\0\0\0\x03\x04\0\0\0\0\x05timer".to_vec();
+        assert!(!super::has_configuration(&devices));
+        assert_eq!(super::stream_machine(&devices), None);
+        let fixed = super::add_configuration(&devices, "microvm").unwrap();
+        assert_eq!(&fixed[..20], b"QEVM\0\0\0\x03\x07\0\0\0\x07microvm");
+        assert_eq!(&fixed[20..], &devices[8..]);
+        assert_eq!(
+            super::add_configuration(&fixed, "microvm").unwrap(),
+            fixed,
+            "idempotent"
+        );
+        assert!(super::add_configuration(b"nope", "microvm").is_err());
+        assert_eq!(
+            super::stream_machine(b"QEVM\0\0\0\x03\x07\0\0\0\x09micro"),
+            None,
+            "truncated"
+        );
+    }
+
     #[test]
     fn pseudo_filenames_resolve_to_the_top_file() {
         assert_eq!(

@@ -81,10 +81,15 @@ pub struct MachineSpec {
     /// `Some("defer")` starts QEMU waiting for `migrate-incoming`.
     pub incoming: Option<String>,
     /// The incoming state holds devices only (`xen-save-devices-state`):
-    /// that stream has no configuration section, so the check for one is
-    /// off, and QEMU starts paused (`-S`), because such a stream records the
-    /// guest as running and would otherwise resume it on its own.
+    /// such a stream records the guest as running, so QEMU starts paused
+    /// (`-S`) or it would resume the guest on its own.
     pub device_state_only: bool,
+    /// The incoming stream has no configuration section (a raw
+    /// `xen-save-devices-state` file), so the check for one is turned off.
+    /// Avoid it where possible: QEMU 10.0 then aborts on the next outgoing
+    /// migration of this VM (its vmdesc JSON writer closes an object it never
+    /// opened), which is why the daemon adds the section to the file instead.
+    pub no_configuration_section: bool,
 }
 
 impl MachineSpec {
@@ -164,11 +169,10 @@ impl MachineSpec {
             a.push(inc.clone());
         }
         if self.device_state_only {
-            a.extend([
-                "-S".into(),
-                "-global".into(),
-                "migration.send-configuration=off".into(),
-            ]);
+            a.push("-S".into());
+        }
+        if self.no_configuration_section {
+            a.extend(["-global".into(), "migration.send-configuration=off".into()]);
         }
         a
     }
@@ -239,6 +243,7 @@ mod tests {
             console_log: "/c.log".into(),
             incoming: None,
             device_state_only: false,
+            no_configuration_section: false,
         }
     }
 

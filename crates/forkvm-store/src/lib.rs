@@ -327,17 +327,27 @@ impl Store {
             .collect()
     }
 
-    /// Delete the orphan layers that no file in `referenced` (every layer
-    /// some live disk chain goes through) names. Returns what was deleted.
-    pub fn collect_layers(&self, referenced: &std::collections::HashSet<PathBuf>) -> Vec<PathBuf> {
+    /// Delete the `candidates` (orphan layers listed *before* the roots
+    /// were scanned) that no file in `referenced` (every layer some live disk
+    /// chain goes through) names. Returns what was deleted. A layer that
+    /// became orphan during the scan is not a candidate: a chain created
+    /// during the scan may go through it unseen.
+    pub fn collect_layers(
+        &self,
+        candidates: &[PathBuf],
+        referenced: &std::collections::HashSet<PathBuf>,
+    ) -> Vec<PathBuf> {
         let mut gone = Vec::new();
-        for d in self.orphan_layers() {
+        for d in candidates {
+            if d.join(MANIFEST).exists() {
+                continue;
+            }
             let disk = d.join(DISK);
             if disk.exists() && referenced.contains(&disk) {
                 continue;
             }
-            if std::fs::remove_dir_all(&d).is_ok() {
-                gone.push(d);
+            if std::fs::remove_dir_all(d).is_ok() {
+                gone.push(d.clone());
             }
         }
         gone
