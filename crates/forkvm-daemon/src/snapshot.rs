@@ -211,6 +211,25 @@ fn qemu_err(what: &str, e: impl std::fmt::Display) -> ApiError {
     )
 }
 
+/// `cont` after a save. QEMU reports a migration `completed` (event or
+/// `query-migrate`) a moment before it leaves the `finish-migrate` run state,
+/// and refuses `cont` in between ("Migration is not finalized yet"): retry
+/// that for a while rather than leave the source paused.
+async fn resume(qmp: &Qmp) -> Result<serde_json::Value, forkvm_qemu::QmpError> {
+    let t = Instant::now();
+    loop {
+        match qmp.execute("cont", None).await {
+            Err(e)
+                if e.to_string().contains("not finalized")
+                    && t.elapsed() < Duration::from_secs(30) =>
+            {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Microseconds between the STOP and the following RESUME event.
 async fn pause_from_events(
     rx: &mut tokio::sync::broadcast::Receiver<forkvm_qemu::QmpEvent>,
@@ -566,7 +585,7 @@ impl Manager {
                 None
             }
         };
-        let resumed = qmp.execute("cont", None).await;
+        let resumed = resume(&qmp).await;
         // The pause as the VM saw it: QEMU's own timestamps of the STOP and
         // RESUME events, not our clock (which adds scheduling and QMP
         // round-trips). Fall back to our clock if an event is missing.
