@@ -156,11 +156,9 @@ impl SandboxPaths {
     pub fn remove_all(&self) {
         self.remove_runtime();
         let _ = std::fs::remove_dir_all(&self.dir);
-        // The RAM directory goes when its last file does (fails harmlessly
-        // while other sandboxes still have RAM files there).
-        if let Some(run_dir) = self.mem.parent() {
-            let _ = std::fs::remove_dir(run_dir);
-        }
+        // The RAM directory itself stays: removing it when it looked empty
+        // raced with sandboxes being created in it (QEMU creates its RAM
+        // file there, after the daemon made sure the directory exists).
     }
 }
 
