@@ -154,7 +154,7 @@ impl Manager {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn live(&self, id: &str) -> Option<Arc<Live>> {
+    pub(crate) fn live(&self, id: &str) -> Option<Arc<Live>> {
         self.live_map().get(id).cloned()
     }
 

@@ -863,6 +863,20 @@ impl Manager {
         Ok(view)
     }
 
+    /// Resume a sandbox that QEMU stopped on a disk error (`io-error`).
+    async fn resume_after_io_error(&self, id: &str) {
+        let Some(live) = self.live(id) else { return };
+        let Ok(qmp) = Qmp::connect(&live.paths.qmp, Duration::from_secs(5)).await else {
+            return;
+        };
+        if qmp.status().await.is_ok_and(|s| s == "io-error") {
+            match qmp.execute("cont", None).await {
+                Ok(_) => tracing::warn!("resumed sandbox {id} after a disk-full error"),
+                Err(e) => tracing::error!("could not resume sandbox {id} after io-error: {e}"),
+            }
+        }
+    }
+
     /// Second half of a snapshot, after the source has resumed: hash and
     /// publish the files, then index the snapshot.
     pub(crate) async fn publish_frozen(
@@ -928,6 +942,10 @@ impl Manager {
             // The source's disk chain names the frozen layer's final path.
             let _ = std::fs::create_dir_all(final_disk.parent().unwrap_or(&final_disk));
             let _ = std::fs::hard_link(&top_file, &final_disk);
+            // On a full disk the source's own writes may have failed while
+            // the snapshot filled it, and QEMU stopped the guest (io-error).
+            // The staging files are gone now: let it run again.
+            self.resume_after_io_error(&srow.source).await;
             return Err(store_err(e));
         }
         timings.publish_ms = ms(t.elapsed());
