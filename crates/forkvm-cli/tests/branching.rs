@@ -39,28 +39,7 @@ while True:
 "#;
 
 fn start_holder(d: &Daemon, id: &str) {
-    let mut c = d.cmd();
-    c.args([
-        "exec",
-        "-i",
-        id,
-        "--",
-        "sh",
-        "-c",
-        "cat > /root/holder.py; setsid python3 /root/holder.py >/tmp/holder.log 2>&1 < /dev/null &",
-    ])
-    .stdin(std::process::Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(HOLDER.as_bytes())
-            .unwrap();
-    }
-    assert!(child.wait().unwrap().success());
+    start_python(d, id, "/root/holder.py", "/tmp/holder.log", HOLDER);
     assert!(
         wait_until(Duration::from_secs(180), || {
             try_sh(d, id, "cat /tmp/h0 2>/dev/null").len() == 64

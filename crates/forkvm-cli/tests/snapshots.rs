@@ -36,28 +36,7 @@ while True:
         "-c",
         "mkdir -p /work && echo source-file > /work/a.txt",
     ]);
-    let mut c = d.cmd();
-    c.args([
-        "exec",
-        "-i",
-        &src.id,
-        "--",
-        "sh",
-        "-c",
-        "cat > /tmp/holder.py; setsid python3 /tmp/holder.py >/dev/null 2>&1 < /dev/null &",
-    ])
-    .stdin(std::process::Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(py.as_bytes())
-            .unwrap();
-    }
-    assert!(child.wait().unwrap().success());
+    start_python(d, &src.id, "/tmp/holder.py", "/dev/null", py);
     assert!(wait_until(Duration::from_secs(60), || {
         try_sh(d, &src.id, "cat /tmp/h1 2>/dev/null").len() == 64
     }));

@@ -356,3 +356,21 @@ pub fn ids(v: &serde_json::Value) -> Vec<String> {
         .map(|s| s["id"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Start `program` as a detached background Python process in the sandbox
+/// (written to `path` in the guest; its output goes to `log`).
+pub fn start_python(d: &Daemon, id: &str, path: &str, log: &str, program: &str) {
+    use std::io::Write;
+    let script = format!("cat > {path}; setsid python3 {path} >{log} 2>&1 < /dev/null &");
+    let mut c = d.cmd();
+    c.args(["exec", "-i", id, "--", "sh", "-c", &script])
+        .stdin(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(program.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+}
