@@ -54,7 +54,7 @@ INITRAMFS_DIRS=(proc sys dev newroot tmp)
 
 IMAGE_SUITE=bookworm
 IMAGE_VARIANT=minbase
-IMAGE_PKGS=(python3 iproute2 procps ca-certificates curl iputils-ping)
+IMAGE_PKGS=(python3 iproute2 procps ca-certificates curl iputils-ping iperf3)
 IMAGE_SIZE=2G
 IMAGE_DESCRIPTION="Debian bookworm with python3"
 

@@ -116,6 +116,16 @@ pub enum HostMsg {
     /// long a just-restored guest takes to process it. Answered by
     /// `ClockSet`.
     SetClock { id: u64, unix_time_ns: u64 },
+    /// Check that the guest's network path works: open a TCP connection to
+    /// `addr:port` (the gateway) within `timeout_ms`. A refused connection
+    /// counts as success, since a reset proves the round trip. Answered by
+    /// `NetReady`, or `Error` with the reason.
+    NetProbe {
+        id: u64,
+        addr: String,
+        port: u16,
+        timeout_ms: u32,
+    },
 }
 
 fn default_mode() -> u32 {
@@ -132,7 +142,8 @@ impl HostMsg {
             | HostMsg::ReadFile { id, .. }
             | HostMsg::Shutdown { id }
             | HostMsg::Identity { id, .. }
-            | HostMsg::SetClock { id, .. } => *id,
+            | HostMsg::SetClock { id, .. }
+            | HostMsg::NetProbe { id, .. } => *id,
         }
     }
 }
@@ -191,6 +202,11 @@ pub enum GuestMsg {
     ClockSet {
         id: u64,
     },
+    /// The probe's round trip worked after `took_us`.
+    NetReady {
+        id: u64,
+        took_us: u64,
+    },
     /// The request failed. `code` is one of the `ERR_*` constants.
     Error {
         id: u64,
@@ -211,6 +227,7 @@ impl GuestMsg {
             | GuestMsg::ShutdownAck { id }
             | GuestMsg::IdentityAck { id, .. }
             | GuestMsg::ClockSet { id }
+            | GuestMsg::NetReady { id, .. }
             | GuestMsg::Error { id, .. } => *id,
         }
     }

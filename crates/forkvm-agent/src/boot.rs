@@ -271,6 +271,33 @@ fn switch_root(new_root: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// The first NIC's address, route and nameserver, from `forkvm.ip=`,
+/// `forkvm.gw=` and `forkvm.dns=`. Every sandbox gets the same values (see
+/// the forkvm-net crate): a clone keeps them, so nothing is redone on resume.
+fn configure_nic(
+    addr: std::net::Ipv4Addr,
+    prefix: u8,
+    gw: Option<std::net::Ipv4Addr>,
+    dns: Option<std::net::Ipv4Addr>,
+) {
+    const NIC: &str = "eth0";
+    // virtio_net was loaded in stage 1, so the interface exists by now.
+    let r = sys::set_ipv4(NIC, addr, prefix)
+        .and_then(|_| sys::interface_up(NIC))
+        .and_then(|_| gw.map_or(Ok(()), sys::add_default_route));
+    if let Err(e) = r {
+        log(&format!("cannot configure {NIC} ({addr}/{prefix}): {e}"));
+        return;
+    }
+    if let Some(d) = dns {
+        // Replace a symlink (systemd-resolved's) with a plain file.
+        let _ = std::fs::remove_file("/etc/resolv.conf");
+        if let Err(e) = std::fs::write("/etc/resolv.conf", format!("nameserver {d}\n")) {
+            log(&format!("cannot write /etc/resolv.conf: {e}"));
+        }
+    }
+}
+
 /// Stage 2 as pid 1: everything a normal userland expects. Failures are
 /// logged, not fatal: a sandbox without /dev/shm is still useful.
 ///
@@ -307,6 +334,9 @@ pub fn stage2_setup() {
     }
     if let Err(e) = sys::interface_up("lo") {
         log(&format!("cannot bring up lo: {e}"));
+    }
+    if let Some((addr, prefix)) = params.ip {
+        configure_nic(addr, prefix, params.gw, params.dns);
     }
 
     // Inherited by every command the agent runs. The kernel starts init with

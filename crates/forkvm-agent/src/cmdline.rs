@@ -12,6 +12,12 @@ pub struct BootParams {
     pub hostname: Option<String>,
     /// `forkvm.probe=1`: print `FORKVM_PROBE_OK` and power off.
     pub probe: bool,
+    /// `forkvm.ip=A.B.C.D/P`: the address of the first NIC (`eth0`).
+    pub ip: Option<(std::net::Ipv4Addr, u8)>,
+    /// `forkvm.gw=A.B.C.D`: the default gateway.
+    pub gw: Option<std::net::Ipv4Addr>,
+    /// `forkvm.dns=A.B.C.D`: the nameserver written to /etc/resolv.conf.
+    pub dns: Option<std::net::Ipv4Addr>,
 }
 
 /// Split a kernel command line into parameters the way the kernel does:
@@ -53,6 +59,9 @@ pub fn boot_params(tokens: &[String]) -> BootParams {
         root: DEFAULT_ROOT.to_string(),
         hostname: None,
         probe: false,
+        ip: None,
+        gw: None,
+        dns: None,
     };
     for t in tokens {
         let (key, value) = match t.split_once('=') {
@@ -71,6 +80,15 @@ pub fn boot_params(tokens: &[String]) -> BootParams {
             "forkvm.probe" => {
                 p.probe = matches!(value, None | Some("1" | "y" | "yes" | "on" | "true"))
             }
+            "forkvm.ip" => {
+                p.ip = value.and_then(|v| {
+                    let (a, n) = v.split_once('/')?;
+                    let n: u8 = n.parse().ok().filter(|n| *n <= 32)?;
+                    Some((a.parse().ok()?, n))
+                })
+            }
+            "forkvm.gw" => p.gw = value.and_then(|v| v.parse().ok()),
+            "forkvm.dns" => p.dns = value.and_then(|v| v.parse().ok()),
             _ => {}
         }
     }
@@ -151,7 +169,10 @@ mod tests {
             BootParams {
                 root: "/dev/vda".into(),
                 hostname: None,
-                probe: false
+                probe: false,
+                ip: None,
+                gw: None,
+                dns: None,
             }
         );
     }
@@ -174,6 +195,22 @@ mod tests {
         assert!(!boot_params(&toks("forkvm.probe=1 forkvm.probe=0")).probe);
         assert_eq!(boot_params(&toks("forkvm.root=")).root, DEFAULT_ROOT);
         assert_eq!(boot_params(&toks("forkvm.hostname=")).hostname, None);
+        let n = boot_params(&toks(
+            "forkvm.ip=172.16.0.2/30 forkvm.gw=172.16.0.1 forkvm.dns=10.0.0.53",
+        ));
+        assert_eq!(n.ip, Some(("172.16.0.2".parse().unwrap(), 30)));
+        assert_eq!(n.gw, Some("172.16.0.1".parse().unwrap()));
+        assert_eq!(n.dns, Some("10.0.0.53".parse().unwrap()));
+        // Malformed network parameters are ignored, not half-applied.
+        for bad in [
+            "forkvm.ip=172.16.0.2",
+            "forkvm.ip=172.16.0.2/33",
+            "forkvm.ip=x/24",
+            "forkvm.ip",
+        ] {
+            assert_eq!(boot_params(&toks(bad)).ip, None, "{bad}");
+        }
+        assert_eq!(boot_params(&toks("forkvm.gw=nope")).gw, None);
         // Other prefixes do not match.
         assert!(!boot_params(&toks("xforkvm.probe=1 forkvm.probex=1")).probe);
     }

@@ -400,6 +400,22 @@ fn handle(frame: Frame<HostMsg>, agent: &Agent) {
             };
             agent.reply(&msg, &[]);
         }
+        HostMsg::NetProbe {
+            id,
+            addr,
+            port,
+            timeout_ms,
+        } => {
+            let msg = match net_probe(&addr, port, timeout_ms) {
+                Ok(took_us) => GuestMsg::NetReady { id, took_us },
+                Err(message) => GuestMsg::Error {
+                    id,
+                    code: forkvm_agent_protocol::ERR_IO.into(),
+                    message,
+                },
+            };
+            agent.reply(&msg, &[]);
+        }
         HostMsg::SetClock { id, unix_time_ns } => {
             let msg = match crate::sys::set_realtime_ns(unix_time_ns) {
                 Ok(()) => GuestMsg::ClockSet { id },
@@ -412,6 +428,37 @@ fn handle(frame: Frame<HostMsg>, agent: &Agent) {
             agent.reply(&msg, &[]);
         }
     }
+}
+
+/// Connect to `addr:port`, retrying until `timeout_ms`: connected or refused
+/// means the path works. Returns the microseconds it took.
+fn net_probe(addr: &str, port: u16, timeout_ms: u32) -> Result<u64, String> {
+    let ip: std::net::Ipv4Addr = addr
+        .parse()
+        .map_err(|_| format!("{addr:?} is not an IPv4 address"))?;
+    let to = std::net::SocketAddr::from((ip, port));
+    let start = Instant::now();
+    let limit = std::time::Duration::from_millis(u64::from(timeout_ms.max(1)));
+    let mut last = String::new();
+    while start.elapsed() < limit {
+        let left = limit
+            .saturating_sub(start.elapsed())
+            .max(std::time::Duration::from_millis(1));
+        match std::net::TcpStream::connect_timeout(
+            &to,
+            left.min(std::time::Duration::from_millis(200)),
+        ) {
+            Ok(_) => return Ok(start.elapsed().as_micros() as u64),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Ok(start.elapsed().as_micros() as u64)
+            }
+            Err(e) => {
+                last = e.to_string();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+    Err(format!("no route to {to} within {timeout_ms} ms: {last}"))
 }
 
 /// Milliseconds since the guest kernel booted.

@@ -186,6 +186,79 @@ pub fn interface_up(name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// A zeroed `ifreq` naming `name`, and an AF_INET datagram socket to send
+/// interface ioctls on.
+fn ifreq_for(name: &str) -> io::Result<(OwnedFd, libc::ifreq)> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "bad interface name",
+        ));
+    }
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: all-zero bytes are a valid ifreq (byte arrays and a union of
+    // integers and sockaddrs).
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    Ok((sock, ifr))
+}
+
+fn sockaddr_in(a: std::net::Ipv4Addr) -> libc::sockaddr {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(a).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in and sockaddr have the same size on Linux, and a
+    // sockaddr is plain bytes; this is how the C API is meant to be used.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
+}
+
+/// Give an interface an IPv4 address and netmask (`ip addr add A/P dev N`).
+pub fn set_ipv4(name: &str, addr: std::net::Ipv4Addr, prefix: u8) -> io::Result<()> {
+    let (sock, mut ifr) = ifreq_for(name)?;
+    ifr.ifr_ifru.ifru_addr = sockaddr_in(addr);
+    // SAFETY: SIOCSIFADDR reads ifr_name and ifru_addr of our ifreq.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR, &ifr) })?;
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(prefix))
+    };
+    ifr.ifr_ifru.ifru_netmask = sockaddr_in(std::net::Ipv4Addr::from(mask));
+    // SAFETY: SIOCSIFNETMASK reads ifr_name and ifru_netmask.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFNETMASK, &ifr) })?;
+    Ok(())
+}
+
+/// Add a default route via `gw` (`ip route add default via GW`).
+pub fn add_default_route(gw: std::net::Ipv4Addr) -> io::Result<()> {
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: rtentry is a C struct of integers, pointers and sockaddrs; all
+    // zero is a valid value (null device pointer = any interface).
+    let mut rt: libc::rtentry = unsafe { std::mem::zeroed() };
+    rt.rt_dst = sockaddr_in(std::net::Ipv4Addr::UNSPECIFIED);
+    rt.rt_genmask = sockaddr_in(std::net::Ipv4Addr::UNSPECIFIED);
+    rt.rt_gateway = sockaddr_in(gw);
+    rt.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
+    // SAFETY: SIOCADDRT reads the rtentry we pass, which lives across the call.
+    match cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCADDRT, &rt) }) {
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+        r => r.map(|_| ()),
+    }
+}
+
 /// Send `sig` to every process in process group `pgid`.
 pub fn kill_group(pgid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     // Guard against pgid 0/1 (our own group / "everything"): only ever

@@ -272,6 +272,16 @@ impl Client {
         .await
     }
 
+    /// The sandbox's published ports.
+    pub async fn ports(&self, id: &str) -> Result<Vec<crate::PortForward>, ClientError> {
+        self.json(
+            Method::GET,
+            &format!("/v1/sandboxes/{}/ports", enc(id)),
+            None::<&()>,
+        )
+        .await
+    }
+
     pub async fn delete_sandbox(&self, id: &str) -> Result<(), ClientError> {
         self.call(Method::DELETE, &format!("/v1/sandboxes/{}", enc(id)), None)
             .await

@@ -14,6 +14,8 @@
 //! | `guest_error` | 502 | the guest agent reported an error or went away |
 //! | `guest_timeout` | 504 | the guest agent did not answer in time |
 //! | `qemu_failed` | 500 | QEMU could not be started or died |
+//! | `network_failed` | 500 | the sandbox's network could not be set up |
+//! | `network_unavailable` | 503 | this host cannot give sandboxes a network (see `forkvm doctor`) |
 //! | `internal` | 500 | a bug or a host problem; the message says which |
 
 pub const INVALID_REQUEST: &str = "invalid_request";
@@ -29,6 +31,8 @@ pub const GUEST_TIMEOUT: &str = "guest_timeout";
 pub const QEMU_FAILED: &str = "qemu_failed";
 pub const INTERNAL: &str = "internal";
 pub const SNAPSHOT_CORRUPT: &str = "snapshot_corrupt";
+pub const NETWORK_FAILED: &str = "network_failed";
+pub const NETWORK_UNAVAILABLE: &str = "network_unavailable";
 
 /// The HTTP status a code is sent with (the table above). A streamed exec
 /// reports a late error as a code inside a 200 response; clients use this to
@@ -44,6 +48,7 @@ pub fn status_of(code: &str) -> u16 {
         SNAPSHOT_CORRUPT => 422,
         LIMIT_EXCEEDED => 429,
         GUEST_ERROR => 502,
+        NETWORK_UNAVAILABLE => 503,
         GUEST_TIMEOUT => 504,
         _ => 500,
     }

@@ -35,6 +35,89 @@ pub struct CreateSandbox {
     /// a cold boot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_template: Option<bool>,
+    /// `nat` (the default): a network of its own with NAT egress; `none`:
+    /// no way out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkMode>,
+    /// Guest TCP ports to publish on host loopback ports (needs `nat`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<PortForward>>,
+    /// Allow egress only to these destinations (needs `nat`). Omitted: any
+    /// destination except the host and other sandboxes. An entry that
+    /// covers the host or another sandbox's uplink opens it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Vec<EgressRule>>,
+    /// Answer only once the guest's network path is proven to work
+    /// (default true). With `false` the spawn returns right after the guest
+    /// has its identity; the network is set up either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_network: Option<bool>,
+}
+
+/// A sandbox's network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkMode {
+    /// No route out: the guest sees only its own link.
+    None,
+    /// A network namespace of its own, NAT to the host's network.
+    Nat,
+}
+
+/// A published guest port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PortForward {
+    /// The TCP port in the guest.
+    pub guest: u16,
+    /// The host loopback port; 0 (or omitted) picks a free one, reported back.
+    #[serde(default)]
+    pub host: u16,
+}
+
+/// One egress allow-list entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EgressRule {
+    /// An IPv4 address or network, `A.B.C.D` or `A.B.C.D/N`.
+    pub cidr: String,
+    /// TCP and UDP ports; empty or omitted means every port.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+}
+
+/// A sandbox's network as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct NetworkInfo {
+    pub mode: NetworkMode,
+    /// The guest's address (the same in every sandbox; each has its own
+    /// namespace).
+    pub guest_ip: String,
+    pub gateway: String,
+    /// The host end of the sandbox's uplink (unique per sandbox), for `nat`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ip: Option<String>,
+    /// The sandbox end of its uplink: the source address its egress has
+    /// before the host's NAT, for `nat`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplink_ip: Option<String>,
+    pub ports: Vec<PortForward>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Vec<EgressRule>>,
+}
+
+/// Networking as `GET /v1/info` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct NetInfo {
+    /// Can sandboxes get `nat` networks on this host?
+    pub available: bool,
+    /// Why not, when they cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The uplink address pool.
+    pub pool: String,
+    /// The mode used when a spawn does not name one.
+    pub default_mode: NetworkMode,
 }
 
 /// Lifecycle state of a sandbox.
@@ -72,6 +155,14 @@ pub struct SpawnTimings {
     /// Creating the image's boot template (first spawn of an image only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_ms: Option<f64>,
+    /// Setting up the host side of the network: namespace, uplink, rules,
+    /// forwarded ports (the part not done ahead of time by a warm pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_ms: Option<f64>,
+    /// From the guest's resume (or the end of its boot) until its network
+    /// path was proven to work (`wait_for_network`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_ready_ms: Option<f64>,
     pub total_ms: f64,
 }
 
@@ -109,6 +200,9 @@ pub struct Sandbox {
     /// The snapshot the sandbox was spawned from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
+    /// Its network; absent for a sandbox without a NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkInfo>,
 }
 
 /// The response to `POST /v1/sandboxes` with `count`.
@@ -394,6 +488,7 @@ pub struct Info {
     /// The default warm-pool size for boot templates (`--pool-size`).
     pub default_pool_size: u32,
     pub pools: Vec<PoolInfo>,
+    pub network: NetInfo,
 }
 
 /// The body of every error response.
@@ -463,6 +558,14 @@ pub struct BranchRequest {
     /// as they come up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<bool>,
+    /// Ports to publish for each child. Omitted: the source's guest ports,
+    /// each on a newly allocated host port (host ports cannot be shared).
+    /// Every child keeps the source's network mode and egress allow-list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<PortForward>>,
+    /// As for `POST /v1/sandboxes` (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_network: Option<bool>,
 }
 
 /// The result of a branch.

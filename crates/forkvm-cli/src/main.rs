@@ -52,6 +52,64 @@ struct SpawnArgs {
     /// Always cold-boot the image (do not use or create its boot template).
     #[arg(long)]
     no_template: bool,
+    #[command(flatten)]
+    net: NetArgs,
+}
+
+#[derive(clap::Args, Clone)]
+struct NetArgs {
+    /// nat (a network of its own with NAT egress; the default where the
+    /// host supports it) or none.
+    #[arg(long, value_parser = ["none", "nat"])]
+    network: Option<String>,
+    /// Publish a guest TCP port on a host loopback port; HOST 0 or omitted
+    /// picks a free one (repeatable; see `forkvm port ID`).
+    #[arg(long = "port", value_name = "GUEST[:HOST]", value_parser = parse_port)]
+    ports: Vec<forkvm_api::PortForward>,
+    /// Allow egress only to this IPv4 address or network, optionally only
+    /// to these TCP/UDP ports (repeatable). Without it, anything but the
+    /// host and other sandboxes is reachable.
+    #[arg(long = "allow", value_name = "CIDR[:PORT,...]", value_parser = parse_allow)]
+    allow: Vec<forkvm_api::EgressRule>,
+    /// Return without proving the guest's network works first.
+    #[arg(long)]
+    no_wait_network: bool,
+}
+
+fn parse_port(s: &str) -> Result<forkvm_api::PortForward, String> {
+    let num = |t: &str| {
+        t.parse::<u16>()
+            .map_err(|_| format!("{t:?} is not a port number (0-65535)"))
+    };
+    let (g, h) = match s.split_once(':') {
+        Some((g, h)) => (num(g)?, num(h)?),
+        None => (num(s)?, 0),
+    };
+    if g == 0 {
+        return Err("the guest port cannot be 0".into());
+    }
+    Ok(forkvm_api::PortForward { guest: g, host: h })
+}
+
+fn parse_allow(s: &str) -> Result<forkvm_api::EgressRule, String> {
+    let (cidr, ports) = match s.split_once(':') {
+        Some((c, p)) => (
+            c,
+            p.split(',')
+                .map(|t| {
+                    t.parse::<u16>()
+                        .ok()
+                        .filter(|p| *p != 0)
+                        .ok_or_else(|| format!("{t:?} is not a port number (1-65535)"))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => (s, Vec::new()),
+    };
+    Ok(forkvm_api::EgressRule {
+        cidr: cidr.to_string(),
+        ports,
+    })
 }
 
 #[derive(clap::Args, Clone)]
@@ -153,6 +211,13 @@ enum Cmd {
         /// children come up in the background.
         #[arg(long)]
         no_wait: bool,
+        /// Publish this guest port for each child (repeatable; default: the
+        /// source's guest ports, each on a newly allocated host port).
+        #[arg(long = "port", value_name = "GUEST[:HOST]", value_parser = parse_port)]
+        ports: Vec<forkvm_api::PortForward>,
+        /// Return without proving each child's network works first.
+        #[arg(long)]
+        no_wait_network: bool,
     },
     /// List sandboxes.
     Ps,
@@ -163,6 +228,8 @@ enum Cmd {
     },
     /// Print a sandbox's serial console.
     Logs { id: String },
+    /// List a sandbox's published ports (guest port -> host loopback port).
+    Port { id: String },
     /// Show a sandbox in detail (with its memory use).
     Inspect { id: String },
     /// Show the daemon's version, accelerator, QEMU and limits.
@@ -194,9 +261,17 @@ enum Cmd {
         #[arg(long, default_value_t = 1000, value_name = "N",
               value_parser = clap::value_parser!(u32).range(1..=100000))]
         max_sandboxes: u32,
+        /// The IPv4 pool sandbox uplinks get a /30 from (host side of each
+        /// sandbox's NAT).
+        #[arg(long, default_value = forkvm_net_default_pool(), value_name = "CIDR", env = "FORKVM_NET_POOL")]
+        net_pool: String,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
+}
+
+const fn forkvm_net_default_pool() -> &'static str {
+    "10.231.0.0/16"
 }
 
 fn main() -> ExitCode {
@@ -231,6 +306,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             pool_size,
             max_requests,
             max_sandboxes,
+            net_pool,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -241,6 +317,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.default_pool_size = pool_size;
             cfg.limits.max_concurrent_requests = max_requests;
             cfg.limits.max_sandboxes = max_sandboxes;
+            cfg.net_pool = net_pool;
             cfg.token = std::env::var(forkvm_api::ENV_TOKEN)
                 .ok()
                 .filter(|t| !t.is_empty());
@@ -317,6 +394,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             count,
             tag,
             no_wait,
+            ports,
+            no_wait_network,
         } => {
             let c = client().await?;
             let mode = match mode.as_str() {
@@ -332,6 +411,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         count: Some(count),
                         tag,
                         wait: no_wait.then_some(false),
+                        ports: (!ports.is_empty()).then_some(ports),
+                        wait_for_network: no_wait_network.then_some(false),
                     },
                 )
                 .await?;
@@ -433,6 +514,18 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
+        Cmd::Port { id } => {
+            let c = client().await?;
+            let ports = c.ports(&id).await?;
+            if json {
+                print_json(&ports)?;
+            } else {
+                for p in ports {
+                    println!("{}/tcp -> 127.0.0.1:{}", p.guest, p.host);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Logs { id } => {
             let c = client().await?;
             let b = c.logs(&id).await?;
@@ -470,6 +563,13 @@ fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
         memory_mib: a.memory,
         cpus: a.cpus,
         use_template: a.no_template.then_some(false),
+        network: a.net.network.as_deref().map(|m| match m {
+            "none" => forkvm_api::NetworkMode::None,
+            _ => forkvm_api::NetworkMode::Nat,
+        }),
+        ports: (!a.net.ports.is_empty()).then(|| a.net.ports.clone()),
+        egress: (!a.net.allow.is_empty()).then(|| a.net.allow.clone()),
+        wait_for_network: a.net.no_wait_network.then_some(false),
         ..Default::default()
     }
 }

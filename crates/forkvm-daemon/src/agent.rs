@@ -377,6 +377,35 @@ impl AgentConn {
         }
     }
 
+    /// Ask the guest to prove its network path to `addr:port` works.
+    pub async fn net_probe(
+        &self,
+        addr: std::net::Ipv4Addr,
+        port: u16,
+        timeout: Duration,
+    ) -> Result<u64, AgentError> {
+        let timeout_ms = timeout.as_millis().min(u128::from(u32::MAX)) as u32;
+        match self
+            .one_reply(
+                |id| HostMsg::NetProbe {
+                    id,
+                    addr: addr.to_string(),
+                    port,
+                    timeout_ms,
+                },
+                b"",
+                timeout + Duration::from_secs(10),
+            )
+            .await?
+            .msg
+        {
+            GuestMsg::NetReady { took_us, .. } => Ok(took_us),
+            other => Err(AgentError::Protocol(format!(
+                "expected net_ready, got {other:?}"
+            ))),
+        }
+    }
+
     /// Write a file in the guest.
     pub async fn write_file(
         &self,

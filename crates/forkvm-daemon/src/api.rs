@@ -47,6 +47,7 @@ type AppState = Arc<Manager>;
         write_file,
         read_file,
         logs,
+        ports,
         snapshot_sandbox,
         branch_sandbox,
         list_snapshots,
@@ -199,6 +200,7 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::WriteFile => put(write_file),
         Op::ReadFile => get(read_file),
         Op::Logs => get(logs),
+        Op::Ports => get(ports),
         Op::Snapshot => post(snapshot_sandbox),
         Op::Branch => post(branch_sandbox),
         Op::ListSnapshots => get(list_snapshots),
@@ -335,6 +337,7 @@ async fn health() -> Json<Health> {
     responses((status = 200, body = Info)))]
 async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
     Ok(Json(Info {
+        network: m.net.info(),
         version: env!("CARGO_PKG_VERSION").into(),
         accel: AccelInfo {
             kind: m.accel.accel.to_string(),
@@ -743,6 +746,19 @@ async fn logs(State(m): State<AppState>, Path(id): Path<String>) -> Result<Respo
     m.get(&id)?;
     let text = crate::util::tail_file(&m.cfg.sandbox_paths(&id).console, 1 << 20);
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+/// The sandbox's published ports: guest port and the host loopback port
+/// that reaches it (empty without a `nat` network).
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/ports", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 200, body = Vec<forkvm_api::PortForward>), (status = 404, body = ErrorBody)))]
+async fn ports(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<forkvm_api::PortForward>>, ApiError> {
+    let sb = m.get(&id)?;
+    Ok(Json(sb.network.map(|n| n.ports).unwrap_or_default()))
 }
 
 /// Snapshot a running sandbox; it keeps running.

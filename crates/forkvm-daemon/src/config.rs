@@ -42,6 +42,8 @@ pub struct Config {
     pub boot_timeout_secs: u64,
     /// Warm-pool size for new boot templates.
     pub default_pool_size: u32,
+    /// The uplink address pool (`--net-pool`).
+    pub net_pool: String,
 }
 
 impl Config {
@@ -75,6 +77,7 @@ impl Config {
             },
             boot_timeout_secs: 180,
             default_pool_size: 0,
+            net_pool: forkvm_net::DEFAULT_POOL.to_string(),
         }
     }
 
@@ -166,13 +169,19 @@ impl SandboxPaths {
 /// anonymous memory), in a directory unique to the data directory so that
 /// two daemons with different homes never collide.
 fn default_run_dir(home: &Path) -> PathBuf {
-    // FNV-1a: stable across runs and Rust versions (unlike DefaultHasher).
+    PathBuf::from(format!("/dev/shm/forkvm-{}", home_hash(home)))
+}
+
+/// Eight hex digits naming a data directory in host-wide places (the RAM
+/// directory, the host nft table). FNV-1a: stable across runs and Rust
+/// versions (unlike DefaultHasher).
+pub fn home_hash(home: &Path) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in home.as_os_str().as_encoded_bytes() {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    PathBuf::from(format!("/dev/shm/forkvm-{:08x}", h as u32))
+    format!("{:08x}", h as u32)
 }
 
 #[cfg(test)]

@@ -30,6 +30,8 @@ pub struct SandboxRow {
     pub timings: Option<SpawnTimings>,
     /// The snapshot this sandbox was spawned from, if any.
     pub snapshot: Option<String>,
+    /// Its network (JSON in the `network` column), once set up.
+    pub network: Option<crate::net::SandboxNet>,
 }
 
 /// A stored snapshot (the files are in the store; this is the index).
@@ -63,7 +65,7 @@ pub struct Db {
     conn: Mutex<Connection>,
 }
 
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 fn state_str(s: SandboxState) -> &'static str {
     match s {
@@ -138,6 +140,10 @@ impl Db {
                     pool_size INTEGER NOT NULL DEFAULT 0
                  );",
             )?;
+            conn.pragma_update(None, "user_version", 2)?;
+        }
+        if v < 3 {
+            conn.execute_batch("ALTER TABLE sandboxes ADD COLUMN network TEXT;")?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         Ok(())
@@ -149,8 +155,8 @@ impl Db {
             .as_ref()
             .map(|t| serde_json::to_string(t).unwrap_or_default());
         self.lock().execute(
-            "INSERT INTO sandboxes (id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings, snapshot)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            "INSERT INTO sandboxes (id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings, snapshot, network)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 r.id,
                 state_str(r.state),
@@ -162,7 +168,10 @@ impl Db {
                 r.created_at,
                 r.failure,
                 timings,
-                r.snapshot
+                r.snapshot,
+                r.network
+                    .as_ref()
+                    .map(|n| serde_json::to_string(n).unwrap_or_default())
             ],
         )?;
         Ok(())
@@ -174,6 +183,20 @@ impl Db {
         self.lock().execute(
             "UPDATE sandboxes SET state='running', pid=?2, timings=?3 WHERE id=?1",
             params![id, pid, t],
+        )?;
+        Ok(())
+    }
+
+    /// Record a sandbox's network once it is set up.
+    pub fn set_network(
+        &self,
+        id: &str,
+        net: Option<&crate::net::SandboxNet>,
+    ) -> Result<(), DbError> {
+        let j = net.map(|n| serde_json::to_string(n).unwrap_or_default());
+        self.lock().execute(
+            "UPDATE sandboxes SET network=?2 WHERE id=?1",
+            params![id, j],
         )?;
         Ok(())
     }
@@ -205,7 +228,7 @@ impl Db {
         let conn = self.lock();
         let row = conn
             .query_row(
-                "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings, snapshot
+                "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings, snapshot, network
                  FROM sandboxes WHERE id=?1",
                 params![id],
                 raw_row,
@@ -217,7 +240,7 @@ impl Db {
     pub fn list(&self) -> Result<Vec<SandboxRow>, DbError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(
-            "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings, snapshot
+            "SELECT id, state, image, memory_mib, cpus, accel, pid, created_at, failure, timings, snapshot, network
              FROM sandboxes ORDER BY created_at, id",
         )?;
         let rows = stmt.query_map([], raw_row)?;
@@ -344,6 +367,7 @@ type Raw = (
     Option<String>,
     Option<String>,
     Option<String>,
+    Option<String>,
 );
 
 fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
@@ -359,6 +383,7 @@ fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
         r.get(8)?,
         r.get(9)?,
         r.get(10)?,
+        r.get(11)?,
     ))
 }
 
@@ -367,6 +392,13 @@ fn finish_row(r: Raw) -> Result<SandboxRow, DbError> {
         Some(t) => Some(
             serde_json::from_str(&t)
                 .map_err(|e| DbError::Corrupt(format!("timings of {}: {e}", r.0)))?,
+        ),
+        None => None,
+    };
+    let network = match &r.11 {
+        Some(n) => Some(
+            serde_json::from_str(n)
+                .map_err(|e| DbError::Corrupt(format!("network of {}: {e}", r.0)))?,
         ),
         None => None,
     };
@@ -382,6 +414,7 @@ fn finish_row(r: Raw) -> Result<SandboxRow, DbError> {
         failure: r.8,
         timings,
         snapshot: r.10,
+        network,
     })
 }
 
@@ -402,6 +435,7 @@ mod tests {
             failure: None,
             timings: None,
             snapshot: None,
+            network: None,
         }
     }
 

@@ -20,6 +20,7 @@ pub mod api;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod net;
 pub mod sandbox;
 pub mod snapshot;
 pub mod util;
@@ -164,7 +165,10 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     let tcp = cfg.tcp;
     let token = cfg.token.clone();
     let pool_size = cfg.default_pool_size;
-    let mgr = Manager::new(cfg, db, store, accel, qemu_version.text, pool_size);
+    let net = net::Net::start(&cfg.home, &cfg.net_pool)
+        .await
+        .map_err(|e| StartError::Setup(format!("{e}; fix --net-pool")))?;
+    let mgr = Manager::new(cfg, db, store, accel, qemu_version.text, pool_size, net);
     mgr.recover()
         .await
         .map_err(|e| StartError::Setup(format!("cannot re-attach sandboxes: {e}")))?;

@@ -119,6 +119,7 @@ pub struct Manager {
     templating: Mutex<std::collections::HashSet<String>>,
     /// Warm-pool size given to new boot templates (`--pool-size`).
     pub default_pool_size: u32,
+    pub net: crate::net::Net,
 }
 
 /// What a spawn request produced.
@@ -135,6 +136,7 @@ impl Manager {
         accel: AccelChoice,
         qemu_version: String,
         default_pool_size: u32,
+        net: crate::net::Net,
     ) -> Arc<Manager> {
         Arc::new(Manager {
             cfg,
@@ -147,6 +149,7 @@ impl Manager {
             pending: Default::default(),
             templating: Mutex::new(Default::default()),
             default_pool_size,
+            net,
         })
     }
 
@@ -177,6 +180,7 @@ impl Manager {
             timings: r.timings,
             memory,
             snapshot: r.snapshot,
+            network: r.network.as_ref().map(crate::net::SandboxNet::info),
         }
     }
 
@@ -298,17 +302,21 @@ impl Manager {
             }
             let row = self.snapshot_row(snap_ref)?;
             let snap = self.open_verified(&row.id).await?;
-            self.spawn_clones(&snap, n).await?
+            let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
+            let net = self.net_request(&req, nic, n)?;
+            self.spawn_clones(&snap, n, &net).await?
         } else {
             let (image, memory_mib, cpus) = self.validate(&req)?;
+            let net = self.net_request(&req, self.net.available(), n)?;
             if req.use_template == Some(false) {
                 let mut v = Vec::new();
                 for _ in 0..n {
-                    v.push(self.cold_boot(&image, memory_mib, cpus).await?);
+                    v.push(self.cold_boot(&image, memory_mib, cpus, &net).await?);
                 }
                 v
             } else {
-                self.spawn_via_template(&image, memory_mib, cpus, n).await?
+                self.spawn_via_template(&image, memory_mib, cpus, n, &net)
+                    .await?
             }
         };
         Ok(match req.count {
@@ -325,6 +333,22 @@ impl Manager {
         })
     }
 
+    fn net_request(
+        &self,
+        req: &CreateSandbox,
+        nic: bool,
+        n: u32,
+    ) -> Result<crate::net::NetRequest, ApiError> {
+        self.net.validate(
+            req.network,
+            req.ports.as_deref(),
+            req.egress.as_deref(),
+            req.wait_for_network,
+            nic,
+            n,
+        )
+    }
+
     /// Spawn from the image's boot template, creating it from a cold boot the
     /// first time.
     async fn spawn_via_template(
@@ -333,11 +357,12 @@ impl Manager {
         memory_mib: u32,
         cpus: u32,
         n: u32,
+        net: &crate::net::NetRequest,
     ) -> Result<Vec<Sandbox>, ApiError> {
         let key = crate::snapshot::template_key(self, image, memory_mib, cpus);
         if let Some(t) = self.db.snapshot_by_template(&key)? {
             match self.open_verified(&t.id).await {
-                Ok(snap) => return self.spawn_clones(&snap, n).await,
+                Ok(snap) => return self.spawn_clones(&snap, n, net).await,
                 Err(e) => {
                     // A broken template is replaced, not fatal.
                     tracing::warn!(
@@ -370,16 +395,21 @@ impl Manager {
             }
             if let Some(t) = self.db.snapshot_by_template(&key)? {
                 if let Ok(snap) = self.open_verified(&t.id).await {
-                    return self.spawn_clones(&snap, n).await;
+                    return self.spawn_clones(&snap, n, net).await;
                 }
             }
             let mut v = Vec::new();
             for _ in 0..n {
-                v.push(self.cold_boot(image, memory_mib, cpus).await?);
+                v.push(self.cold_boot(image, memory_mib, cpus, net).await?);
             }
             return Ok(v);
         }
-        let first = match self.cold_boot(image, memory_mib, cpus).await {
+        // The template's source only makes the template: it needs a NIC
+        // (so its clones have one) but no way out.
+        let first = match self
+            .cold_boot(image, memory_mib, cpus, &crate::net::NetRequest::none())
+            .await
+        {
             Ok(f) => f,
             Err(e) => {
                 if let Ok(mut s) = self.templating.lock() {
@@ -410,7 +440,7 @@ impl Manager {
                 // handed out is a clone of it, so they all share its pages
                 // and can all be branched in `diff` mode.
                 match self.open_verified(&snap.id).await {
-                    Ok(s) => self.spawn_clones(&s, n).await,
+                    Ok(s) => self.spawn_clones(&s, n, net).await,
                     Err(e) => Err(e),
                 }
             }
@@ -437,9 +467,16 @@ impl Manager {
             }
             Err(e) => {
                 tracing::warn!("could not make the boot template of {image}: {}", e.message);
+                // The template failed: hand out its source, with the network
+                // the caller asked for, and cold boots for the rest.
+                if let Err(e) = self.connect_booted(&first.id, net).await {
+                    let _ = self.remove(&first.id).await;
+                    return Err(e);
+                }
+                let first = self.get(&first.id)?;
                 let mut v = vec![first];
                 for _ in 1..n {
-                    v.push(self.cold_boot(image, memory_mib, cpus).await?);
+                    v.push(self.cold_boot(image, memory_mib, cpus, net).await?);
                 }
                 Ok(v)
             }
@@ -452,6 +489,7 @@ impl Manager {
         image: &str,
         memory_mib: u32,
         cpus: u32,
+        net: &crate::net::NetRequest,
     ) -> Result<Sandbox, ApiError> {
         let t0 = Instant::now();
         let id = util::new_id("sb");
@@ -468,10 +506,50 @@ impl Manager {
             failure: None,
             timings: None,
             snapshot: None,
+            network: None,
         };
         self.db.insert(&row)?;
-        let r = self.boot(&id, image, memory_mib, cpus, &paths, t0).await;
+        let r = async {
+            let mut t = self.boot(&id, image, memory_mib, cpus, &paths, t0).await?;
+            let (setup_ms, ready_ms) = self.connect_booted(&id, net).await?;
+            t.network_ms = setup_ms;
+            t.network_ready_ms = ready_ms;
+            t.total_ms = ms(t0.elapsed());
+            self.db
+                .set_running(&id, self.live(&id).map_or(0, |l| l.pid), &t)?;
+            Ok(t)
+        }
+        .await;
         self.conclude_spawn(&id, r).await
+    }
+
+    /// Give a booted sandbox (its namespace made before QEMU started) the
+    /// network `net` asks for, and wait for the guest to use it. Returns the
+    /// set-up and ready times.
+    pub(crate) async fn connect_booted(
+        &self,
+        id: &str,
+        net: &crate::net::NetRequest,
+    ) -> Result<(Option<f64>, Option<f64>), ApiError> {
+        let Some(live) = self.live(id) else {
+            return Err(ApiError::conflict(format!("sandbox {id} is not running")));
+        };
+        if !crate::net::Net::has_nic(&live.cmdline) {
+            return Ok((None, None));
+        }
+        let t = Instant::now();
+        let n = self.net.setup(id, net).await?;
+        self.db.set_network(id, Some(&n))?;
+        let setup_ms = ms(t.elapsed());
+        if !net.wait {
+            return Ok((Some(setup_ms), None));
+        }
+        let t = Instant::now();
+        let conn = live.agent().await.map_err(|e| {
+            ApiError::new(StatusCode::BAD_GATEWAY, codes::GUEST_ERROR, e.to_string())
+        })?;
+        crate::net::Net::probe_guest(&conn).await?;
+        Ok((Some(setup_ms), Some(ms(t.elapsed()))))
     }
 
     /// The end of every spawn: the sandbox with its timings, or, on failure,
@@ -504,6 +582,8 @@ impl Manager {
             process::kill(live.pid, libc::SIGKILL);
             live.wait_exit(Duration::from_secs(10)).await;
         }
+        let net = self.db.get(id).ok().flatten().and_then(|r| r.network);
+        self.net.teardown(id, net.as_ref()).await;
         self.cfg.sandbox_paths(id).remove_all();
         let _ = self.db.delete(id);
     }
@@ -527,7 +607,17 @@ impl Manager {
         forkvm_qemu::disk::create_overlay(&self.cfg.image_rootfs(image), &paths.disk)
             .await
             .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
+        let netns = if self.net.available() {
+            Some(self.net.create_ns(id).await?)
+        } else {
+            None
+        };
         let prepare_ms = ms(t0.elapsed());
+        let extra = if netns.is_some() {
+            self.net.cmdline()
+        } else {
+            String::new()
+        };
 
         let spec = MachineSpec {
             name: id.to_string(),
@@ -536,7 +626,7 @@ impl Manager {
             cpus,
             kernel: self.cfg.kernel(),
             initrd: self.cfg.initrd(),
-            cmdline: kernel_cmdline(id, self.accel.accel, ""),
+            cmdline: kernel_cmdline(id, self.accel.accel, &extra),
             memory: MemoryBackend {
                 path: paths.mem.clone(),
                 share: true,
@@ -549,6 +639,8 @@ impl Manager {
             incoming: None,
             device_state_only: false,
             no_configuration_section: false,
+            nic: netns.as_ref().map(|_| crate::net::Net::nic()),
+            netns,
         };
         let t1 = Instant::now();
         let Launched { child, pid, qmp } = self.launch_qemu(&spec, paths).await?;
@@ -670,15 +762,20 @@ impl Manager {
             };
             let reason = failure_reason(&status, &l2.paths);
             let _ = tx.send(Some(reason.clone()));
-            me.on_exit(&l2, &reason);
+            if me.on_exit(&l2, &reason) {
+                // A failed sandbox keeps its record, not its network.
+                let net = me.db.get(&l2.id).ok().flatten().and_then(|r| r.network);
+                me.net.teardown(&l2.id, net.as_ref()).await;
+            }
         });
         live
     }
 
-    /// QEMU exited. If nobody asked for that, the sandbox has failed.
-    fn on_exit(&self, live: &Live, reason: &str) {
+    /// QEMU exited. If nobody asked for that, the sandbox has failed (and
+    /// `true` is returned).
+    fn on_exit(&self, live: &Live, reason: &str) -> bool {
         if live.phase() != Phase::Running {
-            return; // a removal or a failing spawn handles its own cleanup
+            return false; // a removal or a failing spawn handles its own cleanup
         }
         tracing::warn!("sandbox {} failed: {reason}", live.id);
         if let Err(e) = self.db.set_failed(&live.id, reason) {
@@ -686,6 +783,7 @@ impl Manager {
         }
         live.paths.remove_runtime();
         self.live_map().remove(&live.id);
+        true
     }
 
     /// Remove a sandbox: kill its VM and delete its files and record.
@@ -731,6 +829,7 @@ impl Manager {
                 process::kill(pid, libc::SIGKILL);
             }
         }
+        self.net.teardown(id, row.network.as_ref()).await;
         self.cfg.sandbox_paths(id).remove_all();
         self.db.delete(id)?;
         // Its disk files may have been the last to name a removed snapshot's
@@ -807,6 +906,14 @@ impl Manager {
             }
         }
         self.reap_orphans();
+        let running: Vec<(String, Option<crate::net::SandboxNet>)> = self
+            .db
+            .list()?
+            .into_iter()
+            .filter(|r| r.state == SandboxState::Running)
+            .map(|r| (r.id, r.network))
+            .collect();
+        self.net.reconcile(&running).await;
         Ok(())
     }
 

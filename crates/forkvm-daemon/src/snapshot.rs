@@ -267,7 +267,13 @@ fn hex_random(bytes: usize) -> String {
 /// that no longer matches.
 pub fn template_key(m: &Manager, image: &str, memory_mib: u32, cpus: u32) -> String {
     use std::os::unix::fs::MetadataExt;
-    let mut s = format!("{image}|{memory_mib}|{cpus}|{}", m.accel.accel);
+    // Whether sandboxes get a NIC is part of the machine: a template made
+    // without one cannot give its clones a network.
+    let mut s = format!(
+        "{image}|{memory_mib}|{cpus}|{}|nic={}",
+        m.accel.accel,
+        m.net.available()
+    );
     for p in [m.cfg.kernel(), m.cfg.initrd(), m.cfg.image_rootfs(image)] {
         let (len, mtime) = std::fs::metadata(&p)
             .map(|md| (md.len(), md.mtime_nsec() + md.mtime() * 1_000_000_000))
@@ -991,6 +997,41 @@ impl Manager {
             BranchMode::Diff => Save::Diff,
             BranchMode::Full => Save::Stopped,
         };
+        let net = {
+            let src = self.db.get(id)?;
+            let src_net = src.as_ref().and_then(|r| r.network.clone());
+            let ports: Vec<forkvm_api::PortForward> = match &req.ports {
+                Some(p) => p.clone(),
+                None => src_net
+                    .as_ref()
+                    .map(|n| {
+                        n.ports
+                            .iter()
+                            .map(|p| forkvm_api::PortForward {
+                                guest: p.guest,
+                                host: 0,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            };
+            let nic = self
+                .live(id)
+                .is_some_and(|l| crate::net::Net::has_nic(&l.cmdline));
+            self.net.validate(
+                Some(
+                    src_net
+                        .as_ref()
+                        .map_or(forkvm_api::NetworkMode::None, |n| n.mode),
+                )
+                .filter(|_| nic),
+                Some(&ports),
+                src_net.as_ref().and_then(|n| n.egress.as_deref()),
+                req.wait_for_network,
+                nic,
+                count,
+            )?
+        };
         let frozen = self.freeze(id, req.tag, None, how).await?;
         if req.wait == Some(false) {
             // The source has resumed: answer now, finish in the background.
@@ -1026,7 +1067,7 @@ impl Manager {
                         me.pending.remove(&sid);
                         if count > 0 {
                             let r = match me.open_verified(&sid).await {
-                                Ok(s) => me.spawn_clones(&s, count).await.map(drop),
+                                Ok(s) => me.spawn_clones(&s, count, &net).await.map(drop),
                                 Err(e) => Err(e),
                             };
                             if let Err(e) = r {
@@ -1058,7 +1099,7 @@ impl Manager {
         let t1 = Instant::now();
         let children = if count > 0 {
             let s = self.open_verified(&snap.id).await?;
-            self.spawn_clones(&s, count).await?
+            self.spawn_clones(&s, count, &net).await?
         } else {
             Vec::new()
         };
@@ -1270,6 +1311,7 @@ impl Manager {
         for mut p in v {
             process::kill(p.pid, libc::SIGKILL);
             let _ = p.child.wait().await;
+            self.net.teardown(&p.id, None).await;
             p.paths.remove_all();
         }
     }
@@ -1305,6 +1347,17 @@ impl Manager {
             let c = self.chain(snap)?;
             self.verify_chain(&c).await?;
             Some(c)
+        } else {
+            None
+        };
+        let netns = if crate::net::Net::has_nic(&m.machine.cmdline) {
+            match self.net.create_ns(id).await {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    paths.remove_all();
+                    return Err(e);
+                }
+            }
         } else {
             None
         };
@@ -1352,12 +1405,15 @@ impl Manager {
                     .unwrap_or(0);
                 !migrate::has_configuration(&head[..n])
             },
+            nic: netns.as_ref().map(|_| crate::net::Net::nic()),
+            netns,
         };
         let prepare_ms = ms(t0.elapsed());
         let t1 = Instant::now();
         let Launched { child, pid, qmp } = match self.launch_qemu(&spec, &paths).await {
             Ok(l) => l,
             Err(e) => {
+                self.net.teardown(id, None).await;
                 paths.remove_all();
                 return Err(e);
             }
@@ -1396,6 +1452,9 @@ impl Manager {
             .map_err(|e| ApiError::internal(e.to_string()))?;
             if let Err(e) = applied {
                 let _ = qmp.execute("quit", None).await;
+                let mut child = child;
+                let _ = child.wait().await;
+                self.net.teardown(id, None).await;
                 paths.remove_all();
                 return Err(ApiError::internal(format!(
                     "cannot lay the snapshot's memory diff into the clone: {e}"
@@ -1419,12 +1478,14 @@ impl Manager {
         self: &Arc<Self>,
         snap: &StoredSnapshot,
         n: u32,
+        net: &crate::net::NetRequest,
     ) -> Result<Vec<Sandbox>, ApiError> {
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..n {
             let me = self.clone();
             let s = snap.clone();
-            set.spawn(async move { me.spawn_clone(&s).await });
+            let net = net.clone();
+            set.spawn(async move { me.spawn_clone(&s, &net).await });
         }
         let mut ok = Vec::new();
         let mut first_err = None;
@@ -1451,7 +1512,11 @@ impl Manager {
     }
 
     /// Spawn one clone: from the warm pool when one is waiting.
-    async fn spawn_clone(self: &Arc<Self>, snap: &StoredSnapshot) -> Result<Sandbox, ApiError> {
+    async fn spawn_clone(
+        self: &Arc<Self>,
+        snap: &StoredSnapshot,
+        net: &crate::net::NetRequest,
+    ) -> Result<Sandbox, ApiError> {
         let t0 = Instant::now();
         let m = &snap.manifest;
         let mut pooled = None;
@@ -1480,6 +1545,7 @@ impl Manager {
             failure: None,
             timings: None,
             snapshot: Some(m.id.clone()),
+            network: None,
         };
         self.db.insert(&row)?;
         let r = async {
@@ -1487,7 +1553,7 @@ impl Manager {
                 Some(p) => p,
                 None => self.prepare_restore(snap, &id).await?,
             };
-            self.finish_restore(p, snap, from_pool, t0).await
+            self.finish_restore(p, snap, from_pool, t0, net).await
         }
         .await;
         self.conclude_spawn(&id, r).await
@@ -1500,6 +1566,7 @@ impl Manager {
         snap: &StoredSnapshot,
         from_pool: bool,
         t0: Instant,
+        net: &crate::net::NetRequest,
     ) -> Result<SpawnTimings, ApiError> {
         let Prepared {
             id,
@@ -1524,6 +1591,16 @@ impl Manager {
         let conn = agent::AgentConn::connect(&paths.agent).await.map_err(|e| {
             ApiError::new(StatusCode::BAD_GATEWAY, codes::GUEST_ERROR, e.to_string())
         })?;
+        // The network is complete before the guest runs a single
+        // instruction: its first packet already finds its way out.
+        let network_ms = if crate::net::Net::has_nic(&snap.manifest.machine.cmdline) {
+            let t = Instant::now();
+            let n = self.net.setup(&id, net).await?;
+            self.db.set_network(&id, Some(&n))?;
+            Some(ms(t.elapsed()))
+        } else {
+            None
+        };
         let t2 = Instant::now();
         migrate::load_state(&qmp, &snap.path(forkvm_store::DEVICE_STATE))
             .await
@@ -1531,6 +1608,7 @@ impl Manager {
         qmp.execute("cont", None)
             .await
             .map_err(|e| qemu_err("cannot resume the clone", e))?;
+        let resumed = Instant::now();
         drop(qmp);
         let restore_ms = ms(t2.elapsed());
         // The identity is the first request the clone sees: its answer also
@@ -1583,8 +1661,14 @@ impl Manager {
                 format!("the clone did not set its clock: {e}"),
             )
         })?;
-        *live.agent_slot().lock().await = Some(conn);
         let identity_ms = ms(t3.elapsed());
+        let network_ready_ms = if net.wait && network_ms.is_some() {
+            crate::net::Net::probe_guest(&conn).await?;
+            Some(ms(resumed.elapsed()))
+        } else {
+            None
+        };
+        *live.agent_slot().lock().await = Some(conn);
         let timings = SpawnTimings {
             prepare_ms: if from_pool { 0.0 } else { prepare_ms },
             qemu_start_ms: if from_pool { 0.0 } else { qemu_start_ms },
@@ -1593,6 +1677,8 @@ impl Manager {
             identity_ms: Some(identity_ms),
             from_pool: Some(from_pool),
             template_ms: None,
+            network_ms,
+            network_ready_ms,
             total_ms: ms(t0.elapsed()),
         };
         if live.set_phase(Phase::Running) != Phase::Booting {

@@ -63,7 +63,27 @@ pub async fn launch(
         .stderr(log)
         .process_group(0)
         .kill_on_drop(false);
+    // Held open until the child has started.
+    let ns_file = match &spec.netns {
+        Some(p) => Some(std::fs::File::open(p).map_err(spawn_err)?),
+        None => None,
+    };
+    if let Some(f) = &ns_file {
+        use std::os::fd::AsRawFd;
+        let fd = f.as_raw_fd();
+        // SAFETY: setns(2) is async-signal-safe and affects only the forked
+        // child; the fd stays open until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let mut child = cmd.spawn().map_err(spawn_err)?;
+    drop(ns_file);
     let pid = child.id().unwrap_or(0);
     let qmp = tokio::select! {
         r = Qmp::connect(&spec.qmp_socket, timeout) => r,

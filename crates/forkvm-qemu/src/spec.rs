@@ -90,6 +90,19 @@ pub struct MachineSpec {
     /// migration of this VM (its vmdesc JSON writer closes an object it never
     /// opened), which is why the daemon adds the section to the file instead.
     pub no_configuration_section: bool,
+    /// A virtio-net NIC on a tap device.
+    pub nic: Option<Nic>,
+    /// Not a QEMU argument: the network namespace (a path such as
+    /// `/run/netns/fvm-<id>`) QEMU is started in, where its tap lives.
+    pub netns: Option<PathBuf>,
+}
+
+/// A NIC backed by an existing tap device (QEMU opens it by name in its own
+/// network namespace and runs no scripts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nic {
+    pub tap: String,
+    pub mac: String,
 }
 
 impl MachineSpec {
@@ -164,6 +177,15 @@ impl MachineSpec {
             "-qmp".into(),
             format!("unix:{},server=on,wait=off", self.qmp_socket.display()),
         ];
+        if let Some(n) = &self.nic {
+            a.push("-netdev".into());
+            a.push(format!(
+                "tap,id=net0,ifname={},script=no,downscript=no",
+                n.tap
+            ));
+            a.push("-device".into());
+            a.push(format!("virtio-net-device,netdev=net0,mac={}", n.mac));
+        }
         if let Some(inc) = &self.incoming {
             a.push("-incoming".into());
             a.push(inc.clone());
@@ -244,6 +266,8 @@ mod tests {
             incoming: None,
             device_state_only: false,
             no_configuration_section: false,
+            nic: None,
+            netns: None,
         }
     }
 
@@ -256,6 +280,7 @@ mod tests {
         assert!(a.contains("-accel tcg,thread=multi -cpu max"));
         assert!(a.contains("name=org.forkvm.agent.0"));
         assert!(!a.contains("-incoming"));
+        assert!(!a.contains("-netdev"));
         assert!(
             a.contains("tsc_early_khz="),
             "TCG boots must not calibrate the TSC: {a}"
@@ -274,6 +299,13 @@ mod tests {
         assert!(a.contains("share=off,readonly=on,rom=off"));
         assert!(a.contains("-incoming defer"));
         assert!(a.contains("-accel kvm -cpu host"));
+        s.nic = Some(Nic {
+            tap: "tap0".into(),
+            mac: "02:fc:00:00:00:02".into(),
+        });
+        let a = s.to_args().join(" ");
+        assert!(a.contains("-netdev tap,id=net0,ifname=tap0,script=no,downscript=no"));
+        assert!(a.contains("-device virtio-net-device,netdev=net0,mac=02:fc:00:00:00:02"));
     }
 
     #[test]

@@ -1,0 +1,511 @@
+//! Sandbox networks as the daemon runs them: which sandboxes get a NIC, the
+//! checks on a spawn's network request, setting a network up and tearing it
+//! down, forwarded ports, and reconciliation at start. The topology and the
+//! rules are described in the `forkvm-net` crate.
+//!
+//! Lifecycle of one sandbox's network:
+//! 1. `create_ns` before QEMU starts (a warm pool does this ahead of time):
+//!    the namespace and its tap; QEMU is started inside it.
+//! 2. `setup` before the guest runs (a clone) or right after its boot: for
+//!    `nat`, a pool slot, the uplink, the namespace's rules, the host table
+//!    entry and the forwarded ports. The result is stored with the sandbox.
+//! 3. `teardown` once QEMU has exited: all of the above, in reverse.
+//! 4. `reconcile` at daemon start: the host table is rebuilt from the
+//!    running sandboxes, their forwarded ports re-opened, and namespaces
+//!    and pool claims of sandboxes that no longer exist are removed.
+
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use axum::http::StatusCode;
+use forkvm_api::{codes, EgressRule, NetInfo, NetworkInfo, NetworkMode, PortForward};
+use forkvm_net::forward::Forward;
+use forkvm_net::pool::{Pool, Registry, Slot};
+use forkvm_net::rules::{self, Allow, HostEntry, SandboxRules};
+use forkvm_net::{ns, NetError};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+
+/// Most ports one sandbox may publish.
+pub const MAX_PORTS: usize = 64;
+/// Most allow-list entries per sandbox.
+pub const MAX_EGRESS: usize = 256;
+/// The port the network probe dials on the gateway: nothing listens there,
+/// so the namespace's kernel answers with a reset, which proves the path.
+const PROBE_PORT: u16 = 9;
+
+/// A sandbox's network as stored with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxNet {
+    pub mode: NetworkMode,
+    /// The host end of its uplink (`nat`).
+    #[serde(default)]
+    pub slot: Option<Ipv4Addr>,
+    /// Forwarded ports, with the host ports actually bound.
+    #[serde(default)]
+    pub ports: Vec<PortForward>,
+    #[serde(default)]
+    pub egress: Option<Vec<EgressRule>>,
+}
+
+impl SandboxNet {
+    pub fn info(&self) -> NetworkInfo {
+        let slot = self.slot.map(Slot::from_host);
+        NetworkInfo {
+            mode: self.mode,
+            guest_ip: forkvm_net::GUEST_ADDR.to_string(),
+            gateway: forkvm_net::GATEWAY_ADDR.to_string(),
+            host_ip: slot.map(|s| s.host.to_string()),
+            uplink_ip: slot.map(|s| s.ns.to_string()),
+            ports: self.ports.clone(),
+            egress: self.egress.clone(),
+        }
+    }
+
+    fn allow(&self) -> Option<Vec<Allow>> {
+        self.egress.as_ref().map(|v| {
+            v.iter()
+                .filter_map(|r| Allow::parse(&r.cidr, r.ports.clone()).ok())
+                .collect()
+        })
+    }
+}
+
+/// A checked network request for one spawn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetRequest {
+    pub mode: NetworkMode,
+    pub ports: Vec<PortForward>,
+    pub egress: Option<Vec<EgressRule>>,
+    pub wait: bool,
+}
+
+impl NetRequest {
+    /// No network at all (a sandbox without a NIC, or a template's source).
+    pub fn none() -> NetRequest {
+        NetRequest {
+            mode: NetworkMode::None,
+            ports: Vec::new(),
+            egress: None,
+            wait: false,
+        }
+    }
+}
+
+/// The daemon's networking.
+pub struct Net {
+    /// `Err(why)` when this host cannot give sandboxes networks.
+    status: Result<(), String>,
+    pool: Pool,
+    registry: Registry,
+    table: String,
+    home: PathBuf,
+    dns: Option<Ipv4Addr>,
+    forwards: Mutex<HashMap<String, Vec<Forward>>>,
+}
+
+fn net_err(e: NetError) -> ApiError {
+    match e {
+        NetError::PoolExhausted { .. } => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            codes::LIMIT_EXCEEDED,
+            e.to_string(),
+        ),
+        other => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            codes::NETWORK_FAILED,
+            format!("cannot set up the sandbox network: {other}; run `forkvm doctor`"),
+        ),
+    }
+}
+
+impl Net {
+    /// Check what networking needs and load the host table (empty; the
+    /// running sandboxes are added by `reconcile`).
+    pub async fn start(home: &std::path::Path, pool: &str) -> Result<Net, String> {
+        let pool: Pool = pool.parse().map_err(|e: NetError| e.to_string())?;
+        let table = rules::host_table(&crate::config::home_hash(home));
+        let mut net = Net {
+            status: Ok(()),
+            pool,
+            registry: Registry::default(),
+            table,
+            home: home.to_path_buf(),
+            dns: forkvm_net::host_nameserver(),
+            forwards: Mutex::new(HashMap::new()),
+        };
+        net.status = net.probe().await;
+        if let Err(why) = &net.status {
+            tracing::warn!("sandboxes get no network on this host: {why}");
+        }
+        Ok(net)
+    }
+
+    async fn probe(&self) -> Result<(), String> {
+        if !std::path::Path::new("/dev/net/tun").exists() {
+            return Err("/dev/net/tun is missing (load the tun module: modprobe tun)".into());
+        }
+        ns::run(None, "ip", &["-V"], None)
+            .await
+            .map_err(|e| format!("{e}"))?;
+        ns::enable_host_forwarding().map_err(|e| e.to_string())?;
+        ns::nft(None, &rules::host_script(&self.table, &[]))
+            .await
+            .map_err(|e| format!("{e}"))?;
+        Ok(())
+    }
+
+    pub fn available(&self) -> bool {
+        self.status.is_ok()
+    }
+
+    pub fn info(&self) -> NetInfo {
+        NetInfo {
+            available: self.available(),
+            reason: self.status.as_ref().err().cloned(),
+            pool: self.pool.to_string(),
+            default_mode: self.default_mode(),
+        }
+    }
+
+    fn default_mode(&self) -> NetworkMode {
+        if self.available() {
+            NetworkMode::Nat
+        } else {
+            NetworkMode::None
+        }
+    }
+
+    /// The NIC every networked sandbox has.
+    pub fn nic() -> forkvm_qemu::spec::Nic {
+        forkvm_qemu::spec::Nic {
+            tap: forkvm_net::TAP_NAME.into(),
+            mac: forkvm_net::GUEST_MAC.into(),
+        }
+    }
+
+    /// Kernel parameters for a booted sandbox's NIC.
+    pub fn cmdline(&self) -> String {
+        forkvm_net::guest_cmdline(self.dns)
+    }
+
+    /// Does a machine booted with this command line have our NIC?
+    pub fn has_nic(cmdline: &str) -> bool {
+        cmdline
+            .split_whitespace()
+            .any(|t| t.starts_with("forkvm.ip="))
+    }
+
+    /// Check a spawn's network fields. `nic` says whether the machine to be
+    /// spawned has a NIC; `count` how many sandboxes share the request.
+    pub fn validate(
+        &self,
+        mode: Option<NetworkMode>,
+        ports: Option<&[PortForward]>,
+        egress: Option<&[EgressRule]>,
+        wait: Option<bool>,
+        nic: bool,
+        count: u32,
+    ) -> Result<NetRequest, ApiError> {
+        let mode = match mode {
+            Some(NetworkMode::Nat) if !self.available() => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    codes::NETWORK_UNAVAILABLE,
+                    format!(
+                        "this host cannot give sandboxes a network ({}); run `forkvm doctor`, or spawn with network: none",
+                        self.status.as_ref().err().map_or("", String::as_str)
+                    ),
+                ))
+            }
+            Some(NetworkMode::Nat) if !nic => {
+                return Err(ApiError::invalid(
+                    "this snapshot's machine has no network device (it was taken on a host or a forkvm version without networking); spawn it with network: none",
+                ))
+            }
+            Some(m) => m,
+            None if nic => self.default_mode(),
+            None => NetworkMode::None,
+        };
+        let ports = ports.unwrap_or_default().to_vec();
+        let egress = egress.map(<[EgressRule]>::to_vec);
+        if mode == NetworkMode::None && (!ports.is_empty() || egress.is_some()) {
+            return Err(ApiError::invalid("ports and egress need network: nat"));
+        }
+        if ports.len() > MAX_PORTS {
+            return Err(ApiError::invalid(format!(
+                "at most {MAX_PORTS} ports may be published (got {})",
+                ports.len()
+            )));
+        }
+        let mut seen_guest = HashSet::new();
+        let mut seen_host = HashSet::new();
+        for p in &ports {
+            if p.guest == 0 {
+                return Err(ApiError::invalid("guest port 0 is not a port"));
+            }
+            if !seen_guest.insert(p.guest) {
+                return Err(ApiError::invalid(format!(
+                    "guest port {} is listed twice",
+                    p.guest
+                )));
+            }
+            if p.host != 0 && !seen_host.insert(p.host) {
+                return Err(ApiError::invalid(format!(
+                    "host port {} is listed twice",
+                    p.host
+                )));
+            }
+            if p.host != 0 && count > 1 {
+                return Err(ApiError::invalid(format!(
+                    "{count} sandboxes cannot share host port {}: give host 0 to have one allocated for each",
+                    p.host
+                )));
+            }
+        }
+        if let Some(list) = &egress {
+            if list.len() > MAX_EGRESS {
+                return Err(ApiError::invalid(format!(
+                    "at most {MAX_EGRESS} egress entries (got {})",
+                    list.len()
+                )));
+            }
+            for r in list {
+                Allow::parse(&r.cidr, r.ports.clone())
+                    .map_err(|e| ApiError::invalid(e.to_string()))?;
+            }
+        }
+        Ok(NetRequest {
+            mode,
+            ports,
+            egress,
+            wait: wait.unwrap_or(true) && mode == NetworkMode::Nat,
+        })
+    }
+
+    /// Create a sandbox's namespace and tap; returns the path QEMU is
+    /// started in.
+    pub async fn create_ns(&self, id: &str) -> Result<PathBuf, ApiError> {
+        let name = forkvm_net::ns_name(id);
+        self.registry.set_ns_owner(&name, &self.home);
+        if let Err(e) = ns::create(&name).await {
+            self.registry.forget_ns(&name);
+            return Err(net_err(e));
+        }
+        Ok(ns::ns_path(&name))
+    }
+
+    /// Connect a sandbox (whose namespace exists) as `req` asks.
+    pub async fn setup(&self, id: &str, req: &NetRequest) -> Result<SandboxNet, ApiError> {
+        if req.mode == NetworkMode::None {
+            return Ok(SandboxNet {
+                mode: NetworkMode::None,
+                slot: None,
+                ports: Vec::new(),
+                egress: None,
+            });
+        }
+        let name = forkvm_net::ns_name(id);
+        let host_if = forkvm_net::host_if_name(id);
+        let slot = self
+            .registry
+            .claim(&self.pool, id, &self.home)
+            .map_err(net_err)?;
+        let mut net = SandboxNet {
+            mode: NetworkMode::Nat,
+            slot: Some(slot.host),
+            ports: Vec::new(),
+            egress: req.egress.clone(),
+        };
+        let r = async {
+            ns::add_uplink(&name, &host_if, slot)
+                .await
+                .map_err(net_err)?;
+            let script = rules::sandbox_script(&SandboxRules {
+                forwarded: req.ports.iter().map(|p| p.guest).collect(),
+                allow: net.allow(),
+            });
+            ns::nft(Some(&name), &script).await.map_err(net_err)?;
+            ns::nft(
+                None,
+                &rules::add_host_entry(
+                    &self.table,
+                    &HostEntry {
+                        iface: host_if.clone(),
+                        allow: net.allow(),
+                    },
+                ),
+            )
+            .await
+            .map_err(net_err)?;
+            net.ports = self.open_forwards(id, slot, &req.ports).await?;
+            Ok::<(), ApiError>(())
+        }
+        .await;
+        if let Err(e) = r {
+            self.teardown_host(id, &net).await;
+            let _ = ns::run(None, "ip", &["link", "del", &host_if], None).await;
+            return Err(e);
+        }
+        Ok(net)
+    }
+
+    async fn open_forwards(
+        &self,
+        id: &str,
+        slot: Slot,
+        ports: &[PortForward],
+    ) -> Result<Vec<PortForward>, ApiError> {
+        let mut opened = Vec::new();
+        for p in ports {
+            match forkvm_net::forward::open(p.host, slot.ns, p.guest).await {
+                Ok(f) => opened.push(f),
+                Err(e) => {
+                    let code = if e.kind() == std::io::ErrorKind::AddrInUse {
+                        (StatusCode::CONFLICT, codes::CONFLICT)
+                    } else {
+                        (StatusCode::INTERNAL_SERVER_ERROR, codes::NETWORK_FAILED)
+                    };
+                    return Err(ApiError::new(
+                        code.0,
+                        code.1,
+                        format!(
+                            "cannot publish guest port {} on host port 127.0.0.1:{}: {e}; pick another host port or give 0",
+                            p.guest, p.host
+                        ),
+                    ));
+                }
+            }
+        }
+        let bound = opened
+            .iter()
+            .map(|f| PortForward {
+                guest: f.guest_port,
+                host: f.host_port,
+            })
+            .collect();
+        self.forwards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), opened);
+        Ok(bound)
+    }
+
+    /// The host-side parts of a network: forwarded ports, the host table
+    /// entry, the pool claim.
+    async fn teardown_host(&self, id: &str, net: &SandboxNet) {
+        self.forwards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if let Some(host) = net.slot {
+            let entry = HostEntry {
+                iface: forkvm_net::host_if_name(id),
+                allow: net.allow(),
+            };
+            if let Err(e) = ns::nft(None, &rules::remove_host_entry(&self.table, &entry)).await {
+                tracing::debug!("host table entry of {id}: {e}");
+            }
+            self.registry.release(Slot::from_host(host), id);
+        }
+    }
+
+    /// Remove everything of a sandbox's network. Call once its QEMU has
+    /// exited (a namespace with a live process in it outlives its name).
+    pub async fn teardown(&self, id: &str, net: Option<&SandboxNet>) {
+        if let Some(n) = net {
+            self.teardown_host(id, n).await;
+        } else {
+            self.forwards
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(id);
+        }
+        // A claim that never made it into the record (a spawn that failed
+        // half-way) is found by its owner line.
+        for (slot, owner) in self.registry.claims_of(&self.home) {
+            if owner == id {
+                self.registry.release(slot, id);
+            }
+        }
+        let name = forkvm_net::ns_name(id);
+        if let Err(e) = ns::delete(&name).await {
+            tracing::warn!("cannot delete namespace {name}: {e}");
+        }
+        self.registry.forget_ns(&name);
+    }
+
+    /// At start: rebuild the host table for the running sandboxes, re-open
+    /// their ports, and remove what belongs to sandboxes that are gone.
+    pub async fn reconcile(&self, running: &[(String, Option<SandboxNet>)]) {
+        if !self.available() {
+            return;
+        }
+        let live: HashSet<&str> = running.iter().map(|(id, _)| id.as_str()).collect();
+        let entries: Vec<HostEntry> = running
+            .iter()
+            .filter_map(|(id, n)| {
+                let n = n.as_ref()?;
+                n.slot.map(|_| HostEntry {
+                    iface: forkvm_net::host_if_name(id),
+                    allow: n.allow(),
+                })
+            })
+            .collect();
+        if let Err(e) = ns::nft(None, &rules::host_script(&self.table, &entries)).await {
+            tracing::error!("cannot rebuild the host nft table: {e}");
+        }
+        for (id, n) in running {
+            let Some(n) = n else { continue };
+            let Some(host) = n.slot else { continue };
+            if let Err(e) = self
+                .open_forwards(id, Slot::from_host(host), &n.ports)
+                .await
+            {
+                tracing::warn!("sandbox {id}: {}", e.message);
+            }
+        }
+        for name in ns::list() {
+            let id = &name[forkvm_net::NS_PREFIX.len()..];
+            let owner = self.registry.ns_owner(&name);
+            let ours = owner.as_deref() == Some(self.home.as_path());
+            let abandoned = owner
+                .as_ref()
+                .is_some_and(|h| !h.as_os_str().is_empty() && !h.exists());
+            if (ours && !live.contains(id)) || abandoned {
+                tracing::info!("removing the namespace {name} of a sandbox that is gone");
+                let _ = ns::delete(&name).await;
+                self.registry.forget_ns(&name);
+            }
+        }
+        for (slot, id) in self.registry.claims_of(&self.home) {
+            if !live.contains(id.as_str()) {
+                self.registry.release(slot, &id);
+            }
+        }
+        for (slot, id) in self.registry.abandoned() {
+            self.registry.release(slot, &id);
+        }
+    }
+
+    /// Prove a guest's network path: the agent dials the gateway.
+    pub async fn probe_guest(conn: &crate::agent::AgentConn) -> Result<(), ApiError> {
+        conn.net_probe(
+            forkvm_net::GATEWAY_ADDR,
+            PROBE_PORT,
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                codes::NETWORK_FAILED,
+                format!("the guest's network did not come up: {e}"),
+            )
+        })
+    }
+}
