@@ -766,6 +766,7 @@ impl Manager {
                 // A failed sandbox keeps its record, not its network.
                 let net = me.db.get(&l2.id).ok().flatten().and_then(|r| r.network);
                 me.net.teardown(&l2.id, net.as_ref()).await;
+                let _ = me.db.set_network(&l2.id, None);
             }
         });
         live
@@ -900,6 +901,8 @@ impl Manager {
                 (SandboxState::Running, _) => {
                     let reason = "QEMU exited while the daemon was not running";
                     self.db.set_failed(&row.id, reason)?;
+                    // Its namespace and pool claim go in `reconcile` below.
+                    self.db.set_network(&row.id, None)?;
                     paths.remove_runtime();
                 }
                 (SandboxState::Failed, _) => paths.remove_runtime(),
