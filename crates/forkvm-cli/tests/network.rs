@@ -83,7 +83,15 @@ impl Internet {
         ]);
         run(&["addr", "add", &format!("{host_addr}/24"), "dev", &host_if]);
         run(&["link", "set", &host_if, "up"]);
-        run(&["-n", &ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"]);
+        run(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            "eth0",
+        ]);
         run(&["-n", &ns, "link", "set", "eth0", "up"]);
         run(&["-n", &ns, "link", "set", "lo", "up"]);
         let dir = tempfile::Builder::new()
@@ -144,7 +152,9 @@ impl Drop for Internet {
             let _ = c.wait();
         }
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        let _ = Command::new("ip").args(["link", "del", &self.host_if]).status();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_if])
+            .status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -292,17 +302,30 @@ fn egress_works_with_nat_and_not_with_none() {
 
     // Bad network requests are refused before anything starts.
     for (args, want) in [
-        (vec!["spawn", "--network", "none", "--port", "80"], "need network: nat"),
+        (
+            vec!["spawn", "--network", "none", "--port", "80"],
+            "need network: nat",
+        ),
         (vec!["spawn", "--allow", "10.0.0.1/24"], "host bits"),
-        (vec!["spawn", "--port", "80", "--port", "80"], "listed twice"),
-        (vec!["spawn", "--count", "2", "--port", "80:18080"], "cannot share host port"),
+        (
+            vec!["spawn", "--port", "80", "--port", "80"],
+            "listed twice",
+        ),
+        (
+            vec!["spawn", "--count", "2", "--port", "80:18080"],
+            "cannot share host port",
+        ),
     ] {
         let o = d.run(&args);
         assert!(!o.status.success(), "{args:?} succeeded");
         assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
     }
     let o = d.run(&["spawn", "--port", "0"]);
-    assert!(stderr(&o).contains("guest port cannot be 0"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("guest port cannot be 0"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -347,7 +370,9 @@ fn guests_cannot_reach_the_host_or_each_other_unless_allowed() {
         let out = try_sh(
             &d,
             id,
-            &format!("curl -s -o /dev/null -w '%{{http_code}}' --max-time 3 {url}; echo \" rc=$?\""),
+            &format!(
+                "curl -s -o /dev/null -w '%{{http_code}}' --max-time 3 {url}; echo \" rc=$?\""
+            ),
         );
         out.trim().to_string()
     };
@@ -355,7 +380,10 @@ fn guests_cannot_reach_the_host_or_each_other_unless_allowed() {
     // through the sandbox's own gateway on the host: unreachable.
     for url in [api.clone(), format!("http://{a_host_ip}:{port}/v1/health")] {
         let r = code(&a.id, &url);
-        assert!(r.starts_with("000"), "the guest reached the daemon at {url}: {r}");
+        assert!(
+            r.starts_with("000"),
+            "the guest reached the daemon at {url}: {r}"
+        );
     }
     // Another sandbox's published port, through its uplink: unreachable.
     let r = code(&a.id, &format!("http://{b_uplink}:8000/"));
@@ -379,15 +407,26 @@ fn guests_cannot_reach_the_host_or_each_other_unless_allowed() {
         d: &d,
         id: allowed.clone(),
     };
-    assert_eq!(code(&c.id, &api), "401 rc=0", "the allow-list did not open the daemon");
     assert_eq!(
-        try_sh(&d, &c.id, &format!("curl -s --max-time 5 http://{b_uplink}:8000/")),
+        code(&c.id, &api),
+        "401 rc=0",
+        "the allow-list did not open the daemon"
+    );
+    assert_eq!(
+        try_sh(
+            &d,
+            &c.id,
+            &format!("curl -s --max-time 5 http://{b_uplink}:8000/")
+        ),
         format!("host={}\n", b.id),
         "the allow-list did not open sandbox B's published port"
     );
     let t = std::time::Instant::now();
     let (rc, out) = guest_fetch(&d, &c.id, &net.url("/hello"), 10);
-    assert_ne!(rc, 0, "a destination outside the allow-list answered: {out}");
+    assert_ne!(
+        rc, 0,
+        "a destination outside the allow-list answered: {out}"
+    );
     assert!(
         t.elapsed() < Duration::from_secs(8),
         "refused egress should fail fast (reset), not time out"
@@ -407,7 +446,13 @@ fn a_forwarded_port_serves_the_host() {
         l.local_addr().unwrap().port()
     };
     let id = d
-        .ok(&["spawn", "--port", "8000", "--port", &format!("8001:{fixed}")])
+        .ok(&[
+            "spawn",
+            "--port",
+            "8000",
+            "--port",
+            &format!("8001:{fixed}"),
+        ])
         .trim()
         .to_string();
     let sb = Sandbox { d, id };
@@ -424,17 +469,33 @@ fn a_forwarded_port_serves_the_host() {
          cd /srv/www && (setsid python3 -m http.server 8000 >/dev/null 2>&1 </dev/null &) && \
          (setsid python3 -m http.server 8001 >/dev/null 2>&1 </dev/null &)",
     );
-    assert_eq!(host_get_retry(auto, "/index.txt"), "served-from-the-guest\n");
-    assert_eq!(host_get_retry(fixed, "/index.txt"), "served-from-the-guest\n");
+    assert_eq!(
+        host_get_retry(auto, "/index.txt"),
+        "served-from-the-guest\n"
+    );
+    assert_eq!(
+        host_get_retry(fixed, "/index.txt"),
+        "served-from-the-guest\n"
+    );
     // The CLI's plain output names both.
     let text = d.ok(&["port", &sb.id]);
-    assert!(text.contains(&format!("8001/tcp -> 127.0.0.1:{fixed}")), "{text}");
+    assert!(
+        text.contains(&format!("8001/tcp -> 127.0.0.1:{fixed}")),
+        "{text}"
+    );
     // A host port that is taken is a clear conflict, and leaves nothing.
     let before = d.json(&["ps"])["sandboxes"].as_array().unwrap().len();
     let o = d.run(&["spawn", "--port", &format!("8000:{fixed}")]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("pick another host port"), "{}", stderr(&o));
-    assert_eq!(d.json(&["ps"])["sandboxes"].as_array().unwrap().len(), before);
+    assert!(
+        stderr(&o).contains("pick another host port"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        d.json(&["ps"])["sandboxes"].as_array().unwrap().len(),
+        before
+    );
     // Removing the sandbox closes its ports.
     drop(sb);
     assert!(TcpStream::connect(("127.0.0.1", auto)).is_err());
@@ -502,13 +563,22 @@ fn branched_children_serve_on_their_own_ports_and_drop_inherited_connections() {
     let _guards: Vec<Sandbox> = kids.iter().map(|k| Sandbox { d, id: k.clone() }).collect();
     let mut host_ports = vec![src_port];
     for k in &kids {
-        let c = &v["children"].as_array().unwrap().iter().find(|c| c["id"] == *k).unwrap();
+        let c = &v["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == *k)
+            .unwrap();
         assert!(
             c["timings"]["network_ready_ms"].as_f64().is_some(),
             "children must come up with their network proven: {c}"
         );
         let p = ports_of(d, k);
-        assert_eq!(p.len(), 1, "a child inherits the source's guest ports: {p:?}");
+        assert_eq!(
+            p.len(),
+            1,
+            "a child inherits the source's guest ports: {p:?}"
+        );
         assert_eq!(p[0].0, 8000);
         host_ports.push(p[0].1);
         // The server process came over from the source; it answers with the
@@ -516,7 +586,10 @@ fn branched_children_serve_on_their_own_ports_and_drop_inherited_connections() {
         assert_eq!(host_get_retry(p[0].1, "/"), format!("host={k}\n"));
         // Its own egress works at once.
         let (rc, out) = guest_fetch(d, k, &net.url(&format!("/from-{k}")), 20);
-        assert_eq!((rc, out.as_str()), (0, format!("seen /from-{k}\n").as_str()));
+        assert_eq!(
+            (rc, out.as_str()),
+            (0, format!("seen /from-{k}\n").as_str())
+        );
     }
     host_ports.sort_unstable();
     host_ports.dedup();
@@ -556,33 +629,47 @@ fn leftovers(d: &Daemon, ids: &[String]) -> Vec<String> {
         }
         let tail: String = id.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
         let host_if = format!("fvh{}", &tail[tail.len().saturating_sub(12)..]);
-        if std::path::Path::new("/sys/class/net").join(&host_if).exists() {
+        if std::path::Path::new("/sys/class/net")
+            .join(&host_if)
+            .exists()
+        {
             left.push(format!("link {host_if}"));
         }
     }
-    // Pool claims and namespace owners recorded for this daemon's home.
+    // Pool claims and namespace owners recorded for these sandboxes.
     for sub in ["slots", "ns"] {
         if let Ok(rd) = std::fs::read_dir(format!("/run/forkvm/net/{sub}")) {
             for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
                 let t = std::fs::read_to_string(e.path()).unwrap_or_default();
-                if t.lines().any(|l| std::path::Path::new(l) == d.home) {
-                    left.push(format!("registry {sub}/{}", e.file_name().to_string_lossy()));
+                let ours = t.lines().any(|l| std::path::Path::new(l) == d.home);
+                if ours
+                    && ids
+                        .iter()
+                        .any(|id| name == format!("fvm-{id}") || t.starts_with(&format!("{id}\n")))
+                {
+                    left.push(format!("registry {sub}/{name}"));
                 }
             }
         }
     }
-    // The daemon's host table names no interface.
-    let table = format!(
-        "forkvm-{}",
-        forkvm_daemon::config::home_hash(&d.home)
-    );
+    // The daemon's host table names none of their interfaces.
+    let table = format!("forkvm-{}", forkvm_daemon::config::home_hash(&d.home));
     let o = Command::new("nft")
-        .args(["-j", "list", "set", "inet", &table, "ifaces"])
+        .args(["list", "set", "inet", &table, "ifaces"])
         .output()
         .unwrap();
+    assert!(
+        o.status.success(),
+        "the daemon's host table {table} is missing"
+    );
     let text = String::from_utf8_lossy(&o.stdout);
-    if text.contains("\"elem\"") {
-        left.push(format!("nft set {table} ifaces: {text}"));
+    for id in ids {
+        let tail: String = id.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        let host_if = format!("fvh{}", &tail[tail.len().saturating_sub(12)..]);
+        if text.contains(&host_if) {
+            left.push(format!("nft set {table} ifaces holds {host_if}"));
+        }
     }
     left
 }
@@ -648,7 +735,9 @@ fn nothing_is_left_after_many_cycles_and_a_daemon_crash() {
     d.stop(libc::SIGKILL);
     // SAFETY: killing a QEMU this test's daemon started.
     unsafe { libc::kill(lost_pid, libc::SIGKILL) };
-    assert!(wait_until(Duration::from_secs(10), || !alive(lost_pid as u32)));
+    assert!(wait_until(Duration::from_secs(10), || !alive(
+        lost_pid as u32
+    )));
     d.spawn_process();
     // The survivor is back with its port and its network.
     assert_eq!(ports_of(&d, &keep), vec![(8000, keep_port)]);

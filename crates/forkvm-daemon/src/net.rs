@@ -409,6 +409,16 @@ impl Net {
             if let Err(e) = ns::nft(None, &rules::remove_host_entry(&self.table, &entry)).await {
                 tracing::debug!("host table entry of {id}: {e}");
             }
+            // Deleting the namespace would take the veth with it, but the
+            // kernel destroys namespaces asynchronously: delete the link
+            // now, so that it is gone when the removal returns.
+            let host_if = forkvm_net::host_if_name(id);
+            if std::path::Path::new("/sys/class/net")
+                .join(&host_if)
+                .exists()
+            {
+                let _ = ns::run(None, "ip", &["link", "del", &host_if], None).await;
+            }
             self.registry.release(Slot::from_host(host), id);
         }
     }
