@@ -163,6 +163,10 @@ pub struct SpawnTimings {
     /// path was proven to work (`wait_for_network`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_ready_ms: Option<f64>,
+    /// When the guest resumed (restores only), in host Unix time: a
+    /// reference point for measuring what the guest does afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_unix_ms: Option<f64>,
     pub total_ms: f64,
 }
 

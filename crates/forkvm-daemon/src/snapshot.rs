@@ -1609,6 +1609,10 @@ impl Manager {
             .await
             .map_err(|e| qemu_err("cannot resume the clone", e))?;
         let resumed = Instant::now();
+        let resumed_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .ok();
         drop(qmp);
         let restore_ms = ms(t2.elapsed());
         // The identity is the first request the clone sees: its answer also
@@ -1679,6 +1683,7 @@ impl Manager {
             template_ms: None,
             network_ms,
             network_ready_ms,
+            resumed_unix_ms,
             total_ms: ms(t0.elapsed()),
         };
         if live.set_phase(Phase::Running) != Phase::Booting {
