@@ -10,14 +10,14 @@ use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-enum Status {
+pub(crate) enum Status {
     Ok,
     Warn,
     Fail,
 }
 
 #[derive(Debug, Serialize)]
-struct Check {
+pub(crate) struct Check {
     name: &'static str,
     status: Status,
     detail: String,
@@ -25,7 +25,7 @@ struct Check {
     fix: Option<String>,
 }
 
-fn check(
+pub(crate) fn check(
     name: &'static str,
     status: Status,
     detail: impl Into<String>,
@@ -98,13 +98,13 @@ pub async fn run(json: bool) -> Result<ExitCode> {
                     "qemu: x-ignore-shared",
                     f.x_ignore_shared,
                     "templates save device state only",
-                    false,
+                    true,
                 ));
                 checks.push(feat(
                     "qemu: memory-backend-file rom=",
                     f.memory_backend_rom,
                     "read-only copy-on-write clone memory",
-                    false,
+                    true,
                 ));
                 checks.push(feat(
                     "qemu: vmgenid",
@@ -199,17 +199,43 @@ pub async fn run(json: bool) -> Result<ExitCode> {
         )
     });
     checks.push(netns_check());
+    checks.extend(crate::doctor_net::checks(
+        &std::env::var("FORKVM_NET_POOL").unwrap_or_else(|_| cfg.net_pool.clone()),
+    ));
     checks.push(uffd_check());
 
     // The daemon.
     let client = forkvm_api::Client::from_env().map_err(|e| anyhow::anyhow!(e))?;
     match client.health().await {
-        Ok(h) => checks.push(check(
-            "daemon",
-            Status::Ok,
-            format!("answers at {} (version {})", client.target, h.version),
-            None,
-        )),
+        Ok(h) => {
+            checks.push(check(
+                "daemon",
+                Status::Ok,
+                format!("answers at {} (version {})", client.target, h.version),
+                None,
+            ));
+            if let Ok(info) = client.info().await {
+                let n = info.network;
+                checks.push(if n.available {
+                    check(
+                        "daemon: sandbox networks",
+                        Status::Ok,
+                        format!("nat available, uplinks from {}", n.pool),
+                        None,
+                    )
+                } else {
+                    check(
+                        "daemon: sandbox networks",
+                        Status::Warn,
+                        format!(
+                            "unavailable, sandboxes get network: none ({})",
+                            n.reason.unwrap_or_default()
+                        ),
+                        Some("fix the network lines above, then restart the daemon"),
+                    )
+                });
+            }
+        }
         Err(forkvm_api::ClientError::Connect { .. }) => checks.push(check(
             "daemon",
             Status::Warn,

@@ -10,6 +10,7 @@
 //! out, 128+N when a signal killed it); other failures exit 1 (2 for usage).
 
 mod doctor;
+mod doctor_net;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

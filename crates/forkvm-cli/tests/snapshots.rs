@@ -40,6 +40,18 @@ while True:
     assert!(wait_until(Duration::from_secs(60), || {
         try_sh(d, &src.id, "cat /tmp/h1 2>/dev/null").len() == 64
     }));
+    // A process with its own environment, and the environment the agent
+    // gives commands.
+    d.ok(&[
+        "exec",
+        "-e",
+        "AGENT_TASK=refactor-42",
+        &src.id,
+        "--",
+        "sh",
+        "-c",
+        "setsid sleep 100042 >/dev/null 2>&1 </dev/null &",
+    ]);
     let h1 = sh(d, &src.id, "cat /tmp/h1");
     let v = d.json(&["snapshot", &src.id]);
     let snap = v["id"].as_str().unwrap().to_string();
@@ -62,6 +74,20 @@ while True:
         assert!(
             sh(d, k, "ps -eo args").contains("python3 /tmp/holder.py"),
             "holder process missing in {k}"
+        );
+        // The environment came along: the running process's own, and the
+        // one every command gets.
+        assert_eq!(
+            sh(
+                d,
+                k,
+                "tr '\\0' '\\n' < /proc/$(pgrep -f '^sleep 100042$')/environ | grep AGENT_TASK"
+            ),
+            "AGENT_TASK=refactor-42\n"
+        );
+        assert_eq!(
+            sh(d, k, "echo $HOME $PATH"),
+            sh(d, &src.id, "echo $HOME $PATH")
         );
         // The big value is intact in the resumed process.
         sh(d, k, "touch /tmp/req");

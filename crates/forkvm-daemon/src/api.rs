@@ -368,8 +368,11 @@ async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
         (status = 400, body = ErrorBody, description = "bad memory/cpus/count, malformed JSON or unknown fields"),
         (status = 404, body = ErrorBody, description = "unknown image or snapshot"),
         (status = 422, body = ErrorBody, description = "the snapshot's files are corrupted"),
-        (status = 429, body = ErrorBody, description = "sandbox limit reached"),
-        (status = 500, body = ErrorBody, description = "QEMU failed"),
+        (status = 409, body = ErrorBody, description = "a requested host port is taken"),
+        (status = 429, body = ErrorBody, description = "sandbox limit reached, or the address pool is exhausted"),
+        (status = 500, body = ErrorBody, description = "QEMU failed, or the network could not be set up"),
+        (status = 502, body = ErrorBody, description = "the guest agent failed, or the guest's network did not come up"),
+        (status = 503, body = ErrorBody, description = "`network: nat` asked for on a host that cannot give sandboxes a network"),
         (status = 504, body = ErrorBody, description = "the guest did not boot in time")))]
 async fn create_sandbox(
     State(m): State<AppState>,
@@ -788,8 +791,11 @@ async fn snapshot_sandbox(
     params(("id" = String, Path, description = "sandbox id")),
     request_body = BranchRequest,
     responses((status = 201, body = BranchResult), (status = 400, body = ErrorBody, description = "bad count, or a mode or option not available yet"),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "not running, or another snapshot of it is in progress"),
-        (status = 500, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "not running, another snapshot of it is in progress, or a requested host port is taken"),
+        (status = 422, body = ErrorBody, description = "a snapshot of its chain is corrupted"),
+        (status = 500, body = ErrorBody), (status = 502, body = ErrorBody, description = "a child's guest agent failed, or its network did not come up"),
+        (status = 503, body = ErrorBody, description = "networking became unavailable"),
+        (status = 504, body = ErrorBody, description = "a child did not resume in time")))]
 async fn branch_sandbox(
     State(m): State<AppState>,
     Path(id): Path<String>,
