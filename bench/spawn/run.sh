@@ -9,7 +9,7 @@
 #   --clones LIST   clone counts for the memory measurement (default 1,10,50); the naive
 #                   copies go up to the largest, as far as free memory allows
 #   --memory MiB    guest RAM (default 512)
-#   --burst-runs N  how many times one POST {"count": 10} is timed (default 5)
+#   --burst-runs N  how many times one POST {"count": 10} is timed (default 20)
 #   --wait-quiet S  first wait up to S seconds for other processes to leave the CPUs idle
 #   --out DIR       results directory (default bench/spawn/results)
 #   (bench_spawn.py --help lists the rest: --settle, --idle, --mem-reserve-mib, --burst-size)
