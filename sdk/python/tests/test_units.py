@@ -8,6 +8,7 @@ import pytest
 
 import forkvm
 from forkvm import models
+from forkvm import _ops
 from forkvm._config import resolve_endpoint
 from forkvm.client import _streaming_refused
 from forkvm.errors import error_from_detail
@@ -73,6 +74,8 @@ def test_bad_urls(url: str) -> None:
         (422, "snapshot_corrupt", forkvm.SnapshotCorrupt),
         (429, "limit_exceeded", forkvm.LimitExceeded),
         (500, "qemu_failed", forkvm.QemuFailed),
+        (500, "network_failed", forkvm.NetworkFailed),
+        (503, "network_unavailable", forkvm.NetworkUnavailable),
         (500, "internal", forkvm.ServerError),
         (502, "guest_error", forkvm.GuestError),
         (504, "guest_timeout", forkvm.GuestTimeout),
@@ -112,6 +115,101 @@ def test_request_models_leave_out_unset_fields() -> None:
     assert models.CreateSandbox().to_dict() == {}
     assert models.BranchRequest(mode=models.BranchMode.DIFF, count=0).to_dict() == {"mode": "diff", "count": 0}
     assert models.ExecRequest(argv=["a"], stream=True).to_dict() == {"argv": ["a"], "stream": True}
+
+
+def test_network_errors_are_server_errors() -> None:
+    for code, status in (("network_failed", 500), ("network_unavailable", 503)):
+        err = error_from_detail(code, "m", status)
+        assert isinstance(err, forkvm.ServerError) and err.status == status
+    assert type(error_from_detail("network_unavailable", "m")) is forkvm.NetworkUnavailable  # no status: by code
+
+
+def test_network_request_fields() -> None:
+    body = _ops.create_request(
+        network="nat",
+        ports=[8000, (8001, 18001), {"guest": 8002}, {"guest": 8003, "host": 0}, models.PortForward(8004, 18004)],
+        egress=["10.0.0.0/8", {"cidr": "1.2.3.4", "ports": [443]}, models.EgressRule("192.0.2.0/24", [53])],
+        wait_for_network=False,
+    )
+    assert body.to_dict() == {
+        "network": "nat",
+        "ports": [
+            {"guest": 8000},
+            {"guest": 8001, "host": 18001},
+            {"guest": 8002},
+            {"guest": 8003, "host": 0},
+            {"guest": 8004, "host": 18004},
+        ],
+        "egress": [
+            {"cidr": "10.0.0.0/8"},
+            {"cidr": "1.2.3.4", "ports": [443]},
+            {"cidr": "192.0.2.0/24", "ports": [53]},
+        ],
+        "wait_for_network": False,
+    }
+    body = _ops.create_request(network=models.NetworkMode.NONE, egress=[])
+    assert body.to_dict() == {"network": "none", "egress": []}
+    branch = _ops.branch_request(mode="live", ports=[8000], wait_for_network=True)
+    assert branch.to_dict() == {"mode": "live", "ports": [{"guest": 8000}], "wait_for_network": True}
+    with pytest.raises(ValueError):
+        _ops.create_request(network="bridged")
+    with pytest.raises(ValueError):
+        _ops.create_request(ports=[{"guest": 1, "hots": 2}])
+    with pytest.raises(ValueError):
+        _ops.create_request(egress=[{"network": "10.0.0.0/8"}])
+    for bad in (8000, "8000", {"guest": 8000}):
+        with pytest.raises(TypeError):
+            _ops.create_request(ports=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _ops.create_request(egress="10.0.0.0/8")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _ops.create_request(ports=[True])
+
+
+def test_network_models_from_responses() -> None:
+    sb = models.Sandbox.from_dict(
+        {
+            "id": "sb-1",
+            "state": "running",
+            "image": "default",
+            "memory_mib": 512,
+            "cpus": 1,
+            "accel": "tcg",
+            "created_at": "2026-01-01T00:00:00Z",
+            "timings": {
+                "prepare_ms": 1,
+                "qemu_start_ms": 2,
+                "boot_ms": 0,
+                "total_ms": 9,
+                "network_ms": 3,
+                "network_ready_ms": 4.5,
+                "resumed_unix_ms": 1767225600000,
+            },
+            "network": {
+                "mode": "nat",
+                "guest_ip": "172.16.0.2",
+                "gateway": "172.16.0.1",
+                "host_ip": "10.231.0.1",
+                "uplink_ip": "10.231.0.2",
+                "ports": [{"guest": 8000, "host": 40001}],
+                "egress": [{"cidr": "10.0.0.0/8"}, {"cidr": "1.2.3.4", "ports": [443]}],
+            },
+        }
+    )
+    net = sb.network
+    assert isinstance(net, models.NetworkInfo) and net.mode is models.NetworkMode.NAT
+    assert net.ports == [models.PortForward(guest=8000, host=40001)]
+    assert net.egress == [models.EgressRule("10.0.0.0/8"), models.EgressRule("1.2.3.4", [443])]
+    assert sb.timings.network_ms == 3.0 and isinstance(sb.timings.network_ms, float)
+    assert sb.timings.network_ready_ms == 4.5 and sb.timings.resumed_unix_ms == 1767225600000.0
+    info = models.NetInfo.from_dict(
+        {"available": False, "reason": "no tun", "pool": "10.231.0.0/16", "default_mode": "none"}
+    )
+    assert info.default_mode is models.NetworkMode.NONE and info.reason == "no tun"
+    none = models.NetworkInfo.from_dict(
+        {"mode": "none", "guest_ip": "172.16.0.2", "gateway": "172.16.0.1", "ports": []}
+    )
+    assert none.host_ip is None and none.egress is None
 
 
 def test_parse_events() -> None:

@@ -26,6 +26,7 @@ import type {
   FlattenRequest,
   Health,
   Info,
+  PortForward,
   Sandbox,
   SandboxBatch,
   SandboxList,
@@ -120,7 +121,7 @@ export class Client {
     return this.#json({ method: "GET", path: "/v1/health", signal: opts?.signal });
   }
 
-  /** `GET /v1/info` (operation `info`): version, accelerator, QEMU, limits, pools. */
+  /** `GET /v1/info` (operation `info`): version, accelerator, QEMU, limits, pools, networking. */
   info(opts?: RequestOptions): Promise<Info> {
     return this.#json({ method: "GET", path: "/v1/info", signal: opts?.signal });
   }
@@ -134,7 +135,8 @@ export class Client {
 
   /**
    * `POST /v1/sandboxes` (operation `create_sandbox`). Resolves once every
-   * guest agent answers: with one sandbox, or a batch when `count` is given.
+   * guest agent answers (and, unless `wait_for_network: false`, its network
+   * works): with one sandbox, or a batch when `count` is given.
    */
   createSandbox(req: CreateSandbox & { count: number }, opts?: RequestOptions): Promise<SandboxBatch>;
   createSandbox(req?: CreateSandbox & { count?: null | undefined }, opts?: RequestOptions): Promise<Sandbox>;
@@ -252,6 +254,15 @@ export class Client {
       signal: opts?.signal,
     });
     return new TextDecoder().decode(await res.bytes());
+  }
+
+  /**
+   * `GET /v1/sandboxes/{id}/ports` (operation `ports`): each published guest
+   * port and the host loopback port that reaches it (empty without a `nat`
+   * network).
+   */
+  ports(id: string, opts?: RequestOptions): Promise<PortForward[]> {
+    return this.#json({ method: "GET", path: `/v1/sandboxes/${seg(id)}/ports`, signal: opts?.signal });
   }
 
   /** `POST /v1/sandboxes/{id}/snapshot` (operation `snapshot_sandbox`); the source keeps running. */

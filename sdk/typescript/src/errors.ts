@@ -18,6 +18,8 @@ export type ErrorCode =
   | "limit_exceeded"
   | "request_timeout"
   | "qemu_failed"
+  | "network_failed"
+  | "network_unavailable"
   | "internal"
   | "guest_error"
   | "guest_timeout"
@@ -89,9 +91,16 @@ export class RequestTimeoutError extends ForkvmError {
 export class LimitExceededError extends ForkvmError {
   override name = "LimitExceededError";
 }
-/** 5xx other than 502/504: QEMU could not start, or a host problem. */
+/** 5xx other than 502/504: QEMU could not start, the sandbox's network could not be set up, or a host problem. */
 export class ServerError extends ForkvmError {
   override name = "ServerError";
+}
+/**
+ * 503 `network_unavailable`: this host cannot give sandboxes a network
+ * (`forkvm doctor` says why); spawn with `network: "none"` meanwhile.
+ */
+export class NetworkUnavailableError extends ServerError {
+  override name = "NetworkUnavailableError";
 }
 /** 502: the guest agent went away (the VM died). */
 export class GuestError extends ForkvmError {
@@ -133,6 +142,8 @@ const BY_CODE: Record<string, ErrorClass> = {
   limit_exceeded: LimitExceededError,
   request_timeout: RequestTimeoutError,
   qemu_failed: ServerError,
+  network_failed: ServerError,
+  network_unavailable: NetworkUnavailableError,
   internal: ServerError,
   guest_error: GuestError,
   guest_timeout: GuestTimeoutError,
@@ -149,6 +160,8 @@ const STATUS_OF_CODE: Record<string, number> = {
   limit_exceeded: 429,
   request_timeout: 408,
   qemu_failed: 500,
+  network_failed: 500,
+  network_unavailable: 503,
   internal: 500,
   guest_error: 502,
   guest_timeout: 504,
@@ -166,5 +179,6 @@ const BY_STATUS: Record<number, ErrorClass> = {
   429: LimitExceededError,
   500: ServerError,
   502: GuestError,
+  503: ServerError,
   504: GuestTimeoutError,
 };

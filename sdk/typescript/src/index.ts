@@ -11,6 +11,7 @@
  */
 export { Sandbox, SandboxFiles, type Branch, type BranchOptions, type SandboxCreateOptions } from "./sandbox.js";
 export { Snapshot } from "./snapshot.js";
+export { egressRule, portForward, type EgressSpec, type NetworkOptions, type PortSpec } from "./network.js";
 export {
   ExecStream,
   type BinaryExecOptions,
@@ -42,6 +43,7 @@ export {
   GuestTimeoutError,
   InvalidRequestError,
   LimitExceededError,
+  NetworkUnavailableError,
   NotFoundError,
   PayloadTooLargeError,
   ProtocolError,

@@ -16,11 +16,15 @@ import {
   type ExecOptions,
   type ExecStreamOptions,
 } from "./exec.js";
+import { networkFields, type NetworkOptions, type PortSpec } from "./network.js";
 import { Snapshot } from "./snapshot.js";
 import type * as api from "./types.js";
 
-/** Options of {@link Sandbox.create}. */
-export interface SandboxCreateOptions extends RequestOptions {
+/**
+ * Options of {@link Sandbox.create}. The network ones (`network`, `ports`,
+ * `egress`, `waitForNetwork`) are described in {@link NetworkOptions}.
+ */
+export interface SandboxCreateOptions extends NetworkOptions, RequestOptions {
   /** Image name (default `default`). Ignored with `snapshot`. */
   image?: string | undefined;
   /** Guest RAM in MiB (default 512). */
@@ -45,6 +49,14 @@ export interface BranchOptions extends RequestOptions {
   tag?: string | undefined;
   /** `false`: return once the source has resumed; the snapshot is then `writing` (default true). */
   wait?: boolean | undefined;
+  /**
+   * Ports each child publishes. Omitted: the source's guest ports, each on a
+   * host port of the child's own. Children keep the source's network mode
+   * and egress allow-list.
+   */
+  ports?: PortSpec[] | undefined;
+  /** `false`: return before the children's network is proven to work (default true). */
+  waitForNetwork?: boolean | undefined;
 }
 
 /** The result of {@link Sandbox.branch}. */
@@ -119,6 +131,7 @@ export class Sandbox implements AsyncDisposable {
     if (opts.cpus !== undefined) req.cpus = opts.cpus;
     if (opts.snapshot !== undefined) req.snapshot = opts.snapshot;
     if (opts.useTemplate !== undefined) req.use_template = opts.useTemplate;
+    Object.assign(req, networkFields(opts));
     return new Sandbox(client, await client.createSandbox(req, opts));
   }
 
@@ -145,10 +158,29 @@ export class Sandbox implements AsyncDisposable {
     return this.#closed;
   }
 
+  /** Its network as last seen: mode, addresses, published ports (undefined for a sandbox without a NIC). */
+  get network(): api.NetworkInfo | undefined {
+    return this.info.network ?? undefined;
+  }
+
   /** Fetch its current state, with the memory use of its QEMU. */
   async refresh(opts?: RequestOptions): Promise<api.Sandbox> {
     this.info = await this.client.getSandbox(this.id, opts);
     return this.info;
+  }
+
+  /**
+   * Its published ports: each `guest` port and the `host` port on 127.0.0.1
+   * that reaches it.
+   *
+   * ```ts
+   * const sb = await Sandbox.create({ ports: [8000] });
+   * const [{ host }] = await sb.ports();
+   * await fetch(`http://127.0.0.1:${host}/`);
+   * ```
+   */
+  ports(opts?: RequestOptions): Promise<api.PortForward[]> {
+    return this.client.ports(this.id, opts);
   }
 
   /**
@@ -208,6 +240,8 @@ export class Sandbox implements AsyncDisposable {
     if (opts.count !== undefined) req.count = opts.count;
     if (opts.tag !== undefined) req.tag = opts.tag;
     if (opts.wait !== undefined) req.wait = opts.wait;
+    if (opts.ports !== undefined) req.ports = networkFields({ ports: opts.ports }).ports;
+    if (opts.waitForNetwork !== undefined) req.wait_for_network = opts.waitForNetwork;
     const res = await this.client.branchSandbox(this.id, req, opts);
     return {
       mode: res.mode,

@@ -5,6 +5,7 @@
  */
 import { defaultClient, type Client, type RequestOptions } from "./client.js";
 import { ForkvmError } from "./errors.js";
+import { networkFields, type NetworkOptions } from "./network.js";
 import { Sandbox } from "./sandbox.js";
 import type * as api from "./types.js";
 
@@ -56,9 +57,14 @@ export class Snapshot {
     return this.info;
   }
 
-  /** Spawn `count` (default 1) sandboxes from it, concurrently; all or nothing. */
-  async spawn(opts: { count?: number | undefined } & RequestOptions = {}): Promise<Sandbox[]> {
-    const batch = await this.client.createSandbox({ snapshot: this.id, count: opts.count ?? 1 }, opts);
+  /**
+   * Spawn `count` (default 1) sandboxes from it, concurrently; all or nothing.
+   * The network options are those of `Sandbox.create`; with `count` above 1,
+   * published ports need host port 0 (one is allocated for each).
+   */
+  async spawn(opts: { count?: number | undefined } & NetworkOptions & RequestOptions = {}): Promise<Sandbox[]> {
+    const req = { snapshot: this.id, count: opts.count ?? 1, ...networkFields(opts) };
+    const batch = await this.client.createSandbox(req, opts);
     return batch.sandboxes.map((info) => new Sandbox(this.client, info));
   }
 

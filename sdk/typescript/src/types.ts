@@ -31,6 +31,14 @@ export interface BranchRequest {
    * snapshot is then `writing` until it is `ready` or `failed`.
    */
   wait?: boolean | null;
+  /**
+   * Ports to publish for each child. Omitted: the source's guest ports, each
+   * on a newly allocated host port (host ports cannot be shared). Every child
+   * keeps the source's network mode and egress allow-list.
+   */
+  ports?: PortForward[] | null;
+  /** As for `POST /v1/sandboxes` (default true). */
+  wait_for_network?: boolean | null;
 }
 
 /** The result of a branch. */
@@ -62,12 +70,36 @@ export interface CreateSandbox {
   count?: number | null;
   /** Use (and on first use, create) the image's boot template (default true). */
   use_template?: boolean | null;
+  /** `nat` (the default where the host allows it): a network of its own with NAT egress; `none`: no way out. */
+  network?: NetworkMode | null;
+  /** Guest TCP ports to publish on host loopback ports (needs `nat`). */
+  ports?: PortForward[] | null;
+  /**
+   * Allow egress only to these destinations (needs `nat`). Omitted: any
+   * destination except the host and other sandboxes. An entry that covers
+   * the host or another sandbox's uplink opens it too.
+   */
+  egress?: EgressRule[] | null;
+  /**
+   * Answer only once the guest's network path is proven to work (default
+   * true). With `false` the spawn returns right after the guest has its
+   * identity; the network is set up either way.
+   */
+  wait_for_network?: boolean | null;
 }
 
 /** `POST /v1/sandboxes/{id}/snapshot`. */
 export interface CreateSnapshot {
   /** A unique name to refer to the snapshot by. */
   tag?: string | null;
+}
+
+/** One egress allow-list entry. */
+export interface EgressRule {
+  /** An IPv4 address or network, `A.B.C.D` or `A.B.C.D/N`. */
+  cidr: string;
+  /** TCP and UDP ports; empty or omitted means every port. */
+  ports?: number[];
 }
 
 /** The body of every error response. */
@@ -193,6 +225,7 @@ export interface Info {
   /** The default warm-pool size for boot templates (`--pool-size`). */
   default_pool_size: number;
   pools: PoolInfo[];
+  network: NetInfo;
 }
 
 /** Limits the daemon enforces. */
@@ -217,6 +250,37 @@ export interface MemoryUsage {
   private_dirty_kib: number;
 }
 
+/** Networking as `GET /v1/info` shows it. */
+export interface NetInfo {
+  /** Can sandboxes get `nat` networks on this host? */
+  available: boolean;
+  /** Why not, when they cannot (`forkvm doctor` says more). */
+  reason?: string | null;
+  /** The uplink address pool. */
+  pool: string;
+  /** The mode used when a spawn does not name one. */
+  default_mode: NetworkMode;
+}
+
+/** A sandbox's network as the API shows it. */
+export interface NetworkInfo {
+  mode: NetworkMode;
+  /** The guest's address (the same in every sandbox; each has its own namespace). */
+  guest_ip: string;
+  gateway: string;
+  /** The host end of the sandbox's uplink (unique per sandbox), for `nat`. */
+  host_ip?: string | null;
+  /** The sandbox end of its uplink: the source address of its egress before the host's NAT, for `nat`. */
+  uplink_ip?: string | null;
+  /** Its published ports, with the host port in use. */
+  ports: PortForward[];
+  /** Its egress allow-list, if it has one. */
+  egress?: EgressRule[] | null;
+}
+
+/** A sandbox's network: `nat`, a namespace of its own with NAT to the host's network; `none`, no route out. */
+export type NetworkMode = "none" | "nat";
+
 /** How `stdout`/`stderr` are encoded in an {@link ExecResult}. */
 export type OutputEncoding = "utf8" | "base64";
 
@@ -232,6 +296,14 @@ export interface PoolInfo {
   size: number;
   /** Processes ready to be claimed right now. */
   ready: number;
+}
+
+/** A published guest port. */
+export interface PortForward {
+  /** The TCP port in the guest. */
+  guest: number;
+  /** The host loopback port; 0 (or omitted) picks a free one, reported back. */
+  host?: number;
 }
 
 /** The QEMU in use. */
@@ -260,6 +332,8 @@ export interface Sandbox {
   memory?: MemoryUsage | null;
   /** The snapshot the sandbox was spawned from. */
   snapshot?: string | null;
+  /** Its network; absent for a sandbox without a NIC. */
+  network?: NetworkInfo | null;
 }
 
 /** The response to `POST /v1/sandboxes` with `count`. */
@@ -355,5 +429,11 @@ export interface SpawnTimings {
   from_pool?: boolean | null;
   /** Creating the image's boot template (first spawn of an image only). */
   template_ms?: number | null;
+  /** Setting up the host side of the network: namespace, uplink, rules, forwarded ports. */
+  network_ms?: number | null;
+  /** From the guest's resume (or the end of its boot) until its network path was proven to work. */
+  network_ready_ms?: number | null;
+  /** When the guest resumed (restores only), in host Unix time (ms): a reference for what it does afterwards. */
+  resumed_unix_ms?: number | null;
   total_ms: number;
 }

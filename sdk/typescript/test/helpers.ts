@@ -3,7 +3,7 @@
  * and assertions on errors.
  */
 import assert from "node:assert/strict";
-import { Client, ForkvmError } from "forkvm";
+import { Client, ForkvmError, type Transport, type TransportRequest } from "forkvm";
 
 /** The daemon under test (`test/run.ts` sets FORKVM_URL), from the environment. */
 export const env = {
@@ -57,5 +57,22 @@ export async function eventually<T>(fn: () => Promise<T>, ok: (value: T) => bool
     const value = await fn();
     if (ok(value) || Date.now() > deadline) return value;
     await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** A transport that records each request and goes no further (the call rejects with "recorded"). */
+export class RecordingTransport implements Transport {
+  readonly url = "record://";
+  requests: TransportRequest[] = [];
+  request(req: TransportRequest): Promise<never> {
+    this.requests.push(req);
+    return Promise.reject(new Error("recorded"));
+  }
+  close(): void {}
+
+  /** The JSON body of the last request. */
+  lastBody(): unknown {
+    const last = this.requests.at(-1);
+    return last?.body === undefined ? undefined : JSON.parse(String(last.body));
   }
 }

@@ -8,7 +8,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import ts from "typescript";
-import { Client, ForkvmError, type Transport, type TransportRequest } from "forkvm";
+import { Client, ForkvmError, NetworkUnavailableError, ServerError } from "forkvm";
+import { RecordingTransport } from "./helpers.js";
 import { OPENAPI_PATH, SDK_ROOT } from "./paths.js";
 
 interface Parameter {
@@ -57,10 +58,20 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   create_sandbox: [
     (c) => c.createSandbox({ image: "default", memory_mib: 512, cpus: 1, use_template: false }),
     (c) => c.createSandbox({ snapshot: "s", count: 2 }),
+    (c) =>
+      c.createSandbox({
+        network: "nat",
+        ports: [{ guest: 8000 }, { guest: 8001, host: 18001 }],
+        egress: [{ cidr: "10.0.0.0/8" }, { cidr: "1.2.3.4", ports: [443] }],
+        wait_for_network: false,
+      }),
   ],
   get_sandbox: [(c) => c.getSandbox("ID")],
   delete_sandbox: [(c) => c.deleteSandbox("ID")],
-  branch_sandbox: [(c) => c.branchSandbox("ID", { mode: "live", count: 2, tag: "t", wait: false })],
+  branch_sandbox: [
+    (c) => c.branchSandbox("ID", { mode: "live", count: 2, tag: "t", wait: false }),
+    (c) => c.branchSandbox("ID", { ports: [{ guest: 8000 }], wait_for_network: false }),
+  ],
   exec: [
     (c) =>
       c.exec("ID", {
@@ -78,6 +89,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   read_file: [(c) => c.readFile("ID", "/etc/hostname")],
   write_file: [(c) => c.writeFile("ID", "/tmp/f", "data", { mode: 0o600 })],
   logs: [(c) => c.logs("ID")],
+  ports: [(c) => c.ports("ID")],
   snapshot_sandbox: [(c) => c.snapshotSandbox("ID", { tag: "t" })],
   list_snapshots: [(c) => c.listSnapshots()],
   get_snapshot: [(c) => c.getSnapshot("ID")],
@@ -91,17 +103,6 @@ const UNUSED_PARAMETERS: Record<string, string[]> = {
   // The file endpoints share one query struct; `mode` applies to writes only.
   read_file: ["mode"],
 };
-
-/** A transport that records the request and goes no further. */
-class RecordingTransport implements Transport {
-  readonly url = "record://";
-  requests: TransportRequest[] = [];
-  request(req: TransportRequest): Promise<never> {
-    this.requests.push(req);
-    return Promise.reject(new Error("recorded"));
-  }
-  close(): void {}
-}
 
 describe("the Client covers docs/openapi.json", () => {
   test("the document lists operations", () => {
@@ -173,6 +174,18 @@ describe("errors", () => {
     assert.equal(ForkvmError.fromResponse(429, "x", "m").name, "LimitExceededError");
     assert.equal(ForkvmError.fromResponse(418, "teapot", "m").name, "ForkvmError");
     assert.equal(ForkvmError.statusOf("conflict"), 409);
+  });
+
+  test("the network codes: network_failed is a ServerError, network_unavailable its own 503 class", () => {
+    const failed = ForkvmError.fromResponse(500, "network_failed", "m");
+    assert.ok(failed instanceof ServerError);
+    assert.equal(failed.name, "ServerError");
+    const unavailable = ForkvmError.fromResponse(503, "network_unavailable", "m");
+    assert.ok(unavailable instanceof NetworkUnavailableError && unavailable instanceof ServerError);
+    assert.equal(unavailable.status, 503);
+    assert.equal(ForkvmError.fromResponse(503, "some_new_code", "m").name, "ServerError");
+    assert.equal(ForkvmError.statusOf("network_failed"), 500);
+    assert.equal(ForkvmError.statusOf("network_unavailable"), 503);
   });
 });
 

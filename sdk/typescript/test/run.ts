@@ -26,6 +26,7 @@ const TEST_FILES = [
   "api.test.js",
   "sandbox.test.js",
   "stream.test.js",
+  "network.test.js",
   "quickstart.test.js",
 ];
 

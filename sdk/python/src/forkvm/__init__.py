@@ -40,6 +40,8 @@ from .errors import (
     InvalidRequest,
     LimitExceeded,
     MethodNotAllowed,
+    NetworkFailed,
+    NetworkUnavailable,
     NotFound,
     PayloadTooLarge,
     ProtocolError,
@@ -50,7 +52,7 @@ from .errors import (
     StreamingUnsupported,
     Unauthorized,
 )
-from .models import BranchMode, ExecResult, OutputEncoding, SandboxState
+from .models import BranchMode, EgressRule, ExecResult, NetworkMode, OutputEncoding, PortForward, SandboxState
 from .sandbox import Branch, Sandbox, SandboxFiles, Snapshot
 from .streaming import AsyncExecStream, ExecEvent, ExecStream, ExitEvent, OutputEvent
 
@@ -74,6 +76,9 @@ __all__ = [
     # results and events
     "ExecResult",
     "BranchMode",
+    "NetworkMode",
+    "PortForward",
+    "EgressRule",
     "OutputEncoding",
     "SandboxState",
     "ExecStream",
@@ -96,6 +101,8 @@ __all__ = [
     "LimitExceeded",
     "ServerError",
     "QemuFailed",
+    "NetworkFailed",
+    "NetworkUnavailable",
     "GuestError",
     "GuestTimeout",
     "DaemonUnreachable",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 from urllib.parse import quote
 
 import httpx
@@ -59,6 +59,21 @@ def _model(cls: Type[models.Model]) -> Parser:
         data = _json(response)
         try:
             return cls.from_dict(data)
+        except (TypeError, ValueError) as e:
+            raise ProtocolError(f"unexpected {cls.__name__} from the daemon: {e}", code="bad_response") from e
+
+    return parse
+
+
+def _model_list(cls: Type[models.Model]) -> Parser:
+    def parse(response: httpx.Response) -> Any:
+        data = _json(response)
+        if not isinstance(data, list):
+            raise ProtocolError(
+                f"expected a list of {cls.__name__} from the daemon, got {data!r:.200}", code="bad_response"
+            )
+        try:
+            return [cls.from_dict(item) for item in data]
         except (TypeError, ValueError) as e:
             raise ProtocolError(f"unexpected {cls.__name__} from the daemon: {e}", code="bad_response") from e
 
@@ -175,6 +190,10 @@ def logs(id: str) -> Request:
     return Request("GET", f"/v1/sandboxes/{_seg(id)}/logs", lambda r: r.text, headers={"Accept": "text/plain"})
 
 
+def ports(id: str) -> Request:
+    return Request("GET", f"/v1/sandboxes/{_seg(id)}/ports", _model_list(models.PortForward))
+
+
 def snapshot_sandbox(id: str, body: models.CreateSnapshot) -> Request:
     return Request("POST", f"/v1/sandboxes/{_seg(id)}/snapshot", _model(models.Snapshot), json=body.to_dict())
 
@@ -197,6 +216,127 @@ def flatten_snapshot(id: str, body: models.FlattenRequest) -> Request:
 
 def set_pool(id: str, body: models.PoolConfig) -> Request:
     return Request("PUT", f"/v1/snapshots/{_seg(id)}/pool", _model(models.Snapshot), json=body.to_dict())
+
+
+# --------------------------------------------------------------------------
+# Helpers for building network fields from friendly arguments.
+
+#: A port to publish: a guest port (the host port is allocated), a
+#: ``(guest, host)`` pair, a ``{"guest": ..., "host": ...}`` mapping (``host``
+#: optional) or a :class:`~forkvm.models.PortForward`. Host port 0 means
+#: "allocate one".
+PortSpec = Union[int, Tuple[int, int], Mapping[str, int], models.PortForward]
+
+#: An egress allow-list entry: an address or network as a string
+#: (``"10.0.0.0/8"``: every port), a ``{"cidr": ..., "ports": [...]}``
+#: mapping or a :class:`~forkvm.models.EgressRule`.
+EgressSpec = Union[str, Mapping[str, Any], models.EgressRule]
+
+
+def port_forward(spec: PortSpec) -> models.PortForward:
+    """One :data:`PortSpec` as a :class:`~forkvm.models.PortForward`."""
+    if isinstance(spec, models.PortForward):
+        return spec
+    if isinstance(spec, bool):
+        raise TypeError(f"not a port: {spec!r}")
+    if isinstance(spec, int):
+        return models.PortForward(guest=spec)
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"guest", "host"}
+        if unknown or "guest" not in spec:
+            raise ValueError(f"a port is {{'guest': N, 'host': M}} (host optional), not {dict(spec)!r}")
+        host = spec.get("host")
+        return models.PortForward(guest=int(spec["guest"]), host=None if host is None else int(host))
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        return models.PortForward(guest=int(spec[0]), host=int(spec[1]))
+    raise TypeError(f"a port is a guest port, a (guest, host) pair or {{'guest': N, 'host': M}}, not {spec!r}")
+
+
+def egress_rule(spec: EgressSpec) -> models.EgressRule:
+    """One :data:`EgressSpec` as an :class:`~forkvm.models.EgressRule`."""
+    if isinstance(spec, models.EgressRule):
+        return spec
+    if isinstance(spec, str):
+        return models.EgressRule(cidr=spec)
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"cidr", "ports"}
+        if unknown or "cidr" not in spec:
+            raise ValueError(
+                f"an egress rule is {{'cidr': 'A.B.C.D/N', 'ports': [...]}} (ports optional), not {dict(spec)!r}"
+            )
+        rule_ports = spec.get("ports")
+        return models.EgressRule(
+            cidr=str(spec["cidr"]), ports=None if rule_ports is None else [int(p) for p in rule_ports]
+        )
+    raise TypeError(f"an egress rule is a CIDR string or {{'cidr': ..., 'ports': [...]}}, not {spec!r}")
+
+
+def port_forwards(specs: Optional[Iterable[PortSpec]]) -> Optional[List[models.PortForward]]:
+    if specs is None:
+        return None
+    if isinstance(specs, (int, str, Mapping, models.PortForward)):
+        raise TypeError("ports is a list of ports, e.g. ports=[8000] or ports=[{'guest': 8000}]")
+    return [port_forward(p) for p in specs]
+
+
+def egress_rules(specs: Optional[Iterable[EgressSpec]]) -> Optional[List[models.EgressRule]]:
+    if specs is None:
+        return None
+    if isinstance(specs, (str, Mapping, models.EgressRule)):
+        raise TypeError("egress is a list of rules, e.g. egress=['10.0.0.0/8']")
+    return [egress_rule(e) for e in specs]
+
+
+def network_mode(mode: Union[models.NetworkMode, str, None]) -> Optional[models.NetworkMode]:
+    return models.NetworkMode(mode) if mode is not None else None
+
+
+def create_request(
+    *,
+    image: Optional[str] = None,
+    memory_mib: Optional[int] = None,
+    cpus: Optional[int] = None,
+    snapshot: Optional[str] = None,
+    count: Optional[int] = None,
+    use_template: Optional[bool] = None,
+    network: Union[models.NetworkMode, str, None] = None,
+    ports: Optional[Iterable[PortSpec]] = None,
+    egress: Optional[Iterable[EgressSpec]] = None,
+    wait_for_network: Optional[bool] = None,
+) -> models.CreateSandbox:
+    """Build a :class:`~forkvm.models.CreateSandbox` from friendly arguments."""
+    return models.CreateSandbox(
+        image=image,
+        memory_mib=memory_mib,
+        cpus=cpus,
+        snapshot=snapshot,
+        count=count,
+        use_template=use_template,
+        network=network_mode(network),
+        ports=port_forwards(ports),
+        egress=egress_rules(egress),
+        wait_for_network=wait_for_network,
+    )
+
+
+def branch_request(
+    *,
+    mode: Union[models.BranchMode, str, None] = None,
+    count: Optional[int] = None,
+    tag: Optional[str] = None,
+    wait: Optional[bool] = None,
+    ports: Optional[Iterable[PortSpec]] = None,
+    wait_for_network: Optional[bool] = None,
+) -> models.BranchRequest:
+    """Build a :class:`~forkvm.models.BranchRequest` from friendly arguments."""
+    return models.BranchRequest(
+        mode=models.BranchMode(mode) if mode is not None else None,
+        count=count,
+        tag=tag,
+        wait=wait,
+        ports=port_forwards(ports),
+        wait_for_network=wait_for_network,
+    )
 
 
 # --------------------------------------------------------------------------

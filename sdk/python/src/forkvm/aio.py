@@ -24,9 +24,10 @@ import asyncio
 import inspect
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Generator, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops, models
+from ._ops import EgressSpec, PortSpec
 from .async_client import AsyncClient, default_async_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import AsyncExecStream
@@ -64,7 +65,9 @@ class AsyncSandbox:
 
     ``AsyncSandbox(...)`` only records the arguments; the spawn happens when
     it is awaited (``sb = await AsyncSandbox()``) or entered
-    (``async with AsyncSandbox() as sb``).
+    (``async with AsyncSandbox() as sb``). The network arguments
+    (``network``, ``ports``, ``egress``, ``wait_for_network``) are those of
+    :class:`forkvm.Sandbox`, and are checked here, before the spawn.
     """
 
     def __init__(
@@ -75,10 +78,22 @@ class AsyncSandbox:
         cpus: Optional[int] = None,
         snapshot: Optional[str] = None,
         use_template: Optional[bool] = None,
+        network: Union[models.NetworkMode, str, None] = None,
+        ports: Optional[Iterable[PortSpec]] = None,
+        egress: Optional[Iterable[EgressSpec]] = None,
+        wait_for_network: Optional[bool] = None,
         client: Optional[AsyncClient] = None,
     ) -> None:
-        self._spec = models.CreateSandbox(
-            image=image, memory_mib=memory_mib, cpus=cpus, snapshot=snapshot, use_template=use_template
+        self._spec = _ops.create_request(
+            image=image,
+            memory_mib=memory_mib,
+            cpus=cpus,
+            snapshot=snapshot,
+            use_template=use_template,
+            network=network,
+            ports=ports,
+            egress=egress,
+            wait_for_network=wait_for_network,
         )
         self._client = client
         self._info: Optional[models.Sandbox] = None
@@ -93,11 +108,24 @@ class AsyncSandbox:
         cpus: Optional[int] = None,
         snapshot: Optional[str] = None,
         use_template: Optional[bool] = None,
+        network: Union[models.NetworkMode, str, None] = None,
+        ports: Optional[Iterable[PortSpec]] = None,
+        egress: Optional[Iterable[EgressSpec]] = None,
+        wait_for_network: Optional[bool] = None,
         client: Optional[AsyncClient] = None,
     ) -> "AsyncSandbox":
         """Spawn a sandbox and return it."""
         sandbox = cls(
-            image, memory_mib=memory_mib, cpus=cpus, snapshot=snapshot, use_template=use_template, client=client
+            image,
+            memory_mib=memory_mib,
+            cpus=cpus,
+            snapshot=snapshot,
+            use_template=use_template,
+            network=network,
+            ports=ports,
+            egress=egress,
+            wait_for_network=wait_for_network,
+            client=client,
         )
         return await sandbox.start()
 
@@ -111,6 +139,10 @@ class AsyncSandbox:
                 cpus=spec.cpus,
                 snapshot=spec.snapshot,
                 use_template=spec.use_template,
+                network=spec.network,
+                ports=spec.ports,
+                egress=spec.egress,
+                wait_for_network=spec.wait_for_network,
             )
             assert isinstance(info, models.Sandbox)
             self._info = info
@@ -167,9 +199,18 @@ class AsyncSandbox:
     def files(self) -> AsyncSandboxFiles:
         return AsyncSandboxFiles(self)
 
+    @property
+    def network(self) -> Optional[models.NetworkInfo]:
+        """Its network as last seen (``None`` without a NIC)."""
+        return self.info.network
+
     async def refresh(self) -> models.Sandbox:
         self._info = await self.client.get_sandbox(self.id)
         return self._info
+
+    async def ports(self) -> List[models.PortForward]:
+        """Its published ports (see :meth:`forkvm.Sandbox.ports`)."""
+        return await self.client.ports(self.id)
 
     def __repr__(self) -> str:
         if self._info is None:
@@ -263,10 +304,18 @@ class AsyncSandbox:
         count: Optional[int] = None,
         tag: Optional[str] = None,
         wait: bool = True,
+        ports: Optional[Iterable[PortSpec]] = None,
+        wait_for_network: Optional[bool] = None,
     ) -> "AsyncBranch":
         """Snapshot now and spawn ``count`` children (see :meth:`forkvm.Sandbox.branch`)."""
         result = await self.client.branch_sandbox(
-            self.id, mode=mode, count=count, tag=tag, wait=None if wait else False
+            self.id,
+            mode=mode,
+            count=count,
+            tag=tag,
+            wait=None if wait else False,
+            ports=ports,
+            wait_for_network=wait_for_network,
         )
         return AsyncBranch._from_result(self.client, result, count)
 
@@ -343,9 +392,24 @@ class AsyncSnapshot:
     def __hash__(self) -> int:
         return hash(self.id)
 
-    async def spawn(self, count: int = 1) -> List[AsyncSandbox]:
-        """Spawn ``count`` sandboxes from this snapshot (all or nothing)."""
-        batch = await self._client.create_sandbox(snapshot=self.id, count=count)
+    async def spawn(
+        self,
+        count: int = 1,
+        *,
+        network: Union[models.NetworkMode, str, None] = None,
+        ports: Optional[Iterable[PortSpec]] = None,
+        egress: Optional[Iterable[EgressSpec]] = None,
+        wait_for_network: Optional[bool] = None,
+    ) -> List[AsyncSandbox]:
+        """Spawn ``count`` sandboxes from this snapshot (see :meth:`forkvm.Snapshot.spawn`)."""
+        batch = await self._client.create_sandbox(
+            snapshot=self.id,
+            count=count,
+            network=network,
+            ports=ports,
+            egress=egress,
+            wait_for_network=wait_for_network,
+        )
         assert isinstance(batch, models.SandboxBatch)
         return [AsyncSandbox._wrap(self._client, info) for info in batch.sandboxes]
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any, AsyncIterator, Mapping, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Iterable, List, Mapping, Optional, Sequence, Union
 
 import httpx
 
 from . import _ops, models
+from ._ops import EgressSpec, PortSpec
 from .client import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
 from .errors import error_from_response
 from .streaming import AsyncExecStream
@@ -113,9 +114,27 @@ class AsyncClient(_BaseClient):
         snapshot: Optional[str] = None,
         count: Optional[int] = None,
         use_template: Optional[bool] = None,
+        network: Union[models.NetworkMode, str, None] = None,
+        ports: Optional[Iterable[PortSpec]] = None,
+        egress: Optional[Iterable[EgressSpec]] = None,
+        wait_for_network: Optional[bool] = None,
     ) -> Union[models.Sandbox, models.SandboxBatch]:
-        """``POST /v1/sandboxes`` (a :class:`~forkvm.models.SandboxBatch` when ``count`` is given)."""
-        body = models.CreateSandbox(image, memory_mib, cpus, snapshot, count, use_template)
+        """``POST /v1/sandboxes`` (a :class:`~forkvm.models.SandboxBatch` when ``count`` is given).
+
+        The network arguments are those of :meth:`forkvm.Client.create_sandbox`.
+        """
+        body = _ops.create_request(
+            image=image,
+            memory_mib=memory_mib,
+            cpus=cpus,
+            snapshot=snapshot,
+            count=count,
+            use_template=use_template,
+            network=network,
+            ports=ports,
+            egress=egress,
+            wait_for_network=wait_for_network,
+        )
         return await self._send(_ops.create_sandbox(body))
 
     async def get_sandbox(self, id: str) -> models.Sandbox:
@@ -134,9 +153,13 @@ class AsyncClient(_BaseClient):
         count: Optional[int] = None,
         tag: Optional[str] = None,
         wait: Optional[bool] = None,
+        ports: Optional[Iterable[PortSpec]] = None,
+        wait_for_network: Optional[bool] = None,
     ) -> models.BranchResult:
-        """``POST /v1/sandboxes/{id}/branch``."""
-        body = models.BranchRequest(models.BranchMode(mode) if mode is not None else None, count, tag, wait)
+        """``POST /v1/sandboxes/{id}/branch`` (see :meth:`forkvm.Client.branch_sandbox`)."""
+        body = _ops.branch_request(
+            mode=mode, count=count, tag=tag, wait=wait, ports=ports, wait_for_network=wait_for_network
+        )
         return await self._send(_ops.branch_sandbox(id, body))
 
     async def exec(
@@ -193,6 +216,10 @@ class AsyncClient(_BaseClient):
     async def logs(self, id: str) -> str:
         """``GET /v1/sandboxes/{id}/logs``."""
         return await self._send(_ops.logs(id))
+
+    async def ports(self, id: str) -> List[models.PortForward]:
+        """``GET /v1/sandboxes/{id}/ports``: guest port and host loopback port of each published port."""
+        return await self._send(_ops.ports(id))
 
     async def snapshot_sandbox(self, id: str, *, tag: Optional[str] = None) -> models.Snapshot:
         """``POST /v1/sandboxes/{id}/snapshot``."""

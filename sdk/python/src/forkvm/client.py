@@ -20,12 +20,13 @@ from __future__ import annotations
 import atexit
 import json
 import threading
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import httpx
 
 from . import _ops, models
 from ._config import DEFAULT_TIMEOUT, Endpoint, resolve_endpoint
+from ._ops import EgressSpec, PortSpec
 from .errors import (
     ClientTimeout,
     DaemonUnreachable,
@@ -192,7 +193,7 @@ class Client(_BaseClient):
         return self._send(_ops.health())
 
     def info(self) -> models.Info:
-        """``GET /v1/info``: version, accelerator, QEMU, limits, images, pools."""
+        """``GET /v1/info``: version, accelerator, QEMU, limits, images, pools, networking."""
         return self._send(_ops.info())
 
     # -- sandboxes ---------------------------------------------------------
@@ -210,13 +211,37 @@ class Client(_BaseClient):
         snapshot: Optional[str] = None,
         count: Optional[int] = None,
         use_template: Optional[bool] = None,
+        network: Union[models.NetworkMode, str, None] = None,
+        ports: Optional[Iterable[PortSpec]] = None,
+        egress: Optional[Iterable[EgressSpec]] = None,
+        wait_for_network: Optional[bool] = None,
     ) -> Union[models.Sandbox, models.SandboxBatch]:
         """``POST /v1/sandboxes``: start a sandbox, or ``count`` of them.
 
         Returns a :class:`~forkvm.models.Sandbox`, or a
         :class:`~forkvm.models.SandboxBatch` when ``count`` is given.
+
+        ``network`` is ``"nat"`` (the daemon's default where the host allows
+        it) or ``"none"``. ``ports`` publishes guest TCP ports on host
+        loopback ports: ``[8000]``, ``[(8000, 18000)]`` or
+        ``[{"guest": 8000, "host": 18000}]`` (host 0 or omitted: allocated;
+        see ``network.ports`` of the answer). ``egress`` allows connections
+        only to these destinations: ``["10.0.0.0/8", {"cidr": "1.2.3.4",
+        "ports": [443]}]``. Both need ``nat``. ``wait_for_network=False``
+        answers before the guest's network is proven to work.
         """
-        body = models.CreateSandbox(image, memory_mib, cpus, snapshot, count, use_template)
+        body = _ops.create_request(
+            image=image,
+            memory_mib=memory_mib,
+            cpus=cpus,
+            snapshot=snapshot,
+            count=count,
+            use_template=use_template,
+            network=network,
+            ports=ports,
+            egress=egress,
+            wait_for_network=wait_for_network,
+        )
         return self._send(_ops.create_sandbox(body))
 
     def get_sandbox(self, id: str) -> models.Sandbox:
@@ -235,9 +260,18 @@ class Client(_BaseClient):
         count: Optional[int] = None,
         tag: Optional[str] = None,
         wait: Optional[bool] = None,
+        ports: Optional[Iterable[PortSpec]] = None,
+        wait_for_network: Optional[bool] = None,
     ) -> models.BranchResult:
-        """``POST /v1/sandboxes/{id}/branch``: snapshot it now and spawn ``count`` children."""
-        body = models.BranchRequest(models.BranchMode(mode) if mode is not None else None, count, tag, wait)
+        """``POST /v1/sandboxes/{id}/branch``: snapshot it now and spawn ``count`` children.
+
+        Each child publishes ``ports`` (as for :meth:`create_sandbox`);
+        without them, the source's guest ports on newly allocated host ports.
+        Children keep the source's network mode and egress allow-list.
+        """
+        body = _ops.branch_request(
+            mode=mode, count=count, tag=tag, wait=wait, ports=ports, wait_for_network=wait_for_network
+        )
         return self._send(_ops.branch_sandbox(id, body))
 
     def exec(
@@ -305,6 +339,13 @@ class Client(_BaseClient):
     def logs(self, id: str) -> str:
         """``GET /v1/sandboxes/{id}/logs``: the serial console (the last 1 MiB)."""
         return self._send(_ops.logs(id))
+
+    def ports(self, id: str) -> List[models.PortForward]:
+        """``GET /v1/sandboxes/{id}/ports``: its published ports, guest port and host loopback port.
+
+        Empty for a sandbox without a ``nat`` network.
+        """
+        return self._send(_ops.ports(id))
 
     def snapshot_sandbox(self, id: str, *, tag: Optional[str] = None) -> models.Snapshot:
         """``POST /v1/sandboxes/{id}/snapshot``: snapshot a running sandbox; it keeps running."""

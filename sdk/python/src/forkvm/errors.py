@@ -39,6 +39,8 @@ __all__ = [
     "LimitExceeded",
     "ServerError",
     "QemuFailed",
+    "NetworkFailed",
+    "NetworkUnavailable",
     "GuestError",
     "GuestTimeout",
     "DaemonUnreachable",
@@ -125,6 +127,17 @@ class QemuFailed(ServerError):
     """500 ``qemu_failed``: QEMU could not start or died while booting."""
 
 
+class NetworkFailed(ServerError):
+    """500 ``network_failed``: the sandbox's network could not be set up (nothing is left of it)."""
+
+
+class NetworkUnavailable(ServerError):
+    """503 ``network_unavailable``: this host cannot give sandboxes a network.
+
+    ``forkvm doctor`` says why; spawn with ``network="none"`` meanwhile.
+    """
+
+
 class GuestError(ServerError):
     """502: the guest agent went away (the VM died)."""
 
@@ -173,6 +186,7 @@ _BY_STATUS: Dict[int, Type[ForkvmError]] = {
     429: LimitExceeded,
     500: ServerError,
     502: GuestError,
+    503: ServerError,
     504: GuestTimeout,
 }
 
@@ -187,6 +201,8 @@ _BY_CODE: Dict[str, Type[ForkvmError]] = {
     "snapshot_corrupt": SnapshotCorrupt,
     "limit_exceeded": LimitExceeded,
     "qemu_failed": QemuFailed,
+    "network_failed": NetworkFailed,
+    "network_unavailable": NetworkUnavailable,
     "internal": ServerError,
     "guest_error": GuestError,
     "guest_timeout": GuestTimeout,

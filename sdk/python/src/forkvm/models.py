@@ -30,6 +30,7 @@ __all__ = [
     "BranchResult",
     "CreateSandbox",
     "CreateSnapshot",
+    "EgressRule",
     "ErrorBody",
     "ErrorDetail",
     "ExecEvent",
@@ -41,9 +42,13 @@ __all__ = [
     "Info",
     "Limits",
     "MemoryUsage",
+    "NetInfo",
+    "NetworkInfo",
+    "NetworkMode",
     "OutputEncoding",
     "PoolConfig",
     "PoolInfo",
+    "PortForward",
     "QemuInfo",
     "Sandbox",
     "SandboxBatch",
@@ -173,6 +178,18 @@ class BranchMode(_StrEnum):
     FULL = "full"
 
 
+class NetworkMode(_StrEnum):
+    """A sandbox's network.
+
+    ``NAT``: a network namespace of its own, with NAT to the host's network
+    (the daemon's default where the host supports it). ``NONE``: no route
+    out; the guest sees only its own link.
+    """
+
+    NONE = "none"
+    NAT = "nat"
+
+
 class OutputEncoding(_StrEnum):
     """How ``stdout``/``stderr`` are encoded in an :class:`ExecResult`."""
 
@@ -241,6 +258,21 @@ class PoolInfo(Model):
 
 
 @dataclass
+class NetInfo(Model):
+    """Networking as ``GET /v1/info`` shows it.
+
+    ``available`` says whether sandboxes can get ``nat`` networks on this
+    host (``reason`` says why not); ``pool`` is the uplink address pool and
+    ``default_mode`` the mode of a spawn that names none.
+    """
+
+    available: bool
+    pool: str
+    default_mode: NetworkMode
+    reason: Optional[str] = None
+
+
+@dataclass
 class Info(Model):
     """``GET /v1/info``."""
 
@@ -254,6 +286,7 @@ class Info(Model):
     snapshots: int
     default_pool_size: int
     pools: List[PoolInfo]
+    network: NetInfo
 
 
 @dataclass
@@ -272,6 +305,51 @@ class ErrorBody(Model):
 
 
 # --------------------------------------------------------------------------
+# Networking
+
+
+@dataclass
+class PortForward(Model):
+    """A published guest port: TCP ``guest`` in the sandbox, reached at ``127.0.0.1:host``.
+
+    In a request, ``host`` ``None`` or 0 lets the daemon pick a free port; a
+    response always has the port in use.
+    """
+
+    guest: int
+    host: Optional[int] = None
+
+
+@dataclass
+class EgressRule(Model):
+    """One egress allow-list entry: an IPv4 address or network (``A.B.C.D`` or
+    ``A.B.C.D/N``) and, optionally, the TCP and UDP ``ports`` allowed to it
+    (none: every port)."""
+
+    cidr: str
+    ports: Optional[List[int]] = None
+
+
+@dataclass
+class NetworkInfo(Model):
+    """A sandbox's network as the API shows it.
+
+    ``guest_ip`` and ``gateway`` are the same in every sandbox (each has a
+    namespace of its own). For ``nat``, ``host_ip`` is the host end of the
+    sandbox's uplink and ``uplink_ip`` the sandbox end (the source address of
+    its egress before the host's NAT). ``egress`` is the allow-list, if any.
+    """
+
+    mode: NetworkMode
+    guest_ip: str
+    gateway: str
+    ports: List[PortForward]
+    host_ip: Optional[str] = None
+    uplink_ip: Optional[str] = None
+    egress: Optional[List[EgressRule]] = None
+
+
+# --------------------------------------------------------------------------
 # Sandboxes
 
 
@@ -287,6 +365,12 @@ class SpawnTimings(Model):
     identity_ms: Optional[float] = None
     from_pool: Optional[bool] = None
     template_ms: Optional[float] = None
+    #: Setting up the host side of the network (namespace, uplink, rules, ports).
+    network_ms: Optional[float] = None
+    #: From the guest's resume (or the end of its boot) until its network path worked.
+    network_ready_ms: Optional[float] = None
+    #: When the guest resumed (restores only), in host Unix time (milliseconds).
+    resumed_unix_ms: Optional[float] = None
 
 
 @dataclass
@@ -314,6 +398,8 @@ class Sandbox(Model):
     timings: Optional[SpawnTimings] = None
     memory: Optional[MemoryUsage] = None
     snapshot: Optional[str] = None
+    #: Its network; ``None`` for a sandbox without a NIC.
+    network: Optional[NetworkInfo] = None
 
 
 @dataclass
@@ -333,7 +419,14 @@ class SandboxList(Model):
 
 @dataclass
 class CreateSandbox(Model):
-    """``POST /v1/sandboxes``: start a sandbox (every field is optional)."""
+    """``POST /v1/sandboxes``: start a sandbox (every field is optional).
+
+    ``network`` is ``nat`` (the default where available) or ``none``;
+    ``ports`` publishes guest TCP ports on host loopback ports and ``egress``
+    restricts where the guest may connect (both need ``nat``).
+    ``wait_for_network=False`` answers before the guest's network path is
+    proven to work.
+    """
 
     image: Optional[str] = None
     memory_mib: Optional[int] = None
@@ -341,6 +434,10 @@ class CreateSandbox(Model):
     snapshot: Optional[str] = None
     count: Optional[int] = None
     use_template: Optional[bool] = None
+    network: Optional[NetworkMode] = None
+    ports: Optional[List[PortForward]] = None
+    egress: Optional[List[EgressRule]] = None
+    wait_for_network: Optional[bool] = None
 
 
 # --------------------------------------------------------------------------
@@ -516,12 +613,19 @@ class CreateSnapshot(Model):
 
 @dataclass
 class BranchRequest(Model):
-    """``POST /v1/sandboxes/{id}/branch``."""
+    """``POST /v1/sandboxes/{id}/branch``.
+
+    ``ports`` are published for each child; omitted, each child publishes the
+    source's guest ports on newly allocated host ports. Children keep the
+    source's network mode and egress allow-list.
+    """
 
     mode: Optional[BranchMode] = None
     count: Optional[int] = None
     tag: Optional[str] = None
     wait: Optional[bool] = None
+    ports: Optional[List[PortForward]] = None
+    wait_for_network: Optional[bool] = None
 
 
 @dataclass

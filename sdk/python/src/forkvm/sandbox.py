@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import List, Mapping, Optional, Sequence, Union
+from typing import Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops, models
+from ._ops import EgressSpec, PortSpec
 from .client import Client, default_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import ExecStream, OutputCallback
@@ -64,6 +65,15 @@ class Sandbox:
     ``snapshot`` (an id or tag) spawns from a snapshot instead. Use it as a
     context manager, or call :meth:`close`, to remove it.
 
+    Networking: ``network="none"`` gives the sandbox no way out (the default
+    is ``"nat"`` where the host allows it); ``ports=[8000]`` publishes guest
+    port 8000 on a free host loopback port (see :meth:`ports`), and
+    ``ports=[(8000, 18000)]`` or ``[{"guest": 8000, "host": 18000}]`` on a
+    given one; ``egress=["10.0.0.0/8", {"cidr": "1.2.3.4", "ports": [443]}]``
+    allows connections only to those destinations.
+    ``wait_for_network=False`` returns before the guest's network is proven
+    to work.
+
     To wrap a sandbox that already exists, use :meth:`Sandbox.get`.
     """
 
@@ -75,12 +85,24 @@ class Sandbox:
         cpus: Optional[int] = None,
         snapshot: Optional[str] = None,
         use_template: Optional[bool] = None,
+        network: Union[models.NetworkMode, str, None] = None,
+        ports: Optional[Iterable[PortSpec]] = None,
+        egress: Optional[Iterable[EgressSpec]] = None,
+        wait_for_network: Optional[bool] = None,
         client: Optional[Client] = None,
     ) -> None:
         self._client = client or default_client()
         self._closed = False
         info = self._client.create_sandbox(
-            image=image, memory_mib=memory_mib, cpus=cpus, snapshot=snapshot, use_template=use_template
+            image=image,
+            memory_mib=memory_mib,
+            cpus=cpus,
+            snapshot=snapshot,
+            use_template=use_template,
+            network=network,
+            ports=ports,
+            egress=egress,
+            wait_for_network=wait_for_network,
         )
         assert isinstance(info, models.Sandbox)
         self._info = info
@@ -133,10 +155,26 @@ class Sandbox:
     def files(self) -> SandboxFiles:
         return SandboxFiles(self)
 
+    @property
+    def network(self) -> Optional[models.NetworkInfo]:
+        """Its network as last seen: mode, addresses, published ports (``None`` without a NIC)."""
+        return self._info.network
+
     def refresh(self) -> models.Sandbox:
         """Fetch the sandbox again (with its memory use) and return it."""
         self._info = self._client.get_sandbox(self.id)
         return self._info
+
+    def ports(self) -> List[models.PortForward]:
+        """Its published ports: each ``guest`` port and the ``host`` port on 127.0.0.1 that reaches it.
+
+        ::
+
+            with Sandbox(ports=[8000]) as sb:
+                (port,) = sb.ports()
+                url = f"http://127.0.0.1:{port.host}/"
+        """
+        return self._client.ports(self.id)
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id} {self.state}{' closed' if self._closed else ''}>"
@@ -237,6 +275,8 @@ class Sandbox:
         count: Optional[int] = None,
         tag: Optional[str] = None,
         wait: bool = True,
+        ports: Optional[Iterable[PortSpec]] = None,
+        wait_for_network: Optional[bool] = None,
     ) -> "Branch":
         """Snapshot the sandbox at this instant and spawn ``count`` children from it.
 
@@ -245,8 +285,20 @@ class Sandbox:
         running. With ``wait=False`` the call returns once the source has
         resumed: the snapshot is still ``writing`` and ``children`` is empty;
         :meth:`Branch.wait` waits for them.
+
+        Children keep the source's network mode and egress allow-list. Each
+        publishes ``ports`` (as for :class:`Sandbox`), by default the
+        source's guest ports on host ports of its own.
         """
-        result = self._client.branch_sandbox(self.id, mode=mode, count=count, tag=tag, wait=None if wait else False)
+        result = self._client.branch_sandbox(
+            self.id,
+            mode=mode,
+            count=count,
+            tag=tag,
+            wait=None if wait else False,
+            ports=ports,
+            wait_for_network=wait_for_network,
+        )
         return Branch._from_result(self._client, result, count)
 
     # -- lifetime ----------------------------------------------------------
@@ -327,9 +379,28 @@ class Snapshot:
     def __hash__(self) -> int:
         return hash(self.id)
 
-    def spawn(self, count: int = 1) -> List[Sandbox]:
-        """Spawn ``count`` sandboxes from this snapshot (all or nothing)."""
-        batch = self._client.create_sandbox(snapshot=self.id, count=count)
+    def spawn(
+        self,
+        count: int = 1,
+        *,
+        network: Union[models.NetworkMode, str, None] = None,
+        ports: Optional[Iterable[PortSpec]] = None,
+        egress: Optional[Iterable[EgressSpec]] = None,
+        wait_for_network: Optional[bool] = None,
+    ) -> List[Sandbox]:
+        """Spawn ``count`` sandboxes from this snapshot (all or nothing).
+
+        The network arguments are those of :class:`Sandbox`; with ``count``
+        above 1, published ports need host port 0 (one allocated for each).
+        """
+        batch = self._client.create_sandbox(
+            snapshot=self.id,
+            count=count,
+            network=network,
+            ports=ports,
+            egress=egress,
+            wait_for_network=wait_for_network,
+        )
         assert isinstance(batch, models.SandboxBatch)
         return [Sandbox._wrap(self._client, info) for info in batch.sandboxes]
 
