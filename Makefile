@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load
+.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -39,3 +39,6 @@ bench-branch: build
 
 bench-load: build
 	bash bench/load/run.sh
+
+bench-network: build
+	bash bench/network/run.sh
