@@ -435,10 +435,13 @@ impl Net {
                 .remove(id);
         }
         // A claim that never made it into the record (a spawn that failed
-        // half-way) is found by its owner line.
-        for (slot, owner) in self.registry.claims_of(&self.home) {
-            if owner == id {
-                self.registry.release(slot, id);
+        // half-way) is found by its owner line; a recorded one was released
+        // above, so the registry is only scanned when there is no record.
+        if net.and_then(|n| n.slot).is_none() {
+            for (slot, owner) in self.registry.claims_of(&self.home) {
+                if owner == id {
+                    self.registry.release(slot, id);
+                }
             }
         }
         let name = forkvm_net::ns_name(id);

@@ -7,7 +7,6 @@
 //! namespace enter it with `setns(2)` between fork and exec, which is
 //! cheaper than `ip netns exec` (no mount namespace is made).
 
-use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -205,25 +204,4 @@ pub fn enable_host_forwarding() -> Result<bool, NetError> {
     std::fs::write(p, "1")
         .map(|_| true)
         .map_err(|e| NetError::Io(format!("cannot enable IPv4 forwarding ({p}): {e}")))
-}
-
-/// The address of a host interface, if it has one (for tests and doctor).
-pub fn first_addr(out: &str) -> Option<Ipv4Addr> {
-    out.split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .and_then(|a| a.split('/').next())
-        .and_then(|a| a.parse().ok())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_addr_reads_ip_output() {
-        let out = "4: fvh1: <BROADCAST> mtu 1500\n    inet 10.231.0.1/30 scope global fvh1\n";
-        assert_eq!(first_addr(out), Some(Ipv4Addr::new(10, 231, 0, 1)));
-        assert_eq!(first_addr("nothing"), None);
-    }
 }
