@@ -139,7 +139,13 @@ fn serve_forever(spec: &PortSpec, conn: Conn, pid1: bool) -> Result<(), Fatal> {
         writer,
         mut eof,
     } = conn;
-    let agent = Agent::new(writer, move || shutdown(pid1));
+    // Opens what a clone's `identity` request will write to, now, in the
+    // booted VM: see the identity module for why.
+    let agent = Agent::new(
+        writer,
+        move || shutdown(pid1),
+        &identity::IdentityPaths::default(),
+    );
     loop {
         match serve::serve_conn(&mut *reader, &agent, eof) {
             Ok(()) => log("the host closed the connection; reconnecting"),

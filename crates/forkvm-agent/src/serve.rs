@@ -33,7 +33,7 @@ use forkvm_agent_protocol::{
 
 use crate::exec::{self, ExecRequest};
 use crate::files;
-use crate::identity::{self, Identity, IdentityPaths};
+use crate::identity::{Identity, IdentityPaths, Targets};
 
 /// Bytes requested per read from the channel.
 const READ_CHUNK: usize = 256 << 10;
@@ -115,27 +115,24 @@ pub struct Agent {
     pub outbox: Arc<Outbox>,
     /// Called after `ShutdownAck` was sent (power off, or exit when testing).
     on_shutdown: Arc<dyn Fn() + Send + Sync>,
-    /// Where the `identity` request writes (the real paths outside tests).
-    identity_paths: Arc<IdentityPaths>,
+    /// What the `identity` request writes to, opened when the agent
+    /// started (the real paths outside tests).
+    identity: Arc<Mutex<Targets>>,
 }
 
 impl Agent {
+    /// `identity_paths` are opened now (see [`Targets`]); outside tests
+    /// they are [`IdentityPaths::default`].
     pub fn new(
         writer: Box<dyn Write + Send>,
         on_shutdown: impl Fn() + Send + Sync + 'static,
+        identity_paths: &IdentityPaths,
     ) -> Self {
         Agent {
             outbox: Arc::new(Outbox::new(writer)),
             on_shutdown: Arc::new(on_shutdown),
-            identity_paths: Arc::new(IdentityPaths::default()),
+            identity: Arc::new(Mutex::new(Targets::open(identity_paths))),
         }
-    }
-
-    /// Use other paths for the `identity` request.
-    #[cfg(test)]
-    pub fn with_identity_paths(mut self, paths: IdentityPaths) -> Self {
-        self.identity_paths = Arc::new(paths);
-        self
     }
 
     fn reply(&self, msg: &GuestMsg, payload: &[u8]) {
@@ -156,12 +153,13 @@ pub fn serve<R, W>(
     writer: W,
     eof: EofPolicy,
     on_shutdown: impl Fn() + Send + Sync + 'static,
+    identity_paths: &IdentityPaths,
 ) -> io::Result<()>
 where
     R: Read,
     W: Write + Send + 'static,
 {
-    let agent = Agent::new(Box::new(writer), on_shutdown);
+    let agent = Agent::new(Box::new(writer), on_shutdown, identity_paths);
     serve_conn(&mut reader, &agent, eof)
 }
 
@@ -273,8 +271,33 @@ fn reject_frame(buf: &mut Vec<u8>, e: &serde_json::Error, agent: &Agent) {
 }
 
 /// Handle each request on its own thread, so a long exec never delays a
-/// ping or a file transfer.
+/// ping or a file transfer; except the few that are short, need no waiting
+/// and matter on a clone's resume path, which run right here on the reader:
+///
+/// - `identity` and `set_clock` are then applied before any later request is
+///   even read, so no command the host sends next can run with the
+///   snapshot's identity or clock, whatever order threads are scheduled in;
+/// - a new thread (clone, a stack mapping, a first schedule) is kernel code a
+///   freshly restored clone has not run yet, and under TCG every such path is
+///   translated again in every new QEMU process.
 fn dispatch(frame: Frame<HostMsg>, agent: &Agent) {
+    if matches!(
+        frame.msg,
+        HostMsg::Ping { .. } | HostMsg::Identity { .. } | HostMsg::SetClock { .. }
+    ) {
+        let id = frame.msg.id();
+        if panic::catch_unwind(AssertUnwindSafe(|| handle(frame, agent))).is_err() {
+            agent.reply(
+                &ReqError {
+                    code: ERR_IO,
+                    message: "agent bug: the request handler panicked".into(),
+                }
+                .into_msg(id),
+                &[],
+            );
+        }
+        return;
+    }
     let id = frame.msg.id();
     let a = agent.clone();
     let spawned = thread::Builder::new()
@@ -389,7 +412,11 @@ fn handle(frame: Frame<HostMsg>, agent: &Agent) {
                 instance_id: &instance_id,
                 entropy: &payload,
             };
-            let result = identity::apply(&req, &agent.identity_paths);
+            let result = agent
+                .identity
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .apply(&req);
             let took_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
             let msg = match result {
                 Ok(()) => GuestMsg::IdentityAck { id, took_us },
@@ -492,6 +519,7 @@ mod tests {
 
     use super::*;
     use crate::files::tests::temp_dir;
+    use crate::identity;
     use forkvm_agent_protocol::{
         read_frame, write_frame, Stream, ERR_NOT_FOUND, ERR_SPAWN, ERR_TOO_LARGE, OUTPUT_CHUNK,
     };
@@ -506,15 +534,20 @@ mod tests {
         shutdowns: mpsc::Receiver<()>,
     }
 
-    fn start() -> Host {
-        // Never the real /etc/machine-id of the machine running the tests.
+    /// Never the real /etc/machine-id or /run of the machine running the
+    /// tests.
+    fn nowhere() -> IdentityPaths {
         let nowhere = std::path::Path::new("/nonexistent/forkvm-agent-test");
-        start_with(IdentityPaths {
+        IdentityPaths {
             random: "/dev/urandom".into(),
             machine_id: nowhere.join("machine-id"),
             dbus_machine_id: nowhere.join("dbus-machine-id"),
             run_dir: nowhere.join("run"),
-        })
+        }
+    }
+
+    fn start() -> Host {
+        start_with(nowhere())
     }
 
     fn start_with(identity_paths: IdentityPaths) -> Host {
@@ -522,10 +555,13 @@ mod tests {
         let mut reader = guest.try_clone().unwrap();
         let (tx, shutdowns) = mpsc::channel();
         let tx = Mutex::new(tx);
-        let agent = Agent::new(Box::new(guest), move || {
-            let _ = tx.lock().unwrap().send(());
-        })
-        .with_identity_paths(identity_paths);
+        let agent = Agent::new(
+            Box::new(guest),
+            move || {
+                let _ = tx.lock().unwrap().send(());
+            },
+            &identity_paths,
+        );
         thread::spawn(move || serve_conn(&mut reader, &agent, EofPolicy::Return));
         host.set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
@@ -896,6 +932,9 @@ mod tests {
         };
         std::fs::write(&paths.machine_id, "ffffffffffffffffffffffffffffffff\n").unwrap();
         let mut h = start_with(paths.clone());
+        // A booted VM's instance id is its boot_id, written at start.
+        let boot_id = std::fs::read_to_string(paths.instance_id()).unwrap();
+        assert_eq!(boot_id.len(), 37, "{boot_id:?}");
         let hostname = identity::current_hostname();
         let msg = |id, unix_time_ns| HostMsg::Identity {
             id,
@@ -911,7 +950,10 @@ mod tests {
         let (code, message) = error_code(&reply);
         assert_eq!(code, ERR_INVALID);
         assert!(message.contains("entropy"), "{message}");
-        assert!(!paths.instance_id().exists());
+        assert_eq!(
+            std::fs::read_to_string(paths.instance_id()).unwrap(),
+            boot_id
+        );
 
         if !identity::is_root() {
             // The RNG ioctls need CAP_SYS_ADMIN: an error, never an ack.
@@ -1025,7 +1067,7 @@ mod tests {
             .into(),
         );
         let cap = Capture::default();
-        let r = serve(script, cap.clone(), EofPolicy::Retry, || {});
+        let r = serve(script, cap.clone(), EofPolicy::Retry, || {}, &nowhere());
         assert_eq!(r.unwrap_err().kind(), io::ErrorKind::BrokenPipe);
         // Replies come from request threads; give them a moment.
         let deadline = Instant::now() + Duration::from_secs(5);

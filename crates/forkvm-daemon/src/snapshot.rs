@@ -1638,7 +1638,7 @@ impl Manager {
             &seed,
             Duration::from_secs(60),
         );
-        tokio::select! {
+        let guest_us = tokio::select! {
             r = ident => { r.map_err(|e| match e {
                 AgentError::Timeout(_) => ApiError::new(
                     StatusCode::GATEWAY_TIMEOUT,
@@ -1650,12 +1650,13 @@ impl Manager {
                     codes::GUEST_ERROR,
                     format!("the clone refused its identity: {other}"),
                 ),
-            })?; }
+            })? }
             r = exited.wait_for(|e| e.is_some()) => {
                 let why = r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default();
                 return Err(qemu_err("the clone died while resuming", why));
             }
-        }
+        };
+        let ident_rt = t3.elapsed();
         // Now that the agent runs warm, set the clock again so it is off by
         // one short round trip at most.
         conn.set_clock(Duration::from_secs(30)).await.map_err(|e| {
@@ -1666,6 +1667,13 @@ impl Manager {
             )
         })?;
         let identity_ms = ms(t3.elapsed());
+        tracing::debug!(
+            sandbox = %id,
+            identity_round_trip_ms = ms(ident_rt),
+            identity_in_guest_ms = guest_us as f64 / 1000.0,
+            set_clock_ms = identity_ms - ms(ident_rt),
+            "clone identity"
+        );
         let network_ready_ms = if net.wait && network_ms.is_some() {
             crate::net::Net::probe_guest(&conn).await?;
             Some(ms(resumed.elapsed()))
