@@ -440,7 +440,9 @@ impl Client {
         .await
     }
 
-    pub async fn set_pool(&self, id: &str, size: u32) -> Result<Snapshot, ClientError> {
+    /// Set a snapshot's warm-pool size; `None` makes it follow the daemon's
+    /// default.
+    pub async fn set_pool(&self, id: &str, size: Option<u32>) -> Result<Snapshot, ClientError> {
         self.json(
             Method::PUT,
             &format!("/v1/snapshots/{}/pool", enc(id)),

@@ -286,8 +286,13 @@ pub struct Snapshot {
     pub template: bool,
     pub qemu_version: String,
     pub sizes: SnapshotSizes,
-    /// Warm-pool size (QEMU processes kept waiting for this snapshot).
+    /// Warm-pool size in effect (QEMU processes kept waiting for this
+    /// snapshot): its own, or the daemon's default when it has none.
     pub pool_size: u32,
+    /// True when `pool_size` is the daemon's default (`serve --pool-size`)
+    /// because the snapshot has no size of its own.
+    #[serde(default)]
+    pub pool_default: bool,
     /// Sandboxes spawned from it that still exist.
     pub sandboxes: Vec<String>,
     /// Snapshots whose disk layer builds on this one.
@@ -317,7 +322,10 @@ pub struct FlattenRequest {
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
     /// QEMU processes to keep started and waiting (0 disables the pool).
-    pub size: u32,
+    /// `null` (or leaving it out) drops the snapshot's own size, so it
+    /// follows the daemon's default again.
+    #[serde(default)]
+    pub size: Option<u32>,
 }
 
 /// A warm pool as `GET /v1/info` shows it.
@@ -489,7 +497,11 @@ pub struct Info {
     /// Sandboxes known to the daemon, in any state.
     pub sandboxes: u32,
     pub snapshots: u32,
-    /// The default warm-pool size for boot templates (`--pool-size`).
+    /// The warm-pool size of every snapshot that has none of its own
+    /// (`serve --pool-size`). Boot templates and snapshots taken with
+    /// `POST /v1/sandboxes/{id}/snapshot` follow it; a branch's snapshot
+    /// starts with a size of 0 of its own, as its children are spawned at
+    /// once.
     pub default_pool_size: u32,
     pub pools: Vec<PoolInfo>,
     pub network: NetInfo,

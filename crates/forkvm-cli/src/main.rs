@@ -146,8 +146,13 @@ enum SnapCmd {
         #[arg(long)]
         force: bool,
     },
-    /// Keep N QEMU processes started ahead of time for a snapshot (0 = off).
-    Pool { id: String, size: u32 },
+    /// Keep N QEMU processes started ahead of time for a snapshot (0 = off,
+    /// `default` = follow the daemon's `serve --pool-size`).
+    Pool {
+        id: String,
+        #[arg(value_name = "SIZE|default", value_parser = parse_pool_size)]
+        size: PoolSize,
+    },
     /// Merge a diff snapshot's chain into one standalone snapshot.
     Flatten {
         id: String,
@@ -155,6 +160,19 @@ enum SnapCmd {
         #[arg(long)]
         tag: Option<String>,
     },
+}
+
+/// A warm-pool size on the command line; `None` is `default`.
+#[derive(Debug, Clone, Copy)]
+struct PoolSize(Option<u32>);
+
+fn parse_pool_size(s: &str) -> Result<PoolSize, String> {
+    if s == "default" {
+        return Ok(PoolSize(None));
+    }
+    s.parse::<u32>()
+        .map(|n| PoolSize(Some(n)))
+        .map_err(|_| format!("{s:?} is not a size: give a number (0 = off) or `default`"))
 }
 
 #[derive(Subcommand)]
@@ -251,8 +269,11 @@ enum Cmd {
         /// Force the accelerator instead of detecting it.
         #[arg(long, value_parser = ["kvm", "tcg"])]
         accel: Option<String>,
-        /// Warm-pool size given to each new boot template.
-        #[arg(long, default_value_t = 0, value_name = "N")]
+        /// Warm-pool size of every snapshot that has none of its own: boot
+        /// templates and snapshots you take (a branch's snapshot starts at 0).
+        /// Set one snapshot's with `forkvm snapshot pool`.
+        #[arg(long, default_value_t = 0, value_name = "N", env = "FORKVM_POOL_SIZE",
+              value_parser = clap::value_parser!(u32).range(0..=i64::from(forkvm_daemon::MAX_POOL)))]
         pool_size: u32,
         /// Requests handled at once; more are refused with 429.
         #[arg(long, default_value_t = 256, value_name = "N",
@@ -667,9 +688,14 @@ async fn snapshot_cmd(
             }
         }
         Some(SnapCmd::Pool { id, size }) => {
-            let s = c.set_pool(&id, size).await?;
+            let s = c.set_pool(&id, size.0).await?;
             if json {
                 print_json(&s)?;
+            } else if s.pool_default {
+                println!(
+                    "{}: warm pool of {} (the daemon's default)",
+                    s.id, s.pool_size
+                );
             } else {
                 println!("{}: warm pool of {}", s.id, s.pool_size);
             }

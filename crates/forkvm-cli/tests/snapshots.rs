@@ -338,6 +338,64 @@ fn snapshot_durability() {
     // And the good snapshot still spawns after the restart.
     let k = d.ok(&["spawn", "--snapshot", &good]).trim().to_string();
     assert_eq!(sh(&d, &k, "cat /root/d.txt"), "durable\n");
+
+    // The global warm-pool size: restarted with a default of 1, every
+    // snapshot without a size of its own gets a pool, filled in the
+    // background and shown by `info`.
+    d.stop(libc::SIGTERM);
+    d.env.push(("FORKVM_POOL_SIZE".into(), "1".into()));
+    d.spawn_process();
+    assert_eq!(d.json(&["info"])["default_pool_size"], 1);
+    let g = d.json(&["snapshot", "inspect", &good]);
+    assert_eq!(
+        (&g["pool_size"], &g["pool_default"]),
+        (&1.into(), &true.into()),
+        "{g}"
+    );
+    let pool_ready = |snap: &str| -> Option<u64> {
+        d.json(&["info"])["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["snapshot"] == snap)
+            .map(|p| p["ready"].as_u64().unwrap())
+    };
+    assert!(wait_until(Duration::from_secs(60), || pool_ready(&good) == Some(1)));
+    let c = d.json(&["spawn", "--snapshot", "good"]);
+    assert_eq!(c["timings"]["from_pool"], true, "{c}");
+    // The pool refills behind the claim.
+    assert!(wait_until(Duration::from_secs(60), || pool_ready(&good) == Some(1)));
+    // A snapshot's own size wins, 0 included; `default` gives it back.
+    let g = d.json(&["snapshot", "pool", "good", "0"]);
+    assert_eq!(
+        (&g["pool_size"], &g["pool_default"]),
+        (&0.into(), &false.into()),
+        "{g}"
+    );
+    assert_eq!(pool_ready(&good), None);
+    let g = d.json(&["snapshot", "pool", "good", "default"]);
+    assert_eq!(
+        (&g["pool_size"], &g["pool_default"]),
+        (&1.into(), &true.into()),
+        "{g}"
+    );
+    for bad in ["65", "-1", "lots"] {
+        let o = d.run(&["snapshot", "pool", "good", bad]);
+        assert!(!o.status.success(), "{bad} was accepted");
+    }
+    // A branch point starts with its own size of 0: its children are
+    // spawned at once, so a default pool would only idle.
+    let b = d.json(&["branch", &id, "--count", "1"]);
+    let bsnap = b["snapshot"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{b}"));
+    let bs = d.json(&["snapshot", "inspect", bsnap]);
+    assert_eq!(
+        (&bs["pool_size"], &bs["pool_default"]),
+        (&0.into(), &false.into()),
+        "{bs}"
+    );
+    assert_eq!(pool_ready(bsnap), None);
 }
 
 /// A small filesystem mounted for a test's data directory; unmounted on drop.

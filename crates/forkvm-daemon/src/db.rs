@@ -47,8 +47,9 @@ pub struct SnapshotRow {
     pub created_at: String,
     /// Set for boot templates: the key they serve.
     pub template_key: Option<String>,
-    /// Warm-pool size for this snapshot (0 = none).
-    pub pool_size: u32,
+    /// The snapshot's own warm-pool size; `None` follows the daemon's
+    /// default (`serve --pool-size`).
+    pub pool_size: Option<u32>,
 }
 
 /// Database errors.
@@ -65,7 +66,7 @@ pub struct Db {
     conn: Mutex<Connection>,
 }
 
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 fn state_str(s: SandboxState) -> &'static str {
     match s {
@@ -144,8 +145,38 @@ impl Db {
         }
         if v < 3 {
             conn.execute_batch("ALTER TABLE sandboxes ADD COLUMN network TEXT;")?;
-            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+            conn.pragma_update(None, "user_version", 3)?;
         }
+        if v < 4 {
+            // `pool_size` becomes nullable: NULL follows the daemon's
+            // default. SQLite cannot drop a NOT NULL constraint in place, so
+            // the table is rebuilt, in one transaction. Every snapshot used
+            // to have a size (0 when unset), so 0 becomes NULL.
+            conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE snapshots_v4 (
+                    id TEXT PRIMARY KEY,
+                    tag TEXT UNIQUE,
+                    parent TEXT,
+                    source TEXT NOT NULL,
+                    image TEXT NOT NULL,
+                    memory_mib INTEGER NOT NULL,
+                    cpus INTEGER NOT NULL,
+                    created_at TEXT NOT NULL,
+                    template_key TEXT UNIQUE,
+                    pool_size INTEGER
+                 );
+                 INSERT INTO snapshots_v4
+                    SELECT id, tag, parent, source, image, memory_mib, cpus,
+                           created_at, template_key, NULLIF(pool_size, 0)
+                    FROM snapshots;
+                 DROP TABLE snapshots;
+                 ALTER TABLE snapshots_v4 RENAME TO snapshots;
+                 PRAGMA user_version = 4;
+                 COMMIT;",
+            )?;
+        }
+        debug_assert_eq!(SCHEMA_VERSION, 4);
         Ok(())
     }
 
@@ -340,7 +371,8 @@ impl Db {
             > 0)
     }
 
-    pub fn set_pool_size(&self, id: &str, n: u32) -> Result<(), DbError> {
+    /// Set (or with `None`, drop) a snapshot's own warm-pool size.
+    pub fn set_pool_size(&self, id: &str, n: Option<u32>) -> Result<(), DbError> {
         self.lock().execute(
             "UPDATE snapshots SET pool_size=?2 WHERE id=?1",
             params![id, n],
@@ -481,6 +513,51 @@ mod tests {
             .execute("UPDATE sandboxes SET state='running', timings='{bad'", [])
             .unwrap();
         assert!(matches!(db.list(), Err(DbError::Corrupt(_))));
+    }
+
+    #[test]
+    fn pool_sizes_migrate_from_v3_and_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        {
+            // A version 3 database, as the daemon left it before v4.
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE snapshots (
+                    id TEXT PRIMARY KEY, tag TEXT UNIQUE, parent TEXT,
+                    source TEXT NOT NULL, image TEXT NOT NULL,
+                    memory_mib INTEGER NOT NULL, cpus INTEGER NOT NULL,
+                    created_at TEXT NOT NULL, template_key TEXT UNIQUE,
+                    pool_size INTEGER NOT NULL DEFAULT 0);
+                 CREATE TABLE sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL,
+                    image TEXT NOT NULL, memory_mib INTEGER NOT NULL,
+                    cpus INTEGER NOT NULL, accel TEXT NOT NULL, pid INTEGER,
+                    created_at TEXT NOT NULL, failure TEXT, timings TEXT,
+                    snapshot TEXT, network TEXT);
+                 INSERT INTO snapshots VALUES
+                    ('sn-a', 'keep', NULL, 'sb-1', 'default', 512, 1, 't1', NULL, 3),
+                    ('sn-b', NULL, 'sn-a', 'sb-1', 'default', 512, 1, 't2', 'k', 0);
+                 PRAGMA user_version = 3;",
+            )
+            .unwrap();
+        }
+        let db = Db::open(&path).unwrap();
+        let a = db.snapshot("keep").unwrap().unwrap();
+        assert_eq!((a.id.as_str(), a.pool_size), ("sn-a", Some(3)));
+        let b = db.snapshot_by_template("k").unwrap().unwrap();
+        assert_eq!((b.parent.as_deref(), b.pool_size), (Some("sn-a"), None));
+        db.set_pool_size("sn-b", Some(0)).unwrap();
+        assert_eq!(db.snapshot("sn-b").unwrap().unwrap().pool_size, Some(0));
+        db.set_pool_size("sn-a", None).unwrap();
+        drop(db);
+        let db = Db::open(&path).unwrap();
+        assert_eq!(db.snapshot("sn-a").unwrap().unwrap().pool_size, None);
+        assert_eq!(db.snapshot("sn-b").unwrap().unwrap().pool_size, Some(0));
+        let v: i64 = db
+            .lock()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
     }
 
     #[test]

@@ -34,6 +34,7 @@ use forkvm_qemu::{Accel, AccelChoice, HostVirt};
 
 pub use config::Config;
 pub use sandbox::Manager;
+pub use snapshot::MAX_POOL;
 
 /// Errors that stop the daemon from starting.
 #[derive(Debug, thiserror::Error)]

@@ -433,9 +433,6 @@ impl Manager {
         let template_ms = ms(t.elapsed());
         let clones = match made {
             Ok(snap) => {
-                if self.default_pool_size > 0 {
-                    let _ = self.db.set_pool_size(&snap.id, self.default_pool_size);
-                }
                 // The booted sandbox only made the template: every sandbox
                 // handed out is a clone of it, so they all share its pages
                 // and can all be branched in `diff` mode.

@@ -109,6 +109,9 @@ pub struct Chain {
     pub links: Vec<StoredSnapshot>,
 }
 
+/// Most QEMU processes one snapshot's warm pool may hold.
+pub const MAX_POOL: u32 = 64;
+
 /// Warm pools: per snapshot, QEMU processes waiting for incoming state.
 /// Snapshots of asynchronous branches that are not (or failed to be)
 /// published, as the API shows them.
@@ -388,8 +391,11 @@ impl Manager {
         template_key: Option<String>,
         how: Save,
     ) -> Result<forkvm_api::Snapshot, ApiError> {
-        let f = self.freeze(id, tag, template_key, how).await?;
-        self.publish_frozen(f).await
+        let f = self.freeze(id, tag, template_key, None, how).await?;
+        let snap = self.publish_frozen(f).await?;
+        // It follows the daemon's default pool size, which may be > 0.
+        self.refill_pool(&snap.id);
+        Ok(snap)
     }
 
     /// First half of a snapshot: everything that needs the source paused, up
@@ -399,6 +405,7 @@ impl Manager {
         id: &str,
         tag: Option<String>,
         template_key: Option<String>,
+        pool_size: Option<u32>,
         how: Save,
     ) -> Result<Frozen, ApiError> {
         self.check_tag(tag.as_deref())?;
@@ -709,7 +716,7 @@ impl Manager {
             cpus: row.cpus,
             created_at: manifest.created_at.clone(),
             template_key,
-            pool_size: 0,
+            pool_size,
         };
         Ok(Frozen {
             staging,
@@ -857,7 +864,7 @@ impl Manager {
             cpus: row.cpus,
             created_at: published.manifest.created_at.clone(),
             template_key: None,
-            pool_size: 0,
+            pool_size: None,
         };
         self.db.insert_snapshot(&srow)?;
         let mut view = self.snapshot_view(&srow)?;
@@ -1032,7 +1039,9 @@ impl Manager {
                 count,
             )?
         };
-        let frozen = self.freeze(id, req.tag, None, how).await?;
+        // A branch point's children are all spawned now: a pool of the
+        // daemon's default size would only hold QEMUs nobody claims.
+        let frozen = self.freeze(id, req.tag, None, Some(0), how).await?;
         if req.wait == Some(false) {
             // The source has resumed: answer now, finish in the background.
             let r = &frozen.srow;
@@ -1053,6 +1062,7 @@ impl Manager {
                 qemu_version: self.qemu_version.clone(),
                 sizes: SnapshotSizes::default(),
                 pool_size: 0,
+                pool_default: false,
                 sandboxes: Vec::new(),
                 children: Vec::new(),
                 timings: Some(frozen.timings.clone()),
@@ -1150,7 +1160,8 @@ impl Manager {
                 disk_bytes: size("disk").0,
                 memory_diff_bytes: size("memory_diff").0,
             },
-            pool_size: r.pool_size,
+            pool_size: self.pool_size_of(r),
+            pool_default: r.pool_size.is_none(),
             sandboxes: live_children,
             children: self
                 .db
@@ -1709,7 +1720,7 @@ impl Manager {
         let Ok(Some(row)) = self.db.snapshot(snap_id) else {
             return;
         };
-        if row.pool_size == 0 {
+        if self.pool_size_of(&row) == 0 {
             return;
         }
         {
@@ -1728,7 +1739,7 @@ impl Manager {
                     .snapshot(&row.id)
                     .ok()
                     .flatten()
-                    .map_or(0, |r| r.pool_size);
+                    .map_or(0, |r| me.pool_size_of(&r));
                 if me.pools.ready_count(&row.id) >= want {
                     break;
                 }
@@ -1739,12 +1750,9 @@ impl Manager {
                     // The snapshot may have been removed, or its pool shrunk,
                     // while we prepared.
                     Ok(p)
-                        if me
-                            .db
-                            .snapshot(&row.id)
-                            .ok()
-                            .flatten()
-                            .is_some_and(|r| me.pools.ready_count(&row.id) < r.pool_size) =>
+                        if me.db.snapshot(&row.id).ok().flatten().is_some_and(|r| {
+                            me.pools.ready_count(&row.id) < me.pool_size_of(&r)
+                        }) =>
                     {
                         me.pools.put(&row.id, p)
                     }
@@ -1764,17 +1772,27 @@ impl Manager {
         });
     }
 
-    /// Set the warm-pool size of a snapshot.
+    /// The warm-pool size in effect for a snapshot: its own, or the
+    /// daemon's default.
+    pub fn pool_size_of(&self, row: &SnapshotRow) -> u32 {
+        row.pool_size.unwrap_or(self.default_pool_size)
+    }
+
+    /// Set the warm-pool size of a snapshot (`None`: follow the default).
     pub async fn set_pool(
         self: &Arc<Self>,
         id_or_tag: &str,
-        size: u32,
+        size: Option<u32>,
     ) -> Result<forkvm_api::Snapshot, ApiError> {
-        if size > 64 {
-            return Err(ApiError::invalid("a warm pool holds at most 64 processes"));
+        if size.is_some_and(|n| n > MAX_POOL) {
+            return Err(ApiError::invalid(format!(
+                "a warm pool holds at most {MAX_POOL} processes"
+            )));
         }
         let row = self.snapshot_row(id_or_tag)?;
         self.db.set_pool_size(&row.id, size)?;
+        let row = self.snapshot_row(&row.id)?;
+        let size = self.pool_size_of(&row);
         // Shrink now; grow in the background.
         let mut extra = Vec::new();
         while self.pools.ready_count(&row.id) > size {
@@ -1785,7 +1803,6 @@ impl Manager {
         }
         self.kill_prepared(extra).await;
         self.refill_pool(&row.id);
-        let row = self.snapshot_row(&row.id)?;
         self.snapshot_view(&row)
     }
 
@@ -1795,11 +1812,11 @@ impl Manager {
             .snapshots()
             .unwrap_or_default()
             .into_iter()
-            .filter(|r| r.pool_size > 0)
+            .filter(|r| self.pool_size_of(r) > 0)
             .map(|r| forkvm_api::PoolInfo {
                 ready: self.pools.ready_count(&r.id),
+                size: self.pool_size_of(&r),
                 snapshot: r.id,
-                size: r.pool_size,
             })
             .collect()
     }
@@ -1833,7 +1850,7 @@ impl Manager {
                         cpus: m.machine.cpus,
                         created_at: m.created_at.clone(),
                         template_key: None,
-                        pool_size: 0,
+                        pool_size: None,
                     });
                 }
                 Err(e) => tracing::warn!("snapshot {id} is unreadable: {e}"),

@@ -515,7 +515,13 @@ def test_set_pool(client: Client, template: str) -> None:
         assert spawned.timings.from_pool is True
         client.delete_sandbox(spawned.id)
     finally:
-        assert client.set_pool(template, 0).pool_size == 0
+        off = client.set_pool(template, 0)
+        assert (off.pool_size, off.pool_default) == (0, False)
+    # None drops the snapshot's own size: it follows the daemon's default.
+    default = client.info().default_pool_size
+    back = client.set_pool(template, None)
+    assert (back.pool_size, back.pool_default) == (default, True)
+    client.set_pool(template, 0)
     with pytest.raises(forkvm.NotFound):
         client.set_pool("sn-000000000000", 1)
     response = client._http.put(f"/v1/snapshots/{template}/pool", json={"size": -1})

@@ -307,8 +307,8 @@ export class Client {
     });
   }
 
-  /** `PUT /v1/snapshots/{id}/pool` (operation `set_pool`): warm-pool size (0 turns it off). */
-  setPool(ref: string, size: number, opts?: RequestOptions): Promise<Snapshot> {
+  /** `PUT /v1/snapshots/{id}/pool` (operation `set_pool`): warm-pool size (0 turns it off, `null` follows the daemon's default). */
+  setPool(ref: string, size: number | null, opts?: RequestOptions): Promise<Snapshot> {
     return this.#json({
       method: "PUT",
       path: `/v1/snapshots/${seg(ref)}/pool`,

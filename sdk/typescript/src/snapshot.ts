@@ -79,8 +79,8 @@ export class Snapshot {
     return this.client.deleteSnapshot(this.id, opts);
   }
 
-  /** Keep `size` QEMU processes waiting for it, so spawns skip QEMU's start (0 turns the pool off). */
-  async setPool(size: number, opts?: RequestOptions): Promise<Snapshot> {
+  /** Keep `size` QEMU processes waiting for it, so spawns skip QEMU's start (0 turns the pool off, `null` follows the daemon's default). */
+  async setPool(size: number | null, opts?: RequestOptions): Promise<Snapshot> {
     this.info = await this.client.setPool(this.id, size, opts);
     return this;
   }

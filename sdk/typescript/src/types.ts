@@ -222,7 +222,7 @@ export interface Info {
   /** Sandboxes known to the daemon, in any state. */
   sandboxes: number;
   snapshots: number;
-  /** The default warm-pool size for boot templates (`--pool-size`). */
+  /** The warm-pool size of every snapshot without one of its own (`serve --pool-size`); branch points start at 0. */
   default_pool_size: number;
   pools: PoolInfo[];
   network: NetInfo;
@@ -286,8 +286,8 @@ export type OutputEncoding = "utf8" | "base64";
 
 /** `PUT /v1/snapshots/{id}/pool`. */
 export interface PoolConfig {
-  /** QEMU processes to keep started and waiting (0 disables the pool). */
-  size: number;
+  /** QEMU processes to keep started and waiting (0 disables the pool); `null` follows the daemon's default. */
+  size?: number | null;
 }
 
 /** A warm pool as `GET /v1/info` shows it. */
@@ -375,8 +375,10 @@ export interface Snapshot {
   template: boolean;
   qemu_version: string;
   sizes: SnapshotSizes;
-  /** Warm-pool size (QEMU processes kept waiting for this snapshot). */
+  /** Warm-pool size in effect (QEMU processes kept waiting for this snapshot). */
   pool_size: number;
+  /** `pool_size` is the daemon's default (`serve --pool-size`): the snapshot has no size of its own. */
+  pool_default: boolean;
   /** Sandboxes spawned from it that still exist. */
   sandboxes: string[];
   /** Snapshots whose disk layer builds on this one. */

@@ -291,7 +291,12 @@ describe("snapshots", { timeout: VM_TIMEOUT }, () => {
     assert.equal(pool.size, 1);
     await rejectsWith(client.setPool(snap.id, 100_000), { status: 400, code: "invalid_request" });
     await rejectsWith(client.setPool(NO_SNAPSHOT, 1), { status: 404 });
-    assert.equal((await client.setPool(tag, 0)).pool_size, 0);
+    const off = await client.setPool(tag, 0);
+    assert.deepEqual([off.pool_size, off.pool_default], [0, false]);
+    // null drops the snapshot's own size: it follows the daemon's default.
+    const { default_pool_size } = await client.info();
+    const back = await client.setPool(tag, null);
+    assert.deepEqual([back.pool_size, back.pool_default], [default_pool_size, true]);
   });
 });
 

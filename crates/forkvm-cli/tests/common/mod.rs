@@ -49,6 +49,8 @@ pub struct Daemon {
     pub home: PathBuf,
     pub child: Option<Child>,
     pub tcp: Option<(String, String)>,
+    /// Extra environment for `forkvm serve` (applied at each (re)start).
+    pub env: Vec<(String, String)>,
     _dir: tempfile::TempDir,
 }
 
@@ -89,6 +91,7 @@ impl Daemon {
             home,
             child: None,
             tcp,
+            env: Vec::new(),
             _dir: dir,
         };
         d.spawn_process();
@@ -100,7 +103,8 @@ impl Daemon {
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
             .env("FORKVM_HOME", &self.home)
-            .env_remove("FORKVM_URL");
+            .env_remove("FORKVM_URL")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some((addr, token)) = &self.tcp {
             cmd.args(["--listen", addr]).env("FORKVM_TOKEN", token);
         }

@@ -426,7 +426,7 @@ class AsyncSnapshot:
     async def flatten(self, tag: Optional[str] = None) -> "AsyncSnapshot":
         return AsyncSnapshot(self._client, await self._client.flatten_snapshot(self.id, tag=tag))
 
-    async def set_pool(self, size: int) -> "AsyncSnapshot":
+    async def set_pool(self, size: Optional[int]) -> "AsyncSnapshot":
         self._info = await self._client.set_pool(self.id, size)
         return self
 

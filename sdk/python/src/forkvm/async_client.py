@@ -243,8 +243,8 @@ class AsyncClient(_BaseClient):
         """``POST /v1/snapshots/{id}/flatten``."""
         return await self._send(_ops.flatten_snapshot(id, models.FlattenRequest(tag)))
 
-    async def set_pool(self, id: str, size: int) -> models.Snapshot:
-        """``PUT /v1/snapshots/{id}/pool``."""
+    async def set_pool(self, id: str, size: Optional[int]) -> models.Snapshot:
+        """``PUT /v1/snapshots/{id}/pool`` (``None``: follow the daemon's default)."""
         return await self._send(_ops.set_pool(id, models.PoolConfig(size)))
 
 

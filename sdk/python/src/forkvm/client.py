@@ -369,8 +369,9 @@ class Client(_BaseClient):
         """``POST /v1/snapshots/{id}/flatten``: merge a diff chain into one standalone snapshot."""
         return self._send(_ops.flatten_snapshot(id, models.FlattenRequest(tag)))
 
-    def set_pool(self, id: str, size: int) -> models.Snapshot:
-        """``PUT /v1/snapshots/{id}/pool``: keep ``size`` QEMU processes waiting (0: off)."""
+    def set_pool(self, id: str, size: Optional[int]) -> models.Snapshot:
+        """``PUT /v1/snapshots/{id}/pool``: keep ``size`` QEMU processes waiting (0: off;
+        ``None``: follow the daemon's default, ``serve --pool-size``)."""
         return self._send(_ops.set_pool(id, models.PoolConfig(size)))
 
 

@@ -595,6 +595,8 @@ class Snapshot(Model):
     depth: Optional[int] = None
     failure: Optional[str] = None
     timings: Optional[SnapshotTimings] = None
+    #: ``pool_size`` is the daemon's default (the snapshot has no size of its own).
+    pool_default: bool = False
 
 
 @dataclass
@@ -650,6 +652,6 @@ class FlattenRequest(Model):
 
 @dataclass
 class PoolConfig(Model):
-    """``PUT /v1/snapshots/{id}/pool``."""
+    """``PUT /v1/snapshots/{id}/pool``. ``size`` ``None`` follows the daemon's default."""
 
-    size: int
+    size: Optional[int] = None

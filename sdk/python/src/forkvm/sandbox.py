@@ -418,8 +418,9 @@ class Snapshot:
         """Merge this diff snapshot's chain into a new standalone snapshot."""
         return Snapshot._wrap(self._client, self._client.flatten_snapshot(self.id, tag=tag))
 
-    def set_pool(self, size: int) -> "Snapshot":
-        """Keep ``size`` QEMU processes waiting for this snapshot (0 turns the pool off)."""
+    def set_pool(self, size: Optional[int]) -> "Snapshot":
+        """Keep ``size`` QEMU processes waiting for this snapshot (0 turns the pool off,
+        ``None`` follows the daemon's default)."""
         self._info = self._client.set_pool(self.id, size)
         return self
 
