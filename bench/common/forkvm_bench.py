@@ -17,7 +17,9 @@ What is here:
 * ``machine_info`` / ``git_revision``: what to print in RESULTS.md;
 * ``kill_and_reap``: SIGKILL one pid we started and wait for it;
 * ``fmt`` / ``write_csv``: number formatting and CSV output for the reports;
-* ``mapping_smaps``: smaps figures of one mapping (a clone's private RAM).
+* ``mapping_smaps``: smaps figures of one mapping (a clone's private RAM);
+* ``naive_save`` / ``naive_restore``: the plain QEMU save/restore baseline
+  (optionally in a network namespace of its own, ``netns_with_tap``).
 """
 
 from __future__ import annotations
@@ -294,26 +296,27 @@ class Daemon:
         self.sandboxes.add(sb["id"])
         return sb
 
-    def create_cold(self, memory_mib: int = 512, cpus: int = 1) -> dict:
+    def create_cold(self, memory_mib: int = 512, cpus: int = 1, **extra) -> dict:
         """Spawn a sandbox by a cold boot. A daemon with boot templates
         restores from a template by default, so `use_template: false` is sent;
         a daemon that predates templates rejects the field (request bodies deny
         unknown fields) and always cold-boots, so it is then left out.
         ``self.has_templates`` records which kind of daemon this is. Raises
-        when the response shows a restore instead of a boot."""
+        when the response shows a restore instead of a boot. ``extra`` fields
+        (e.g. ``network="none"``) go into the request body as they are."""
         if self.has_templates is not False:
             try:
-                sb = self.create(memory_mib=memory_mib, cpus=cpus, use_template=False)
+                sb = self.create(memory_mib=memory_mib, cpus=cpus, use_template=False, **extra)
                 self.has_templates = True
             except ApiError as e:
                 if self.has_templates is None and e.status in (400, 422) \
                         and "use_template" in str(e):
                     self.has_templates = False
-                    sb = self.create(memory_mib=memory_mib, cpus=cpus)
+                    sb = self.create(memory_mib=memory_mib, cpus=cpus, **extra)
                 else:
                     raise
         else:
-            sb = self.create(memory_mib=memory_mib, cpus=cpus)
+            sb = self.create(memory_mib=memory_mib, cpus=cpus, **extra)
         t = sb.get("timings") or {}
         if t.get("restore_ms") is not None or sb.get("snapshot") or not t.get("boot_ms"):
             raise BenchError(f"sandbox {sb.get('id')} was not cold-booted: {sb}")
@@ -1019,15 +1022,67 @@ def restore_argv(saved: SavedVm, rdir: str, mem: str, name: str) -> tuple[list[s
     return out + ["-incoming", "defer"], paths
 
 
+# The link every sandbox with a NIC has in its own namespace (crates/forkvm-net:
+# TAP_NAME, TAP_MAC, GATEWAY_ADDR/GUEST_PREFIX).
+TAP_NAME = "tap0"
+TAP_MAC = "02:fc:00:00:00:01"
+TAP_ADDR = "172.16.0.1/30"
+
+
+def netns_with_tap(name: str) -> None:
+    """Create network namespace `name` holding the tap a forkvm sandbox's NIC
+    opens, as the daemon's `ns::create` does (lo up; tap0 with the gateway's
+    MAC and address, up) but with no uplink: a naive restore of a source that
+    has a NIC then finds its tap by name, alone in its own namespace."""
+    if os.path.exists(f"/run/netns/{name}"):
+        raise BenchError(f"network namespace {name} exists already")
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+    try:
+        subprocess.run(["ip", "-n", name, "-batch", "-"], check=True, capture_output=True,
+                       text=True, input=(f"link set lo up\n"
+                                         f"tuntap add dev {TAP_NAME} mode tap\n"
+                                         f"link set {TAP_NAME} address {TAP_MAC}\n"
+                                         f"addr add {TAP_ADDR} dev {TAP_NAME}\n"
+                                         f"link set {TAP_NAME} up\n"))
+    except subprocess.CalledProcessError as e:
+        delete_netns(name)
+        raise BenchError(f"cannot set up {TAP_NAME} in namespace {name}: "
+                         f"{(e.stderr or '').strip()}") from None
+
+
+def delete_netns(name: str) -> None:
+    """Delete network namespace `name` (and the tap in it), if it exists."""
+    if os.path.exists(f"/run/netns/{name}"):
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def _enter_netns(path: str):
+    """A preexec_fn that moves the child into the network namespace at
+    `path` before it execs, as the daemon starts QEMU (setns in pre_exec)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newnet = 0x40000000
+
+    def enter() -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if libc.setns(fd, clone_newnet) != 0:
+                raise OSError(ctypes.get_errno(), f"setns {path}")
+        finally:
+            os.close(fd)
+    return enter
+
+
 class NaiveVm:
     """One naive-restored QEMU: its process, files and the timed stages."""
 
-    def __init__(self, proc, rdir, mem, paths, log):
+    def __init__(self, proc, rdir, mem, paths, log, netns: str | None = None):
         self.proc = proc
         self.rdir = rdir
         self.mem = mem
         self.paths = paths
         self._log = log
+        self.netns = netns
         self.timings: dict = {}
         self.pong: dict = {}
 
@@ -1036,7 +1091,8 @@ class NaiveVm:
         return self.proc.pid
 
     def stop(self) -> None:
-        """SIGKILL the QEMU (by its pid), reap it, remove its files."""
+        """SIGKILL the QEMU (by its pid), reap it, remove its files (and its
+        network namespace, if it has one)."""
         try:
             if self.proc is not None:
                 kill_and_reap(self.proc)
@@ -1049,19 +1105,26 @@ class NaiveVm:
                 os.unlink(self.mem)
             except FileNotFoundError:
                 pass
+            if self.netns:
+                delete_netns(self.netns)
+                self.netns = None
 
 
 def naive_restore(saved: SavedVm, rdir: str, mem: str, name: str,
-                  agent_timeout: float = 120.0) -> NaiveVm:
+                  agent_timeout: float = 120.0, netns: str | None = None) -> NaiveVm:
     """Start a fresh QEMU from the saved source's command line (new sockets,
     a fresh copy of the saved disk, a new share=on RAM file `mem`), load the
     state with `migrate-incoming`, `cont`, and wait for the agent's pong.
 
+    With `netns`, that network namespace is made first (``netns_with_tap``:
+    the tap a source with a NIC names, no uplink) and QEMU starts inside it;
+    ``stop()`` deletes it.
+
     The returned VM is running; its ``timings`` hold ``total_ms`` (QEMU spawn
     until the pong) and the stages ``qemu_start_ms`` (spawn until QMP
     answered), ``load_ms``, ``cont_ms``, ``agent_ms``, plus ``disk_copy_ms``
-    (before the clock starts). The caller must ``stop()`` it; on failure it is
-    stopped here."""
+    (and, with `netns`, ``netns_ms``), both before the clock starts. The
+    caller must ``stop()`` it; on failure it is stopped here."""
     os.mkdir(rdir)
     argv, paths = restore_argv(saved, rdir, mem, name)
     t = time.perf_counter()
@@ -1070,9 +1133,17 @@ def naive_restore(saved: SavedVm, rdir: str, mem: str, name: str,
     log = open(paths["log"], "wb")
     vm = NaiveVm(None, rdir, mem, paths, log)
     try:
+        extra: dict = {}
+        netns_ms = None
+        if netns:
+            t = time.perf_counter()
+            netns_with_tap(netns)
+            vm.netns = netns
+            netns_ms = ms_since(t)
+            extra["preexec_fn"] = _enter_netns(f"/run/netns/{netns}")
         t0 = time.perf_counter()
         vm.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+                                   stderr=subprocess.STDOUT, start_new_session=True, **extra)
         try:
             qmp = Qmp(paths["qmp"], timeout=60, proc=vm.proc)
         except QmpError as e:
@@ -1104,6 +1175,8 @@ def naive_restore(saved: SavedVm, rdir: str, mem: str, name: str,
             "cont_ms": (t_cont - t_loaded) * 1000, "agent_ms": (t_pong - t_cont) * 1000,
             "disk_copy_ms": disk_copy_ms,
         }
+        if netns_ms is not None:
+            vm.timings["netns_ms"] = netns_ms
         return vm
     except BaseException:
         vm.stop()

@@ -5,17 +5,24 @@ Run through bench/spawn/run.sh (which builds the release binary first).
 
 Everything is measured in one run against one private daemon:
 
-* source         -- one sandbox is cold-booted (use_template: false), left to
-                    settle, and snapshotted (`shared` snapshot); then the same
-                    VM is saved by a plain full QEMU migration to a file (the
-                    naive baseline's state) and deleted.
-* spawn_cold_pool_off -- N sequential POST /v1/sandboxes {"snapshot": id}
-                    with no warm pool; DELETE after each.
+* source         -- one sandbox is cold-booted (use_template: false,
+                    network: none), left to settle, and snapshotted (`shared`
+                    snapshot); then the same VM is saved by a plain full QEMU
+                    migration to a file (the naive baseline's state) and
+                    deleted. With networking on the host, a `none` sandbox
+                    still has its NIC (a tap alone in its own namespace) but
+                    no uplink; every clone below is spawned with network: none
+                    too, and every naive copy gets a namespace with that tap.
+* spawn_cold_pool_off -- N sequential POST /v1/sandboxes {"snapshot": id,
+                    "network": "none"} with no warm pool; DELETE after each.
 * naive_restore  -- N times a fresh QEMU from the source's rewritten command
                     line loads the saved file (`migrate-incoming`), `cont`,
                     until its agent answers (interleaved with the case above).
 * spawn_warm_pool -- pool size 2; N times: wait until the pool is full, time
                     one spawn (must be a pool hit); DELETE after each.
+* spawn_warm_pool_nat -- the same with a second source cold-booted with the
+                    default networking (nat) and its clones spawned with the
+                    defaults (nat, wait_for_network): the default configuration.
 * burst10        -- one POST {"snapshot": id, "count": 10}, repeated.
 * memory         -- K clones (K in --clones) idle, their PSS/RSS/private
                     dirty summed; then up to max(K) naive copies (each with
@@ -53,9 +60,11 @@ MEMORY_TARGET = 0.25  # 50 clones under this fraction of the memory of 50 naive 
 FIELDS = [
     "case", "run", "child", "total_ms",
     # clones: the server's timings from the 201
-    "prepare_ms", "qemu_start_ms", "restore_ms", "identity_ms", "from_pool", "server_total_ms",
-    # naive_restore: QEMU start -> QMP, load, cont, agent pong; disk copy (not in total)
-    "load_ms", "cont_ms", "agent_ms", "disk_copy_ms",
+    "prepare_ms", "qemu_start_ms", "restore_ms", "identity_ms", "network_ms", "network_ready_ms",
+    "network", "from_pool", "server_total_ms",
+    # naive_restore: QEMU start -> QMP, load, cont, agent pong; disk copy and
+    # namespace + tap (not in total)
+    "load_ms", "cont_ms", "agent_ms", "disk_copy_ms", "netns_ms",
     # warm pool: how long we waited for the pool to be full again (not timed)
     "pool_wait_ms",
     # snapshot: the server's snapshot timings; naive_save: state file size
@@ -73,9 +82,14 @@ MEM_FIELDS = [
 
 CLONE_STAGES = ["prepare_ms", "qemu_start_ms", "restore_ms", "identity_ms", "server_total_ms"]
 RESTORE_STAGES = ["qemu_start_ms", "load_ms", "cont_ms", "agent_ms"]
+# In the order they happen: the uplink is made before the resume, and
+# network_ready_ms runs from the resume, so it includes identity_ms.
+NAT_STAGES = ["network_ms", "restore_ms", "identity_ms", "network_ready_ms", "server_total_ms"]
+NAT = "spawn_warm_pool_nat"
 LABELS = {
     "spawn_cold_pool_off": "forkvm clone, no pool\n(POST → 201)",
     "spawn_warm_pool": "forkvm clone, warm pool\n(POST → 201)",
+    NAT: "forkvm clone, warm pool,\nnat + wait_for_network\n(POST → 201)",
     "naive_restore": "naive QEMU restore\n(spawn → agent pong)",
 }
 
@@ -86,6 +100,7 @@ def cases_of(rows):
                      and not r["case"].endswith("_child")})
     out = [("spawn_cold_pool_off", CLONE_STAGES),
            ("spawn_warm_pool", ["restore_ms", "identity_ms", "server_total_ms"]),
+           (NAT, NAT_STAGES),
            ("naive_restore", RESTORE_STAGES)]
     for b in bursts:
         out += [(b, ["server_total_ms"]), (b + "_child", CLONE_STAGES)]
@@ -105,28 +120,43 @@ def clone_row(case: str, run: int, sb: dict, wall_ms: float | None, child=None) 
         "case": case, "run": run, "child": child, "total_ms": wall_ms,
         "prepare_ms": t.get("prepare_ms"), "qemu_start_ms": t.get("qemu_start_ms"),
         "restore_ms": t.get("restore_ms"), "identity_ms": t.get("identity_ms"),
+        "network_ms": t.get("network_ms"), "network_ready_ms": t.get("network_ready_ms"),
+        "network": (sb.get("network") or {}).get("mode"),
         "from_pool": t.get("from_pool"), "server_total_ms": t.get("total_ms"),
     }
 
 
-def check_clone(sb: dict, snap_id: str) -> None:
+def spawn_body(snap_id: str, network: str | None) -> dict:
+    """The request body: `network` None leaves the daemon's defaults (nat and
+    wait_for_network where the host has networking)."""
+    return {"snapshot": snap_id} if network is None else {"snapshot": snap_id, "network": network}
+
+
+def check_clone(sb: dict, snap_id: str, network: str | None = None) -> None:
+    """`network`: the mode the clone must have (None: not checked)."""
     t = sb.get("timings") or {}
     if sb.get("snapshot") != snap_id or t.get("restore_ms") is None or sb.get("state") != "running":
         raise fb.BenchError(f"sandbox {sb.get('id')} is not a running clone of {snap_id}: {sb}")
+    mode = (sb.get("network") or {}).get("mode")
+    if network is not None and mode != network:
+        raise fb.BenchError(f"clone {sb.get('id')} has network {mode!r}, expected {network!r}: "
+                            f"{sb.get('network')}")
 
 
-def spawn_one(d: fb.Daemon, snap_id: str) -> tuple[dict, float]:
+def spawn_one(d: fb.Daemon, snap_id: str, network: str | None = "none",
+              expect_network: str | None = None) -> tuple[dict, float]:
     t0 = time.perf_counter()
-    sb = d.api.request("POST", "/v1/sandboxes", {"snapshot": snap_id}, expect=(201,))
+    sb = d.api.request("POST", "/v1/sandboxes", spawn_body(snap_id, network), expect=(201,))
     wall = ms_since(t0)
     d.sandboxes.add(sb["id"])
-    check_clone(sb, snap_id)
+    check_clone(sb, snap_id, expect_network or network)
     return sb, wall
 
 
-def spawn_batch(d: fb.Daemon, snap_id: str, count: int) -> tuple[list[dict], float, float]:
+def spawn_batch(d: fb.Daemon, snap_id: str, count: int,
+                network: str | None = "none") -> tuple[list[dict], float, float]:
     t0 = time.perf_counter()
-    r = d.api.request("POST", "/v1/sandboxes", {"snapshot": snap_id, "count": count},
+    r = d.api.request("POST", "/v1/sandboxes", {**spawn_body(snap_id, network), "count": count},
                       expect=(201,), timeout=900)
     wall = ms_since(t0)
     sbs = r["sandboxes"]
@@ -135,7 +165,7 @@ def spawn_batch(d: fb.Daemon, snap_id: str, count: int) -> tuple[list[dict], flo
     if len(sbs) != count:
         raise fb.BenchError(f"asked for {count} clones, got {len(sbs)}")
     for sb in sbs:
-        check_clone(sb, snap_id)
+        check_clone(sb, snap_id, network)
     return sbs, wall, r.get("total_ms")
 
 
@@ -181,7 +211,8 @@ def wait_pool(d: fb.Daemon, snap_id: str, want: int, timeout: float = 180.0) -> 
         time.sleep(0.02)
 
 
-def pool_off(d: fb.Daemon, snap_id: str, tries: int = 5) -> int:
+def pool_off(d: fb.Daemon, snap_id: str, tries: int = 5, network: str | None = "none",
+             expect_network: str | None = None) -> int:
     """Make sure no pooled QEMU is left for `snap_id` after its pool size was
     set to 0. GET /v1/info lists only pools with a size > 0, and a refill
     that was in flight when the size dropped still parks its process, so the
@@ -189,7 +220,7 @@ def pool_off(d: fb.Daemon, snap_id: str, tries: int = 5) -> int:
     from a pool. Not timed. Returns how many leftovers were claimed."""
     time.sleep(1.0)  # let any refill in flight finish
     for n in range(tries):
-        sb, _ = spawn_one(d, snap_id)
+        sb, _ = spawn_one(d, snap_id, network, expect_network)
         d.delete(sb["id"])
         if not (sb.get("timings") or {}).get("from_pool"):
             if n:
@@ -199,20 +230,27 @@ def pool_off(d: fb.Daemon, snap_id: str, tries: int = 5) -> int:
     raise fb.BenchError(f"the pool of {snap_id} still serves spawns after {tries} claims")
 
 
-def run_spawn_warm(d, snap_id, pool_size, settle, run, n) -> dict:
+def run_spawn_warm(d, snap_id, pool_size, settle, run, n, case="spawn_warm_pool",
+                   network="none", expect_network=None) -> dict:
+    """One timed pooled spawn. `network` is the request's field (None: the
+    daemon's defaults), `expect_network` the mode the clone must get."""
     waited = wait_pool(d, snap_id, pool_size)
     time.sleep(settle)  # let the refill's QEMU start and the last DELETE finish
-    sb, wall = spawn_one(d, snap_id)
+    sb, wall = spawn_one(d, snap_id, network, expect_network)
     try:
-        row = clone_row("spawn_warm_pool", run, sb, wall)
+        row = clone_row(case, run, sb, wall)
         row["pool_wait_ms"] = waited
         if row["from_pool"] is not True:
             raise fb.BenchError(f"warm-pool spawn {run} was not a pool hit: {sb.get('timings')}")
     finally:
         d.delete(sb["id"])
-    print(f"[spawn_warm_pool {run}/{n}] {wall:.0f} ms  (server: restore {row['restore_ms']:.0f}, "
-          f"identity {row['identity_ms']:.0f}, total {row['server_total_ms']:.0f}; from_pool; "
-          f"pool refilled {waited:.0f} ms before)", flush=True)
+    net, ready = "", ""
+    if row["network"] == "nat":
+        net = f"network {fmt(row['network_ms'])}, "
+        ready = f", ready {fmt(row['network_ready_ms'])} after the resume"
+    print(f"[{case} {run}/{n}] {wall:.0f} ms  (server: {net}restore {row['restore_ms']:.0f}, "
+          f"identity {row['identity_ms']:.0f}{ready}, total {row['server_total_ms']:.0f}; "
+          f"from_pool; pool refilled {waited:.0f} ms before)", flush=True)
     return row
 
 
@@ -237,9 +275,17 @@ def run_burst(d, snap_id, size, run, n) -> list[dict]:
     return rows
 
 
+def naive_netns(saved, tag: str) -> str | None:
+    """A network namespace name for one naive copy when the source has a NIC
+    (its tap must exist, alone, where the copy's QEMU runs), else None."""
+    if not any(a.startswith("tap,") for a in saved.argv):
+        return None
+    return f"fvb-{os.getpid()}-{tag}"
+
+
 def run_naive(saved, work, shm, run, n) -> dict:
     vm = fb.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
-                          f"fvb-restore-{run}")
+                          f"fvb-restore-{run}", netns=naive_netns(saved, f"r{run}"))
     try:
         row = {"case": "naive_restore", "run": run, **vm.timings}
     finally:
@@ -374,7 +420,8 @@ def memory_naive(saved, work, shm, target, sample_at, args, vms: list) -> list[d
                 print(f"[memory naive] {stopped_early}", flush=True)
                 break
             vm = fb.naive_restore(saved, os.path.join(work, f"c{i}"),
-                                  os.path.join(shm, f"c{i}.mem"), f"fvb-copy-{i}")
+                                  os.path.join(shm, f"c{i}.mem"), f"fvb-copy-{i}",
+                                  netns=naive_netns(saved, f"c{i}"))
             vms.append(vm)
             m = vm_memory(vm.pid, shm_files=[vm.mem])
             est_kib = max(est_kib, m["total_kib"] + 16 * 1024)
@@ -453,7 +500,9 @@ def stats_rows(rows: list[dict]):
         for s in stages:
             if case.endswith("_child") and s == "server_total_ms":
                 continue  # same as total for a child
-            out.append((case, s, fb.summarize(r.get(s) for r in rs)))
+            st = fb.summarize(r.get(s) for r in rs)
+            if st["n"]:
+                out.append((case, s, st))
     return out
 
 
@@ -474,9 +523,11 @@ def key_figures(rows, mem_rows, clones_max) -> dict:
     warm, naive = p50(rows, "spawn_warm_pool"), p50(rows, "naive_restore")
     fk = next((r for r in mem_rows if r["kind"] == "forkvm" and r["k"] == clones_max), None)
     nv = next((r for r in mem_rows if r["kind"] == "naive" and r["k"] == clones_max), None)
+    nat = p50(rows, NAT)
     return {
         "warm_p50": warm, "naive_p50": naive, "cold_p50": p50(rows, "spawn_cold_pool_off"),
         "speedup": naive / warm if warm else math.nan,
+        "nat_p50": nat, "nat_speedup": naive / nat if nat == nat and nat else math.nan,
         "cold_speedup": naive / p50(rows, "spawn_cold_pool_off"),
         "fk": fk, "nv": nv,
         "mem_ratio": (fk["pss_kib"] / nv["total_kib"]) if fk and nv else math.nan,
@@ -489,9 +540,9 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    cases = ["spawn_cold_pool_off", "spawn_warm_pool", "naive_restore", f"burst{burst_size}"]
-    fig = plt.figure(figsize=(15, 9.5))
-    gs = fig.add_gridspec(2, 4, height_ratios=[1, 1.05])
+    cases = ["spawn_cold_pool_off", "spawn_warm_pool", NAT, "naive_restore", f"burst{burst_size}"]
+    fig = plt.figure(figsize=(18, 9.5))
+    gs = fig.add_gridspec(2, 5, height_ratios=[1, 1.05])
     noisy_any = False
     for i, c in enumerate(cases):
         ax = fig.add_subplot(gs[0, i])
@@ -515,7 +566,7 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
         ax.set_xticks([1], [label], fontsize=8)
         ax.set_ylim(0, max(ys) * 1.15)
         ax.set_ylabel("wall time (ms)" if i == 0 else "")
-        ax.set_title(f"{c} (N={len(ys)})", fontsize=9)
+        ax.set_title(f"{c} (N={len(ys)})", fontsize=8.5)
         ax.grid(axis="y", alpha=0.3)
     if noisy_any:
         fig.axes[0].legend(handles=[
@@ -565,28 +616,39 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
     ax.legend(fontsize=8, loc="upper left")
 
     # Stage p50s, stacked.
-    ax2 = fig.add_subplot(gs[1, 2:4])
+    ax2 = fig.add_subplot(gs[1, 2:5])
     stacks = [
         ("clone, no pool", "spawn_cold_pool_off",
          [("prepare", "prepare_ms"), ("QEMU start→QMP", "qemu_start_ms"),
           ("load device state + cont", "restore_ms"),
-          ("agent ping + identity", "identity_ms")]),
+          ("agent identity + clock", "identity_ms")]),
         ("clone, warm pool", "spawn_warm_pool",
          [("load device state + cont", "restore_ms"),
-          ("agent ping + identity", "identity_ms")]),
+          ("agent identity + clock", "identity_ms")]),
+        ("clone, warm pool,\nnat + wait", NAT,
+         [("network set-up (uplink, rules)", "network_ms"),
+          ("load device state + cont", "restore_ms"),
+          ("agent identity + clock", "identity_ms"),
+          ("network probe (ready − identity)", "probe")]),
         ("naive restore", "naive_restore",
          [("QEMU start→QMP", "qemu_start_ms"), ("load state file (all RAM)", "load_ms"),
           ("cont", "cont_ms"), ("agent ping", "agent_ms")]),
     ]
     colors = {"prepare": "tab:gray", "QEMU start→QMP": "tab:orange",
               "load device state + cont": "tab:olive", "load state file (all RAM)": "tab:green",
-              "cont": "tab:purple", "agent ping + identity": "tab:cyan",
-              "agent ping": "tab:blue"}
+              "cont": "tab:purple", "agent identity + clock": "tab:cyan",
+              "agent ping": "tab:blue", "network set-up (uplink, rules)": "tab:brown",
+              "network probe (ready − identity)": "tab:pink"}
     seen = set()
     for i, (_, case, parts) in enumerate(stacks):
         bottom = 0.0
         for name, key in parts:
-            v = p50(rows, case, key)
+            if key == "probe":  # network_ready_ms runs from the resume: it includes identity
+                v = fb.percentile([r["network_ready_ms"] - r["identity_ms"] for r in rows
+                                   if r["case"] == case and r.get("network_ready_ms") is not None
+                                   and r.get("identity_ms") is not None], 50)
+            else:
+                v = p50(rows, case, key)
             if v != v:
                 continue
             ax2.bar(i, v, bottom=bottom, color=colors[name], width=0.6,
@@ -628,14 +690,19 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
         + " / ".join(f"{x:.2f}" for x in machine["loadavg"]),
         f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
         f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')})",
-        f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`; source cold-booted, settled "
-        f"{args.settle:.0f} s, then snapshotted",
+        f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`; source cold-booted with "
+        f"`network: none`, settled {args.settle:.0f} s, then snapshotted; its clones are "
+        "spawned with `network: none` and the naive copies have no way out either"
+        + (" (on this host a `none` sandbox still has its NIC, a tap alone in a network "
+           "namespace of its own, with no uplink; each naive copy runs in a namespace of its "
+           "own holding the same tap)" if ctx.get("naive_nic") else "")
+        + f"; `{NAT}` uses a second source booted with the default network (`nat`)",
         f"- Runs: N = {args.runs} per latency case" + (" (SMOKE)" if args.smoke else "")
         + f"; {args.burst_runs} bursts of {args.burst_size}; memory at K = "
         + ", ".join(str(k) for k in args.clones),
     ]
     oc = {c: fb.summarize(r.get("other_cpu_cores") for r in rows if r["case"] == c)
-          for c in ("spawn_cold_pool_off", "spawn_warm_pool", "naive_restore", burst)}
+          for c in ("spawn_cold_pool_off", "spawn_warm_pool", NAT, "naive_restore", burst)}
     timed = [r for r in rows if r["case"] in oc]
     L += ["- Host noise — average cores kept busy by processes other than this bench's, per "
           "timed run (`other_cpu_cores` in spawn.csv): "
@@ -658,7 +725,8 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
     K = max(args.clones)
     L += ["", "## Targets", "",
           "| target | result | verdict |", "|---|---|---|",
-          f"| warm-pool spawn p50 ≥ {SPEED_TARGET:.0f}× faster than the naive restore p50 | "
+          f"| warm-pool spawn p50 ≥ {SPEED_TARGET:.0f}× faster than the naive restore p50 "
+          "(both without a network) | "
           f"{kf['naive_p50']:,.0f} / {kf['warm_p50']:,.0f} ms = **{kf['speedup']:.2f}×** | "
           f"**{'PASS' if sp_ok else 'MISS'}** |",
           f"| {K} clones < {MEMORY_TARGET:.0%} of the memory of {K} naive copies | "
@@ -667,9 +735,24 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
              + f" = **{kf['mem_ratio']:.1%}**" if fk and nv else "not measured")
           + f" | **{'PASS' if mem_ok else 'MISS'}** |",
           ""]
+    if kf["nat_p50"] == kf["nat_p50"]:
+        L += [f"- The default configuration (nat networking, wait_for_network), `{NAT}`: "
+              f"pooled spawn p50 **{kf['nat_p50']:,.0f} ms**, naive restore p50 / that = "
+              f"{kf['naive_p50']:,.0f} / {kf['nat_p50']:,.0f} = **{kf['nat_speedup']:.2f}×**. "
+              "Not like for like: the naive restore has no network (its NIC has no uplink; it "
+              "sets none up and waits for no probe), while this spawn includes the uplink's "
+              f"set-up (`network` p50 {p50(rows, NAT, 'network_ms'):,.0f} ms) and, after its "
+              "identity, the agent's probe of the gateway (`network_ready` p50 "
+              f"{p50(rows, NAT, 'network_ready_ms'):,.0f} ms from the resume, identity "
+              "included). Against the no-network warm pool (p50 "
+              f"{kf['warm_p50']:,.0f} ms) the default configuration costs "
+              f"{kf['nat_p50'] - kf['warm_p50']:+,.0f} ms at the p50."]
+    elif ctx.get("nat_skipped"):
+        L += [f"- `{NAT}` was not run: {ctx['nat_skipped']}."]
     L += [f"- Clone without a pool: p50 {kf['cold_p50']:,.0f} ms, {kf['cold_speedup']:.2f}× "
           "faster than the naive restore.",
-          f"- Burst: one `POST {{\"snapshot\", \"count\": {args.burst_size}}}` p50 "
+          f"- Burst: one `POST {{\"snapshot\", \"network\": \"none\", \"count\": "
+          f"{args.burst_size}}}` p50 "
           f"**{p50(rows, burst):,.0f} ms** wall for {args.burst_size} clones "
           f"(min {fmt(min((r['total_ms'] for r in rows if r['case'] == burst), default=math.nan))}, "
           f"max {fmt(max((r['total_ms'] for r in rows if r['case'] == burst), default=math.nan))}); "
@@ -690,18 +773,36 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
                  f"{b}{fmt(s['p90'])}{b} | {fmt(s['max'])} |")
     L += ["", f"All times in milliseconds. `{burst}` total is the wall time of one POST for all "
           f"{args.burst_size} clones; `{burst}_child` is each child's own server `total_ms` "
-          f"({args.burst_runs} × {args.burst_size} children)."]
-    if ctx.get("pool_leftovers"):
-        L += ["", f"**Pool off:** after the pool size was set to 0, {ctx['pool_leftovers']} pooled "
-              "QEMU(s) were still being served (a refill in flight when the size dropped parks "
-              "its process anyway, and `GET /v1/info` no longer lists a size-0 pool); they were "
-              "claimed and deleted before the bursts (not timed)."]
+          f"({args.burst_runs} × {args.burst_size} children)."
+          + (f" `{NAT}`: `network` is the host-side set-up before the resume (the uplink veth, "
+             "its addresses and rules; a pooled process's namespace and tap exist already), "
+             "`network_ready` runs from the resume until the agent's probe of the gateway came "
+             "back, so it includes `identity`." if any(r["case"] == NAT for r in rows) else "")]
+    nn = fb.summarize(r.get("netns_ms") for r in rows if r["case"] == "naive_restore")
+    if nn["n"]:
+        L += ["", "Each naive restore's network namespace and tap were made before its clock "
+              f"started (p50 {nn['p50']:,.0f} ms, max {nn['max']:,.0f} ms; `netns_ms` in "
+              "spawn.csv, not in its total), like its disk copy; a forkvm clone without a pool "
+              "makes its namespace and tap inside `prepare`."]
+    for key, what in (("pool_leftovers", "the bursts"), ("nat_pool_leftovers", "the next case")):
+        if ctx.get(key):
+            L += ["", f"**Pool off:** after the pool size was set to 0, {ctx[key]} pooled "
+                  "QEMU(s) were still being served (a refill in flight when the size dropped "
+                  "parks its process anyway, and `GET /v1/info` no longer lists a size-0 pool); "
+                  f"they were claimed and deleted before {what} (not timed)."]
     first = ctx.get("first_spawn")
     if first:
         L += ["", f"The very first clone of the snapshot (not in the table; it also verifies the "
               f"snapshot's files once) took {first['total_ms']:,.0f} ms wall "
               f"(server: prepare {fmt(first['prepare_ms'])}, qemu {fmt(first['qemu_start_ms'])}, "
               f"restore {fmt(first['restore_ms'])}, identity {fmt(first['identity_ms'])})."]
+    first = ctx.get("nat_first_spawn")
+    if first:
+        L += ["", f"Likewise the first clone of the nat snapshot took {first['total_ms']:,.0f} ms "
+              f"wall (server: prepare {fmt(first['prepare_ms'])}, qemu "
+              f"{fmt(first['qemu_start_ms'])}, network {fmt(first['network_ms'])}, restore "
+              f"{fmt(first['restore_ms'])}, identity {fmt(first['identity_ms'])}, network_ready "
+              f"{fmt(first['network_ready_ms'])})."]
 
     # Snapshot and naive save
     st, sz = snap.get("timings") or {}, snap.get("sizes") or {}
@@ -719,6 +820,12 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
           + (f"capabilities turned off first: {', '.join(saved.caps_reset)} (the snapshot had "
              "set them)" if saved.caps_reset else "no capability was on")
           + f"; QEMU's default max-bandwidth {(saved.max_bandwidth or 0) / 2**20:.0f} MiB/s"]
+    ns = ctx.get("nat_snapshot")
+    if ns:
+        nst, nsz = ns.get("timings") or {}, ns.get("sizes") or {}
+        L += [f"- the nat source's snapshot (`{ns.get('kind')}`, for `{NAT}`): source paused "
+              f"{fmt(nst.get('pause_ms'))} ms, server total {fmt(nst.get('total_ms'))} ms; "
+              f"memory.img {nsz.get('memory_allocated_bytes', 0) / 2**20:.1f} MiB allocated"]
 
     # Memory
     L += ["", "## Memory", "",
@@ -749,7 +856,8 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
     path.write_text("\n".join(L) + "\n")
 
 
-def method_text(args, burst: str) -> list[str]:
+def method_text(args, burst: str, ctx: dict) -> list[str]:
+    nic = ctx.get("naive_nic")
     return [
         "One private daemon (`forkvm serve`, release build) in a temp home whose `guest` and "
         "`images` are symlinks to the installed artefacts; everything in one run. "
@@ -757,9 +865,24 @@ def method_text(args, burst: str) -> list[str]:
         "No run is discarded.",
         "",
         f"**Source.** `POST /v1/sandboxes {{\"memory_mib\":{args.memory},\"cpus\":1,"
-        "\"use_template\":false}` (a cold boot: the sandbox owns its `share=on` RAM file), "
+        "\"use_template\":false,\"network\":\"none\"}` (a cold boot: the sandbox owns its "
+        "`share=on` RAM file), "
         f"{args.settle:.0f} s of rest, then `POST /v1/sandboxes/{{id}}/snapshot` (timed; the "
-        "source keeps running). Right after, the same VM is saved the naive way over its QMP "
+        "source keeps running). **Like for like on the network:** a sandbox without `network` "
+        "gets `nat` (its own namespace, a tap NIC, an uplink, and a spawn that waits for a "
+        "network probe), which a naive copy of the QEMU command line cannot reproduce, so the "
+        "source, every clone of it (each POST says `\"network\":\"none\"`; without it a clone "
+        "of this snapshot would get `nat`) and every naive copy run without a network. "
+        + ("On this host (networking available) a `none` sandbox still has its virtio-net NIC "
+           "on a tap alone in a network namespace of its own, without an uplink; the naive "
+           "copies get the same: a namespace per copy with the tap made as the daemon makes it "
+           "(`ip netns add`, then lo up, `tap0` with the gateway's MAC and address, up; no "
+           "uplink), made before the copy's clock starts, and the copy's QEMU is moved into it "
+           "with setns(2) before exec, as the daemon starts QEMU. So both sides have the same "
+           "NIC and neither has a way out. " if nic else
+           "On this host the source has no NIC, and neither have its clones or the naive "
+           "copies. ")
+        + "Right after the snapshot, the same VM is saved the naive way over its QMP "
         "socket: every migration capability turned off (the snapshot leaves `x-ignore-shared` "
         "on, which would keep RAM out of the file), `stop`, `migrate "
         "{\"uri\":\"file:<tmp>/state.bin\"}`, `query-migrate` polled until `completed`. The "
@@ -769,24 +892,29 @@ def method_text(args, burst: str) -> list[str]:
         "before any timing (it verifies the snapshot's files once; reported separately).",
         "",
         "**spawn_cold_pool_off** (N runs, no pool): `total` is the client wall time of "
-        "`POST /v1/sandboxes {\"snapshot\":\"<id>\"}` until the 201, which the daemon sends "
-        "once the clone's agent has answered and taken its identity. Stages are the server's "
-        "`timings`: `prepare` (sandbox dir, qcow2 overlay), `qemu_start` (QEMU exec with "
-        "`-incoming defer` until QMP answers), `restore` (`migrate-incoming` of the ~95 KB "
-        "device state + `cont`; RAM is the snapshot's `memory.img` mapped copy-on-write), "
-        "`identity` (agent connect + ping + identity request: RNG reseed, clock, hostname, "
-        "machine-id, instance id), `server_total`. Each clone is DELETEd after (not timed).",
+        "`POST /v1/sandboxes {\"snapshot\":\"<id>\",\"network\":\"none\"}` until the 201, "
+        "which the daemon sends once the clone's agent has taken its identity. Stages are the "
+        "server's `timings`: `prepare` (sandbox dir, qcow2 overlay"
+        + (", the clone's namespace and tap" if nic else "") + "), `qemu_start` (QEMU exec "
+        "with `-incoming defer` until QMP answers), `restore` (`migrate-incoming` of the "
+        "~95 KB device state + `cont`; RAM is the snapshot's `memory.img` mapped "
+        "copy-on-write), `identity` (the agent's socket is connected before `cont`; after it, "
+        "the identity request — RNG reseed, clock, hostname, machine-id, instance id — whose "
+        "answer also proves the agent alive, then a second clock set), `server_total`. Each "
+        "clone is DELETEd after (not timed).",
         "",
         "**naive_restore** (N runs, interleaved with spawn_cold_pool_off: clone 1, restore 1, "
         "clone 2, …, so drift in host load hits both alike): the source's QEMU command line "
         "(from `/proc/<pid>/cmdline`) rewritten for a new instance (new QMP and agent sockets, "
         "console log, a fresh copy of the saved top disk layer — copied before the clock "
         "starts — a new `share=on` RAM file in /dev/shm, a new `-name`) plus `-incoming "
-        "defer`. `total` runs from just before the QEMU process is spawned until the guest "
+        "defer`" + (", in its own namespace with the tap (see Source)" if nic else "")
+        + ". `total` runs from just before the QEMU process is spawned until the guest "
         "agent answers a ping; stages: `qemu_start` (spawn until QMP answers), `load` "
         "(`migrate-incoming {\"uri\":\"file:<state>\"}` until `completed`, polled every 5 ms), "
         "`cont`, `agent` (after `cont` until the pong). The state file is read from the page "
-        "cache. The QEMU is SIGKILLed (by pid) and its files removed after each run. The naive "
+        "cache. The QEMU is SIGKILLed (by pid) and its files (and namespace) removed after each "
+        "run. The naive "
         "restore does no identity step (its copies would all share RNG state, hostname and "
         "machine-id); a forkvm spawn does that extra work inside its timing.",
         "",
@@ -797,18 +925,34 @@ def method_text(args, burst: str) -> list[str]:
         "bench fails. The pool refills in the background after each claim, which is why each "
         "run first waits for it. Pool size back to 0 at the end.",
         "",
+        f"**{NAT}** (N runs; the default configuration): a second source cold-booted exactly "
+        "as above but without `network` (so `nat`: its namespace, tap and uplink), settled "
+        f"{args.settle:.0f} s, snapshotted, and DELETEd; one clone spawned and deleted "
+        "(untimed, it verifies the files); then a pool of the same size and N runs exactly as "
+        "for spawn_warm_pool, but each `POST /v1/sandboxes {\"snapshot\":\"<id>\"}` leaves "
+        "`network` and `wait_for_network` at their defaults, so the clone gets `nat` (checked) "
+        "and the 201 comes only after the agent's probe of the gateway came back. A pooled "
+        "process's namespace and tap exist before the claim; the uplink and its rules are made "
+        "at the claim (`network`, before the resume). `network_ready` is the resume until the "
+        "probe's answer (so it includes `identity`). The naive restore has no counterpart of "
+        "either: its ratio to this case is given for orientation, not as the target. Pool back "
+        "to 0 and the snapshot DELETEd (`?force=true`) after the case.",
+        "",
         f"**{burst}** ({args.burst_runs} runs, pool 0): the client wall time of one "
-        f"`POST /v1/sandboxes {{\"snapshot\":\"<id>\",\"count\":{args.burst_size}}}` "
+        f"`POST /v1/sandboxes {{\"snapshot\":\"<id>\",\"network\":\"none\","
+        f"\"count\":{args.burst_size}}}` "
         "(the daemon starts all clones concurrently and answers when every one has taken its "
         f"identity). `{burst}_child` rows are each child's server `total_ms`. All DELETEd after.",
         "",
-        f"**Memory.** For each K: one `POST … \"count\": K`, {args.idle:.0f} s idle, then for "
+        f"**Memory.** For each K: one `POST … \"network\":\"none\", \"count\": K`, "
+        f"{args.idle:.0f} s idle, then for "
         "each clone `GET /v1/sandboxes/{id}` (its `memory`: `rss_kib`, `pss_kib`, "
         "`private_dirty_kib`, from `/proc/<pid>/smaps_rollup` of its QEMU) summed; the same "
         "file is read directly for the Pss_Anon/Pss_File/Pss_Shmem split. `/proc/meminfo` "
         "(MemAvailable, Shmem, Cached) is read before the spawn and after the idle period as a "
         "cross-check. Then the naive copies: started one after another (each a naive restore "
-        "as above, with its own fresh `share=on` RAM file in /dev/shm and its own disk copy), "
+        "as above, with its own fresh `share=on` RAM file in /dev/shm and its own disk copy"
+        + (" and namespace" if nic else "") + "), "
         f"all left running; at each K reached, {args.idle:.0f} s idle, then the same smaps "
         "figures per QEMU plus the blocks allocated to each RAM file. Before each copy the "
         f"bench checks that MemAvailable stays above {args.mem_reserve_mib} MiB "
@@ -840,6 +984,10 @@ def print_summary(rows, mem_rows, clones_max) -> None:
     print(f"\nwarm-pool spawn p50 {kf['warm_p50']:,.0f} ms vs naive restore p50 "
           f"{kf['naive_p50']:,.0f} ms: {kf['speedup']:.2f}× (target ≥ {SPEED_TARGET:.0f}×: "
           f"{'PASS' if kf['speedup'] >= SPEED_TARGET else 'MISS'})")
+    if kf["nat_p50"] == kf["nat_p50"]:
+        print(f"default configuration (nat, wait_for_network) warm-pool spawn p50 "
+              f"{kf['nat_p50']:,.0f} ms: naive restore (no network) / that = "
+              f"{kf['nat_speedup']:.2f}×")
     if kf["fk"] and kf["nv"]:
         print(f"{clones_max} clones Σ PSS {mib(kf['fk']['pss_kib'])} MiB vs {clones_max} naive "
               f"copies {mib(kf['nv']['total_kib'])} MiB"
@@ -948,10 +1096,14 @@ def main() -> int:
                         print(f"    (other processes kept {cores:.2f} cores busy during this "
                               "run)", flush=True)
 
-                # 1. Source, snapshot, naive save.
-                src = d.create_cold(memory_mib=args.memory, cpus=1)
-                print(f"[source] {src['id']} cold-booted in {src['timings']['total_ms']:.0f} ms; "
-                      f"settling {args.settle:.0f} s", flush=True)
+                # 1. Source, snapshot, naive save. network: none on both sides (the
+                # naive copies cannot have forkvm's uplink); see method_text.
+                src = d.create_cold(memory_mib=args.memory, cpus=1, network="none")
+                if (src.get("network") or {}).get("mode", "none") != "none":
+                    raise fb.BenchError(f"the source asked for network none has "
+                                        f"{src.get('network')}")
+                print(f"[source] {src['id']} cold-booted in {src['timings']['total_ms']:.0f} ms "
+                      f"(network none); settling {args.settle:.0f} s", flush=True)
                 time.sleep(args.settle)
                 t0 = time.perf_counter()
                 snap = d.api.request("POST", f"/v1/sandboxes/{src['id']}/snapshot",
@@ -978,6 +1130,7 @@ def main() -> int:
                 finally:
                     d.delete(src["id"])
                 ctx["saved"] = saved
+                ctx["naive_nic"] = naive_netns(saved, "x") is not None
                 rows.append({"case": "naive_save", "run": 1, "total_ms": saved.save_ms,
                              "state_bytes": saved.state_bytes})
                 print(f"[naive_save] {saved.save_ms:.0f} ms, state file "
@@ -1009,6 +1162,15 @@ def main() -> int:
                     d.api.request("PUT", f"/v1/snapshots/{snap_id}/pool", {"size": 0})
                 ctx["pool_leftovers"] = pool_off(d, snap_id)
 
+                # 3b. Warm pool in the default configuration: nat, wait_for_network.
+                if (info.get("network") or {}).get("available"):
+                    run_nat_case(d, args, measured, ctx)
+                    delete_snapshot(d, ctx.pop("nat_snapshot_id"))
+                else:
+                    ctx["nat_skipped"] = (f"the host cannot give sandboxes a network: "
+                                          f"{(info.get('network') or {}).get('reason')}")
+                    print(f"[{NAT}] skipped: {ctx['nat_skipped']}", flush=True)
+
                 # 5. Bursts.
                 for i in range(1, args.burst_runs + 1):
                     measured(run_burst, d, snap_id, args.burst_size, i, args.burst_runs)
@@ -1024,12 +1186,10 @@ def main() -> int:
             finally:
                 for vm in naive_vms:
                     vm.stop()
-                if snap_id is not None and d.proc is not None and d.proc.poll() is None:
-                    try:
-                        d.api.request("DELETE", f"/v1/snapshots/{snap_id}?force=true",
-                                      expect=(204, 404))
-                    except Exception as e:  # noqa: BLE001 - the daemon stop cleans up too
-                        print(f"cleanup: DELETE snapshot {snap_id}: {e}", flush=True)
+                if d.proc is not None and d.proc.poll() is None:
+                    for sid in (snap_id, ctx.get("nat_snapshot_id")):
+                        if sid is not None:
+                            delete_snapshot(d, sid)
     finally:
         shutil.rmtree(shm, ignore_errors=True)
         if home:
@@ -1043,12 +1203,12 @@ def main() -> int:
     ctx["others"], ctx["busy_runs"] = others, busy_runs
 
     kf = key_figures(rows, mem_rows, max(args.clones))
-    ctx["speed_reason"] = speed_reason(rows, kf)
+    ctx["speed_reason"] = speed_reason(rows, kf, ctx["info"]["accel"]["kind"])
     ctx["mem_reason"] = ("the clones' private (written) pages plus their share of the snapshot's "
                          "page cache exceed a quarter of what the naive copies use; see the "
                          "per-VM columns.")
     ctx["mem_explanation"] = mem_explanation(mem_rows, ctx, args)
-    ctx["method"] = method_text(args, burst)
+    ctx["method"] = method_text(args, burst, ctx)
 
     write_csv(out / "spawn.csv", rows, FIELDS)
     write_csv(out / "memory.csv", mem_rows, MEM_FIELDS)
@@ -1063,27 +1223,102 @@ def main() -> int:
     return 0
 
 
-def speed_reason(rows, kf) -> str:
-    """Where a pooled spawn's time goes, compared with the naive restore."""
+def delete_snapshot(d: fb.Daemon, snap_id: str) -> None:
+    """DELETE ?force=true (its clones and pooled processes go too); 404 is fine."""
+    try:
+        d.api.request("DELETE", f"/v1/snapshots/{snap_id}?force=true", expect=(204, 404))
+    except Exception as e:  # noqa: BLE001 - the daemon stop cleans up too
+        print(f"cleanup: DELETE snapshot {snap_id}: {e}", flush=True)
+
+
+def run_nat_case(d: fb.Daemon, args, measured, ctx: dict) -> None:
+    """spawn_warm_pool_nat: a second source cold-booted with the default
+    networking (nat), settled and snapshotted like the first, then deleted;
+    pool of the same size; N pooled spawns with the default request (no
+    `network`, so nat and wait_for_network). The snapshot's id is left in
+    ctx["nat_snapshot_id"] for the caller to delete."""
+    src = d.create_cold(memory_mib=args.memory, cpus=1)
+    try:
+        if (src.get("network") or {}).get("mode") != "nat":
+            raise fb.BenchError(f"the default-network source has no nat network: "
+                                f"{src.get('network')}")
+        print(f"[{NAT} source] {src['id']} cold-booted in {src['timings']['total_ms']:.0f} ms "
+              f"(network nat); settling {args.settle:.0f} s", flush=True)
+        time.sleep(args.settle)
+        snap = d.api.request("POST", f"/v1/sandboxes/{src['id']}/snapshot",
+                             {"tag": "bench-spawn-nat"}, expect=(201,))
+    finally:
+        d.delete(src["id"])
+    snap_id = snap["id"]
+    ctx["nat_snapshot_id"] = snap_id
+    ctx["nat_snapshot"] = snap
+    print(f"[{NAT} snapshot] {snap_id} (source deleted)", flush=True)
+    # Warm-up as for the first snapshot: the first clone verifies its files.
+    sb, wall = spawn_one(d, snap_id, None, "nat")
+    d.delete(sb["id"])
+    ctx["nat_first_spawn"] = clone_row("first_spawn", 1, sb, wall)
+    print(f"[{NAT} first clone, not counted] {wall:.0f} ms", flush=True)
+    d.api.request("PUT", f"/v1/snapshots/{snap_id}/pool", {"size": args.pool_size})
+    try:
+        for i in range(1, args.runs + 1):
+            measured(run_spawn_warm, d, snap_id, args.pool_size, args.pool_settle, i, args.runs,
+                     NAT, None, "nat")
+        wait_pool(d, snap_id, args.pool_size)
+    finally:
+        d.api.request("PUT", f"/v1/snapshots/{snap_id}/pool", {"size": 0})
+    ctx["nat_pool_leftovers"] = pool_off(d, snap_id, network=None, expect_network="nat")
+
+
+def speed_reason(rows, kf, accel: str) -> str:
+    """Where a pooled spawn's time goes, compared with the naive restore; every
+    claim is worded from this run's p50s."""
+    warm = kf["warm_p50"]
     ident = p50(rows, "spawn_warm_pool", "identity_ms")
     rest = p50(rows, "spawn_warm_pool", "restore_ms")
     server = p50(rows, "spawn_warm_pool", "server_total_ms")
     agent = p50(rows, "naive_restore", "agent_ms")
     load = p50(rows, "naive_restore", "load_ms")
+    qstart = p50(rows, "naive_restore", "qemu_start_ms")
     need = kf["naive_p50"] / SPEED_TARGET
-    return (
-        f"A 10× win needs a pooled spawn of at most {need:,.0f} ms. Of the pooled spawn's "
-        f"p50 of {kf['warm_p50']:,.0f} ms (server {server:,.0f}), loading the device state and "
-        f"resuming takes {rest:,.0f} ms, while the agent round trip and the identity step take "
-        f"{ident:,.0f} ms (the daemon's `identity_ms`: connecting to the agent, a ping, and "
-        "the identity request — RNG reseed, clock, hostname, machine-id and instance-id). "
-        "That part runs inside the guest, and under TCG every guest instruction is emulated. "
-        f"The naive restore's own cont→pong alone is {agent:,.0f} ms, so the guest's wake-up and "
-        "one agent round trip already cost more than the 10× budget; forkvm removes the "
-        f"{load:,.0f} ms load of all RAM from the state file (and, with the pool, the QEMU "
-        "start), but the guest-side steps are common to both, and the identity step is extra "
-        "work the naive restore skips (its copies would share RNG state, hostname and ids). "
-        "These guest-side steps depend on the accelerator; this run could only use TCG.")
+    other = warm - rest - ident
+    out = [
+        f"A {SPEED_TARGET:.0f}× win needs a pooled spawn of at most {need:,.0f} ms. Of the "
+        f"pooled spawn's p50 of {warm:,.0f} ms (server {server:,.0f}), loading the device "
+        f"state and resuming takes {rest:,.0f} ms and the identity step {ident:,.0f} ms (the "
+        "daemon's `identity_ms`: the identity request — RNG reseed, clock, hostname, "
+        "machine-id and instance-id — whose answer also shows the agent alive, then a second "
+        "clock set)"
+        + (f", leaving {other:,.0f} ms for the rest of the daemon's work and the HTTP round "
+           "trip." if other >= 0 else "."),
+    ]
+    if ident > need:
+        out.append(f"The identity step alone is {ident / need:.1f}× the whole {need:,.0f} ms "
+                   "budget.")
+    else:
+        out.append(f"The identity step alone takes {ident / need:.0%} of that budget.")
+    if accel == "tcg":
+        out.append("It runs inside the guest, and under TCG every guest instruction is "
+                   "emulated (and a guest that has just resumed first has to translate the code "
+                   "it runs).")
+    else:
+        out.append("It runs inside the guest.")
+    wake = (f"The naive restore's own cont→pong is {agent:,.0f} ms, "
+            + ("so the guest's wake-up and one agent round trip alone already cost more than "
+               f"the {SPEED_TARGET:.0f}× budget" if agent > need else
+               f"{agent / need:.0%} of the {SPEED_TARGET:.0f}× budget")
+            + f"; forkvm removes the {load:,.0f} ms load of all RAM from the state file (and, "
+            f"with the pool, the {qstart:,.0f} ms QEMU start), but the guest's wake-up is common "
+            "to both, and the identity step is extra work the naive restore skips (its copies "
+            "would share RNG state, hostname and ids)")
+    diff = ident - agent
+    wake += (f": it takes {diff:,.0f} ms more than the naive copy's single ping after `cont`."
+             if diff > 0 else
+             f", yet it takes {-diff:,.0f} ms less than the naive copy's single ping after "
+             "`cont`.")
+    out.append(wake)
+    out.append("These guest-side steps depend on the accelerator; "
+               + ("this run could only use TCG." if accel == "tcg" else f"this run used {accel}."))
+    return " ".join(out)
 
 
 def mem_explanation(mem_rows, ctx, args) -> str:
@@ -1106,9 +1341,12 @@ def mem_explanation(mem_rows, ctx, args) -> str:
                   f"{mib(r['cached_delta_kib'])} MiB, Shmem by {mib(r['shmem_delta_kib'])} MiB); "
                   "meminfo is host-wide, so anything else allocating or freeing memory at the "
                   "same time shows up in these deltas. ")
+    shm_fk = max((r["pss_shmem_kib"] for r in fk), default=0)
     return (
         "**What is summed.** *forkvm*: Σ PSS of the clones' QEMU processes (from the API; "
-        "Pss_Shmem is 0 for them, and they have no RAM file of their own: each maps the "
+        + ("Pss_Shmem is 0 for them" if shm_fk == 0 else
+           f"their Pss_Shmem is at most {mib(shm_fk)} MiB in all")
+        + ", and they have no RAM file of their own: each maps the "
         "snapshot's `memory.img` copy-on-write, so pages they only read are shared page cache "
         "that PSS divides among the clones, and pages they write become private anonymous "
         "memory). The snapshot's `memory.img` itself "

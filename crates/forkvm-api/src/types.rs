@@ -291,7 +291,6 @@ pub struct Snapshot {
     pub pool_size: u32,
     /// True when `pool_size` is the daemon's default (`serve --pool-size`)
     /// because the snapshot has no size of its own.
-    #[serde(default)]
     pub pool_default: bool,
     /// Sandboxes spawned from it that still exist.
     pub sandboxes: Vec<String>,

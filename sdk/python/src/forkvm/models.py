@@ -588,6 +588,8 @@ class Snapshot(Model):
     qemu_version: str
     sizes: SnapshotSizes
     pool_size: int
+    #: ``pool_size`` is the daemon's default (the snapshot has no size of its own).
+    pool_default: bool
     sandboxes: List[str]
     children: List[str]
     tag: Optional[str] = None
@@ -595,8 +597,6 @@ class Snapshot(Model):
     depth: Optional[int] = None
     failure: Optional[str] = None
     timings: Optional[SnapshotTimings] = None
-    #: ``pool_size`` is the daemon's default (the snapshot has no size of its own).
-    pool_default: bool = False
 
 
 @dataclass
