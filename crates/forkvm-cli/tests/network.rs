@@ -758,3 +758,115 @@ fn nothing_is_left_after_many_cycles_and_a_daemon_crash() {
     assert!(listening_ports(daemon_pid).is_empty());
     assert!(TcpStream::connect(("127.0.0.1", keep_port)).is_err());
 }
+
+/// Namespaces this daemon owns (from the host-wide registry) whose sandbox
+/// it does not list: pooled QEMUs, or leaks.
+fn unlisted_namespaces(d: &Daemon) -> Vec<String> {
+    let listed: Vec<String> = d.json(&["ps"])["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| format!("fvm-{}", s["id"].as_str().unwrap()))
+        .collect();
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/run/forkvm/net/ns") {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let t = std::fs::read_to_string(e.path()).unwrap_or_default();
+            if t.lines().any(|l| std::path::Path::new(l) == d.home) && !listed.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// A warm pool hands out QEMUs whose default network (`nat`, no port, no
+/// allow-list) is already set up; a spawn that asks for another network
+/// still gets a pooled QEMU, with its network redone; removing the pool
+/// leaves nothing behind.
+#[test]
+#[ignore = "boots VMs: run with --include-ignored (make test)"]
+fn a_warm_pool_hands_out_ready_networks_and_redoes_other_ones() {
+    let net = internet();
+    let d = Daemon::start();
+    let first = d.spawn();
+    let tpl = d.json(&["inspect", &first.id])["snapshot"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    drop(first);
+    d.ok(&["snapshot", "pool", &tpl, "2"]);
+    let ready = || {
+        wait_until(Duration::from_secs(120), || {
+            d.json(&["info"])["pools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["snapshot"] == tpl.as_str() && p["ready"] == 2)
+        })
+    };
+    // While they wait, each pooled QEMU has a namespace with its uplink.
+    assert!(ready(), "the pool never filled");
+    let pooled = unlisted_namespaces(&d);
+    assert_eq!(pooled.len(), 2, "{pooled:?}");
+
+    let spawn = |args: &[&str]| {
+        let mut a = vec!["spawn", "--snapshot", tpl.as_str()];
+        a.extend_from_slice(args);
+        let v = d.json(&a);
+        let v = if v.is_array() { v[0].clone() } else { v };
+        assert_eq!(v["timings"]["from_pool"], true, "{v}");
+        v
+    };
+    // The default network: ready-made, and it works.
+    let a = spawn(&[]);
+    let a_id = a["id"].as_str().unwrap().to_string();
+    assert!(
+        pooled.contains(&format!("fvm-{a_id}")),
+        "{a} not from {pooled:?}"
+    );
+    assert_eq!(a["network"]["mode"], "nat", "{a}");
+    assert!(a["timings"]["network_ready_ms"].as_f64().is_some(), "{a}");
+    let (rc, out) = guest_fetch(&d, &a_id, &net.url("/hello"), 20);
+    assert_eq!((rc, out.as_str()), (0, "hello from the internet\n"));
+
+    // A published port: the pooled network is redone with the port.
+    assert!(ready());
+    let b = spawn(&["--port", "8000"]);
+    let b_id = b["id"].as_str().unwrap().to_string();
+    let ports = ports_of(&d, &b_id);
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(guest_fetch(&d, &b_id, &net.url("/hello"), 20).0, 0);
+    start_hostname_server(&d, &b_id, 8000);
+    assert_eq!(host_get_retry(ports[0].1, "/"), format!("host={b_id}\n"));
+
+    // No network: the pooled uplink is taken away.
+    assert!(ready());
+    let c = spawn(&["--network", "none"]);
+    let c_id = c["id"].as_str().unwrap().to_string();
+    assert_eq!(c["network"]["mode"], "none", "{c}");
+    let (rc, out) = guest_fetch(&d, &c_id, &net.url("/hello"), 5);
+    assert_ne!(
+        rc, 0,
+        "a network:none sandbox from the pool reached the server: {out}"
+    );
+
+    // Turning the pool off and removing the sandboxes leaves nothing.
+    assert!(ready());
+    let mut all: Vec<String> = unlisted_namespaces(&d)
+        .iter()
+        .map(|n| n.trim_start_matches("fvm-").to_string())
+        .collect();
+    d.ok(&["snapshot", "pool", &tpl, "0"]);
+    for id in [&a_id, &b_id, &c_id] {
+        d.ok(&["rm", id]);
+        all.push(id.clone());
+    }
+    assert!(
+        wait_until(Duration::from_secs(30), || leftovers(&d, &all).is_empty()),
+        "left behind: {:?}",
+        leftovers(&d, &all)
+    );
+    assert!(unlisted_namespaces(&d).is_empty());
+}

@@ -52,6 +52,16 @@ pub struct SandboxNet {
 }
 
 impl SandboxNet {
+    /// Whether this network, set up ahead of time with no published port,
+    /// is exactly what `req` asks for (whether the spawn waits for it does
+    /// not change what is set up).
+    pub fn serves(&self, req: &NetRequest) -> bool {
+        self.mode == req.mode
+            && self.ports.is_empty()
+            && req.ports.is_empty()
+            && self.egress == req.egress
+    }
+
     pub fn info(&self) -> NetworkInfo {
         let slot = self.slot.map(Slot::from_host);
         NetworkInfo {
@@ -396,6 +406,14 @@ impl Net {
 
     /// The host-side parts of a network: forwarded ports, the host table
     /// entry, the pool claim.
+    /// Undo what [`Net::setup`] did for `id`, but keep its namespace (and
+    /// the tap in it): used when a warm pool's ready-made network is not
+    /// the one a spawn asks for. [`Net::setup`] then starts over (its
+    /// sandbox ruleset replaces the old one whole).
+    pub async fn release_uplink(&self, id: &str, net: &SandboxNet) {
+        self.teardown_host(id, net).await;
+    }
+
     async fn teardown_host(&self, id: &str, net: &SandboxNet) {
         self.forwards
             .lock()
@@ -520,5 +538,44 @@ impl Net {
                 format!("the guest's network did not come up: {e}"),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ready_made_network_serves_only_the_same_request() {
+        let ready = SandboxNet {
+            mode: NetworkMode::Nat,
+            slot: Some(Ipv4Addr::new(10, 231, 0, 1)),
+            ports: Vec::new(),
+            egress: None,
+        };
+        let nat = NetRequest {
+            mode: NetworkMode::Nat,
+            ..NetRequest::none()
+        };
+        assert!(ready.serves(&nat));
+        // Waiting or not sets up the same thing.
+        assert!(ready.serves(&NetRequest {
+            wait: true,
+            ..nat.clone()
+        }));
+        assert!(!ready.serves(&NetRequest::none()));
+        let port = PortForward { guest: 80, host: 0 };
+        assert!(!ready.serves(&NetRequest {
+            ports: vec![port],
+            ..nat.clone()
+        }));
+        let allow = Some(vec![EgressRule {
+            cidr: "10.0.0.0/8".into(),
+            ports: Vec::new(),
+        }]);
+        assert!(!ready.serves(&NetRequest {
+            egress: allow,
+            ..nat.clone()
+        }));
     }
 }

@@ -54,6 +54,9 @@ pub struct Prepared {
     pub qmp: Arc<Qmp>,
     pub prepare_ms: f64,
     pub qemu_start_ms: f64,
+    /// The network a warm pool set up ahead of time (see
+    /// [`Manager::refill_pool`]); `None` when it is left to the spawn.
+    pub net: Option<crate::net::SandboxNet>,
 }
 
 /// A snapshot whose source has resumed but whose files are not published yet.
@@ -1322,7 +1325,7 @@ impl Manager {
         for mut p in v {
             process::kill(p.pid, libc::SIGKILL);
             let _ = p.child.wait().await;
-            self.net.teardown(&p.id, None).await;
+            self.net.teardown(&p.id, p.net.as_ref()).await;
             p.paths.remove_all();
         }
     }
@@ -1480,6 +1483,7 @@ impl Manager {
             qmp,
             prepare_ms,
             qemu_start_ms: ms(t1.elapsed()),
+            net: None,
         })
     }
 
@@ -1537,6 +1541,7 @@ impl Manager {
                 pooled = Some(p);
                 break;
             }
+            self.net.teardown(&p.id, p.net.as_ref()).await;
             p.paths.remove_all();
         }
         let from_pool = pooled.is_some();
@@ -1587,6 +1592,7 @@ impl Manager {
             qmp,
             prepare_ms,
             qemu_start_ms,
+            net: ready_net,
         } = p;
         self.db.set_pid(&id, pid)?;
         let live = self.attach(
@@ -1606,7 +1612,18 @@ impl Manager {
         // instruction: its first packet already finds its way out.
         let network_ms = if crate::net::Net::has_nic(&snap.manifest.machine.cmdline) {
             let t = Instant::now();
-            let n = self.net.setup(&id, net).await?;
+            let n = match ready_net {
+                // A warm pool set up exactly this network ahead of time.
+                Some(n) if n.serves(net) => n,
+                // It set up the default one, and this spawn asks for
+                // another: undo the uplink part, keep the namespace (the
+                // QEMU's tap lives in it), and set up what was asked.
+                Some(n) => {
+                    self.net.release_uplink(&id, &n).await;
+                    self.net.setup(&id, net).await?
+                }
+                None => self.net.setup(&id, net).await?,
+            };
             self.db.set_network(&id, Some(&n))?;
             Some(ms(t.elapsed()))
         } else {
@@ -1746,7 +1763,11 @@ impl Manager {
                 let Ok(snap) = me.open_verified(&row.id).await else {
                     break;
                 };
-                match me.prepare_restore(&snap, &util::new_id("sb")).await {
+                let prepared = match me.prepare_restore(&snap, &util::new_id("sb")).await {
+                    Ok(p) => Ok(me.pool_network(&snap, p).await),
+                    Err(e) => Err(e),
+                };
+                match prepared {
                     // The snapshot may have been removed, or its pool shrunk,
                     // while we prepared.
                     Ok(p)
@@ -1770,6 +1791,31 @@ impl Manager {
                 f.remove(&row.id);
             }
         });
+    }
+
+    /// Give a pooled QEMU the network a spawn gets by default (`nat`, no
+    /// published port, no allow-list), so that a pool hit does not pay the
+    /// uplink, the rulesets and the address claim (~70-100 ms here) on its
+    /// critical path. A spawn that asks for another network undoes it (see
+    /// [`Manager::finish_restore`]). If it fails, the spawn sets the
+    /// network up itself, as without a pool.
+    async fn pool_network(&self, snap: &StoredSnapshot, mut p: Prepared) -> Prepared {
+        if !crate::net::Net::has_nic(&snap.manifest.machine.cmdline) || !self.net.available() {
+            return p;
+        }
+        let req = match self.net.validate(None, None, None, None, true, 1) {
+            Ok(r) if r.mode == forkvm_api::NetworkMode::Nat => r,
+            _ => return p,
+        };
+        match self.net.setup(&p.id, &req).await {
+            Ok(n) => p.net = Some(n),
+            Err(e) => tracing::warn!(
+                "warm pool of {}: the network is left to the spawn: {}",
+                snap.manifest.id,
+                e.message
+            ),
+        }
+        p
     }
 
     /// The warm-pool size in effect for a snapshot: its own, or the
