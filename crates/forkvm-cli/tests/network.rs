@@ -851,6 +851,17 @@ fn a_warm_pool_hands_out_ready_networks_and_redoes_other_ones() {
         rc, 0,
         "a network:none sandbox from the pool reached the server: {out}"
     );
+    // After a spawn that asked for another network, refills leave the
+    // network to the spawn: a pooled namespace without an uplink appears.
+    assert!(ready());
+    let bare = unlisted_namespaces(&d).iter().any(|n| {
+        let tail: String = n.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        let host_if = format!("fvh{}", &tail[tail.len().saturating_sub(12)..]);
+        !std::path::Path::new("/sys/class/net")
+            .join(host_if)
+            .exists()
+    });
+    assert!(bare, "every pooled QEMU still has a ready-made uplink");
 
     // Turning the pool off and removing the sandboxes leaves nothing.
     assert!(ready());

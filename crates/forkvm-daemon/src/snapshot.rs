@@ -115,7 +115,6 @@ pub struct Chain {
 /// Most QEMU processes one snapshot's warm pool may hold.
 pub const MAX_POOL: u32 = 64;
 
-/// Warm pools: per snapshot, QEMU processes waiting for incoming state.
 /// Snapshots of asynchronous branches that are not (or failed to be)
 /// published, as the API shows them.
 #[derive(Default)]
@@ -141,13 +140,34 @@ impl Pending {
     }
 }
 
+/// Warm pools: per snapshot, QEMU processes waiting for incoming state.
 #[derive(Default)]
 pub struct Pools {
     ready: Mutex<HashMap<String, Vec<Prepared>>>,
     filling: Mutex<HashSet<String>>,
+    /// Snapshots whose last spawn asked for a network other than the
+    /// default: their refills leave the network to the spawn, since
+    /// undoing a ready-made uplink costs more than making none.
+    bare: Mutex<HashSet<String>>,
 }
 
 impl Pools {
+    /// Remember whether a spawn from `snap` asked for the default network.
+    fn note_request(&self, snap: &str, default: bool) {
+        if let Ok(mut b) = self.bare.lock() {
+            if default {
+                b.remove(snap);
+            } else {
+                b.insert(snap.to_string());
+            }
+        }
+    }
+
+    /// Whether a refill of `snap` should set up the default network.
+    fn wants_network(&self, snap: &str) -> bool {
+        self.bare.lock().map_or(true, |b| !b.contains(snap))
+    }
+
     pub fn ready_count(&self, snap: &str) -> u32 {
         self.ready
             .lock()
@@ -1534,6 +1554,12 @@ impl Manager {
     ) -> Result<Sandbox, ApiError> {
         let t0 = Instant::now();
         let m = &snap.manifest;
+        self.pools.note_request(
+            &m.id,
+            net.mode == forkvm_api::NetworkMode::Nat
+                && net.ports.is_empty()
+                && net.egress.is_none(),
+        );
         let mut pooled = None;
         while let Some(mut p) = self.pools.take(&m.id) {
             // A pooled QEMU may have died while it waited.
@@ -1797,10 +1823,15 @@ impl Manager {
     /// published port, no allow-list), so that a pool hit does not pay the
     /// uplink, the rulesets and the address claim (~70-100 ms here) on its
     /// critical path. A spawn that asks for another network undoes it (see
-    /// [`Manager::finish_restore`]). If it fails, the spawn sets the
-    /// network up itself, as without a pool.
+    /// [`Manager::finish_restore`]), which costs about as much again, so
+    /// after such a spawn the snapshot's refills leave the network to the
+    /// spawn until a default request comes back. If the set-up fails, the
+    /// spawn does it itself, as without a pool.
     async fn pool_network(&self, snap: &StoredSnapshot, mut p: Prepared) -> Prepared {
-        if !crate::net::Net::has_nic(&snap.manifest.machine.cmdline) || !self.net.available() {
+        if !crate::net::Net::has_nic(&snap.manifest.machine.cmdline)
+            || !self.net.available()
+            || !self.pools.wants_network(&snap.manifest.id)
+        {
             return p;
         }
         let req = match self.net.validate(None, None, None, None, true, 1) {
