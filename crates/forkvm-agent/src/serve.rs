@@ -285,41 +285,34 @@ fn dispatch(frame: Frame<HostMsg>, agent: &Agent) {
         frame.msg,
         HostMsg::Ping { .. } | HostMsg::Identity { .. } | HostMsg::SetClock { .. }
     ) {
-        let id = frame.msg.id();
-        if panic::catch_unwind(AssertUnwindSafe(|| handle(frame, agent))).is_err() {
-            agent.reply(
-                &ReqError {
-                    code: ERR_IO,
-                    message: "agent bug: the request handler panicked".into(),
-                }
-                .into_msg(id),
-                &[],
-            );
-        }
-        return;
+        return handle_guarded(frame, agent);
     }
     let id = frame.msg.id();
     let a = agent.clone();
     let spawned = thread::Builder::new()
         .name(format!("req-{id}"))
-        .spawn(move || {
-            // A bug in a handler must not leave the host waiting forever.
-            if panic::catch_unwind(AssertUnwindSafe(|| handle(frame, &a))).is_err() {
-                a.reply(
-                    &ReqError {
-                        code: ERR_IO,
-                        message: "agent bug: the request handler panicked".into(),
-                    }
-                    .into_msg(id),
-                    &[],
-                );
-            }
-        });
+        .spawn(move || handle_guarded(frame, &a));
     if let Err(e) = spawned {
         agent.reply(
             &ReqError {
                 code: ERR_IO,
                 message: format!("cannot start a thread: {e}"),
+            }
+            .into_msg(id),
+            &[],
+        );
+    }
+}
+
+/// [`handle`], answering with an error if it panics: a bug in a handler
+/// must not leave the host waiting forever.
+fn handle_guarded(frame: Frame<HostMsg>, agent: &Agent) {
+    let id = frame.msg.id();
+    if panic::catch_unwind(AssertUnwindSafe(|| handle(frame, agent))).is_err() {
+        agent.reply(
+            &ReqError {
+                code: ERR_IO,
+                message: "agent bug: the request handler panicked".into(),
             }
             .into_msg(id),
             &[],

@@ -619,6 +619,32 @@ fn branched_children_serve_on_their_own_ports_and_drop_inherited_connections() {
     }
 }
 
+/// The host-side uplink name of a sandbox (or of its namespace name), as
+/// docs/networking.md gives it: `fvh` and the last 12 alphanumerics.
+fn host_if(id: &str) -> String {
+    let tail: String = id.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    format!("fvh{}", &tail[tail.len().saturating_sub(12)..])
+}
+
+fn link_exists(name: &str) -> bool {
+    std::path::Path::new("/sys/class/net").join(name).exists()
+}
+
+/// Records under `/run/forkvm/net/<sub>` that name this daemon's home:
+/// (file name, contents).
+fn owned_records(d: &Daemon, sub: &str) -> Vec<(String, String)> {
+    let Ok(rd) = std::fs::read_dir(format!("/run/forkvm/net/{sub}")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            (name, std::fs::read_to_string(e.path()).unwrap_or_default())
+        })
+        .filter(|(_, t)| t.lines().any(|l| std::path::Path::new(l) == d.home))
+        .collect()
+}
+
 /// Everything of one daemon's networking that could leak.
 fn leftovers(d: &Daemon, ids: &[String]) -> Vec<String> {
     let mut left = Vec::new();
@@ -627,29 +653,19 @@ fn leftovers(d: &Daemon, ids: &[String]) -> Vec<String> {
         if std::path::Path::new("/run/netns").join(&ns).exists() {
             left.push(format!("namespace {ns}"));
         }
-        let tail: String = id.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
-        let host_if = format!("fvh{}", &tail[tail.len().saturating_sub(12)..]);
-        if std::path::Path::new("/sys/class/net")
-            .join(&host_if)
-            .exists()
-        {
+        let host_if = host_if(id);
+        if link_exists(&host_if) {
             left.push(format!("link {host_if}"));
         }
     }
     // Pool claims and namespace owners recorded for these sandboxes.
     for sub in ["slots", "ns"] {
-        if let Ok(rd) = std::fs::read_dir(format!("/run/forkvm/net/{sub}")) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().to_string();
-                let t = std::fs::read_to_string(e.path()).unwrap_or_default();
-                let ours = t.lines().any(|l| std::path::Path::new(l) == d.home);
-                if ours
-                    && ids
-                        .iter()
-                        .any(|id| name == format!("fvm-{id}") || t.starts_with(&format!("{id}\n")))
-                {
-                    left.push(format!("registry {sub}/{name}"));
-                }
+        for (name, t) in owned_records(d, sub) {
+            if ids
+                .iter()
+                .any(|id| name == format!("fvm-{id}") || t.starts_with(&format!("{id}\n")))
+            {
+                left.push(format!("registry {sub}/{name}"));
             }
         }
     }
@@ -665,8 +681,7 @@ fn leftovers(d: &Daemon, ids: &[String]) -> Vec<String> {
     );
     let text = String::from_utf8_lossy(&o.stdout);
     for id in ids {
-        let tail: String = id.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
-        let host_if = format!("fvh{}", &tail[tail.len().saturating_sub(12)..]);
+        let host_if = host_if(id);
         if text.contains(&host_if) {
             left.push(format!("nft set {table} ifaces holds {host_if}"));
         }
@@ -768,17 +783,11 @@ fn unlisted_namespaces(d: &Daemon) -> Vec<String> {
         .iter()
         .map(|s| format!("fvm-{}", s["id"].as_str().unwrap()))
         .collect();
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/run/forkvm/net/ns") {
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            let t = std::fs::read_to_string(e.path()).unwrap_or_default();
-            if t.lines().any(|l| std::path::Path::new(l) == d.home) && !listed.contains(&name) {
-                out.push(name);
-            }
-        }
-    }
-    out
+    owned_records(d, "ns")
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !listed.contains(name))
+        .collect()
 }
 
 /// A warm pool hands out QEMUs whose default network (`nat`, no port, no
@@ -854,13 +863,9 @@ fn a_warm_pool_hands_out_ready_networks_and_redoes_other_ones() {
     // After a spawn that asked for another network, refills leave the
     // network to the spawn: a pooled namespace without an uplink appears.
     assert!(ready());
-    let bare = unlisted_namespaces(&d).iter().any(|n| {
-        let tail: String = n.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
-        let host_if = format!("fvh{}", &tail[tail.len().saturating_sub(12)..]);
-        !std::path::Path::new("/sys/class/net")
-            .join(host_if)
-            .exists()
-    });
+    let bare = unlisted_namespaces(&d)
+        .iter()
+        .any(|n| !link_exists(&host_if(n)));
     assert!(bare, "every pooled QEMU still has a ready-made uplink");
 
     // Turning the pool off and removing the sandboxes leaves nothing.

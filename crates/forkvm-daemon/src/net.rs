@@ -94,6 +94,13 @@ pub struct NetRequest {
 }
 
 impl NetRequest {
+    /// The network a spawn gets when it asks for nothing on a host with
+    /// networking: `nat`, no published port, no allow-list. Warm pools set
+    /// this one up ahead of time.
+    pub fn is_default_nat(&self) -> bool {
+        self.mode == NetworkMode::Nat && self.ports.is_empty() && self.egress.is_none()
+    }
+
     /// No network at all (a sandbox without a NIC, or a template's source).
     pub fn none() -> NetRequest {
         NetRequest {
@@ -356,7 +363,7 @@ impl Net {
         }
         .await;
         if let Err(e) = r {
-            self.teardown_host(id, &net).await;
+            self.release_uplink(id, &net).await;
             let _ = ns::run(None, "ip", &["link", "del", &host_if], None).await;
             return Err(e);
         }
@@ -404,17 +411,13 @@ impl Net {
         Ok(bound)
     }
 
-    /// The host-side parts of a network: forwarded ports, the host table
-    /// entry, the pool claim.
-    /// Undo what [`Net::setup`] did for `id`, but keep its namespace (and
-    /// the tap in it): used when a warm pool's ready-made network is not
-    /// the one a spawn asks for. [`Net::setup`] then starts over (its
+    /// Undo the host-side parts of what [`Net::setup`] did for `id`
+    /// (forwarded ports, the host table entry, the uplink veth, the pool
+    /// claim) but keep its namespace and the tap in it. Part of every
+    /// teardown; on its own, when a warm pool's ready-made network is not
+    /// the one a spawn asks for ([`Net::setup`] then starts over: its
     /// sandbox ruleset replaces the old one whole).
     pub async fn release_uplink(&self, id: &str, net: &SandboxNet) {
-        self.teardown_host(id, net).await;
-    }
-
-    async fn teardown_host(&self, id: &str, net: &SandboxNet) {
         self.forwards
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -445,7 +448,7 @@ impl Net {
     /// exited (a namespace with a live process in it outlives its name).
     pub async fn teardown(&self, id: &str, net: Option<&SandboxNet>) {
         if let Some(n) = net {
-            self.teardown_host(id, n).await;
+            self.release_uplink(id, n).await;
         } else {
             self.forwards
                 .lock()

@@ -1554,12 +1554,7 @@ impl Manager {
     ) -> Result<Sandbox, ApiError> {
         let t0 = Instant::now();
         let m = &snap.manifest;
-        self.pools.note_request(
-            &m.id,
-            net.mode == forkvm_api::NetworkMode::Nat
-                && net.ports.is_empty()
-                && net.egress.is_none(),
-        );
+        self.pools.note_request(&m.id, net.is_default_nat());
         let mut pooled = None;
         while let Some(mut p) = self.pools.take(&m.id) {
             // A pooled QEMU may have died while it waited.
@@ -1835,7 +1830,7 @@ impl Manager {
             return p;
         }
         let req = match self.net.validate(None, None, None, None, true, 1) {
-            Ok(r) if r.mode == forkvm_api::NetworkMode::Nat => r,
+            Ok(r) if r.is_default_nat() => r,
             _ => return p,
         };
         match self.net.setup(&p.id, &req).await {
