@@ -173,6 +173,12 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     mgr.recover()
         .await
         .map_err(|e| StartError::Setup(format!("cannot re-attach sandboxes: {e}")))?;
+    // Again, now that the old daemon's QEMUs are re-attached: one of them
+    // may have still been writing into a staging directory at the first
+    // sweep (Store::open).
+    for name in mgr.store.sweep() {
+        tracing::warn!("cannot remove the unfinished snapshot directory {name}");
+    }
     mgr.reconcile_snapshots();
     mgr.collect_layers().await;
     for r in mgr.db.snapshots().unwrap_or_default() {

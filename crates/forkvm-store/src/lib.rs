@@ -140,16 +140,44 @@ impl Store {
     /// Open (creating) the store and delete what crashed writers left.
     pub fn open(root: &Path) -> Result<Store, StoreError> {
         std::fs::create_dir_all(root).map_err(io(root))?;
-        for e in std::fs::read_dir(root).map_err(io(root))?.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with(".tmp-") || name.starts_with(".trash-") {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
-        Ok(Store {
+        let store = Store {
             root: root.to_path_buf(),
             verified: Mutex::new(HashMap::new()),
-        })
+        };
+        store.sweep();
+        Ok(store)
+    }
+
+    /// Delete what crashed writers left (`.tmp-*` and `.trash-*`); returns
+    /// the entries that could not be deleted. A writer of the crashed
+    /// daemon may outlive it (a QEMU still saving into a staging
+    /// directory), so a removal that races with a file being created is
+    /// retried a few times, and the daemon sweeps again once it has dealt
+    /// with the old daemon's QEMUs.
+    pub fn sweep(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        let Ok(rd) = std::fs::read_dir(&self.root) else {
+            return left;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !(name.starts_with(".tmp-") || name.starts_with(".trash-")) {
+                continue;
+            }
+            let gone = (0..10).any(|i| {
+                if i > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                match std::fs::remove_dir_all(e.path()) {
+                    Ok(()) => true,
+                    Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+                }
+            });
+            if !gone {
+                left.push(name);
+            }
+        }
+        left
     }
 
     pub fn root(&self) -> &Path {
