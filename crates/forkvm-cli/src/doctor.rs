@@ -88,6 +88,28 @@ pub async fn run(json: bool) -> Result<ExitCode> {
                     "the machine type every sandbox uses",
                     true,
                 ));
+                let missing = &f.microvm_missing_options;
+                checks.push(check(
+                    "qemu: microvm options",
+                    if f.microvm && missing.is_empty() {
+                        Status::Ok
+                    } else {
+                        Status::Fail
+                    },
+                    if missing.is_empty() {
+                        format!(
+                            "accepted: {} (no legacy PIC/PIT, which crash cold boots; docs/boot.md)",
+                            forkvm_qemu::spec::MACHINE
+                        )
+                    } else {
+                        format!(
+                            "this QEMU's microvm lacks {}; forkvm boots {}",
+                            missing.join(", "),
+                            forkvm_qemu::spec::MACHINE
+                        )
+                    },
+                    (!missing.is_empty()).then_some(SETUP),
+                ));
                 checks.push(feat(
                     "qemu: mapped-ram",
                     f.mapped_ram,

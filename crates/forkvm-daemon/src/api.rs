@@ -145,9 +145,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
         if bytes.is_empty() {
             return Err(ApiError::invalid("the request needs a JSON body"));
         }
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+        parse_object(&bytes).map(JsonBody)
     }
 }
 
@@ -163,10 +161,30 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptJsonBo
         if bytes.is_empty() {
             return Ok(OptJsonBody(T::default()));
         }
-        serde_json::from_slice(&bytes)
-            .map(OptJsonBody)
-            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+        parse_object(&bytes).map(OptJsonBody)
     }
+}
+
+/// Parse a request body that must be a JSON object. serde would otherwise
+/// fill a struct from an array (`[null, null]` is a positional struct), so
+/// anything but an object is refused before it is parsed.
+fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let first = bytes.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    let kind = match first {
+        Some(b'{') => None,
+        Some(b'[') => Some("an array"),
+        Some(b'"') => Some("a string"),
+        Some(b'-' | b'0'..=b'9') => Some("a number"),
+        Some(b't' | b'f') => Some("a boolean"),
+        Some(b'n') => Some("null"),
+        _ => Some("not JSON"),
+    };
+    if let Some(kind) = kind {
+        return Err(ApiError::invalid(format!(
+            "the request body must be a JSON object ({{\"field\": value, ...}}); this one is {kind}"
+        )));
+    }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
 }
 
 fn body_error(status: StatusCode, text: String) -> ApiError {
@@ -902,6 +920,36 @@ mod tests {
         assert!(!constant_time_eq(b"secret", b"secret2"));
         assert!(!constant_time_eq(b"", b"x"));
         assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn bodies_must_be_json_objects() {
+        #[derive(Debug, Default, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Req {
+            a: Option<u32>,
+            b: Option<String>,
+        }
+        for (body, kind) in [
+            (&b"[null, null]"[..], "an array"),
+            (b" \n[]", "an array"),
+            (b"\"x\"", "a string"),
+            (b"42", "a number"),
+            (b"-1", "a number"),
+            (b"true", "a boolean"),
+            (b"null", "null"),
+            (b"<xml/>", "not JSON"),
+            (b"   ", "not JSON"),
+        ] {
+            let e = parse_object::<Req>(body).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert!(e.message.contains("must be a JSON object"), "{}", e.message);
+            assert!(e.message.ends_with(kind), "{body:?}: {}", e.message);
+        }
+        let r: Req = parse_object(b" \r\n\t{\"a\": 1}").unwrap();
+        assert_eq!(r.a, Some(1));
+        let e = parse_object::<Req>(b"{\"a\": ").unwrap_err();
+        assert!(e.message.starts_with("invalid JSON body"), "{}", e.message);
     }
 
     /// The checked-in OpenAPI document must equal what the server generates,

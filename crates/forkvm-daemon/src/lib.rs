@@ -20,6 +20,7 @@ pub mod api;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod failure;
 pub mod net;
 pub mod sandbox;
 pub mod snapshot;
@@ -60,7 +61,9 @@ async fn kvm_probe(cfg: &Config) -> Result<Duration, String> {
     let mut child = tokio::process::Command::new(&cfg.qemu)
         .args([
             "-M",
-            "microvm,acpi=on",
+            // The same machine as every sandbox (see spec::MACHINE): the
+            // legacy PIC/PIT could kill this probe in early boot too.
+            forkvm_qemu::spec::MACHINE,
             "-accel",
             "kvm",
             "-cpu",

@@ -33,6 +33,7 @@ use crate::agent::{self, AgentConn, AgentError};
 use crate::config::{Config, SandboxPaths};
 use crate::db::{Db, SandboxRow};
 use crate::error::ApiError;
+use crate::failure::{console_tail, describe_status, died_while_booting, failure_reason};
 use crate::util;
 
 /// Defaults for a spawn request.
@@ -565,6 +566,13 @@ impl Manager {
                 Ok(self.view(row, false))
             }
             Err(e) => {
+                let from = match self.db.get(id) {
+                    Ok(Some(SandboxRow {
+                        snapshot: Some(s), ..
+                    })) => format!("restore from snapshot {s}"),
+                    _ => "cold boot".to_string(),
+                };
+                tracing::warn!(sandbox = %id, code = e.code, "spawn of sandbox {id} ({from}) failed: {}", e.message);
                 self.discard_failed_spawn(id).await;
                 Err(e)
             }
@@ -618,6 +626,7 @@ impl Manager {
 
         let spec = MachineSpec {
             name: id.to_string(),
+            machine: forkvm_qemu::spec::MACHINE.to_string(),
             accel: self.accel.accel,
             memory_mib,
             cpus,
@@ -658,22 +667,36 @@ impl Manager {
         let t2 = Instant::now();
         let deadline = Duration::from_secs(self.cfg.boot_timeout_secs);
         let mut exited = live.exited.clone();
-        let conn = tokio::select! {
-            r = agent::wait_ready(&paths.agent, deadline) => r.map_err(|e| {
-                ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    codes::GUEST_TIMEOUT,
-                    format!("the guest did not come up: {e}. Console tail:\n{}", util::tail_file(&paths.console, 2000)),
-                )
-            })?,
+        let mut exited_after = live.exited.clone();
+        // Ok(agent answer) or Err(QEMU's exit reason); handled after the
+        // select so that no watch guard is held across an await.
+        let outcome = tokio::select! {
+            r = agent::wait_ready(&paths.agent, deadline) => Ok(r),
             r = exited.wait_for(|e| e.is_some()) => {
-                let why = r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default();
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    codes::QEMU_FAILED,
-                    format!("the VM died while booting: {why}"),
-                ));
+                Err(r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default())
             }
+        };
+        let conn = match outcome {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                // The agent's socket closes the moment QEMU exits, a little
+                // before the daemon reaps it: wait for the exit so the error
+                // says why instead of "connection closed".
+                return Err(
+                    match exit_within(&mut exited_after, Duration::from_secs(3)).await {
+                        Some(why) => died_while_booting(&why, paths),
+                        None => ApiError::new(
+                            StatusCode::GATEWAY_TIMEOUT,
+                            codes::GUEST_TIMEOUT,
+                            format!(
+                                "the guest did not come up: {e}; QEMU is still running, so the guest may be hung. Last console lines:\n{}",
+                                console_tail(paths)
+                            ),
+                        ),
+                    },
+                );
+            }
+            Err(why) => return Err(died_while_booting(&why, paths)),
         };
         *live.agent.lock().await = Some(conn);
         let boot_ms = ms(t2.elapsed());
@@ -926,40 +949,11 @@ pub(crate) fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0 * 100.0).round() / 100.0
 }
 
-fn describe_status(s: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    if let Some(sig) = s.signal() {
-        let name = match sig {
-            libc::SIGKILL => " (SIGKILL)",
-            libc::SIGTERM => " (SIGTERM)",
-            libc::SIGSEGV => " (SIGSEGV)",
-            libc::SIGABRT => " (SIGABRT)",
-            _ => "",
-        };
-        format!("QEMU was killed by signal {sig}{name}")
-    } else {
-        format!("QEMU exited with status {}", s.code().unwrap_or(-1))
-    }
-}
-
-/// Turn an exit status plus the console log into a reason a user can act on.
-fn failure_reason(status: &str, paths: &SandboxPaths) -> String {
-    let console = util::tail_file(&paths.console, 64 << 10);
-    if let Some(line) = console.lines().rev().find(|l| l.contains("Kernel panic")) {
-        return format!("guest kernel panic: {}", line.trim());
-    }
-    if let Some(line) = console
-        .lines()
-        .rev()
-        .find(|l| l.contains("forkvm-agent: FATAL"))
-    {
-        return format!("guest init failed: {}", line.trim());
-    }
-    let qemu_err = util::tail_file(&paths.qemu_log, 2000);
-    let qemu_err = qemu_err.trim();
-    if qemu_err.is_empty() {
-        status.to_string()
-    } else {
-        format!("{status}: {qemu_err}")
+/// The exit reason of a VM if it exits within `d`.
+async fn exit_within(rx: &mut watch::Receiver<Option<String>>, d: Duration) -> Option<String> {
+    let r = tokio::time::timeout(d, rx.wait_for(|e| e.is_some())).await;
+    match r {
+        Ok(Ok(g)) => g.clone(),
+        _ => None,
     }
 }

@@ -414,8 +414,14 @@ impl Manager {
         template_key: Option<String>,
         how: Save,
     ) -> Result<forkvm_api::Snapshot, ApiError> {
-        let f = self.freeze(id, tag, template_key, None, how).await?;
-        let snap = self.publish_frozen(f).await?;
+        let r = async {
+            let f = self.freeze(id, tag, template_key, None, how).await?;
+            self.publish_frozen(f).await
+        }
+        .await;
+        let snap = r.inspect_err(|e| {
+            tracing::warn!(sandbox = %id, code = e.code, "snapshot of sandbox {id} failed: {}", e.message);
+        })?;
         // It follows the daemon's default pool size, which may be > 0.
         self.refill_pool(&snap.id);
         Ok(snap)
@@ -444,6 +450,14 @@ impl Manager {
             ))
         })?;
         let t0 = Instant::now();
+        // The devices of the running QEMU, which the snapshot's restores
+        // must recreate (a clone of an old snapshot still has the PIC/PIT).
+        let machine = forkvm_qemu::process::machine_arg(live.pid).ok_or_else(|| {
+            ApiError::internal(format!(
+                "cannot read the machine options of sandbox {id}'s QEMU (pid {}); is it still running?",
+                live.pid
+            ))
+        })?;
         let snap_id = util::new_id("sn");
         let live_mode = how == Save::Live;
         // A diff needs a clone whose RAM is a private mapping of a chain's
@@ -708,6 +722,7 @@ impl Manager {
                 kernel: self.cfg.kernel().display().to_string(),
                 initrd: self.cfg.initrd().display().to_string(),
                 cmdline: live.cmdline.clone(),
+                machine: Some(machine),
             },
             base_image: self.cfg.image_rootfs(&row.image).display().to_string(),
             artefacts,
@@ -992,8 +1007,21 @@ impl Manager {
         Ok(view)
     }
 
-    /// Branch: snapshot the sandbox at this instant and spawn children.
+    /// Branch: snapshot the sandbox at this instant and spawn children. A
+    /// failure is logged with the source's id (the source keeps running).
     pub async fn branch(
+        self: &Arc<Self>,
+        id: &str,
+        req: forkvm_api::BranchRequest,
+    ) -> Result<forkvm_api::BranchResult, ApiError> {
+        let r = self.branch_unlogged(id, req).await;
+        if let Err(e) = &r {
+            tracing::warn!(sandbox = %id, code = e.code, "branch of sandbox {id} failed: {}", e.message);
+        }
+        r
+    }
+
+    async fn branch_unlogged(
         self: &Arc<Self>,
         id: &str,
         req: forkvm_api::BranchRequest,
@@ -1416,6 +1444,13 @@ impl Manager {
         };
         let spec = MachineSpec {
             name: id.to_string(),
+            // The devices the stream holds: a snapshot made before the
+            // options were recorded had the PIC and the PIT.
+            machine: m
+                .machine
+                .machine
+                .clone()
+                .unwrap_or_else(|| forkvm_qemu::spec::LEGACY_MACHINE.to_string()),
             accel: self.accel.accel,
             memory_mib: m.machine.memory_mib,
             cpus: m.machine.cpus,

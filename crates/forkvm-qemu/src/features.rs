@@ -56,6 +56,21 @@ pub struct Features {
     /// `rom=` on memory-backend-file (needed for read-only clone memory).
     pub memory_backend_rom: bool,
     pub vmgenid: bool,
+    /// The options of [`crate::spec::MACHINE`] that this QEMU's `microvm`
+    /// lacks (empty when all are there). Without `pic`/`pit` a cold boot can
+    /// die in early boot (see `spec::MACHINE`).
+    #[serde(default)]
+    pub microvm_missing_options: Vec<String>,
+}
+
+/// The option names of a `-M` value (`microvm,acpi=on,pic=off` gives
+/// `acpi`, `pic`).
+pub fn machine_option_names(machine: &str) -> Vec<String> {
+    machine
+        .split(',')
+        .skip(1)
+        .filter_map(|o| o.split_once('=').map(|(k, _)| k.to_string()))
+        .collect()
 }
 
 /// Start an empty QEMU and ask it which features exist.
@@ -92,6 +107,22 @@ pub async fn probe(bin: &Path, scratch: &Path) -> Result<Features, String> {
         f.microvm = machines
             .as_array()
             .is_some_and(|a| a.iter().any(|m| m["name"] == "microvm"));
+        // QOM names the machine type `<name>-machine`.
+        let props = qmp
+            .execute(
+                "qom-list-properties",
+                Some(json!({"typename": "microvm-machine"})),
+            )
+            .await
+            .unwrap_or_default();
+        f.microvm_missing_options = machine_option_names(crate::spec::MACHINE)
+            .into_iter()
+            .filter(|o| {
+                !props
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|p| p["name"] == o.as_str()))
+            })
+            .collect();
         let caps = qmp
             .execute("query-migrate-capabilities", None)
             .await
@@ -133,6 +164,15 @@ pub async fn probe(bin: &Path, scratch: &Path) -> Result<Features, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machine_option_names_skip_the_type() {
+        assert_eq!(
+            machine_option_names("microvm,acpi=on,pic=off,pit=off"),
+            ["acpi", "pic", "pit"]
+        );
+        assert!(machine_option_names("microvm").is_empty());
+    }
 
     #[test]
     fn versions_parse() {

@@ -138,10 +138,29 @@ pub fn is_our_qemu(pid: u32, name: &str) -> bool {
 
 /// The `-append` (kernel command line) argument of a running QEMU.
 pub fn append_arg(pid: u32) -> Option<String> {
+    arg_of(pid, b"-append")
+}
+
+/// The machine options (`-M`, without the memory backend that
+/// `MachineSpec::to_args` adds) of a running QEMU: what a snapshot of it
+/// must be restored into.
+pub fn machine_arg(pid: u32) -> Option<String> {
+    let m = arg_of(pid, b"-M")?;
+    Some(strip_memory_backend(&m))
+}
+
+fn strip_memory_backend(m: &str) -> String {
+    m.split(',')
+        .filter(|o| !o.starts_with("memory-backend="))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn arg_of(pid: u32, flag: &[u8]) -> Option<String> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let mut args = cmdline.split(|b| *b == 0);
     while let Some(a) = args.next() {
-        if a == b"-append" {
+        if a == flag {
             return args.next().map(|v| String::from_utf8_lossy(v).into_owned());
         }
     }
@@ -164,6 +183,19 @@ mod tests {
     fn own_pid_is_not_a_qemu() {
         assert!(!is_our_qemu(std::process::id(), "x"));
         assert!(!is_our_qemu(0, "x"));
+    }
+
+    #[test]
+    fn machine_options_drop_the_memory_backend() {
+        assert_eq!(
+            strip_memory_backend("microvm,acpi=on,pic=off,pit=off,memory-backend=mem"),
+            "microvm,acpi=on,pic=off,pit=off"
+        );
+        assert_eq!(
+            strip_memory_backend("microvm,acpi=on,memory-backend=mem"),
+            "microvm,acpi=on"
+        );
+        assert!(machine_arg(std::process::id()).is_none());
     }
 
     #[test]

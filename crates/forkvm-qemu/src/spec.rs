@@ -3,7 +3,8 @@
 //! Every forkvm sandbox is the same shape of machine:
 //!
 //! * `microvm` with ACPI, so virtio-mmio devices are discovered as ACPI
-//!   `LNRO0005` devices (the kernel has no cmdline virtio-mmio devices);
+//!   `LNRO0005` devices (the kernel has no cmdline virtio-mmio devices), and
+//!   without the legacy 8259 PIC and 8254 PIT (see [`MACHINE`]);
 //! * guest RAM from a `memory-backend-file`, so the RAM is a file that
 //!   snapshots can copy and clones can map copy-on-write;
 //! * the kernel booted directly by PVH from an ELF vmlinux (no firmware, no
@@ -61,11 +62,37 @@ pub struct MemoryBackend {
     pub readonly: bool,
 }
 
+/// The `-M` machine options of every new boot (the memory backend is added
+/// by [`MachineSpec::to_args`]).
+///
+/// `pic=off,pit=off` fix an early-boot crash. `microvm,acpi=on` gives the
+/// guest a hardware-reduced ACPI platform, so Linux assumes there is no 8259
+/// PIC and no PIT (`acpi_generic_reduced_hw_init`: it installs the null
+/// legacy PIC and skips the PIT timer) and never programs them. QEMU still
+/// creates both by default, resets the boot CPU's LAPIC LINT0 to ExtINT
+/// (unmasked), and with no firmware the PIC's vector base stays 0. The PIT
+/// counts from reset and raises IRQ0, so the first `sti` in `start_kernel`
+/// takes vector 0 and the guest dies with "Oops: divide error" whenever the
+/// PIT fired before the kernel set up its LAPIC: under TCG that depended on
+/// timing, one cold boot in a few. Without the two devices the guest is
+/// exactly what Linux assumed: the LAPIC timer gives clock events, the TSC
+/// is the clocksource (as before). docs/boot.md has the evidence.
+pub const MACHINE: &str = "microvm,acpi=on,pic=off,pit=off";
+
+/// The machine options of snapshots made before [`MACHINE`]: a restore must
+/// recreate the devices its migration stream holds (the PIC and the PIT), so
+/// such snapshots keep restoring into this machine. Their guests are past
+/// early boot, where the stray interrupt could hurt.
+pub const LEGACY_MACHINE: &str = "microvm,acpi=on";
+
 /// The full description of one microVM.
 #[derive(Debug, Clone)]
 pub struct MachineSpec {
     /// A short name for `ps` and QEMU's `-name`.
     pub name: String,
+    /// The `-M` options without the memory backend: [`MACHINE`] for a boot,
+    /// the snapshot's recorded options for a restore.
+    pub machine: String,
     pub accel: Accel,
     pub memory_mib: u32,
     pub cpus: u32,
@@ -126,7 +153,7 @@ impl MachineSpec {
             "-name".into(),
             format!("forkvm-{},process=forkvm-{}", self.name, self.name),
             "-M".into(),
-            "microvm,acpi=on,memory-backend=mem".into(),
+            format!("{},memory-backend=mem", self.machine),
             "-accel".into(),
             accel.into(),
             "-cpu".into(),
@@ -218,8 +245,13 @@ fn on_off(b: bool) -> &'static str {
 pub fn kernel_cmdline(hostname: &str, accel: Accel, extra: &str) -> String {
     // panic=1 with -no-reboot turns a guest panic into a QEMU exit.
     // 8250.nr_uarts=1 and the quiet flags shave boot time under TCG.
+    // earlyprintk=serial: ttyS0 only becomes the console in console_init(),
+    // after start_kernel first enables interrupts; without an early console
+    // an Oops or panic before that point reaches no log at all. With
+    // loglevel=4 only warnings and worse are printed, so a good boot writes
+    // (almost) nothing early and pays nothing for it.
     let mut s = format!(
-        "console=ttyS0 panic=1 quiet loglevel=4 8250.nr_uarts=1 \
+        "console=ttyS0 earlyprintk=serial panic=1 quiet loglevel=4 8250.nr_uarts=1 \
          random.trust_cpu=on forkvm.root=/dev/vda forkvm.hostname={hostname}"
     );
     if accel == Accel::Tcg {
@@ -248,6 +280,7 @@ mod tests {
     fn spec() -> MachineSpec {
         MachineSpec {
             name: "sb1".into(),
+            machine: MACHINE.into(),
             accel: Accel::Tcg,
             memory_mib: 512,
             cpus: 2,
@@ -274,7 +307,7 @@ mod tests {
     #[test]
     fn args_describe_a_microvm_with_file_backed_ram() {
         let a = spec().to_args().join(" ");
-        assert!(a.contains("-M microvm,acpi=on,memory-backend=mem"));
+        assert!(a.contains("-M microvm,acpi=on,pic=off,pit=off,memory-backend=mem"));
         assert!(a.contains("memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/x,share=on"));
         assert!(!a.contains("rom=off"));
         assert!(a.contains("-accel tcg,thread=multi -cpu max"));
@@ -286,6 +319,10 @@ mod tests {
             "TCG boots must not calibrate the TSC: {a}"
         );
         assert!(!kernel_cmdline("x", Accel::Kvm, "").contains("tsc_early_khz"));
+        assert!(
+            a.contains("earlyprintk=serial"),
+            "early boot failures must reach the console log: {a}"
+        );
     }
 
     #[test]
@@ -299,6 +336,11 @@ mod tests {
         assert!(a.contains("share=off,readonly=on,rom=off"));
         assert!(a.contains("-incoming defer"));
         assert!(a.contains("-accel kvm -cpu host"));
+        s.machine = LEGACY_MACHINE.into();
+        assert!(s
+            .to_args()
+            .join(" ")
+            .contains("-M microvm,acpi=on,memory-backend=mem"));
         s.nic = Some(Nic {
             tap: "tap0".into(),
             mac: "02:fc:00:00:00:02".into(),

@@ -64,6 +64,13 @@ pub struct MachineInfo {
     pub kernel: String,
     pub initrd: String,
     pub cmdline: String,
+    /// QEMU's `-M` options (without the memory backend), for example
+    /// `microvm,acpi=on,pic=off,pit=off`. The migration stream holds a
+    /// section per device, so a restore must create the same devices.
+    /// Absent in snapshots made before the option was recorded: those were
+    /// all `microvm,acpi=on` (with the PIC and the PIT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
 }
 
 /// The manifest body.
@@ -192,6 +199,7 @@ pub(crate) mod tests_support {
                 kernel: "/k".into(),
                 initrd: "/i".into(),
                 cmdline: "console=ttyS0".into(),
+                machine: Some("microvm,acpi=on,pic=off,pit=off".into()),
             },
             base_image: "/images/default/rootfs.ext4".into(),
             artefacts: vec![Artefact {
@@ -219,6 +227,18 @@ mod tests {
         assert_eq!(Manifest::decode(&b).unwrap(), m);
         assert_eq!(Manifest::digest(&b).len(), 64);
         assert!(m.artefact("memory").is_some() && m.artefact("disk").is_none());
+    }
+
+    /// Manifests written before the machine options were recorded still
+    /// read, with `machine: None` (restored into the legacy machine).
+    #[test]
+    fn a_manifest_without_machine_options_still_reads() {
+        let mut m = sample();
+        m.machine.machine = None;
+        let b = m.encode();
+        let body = std::str::from_utf8(&b[16..b.len() - 32]).unwrap();
+        assert!(!body.contains("\"machine\": \"microvm"), "{body}");
+        assert_eq!(Manifest::decode(&b).unwrap().machine.machine, None);
     }
 
     #[test]
