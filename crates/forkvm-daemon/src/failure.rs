@@ -48,18 +48,27 @@ pub(crate) fn failure_reason(status: &str, paths: &SandboxPaths) -> String {
     reason
 }
 
-/// The line of a console log that says why the guest stopped, if any.
+/// The lines of a console log that say why the guest stopped, if any: the
+/// panic line, with the first Oops before it (the panic of an Oops is only
+/// "Attempted to kill the idle task"; the Oops names the fault).
 fn guest_last_word(console: &str) -> Option<String> {
-    let last = |needle: &str| console.lines().rev().find(|l| l.contains(needle));
-    if let Some(line) = last("Kernel panic") {
-        return Some(format!("guest kernel panic: {}", line.trim()));
+    let panic = console.lines().rev().find(|l| l.contains("Kernel panic"));
+    // The first Oops is the cause; later ones are consequences.
+    let oops = console.lines().find(|l| l.contains("Oops:"));
+    match (panic, oops) {
+        (Some(p), Some(o)) => Some(format!(
+            "guest kernel panic: {}, after {}",
+            p.trim(),
+            o.trim()
+        )),
+        (Some(p), None) => Some(format!("guest kernel panic: {}", p.trim())),
+        (None, Some(o)) => Some(format!("guest kernel oops: {}", o.trim())),
+        (None, None) => console
+            .lines()
+            .rev()
+            .find(|l| l.contains("forkvm-agent: FATAL"))
+            .map(|line| format!("guest init failed: {}", line.trim())),
     }
-    // An Oops without a panic line (the panic was not printed, or the log
-    // was cut): the first Oops is the cause, later ones are consequences.
-    if let Some(line) = console.lines().find(|l| l.contains("Oops:")) {
-        return Some(format!("guest kernel oops: {}", line.trim()));
-    }
-    last("forkvm-agent: FATAL").map(|line| format!("guest init failed: {}", line.trim()))
 }
 
 /// The last lines of a sandbox's serial console, for error messages.
@@ -101,7 +110,12 @@ mod tests {
     fn the_panic_line_wins_then_the_first_oops() {
         assert_eq!(
             guest_last_word(OOPS).unwrap(),
-            "guest kernel panic: [    0.2] Kernel panic - not syncing: Attempted to kill the idle task!"
+            "guest kernel panic: [    0.2] Kernel panic - not syncing: Attempted to kill the idle task!, \
+             after [    0.176810] Oops: divide error: 0000 [#1] PREEMPT SMP NOPTI"
+        );
+        assert_eq!(
+            guest_last_word("[ 1.0] Kernel panic - not syncing: VFS\n").unwrap(),
+            "guest kernel panic: [ 1.0] Kernel panic - not syncing: VFS"
         );
         let no_panic = OOPS.replace("Kernel panic", "something");
         assert!(guest_last_word(&no_panic)
