@@ -93,7 +93,10 @@ fn a_guest_that_panics_in_boot_says_so_and_leaves_nothing() {
     let home = dir.path().join("h");
     let guest = home.join("guest");
     std::fs::create_dir_all(&guest).unwrap();
-    for e in std::fs::read_dir(artifacts().join("guest")).unwrap().flatten() {
+    for e in std::fs::read_dir(artifacts().join("guest"))
+        .unwrap()
+        .flatten()
+    {
         if e.file_name() != "initramfs.img" {
             std::os::unix::fs::symlink(e.path(), guest.join(e.file_name())).unwrap();
         }

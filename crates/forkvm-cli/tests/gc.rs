@@ -15,7 +15,10 @@ fn branch(d: &Daemon, id: &str, args: &[&str]) -> (String, Vec<String>) {
     let mut a = vec!["branch", id];
     a.extend_from_slice(args);
     let v = d.json(&a);
-    let snap = v["snapshot"]["id"].as_str().expect("snapshot id").to_string();
+    let snap = v["snapshot"]["id"]
+        .as_str()
+        .expect("snapshot id")
+        .to_string();
     assert_eq!(v["snapshot"]["origin"], "branch", "{v}");
     (snap, ids(&v["children"]))
 }
@@ -72,11 +75,19 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
     assert_eq!(info["gc"]["enabled"], true, "{info}");
     assert_eq!(info["gc"]["grace_secs"], 3600);
     let src = d.ok(&["spawn", "--no-template"]).trim().to_string();
-    sh(&d, &src, "mkdir -p /work && echo precious > /work/data && sync");
+    sh(
+        &d,
+        &src,
+        "mkdir -p /work && echo precious > /work/data && sync",
+    );
 
     // The tag `prune` would be shadowed by the prune route.
     let o = d.run(&["branch", &src, "--count", "0", "--tag", "prune"]);
-    assert!(!o.status.success() && stderr(&o).contains("reserved"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("reserved"),
+        "{}",
+        stderr(&o)
+    );
 
     let (b_tag, _) = branch(&d, &src, &["--count", "0", "--tag", "gc-keep"]);
     let (b_pin, _) = branch(&d, &src, &["--mode", "full", "--count", "0"]);
@@ -87,13 +98,21 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
     assert_eq!(v["pinned"], true);
     assert!(d.ok(&["snapshot", "ls"]).contains("(pinned)"));
     let o = d.run(&["snapshot", "pin", "sn-000000000000"]);
-    assert!(!o.status.success() && stderr(&o).contains("no snapshot"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("no snapshot"),
+        "{}",
+        stderr(&o)
+    );
 
     // Chains of diff snapshots of the child (a clone of a shared snapshot).
     // d1 <- {d2, d3 (tagged)}: d1 stays for d3, d2 goes.
     let (d1, e1) = branch(&d, &child, &["--mode", "diff", "--count", "1"]);
     let (d2, _) = branch(&d, &e1[0], &["--mode", "diff", "--count", "0"]);
-    let (d3, _) = branch(&d, &e1[0], &["--mode", "diff", "--count", "0", "--tag", "gc-tip"]);
+    let (d3, _) = branch(
+        &d,
+        &e1[0],
+        &["--mode", "diff", "--count", "0", "--tag", "gc-tip"],
+    );
     d.ok(&["rm", &e1[0]]);
     // d4 <- d5, nothing needs either: d5 must go before d4.
     let (d4, e4) = branch(&d, &child, &["--mode", "diff", "--count", "1"]);
@@ -107,7 +126,11 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
         .into_iter()
         .cloned()
         .collect();
-    assert_eq!(all, gone.union(&kept).cloned().collect(), "snapshots before the prune");
+    assert_eq!(
+        all,
+        gone.union(&kept).cloned().collect(),
+        "snapshots before the prune"
+    );
 
     // Within the grace period nothing goes, and a dry run removes nothing.
     assert!(pruned(&d.json(&["snapshot", "prune"])).is_empty());
@@ -128,9 +151,15 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
     assert!(r["failed"].as_array().unwrap().is_empty(), "{r}");
     let order = pruned(&r);
     let at = |id: &str| order.iter().position(|(x, _)| x == id).unwrap();
-    assert!(at(&d5) < at(&d4), "children go before their parents: {order:?}");
+    assert!(
+        at(&d5) < at(&d4),
+        "children go before their parents: {order:?}"
+    );
     assert_eq!(
-        order.iter().map(|(id, _)| id.clone()).collect::<BTreeSet<_>>(),
+        order
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect::<BTreeSet<_>>(),
         gone
     );
     let mut total = 0;
@@ -142,7 +171,11 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
             .map(|(_, n)| n)
             .sum();
         assert_eq!(*bytes, left, "freed bytes of {id}");
-        assert!(*bytes > 0 && *bytes >= estimate[id], "{id}: {bytes} < {}", estimate[id]);
+        assert!(
+            *bytes > 0 && *bytes >= estimate[id],
+            "{id}: {bytes} < {}",
+            estimate[id]
+        );
         total += bytes;
         // Gone from the API and from the store, but for a disk layer that
         // a live disk chain still goes through.
@@ -190,11 +223,19 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
     // Unpinned, nothing needs it: the background collector takes it.
     assert_eq!(d.json(&["snapshot", "unpin", &b_pin])["pinned"], false);
     assert!(
-        wait_until(Duration::from_secs(60), || !snapshot_ids(&d).contains(&b_pin)),
+        wait_until(Duration::from_secs(60), || !snapshot_ids(&d)
+            .contains(&b_pin)),
         "the background collector left {b_pin}: {}",
         d.log()
     );
-    assert!(d.log().contains(&format!("removed snapshot {b_pin}")));
+    // The log line follows the removal (index first, then files and layers).
+    assert!(
+        wait_until(Duration::from_secs(30), || d
+            .log()
+            .contains(&format!("removed snapshot {b_pin}"))),
+        "the removal of {b_pin} was not logged: {}",
+        d.log()
+    );
     kept.iter()
         .filter(|id| **id != b_pin)
         .for_each(|id| assert!(snapshot_ids(&d).contains(id), "{id} went too"));

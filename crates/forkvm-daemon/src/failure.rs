@@ -154,7 +154,10 @@ mod tests {
         assert!(tail.ends_with("Attempted to kill the idle task!"));
         let r = failure_reason("QEMU exited with status 0", &paths);
         assert!(r.starts_with("guest kernel panic: "), "{r}");
-        assert!(r.contains("(QEMU exited with status 0): qemu: warning: x"), "{r}");
+        assert!(
+            r.contains("(QEMU exited with status 0): qemu: warning: x"),
+            "{r}"
+        );
         let e = died_while_booting(&r, &paths);
         assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(e.message.contains("Last console lines:\n"), "{}", e.message);

@@ -100,8 +100,7 @@ impl Daemon {
         for sub in ["guest", "images"] {
             // A test may bring its own (e.g. a broken initramfs).
             if !home.join(sub).exists() {
-                std::os::unix::fs::symlink(artifacts().join(sub), home.join(sub))
-                    .expect("symlink");
+                std::os::unix::fs::symlink(artifacts().join(sub), home.join(sub)).expect("symlink");
             }
         }
         let mut d = Daemon {
