@@ -255,7 +255,9 @@ class AsyncClient(_BaseClient):
         """``DELETE /v1/snapshots/{id}/pin``: garbage collection may take it once nothing needs it."""
         return await self._send(_ops.unpin_snapshot(id))
 
-    async def prune_snapshots(self, *, all: Optional[bool] = None, dry_run: Optional[bool] = None) -> models.PruneResult:
+    async def prune_snapshots(
+        self, *, all: Optional[bool] = None, dry_run: Optional[bool] = None
+    ) -> models.PruneResult:
         """``POST /v1/snapshots/prune``: remove the branch points nothing needs, past the grace
         period (or however young, with ``all``); ``dry_run`` only lists them."""
         return await self._send(_ops.prune_snapshots(models.PruneRequest(all=all, dry_run=dry_run)))
