@@ -93,6 +93,9 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
     let (b_pin, _) = branch(&d, &src, &["--mode", "full", "--count", "0"]);
     let (b_used, kids) = branch(&d, &src, &["--mode", "full", "--count", "1"]);
     let child = kids[0].clone();
+    // Written just before the last branch: it lives in that branch point's
+    // disk layer, which the source's disk chain keeps going through.
+    sh(&d, &src, "echo in-the-last-layer > /work/data2 && sync");
     let (b_gone, _) = branch(&d, &src, &["--count", "0"]);
     let v = d.json(&["snapshot", "pin", &b_pin]);
     assert_eq!(v["pinned"], true);
@@ -206,8 +209,22 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
         assert_eq!(sh(&d, &kid, "cat /work/data"), "precious\n", "child of {s}");
         d.ok(&["rm", &kid]);
     }
-    // The source and the child run on, their data intact.
-    assert_eq!(sh(&d, &src, "cat /work/data"), "precious\n");
+    // The source and the child run on, their data intact: read from their
+    // disks, through the layer of the collected branch point, not from the
+    // guest's page cache.
+    assert!(
+        store.join(&b_gone).join("disk.qcow2").exists(),
+        "the source's chain goes through the layer of {b_gone}"
+    );
+    assert_eq!(
+        sh(
+            &d,
+            &src,
+            "sync && echo 3 > /proc/sys/vm/drop_caches && cat /work/data /work/data2"
+        ),
+        "precious\nin-the-last-layer\n"
+    );
+    sh(&d, &src, "echo after > /work/data3 && sync");
     assert_eq!(sh(&d, &child, "cat /work/data"), "precious\n");
 
     // A restart with no grace at all: the pin and the tags still hold.
@@ -239,5 +256,13 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
     kept.iter()
         .filter(|id| **id != b_pin)
         .for_each(|id| assert!(snapshot_ids(&d).contains(id), "{id} went too"));
-    assert_eq!(sh(&d, &src, "cat /work/data"), "precious\n");
+    assert_eq!(sh(&d, &src, "cat /work/data3"), "after\n");
+
+    // Once the source goes, nothing names that layer: the layer collector
+    // deletes what was left of the branch point.
+    d.ok(&["rm", &src]);
+    assert!(
+        wait_until(Duration::from_secs(30), || !store.join(&b_gone).exists()),
+        "the disk layer of {b_gone} outlived the source"
+    );
 }
