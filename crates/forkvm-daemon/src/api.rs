@@ -172,9 +172,7 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptJsonBo
 /// fill a struct from an array (`[null, null]` is a positional struct), so
 /// anything but an object is refused before it is parsed.
 fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let first = bytes
-        .iter()
-        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    let first = bytes.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
     let kind = match first {
         Some(b'{') => None,
         Some(b'[') => Some("an array"),
