@@ -451,6 +451,32 @@ impl Client {
         .await
     }
 
+    /// Keep a snapshot from garbage collection.
+    pub async fn pin_snapshot(&self, id: &str) -> Result<Snapshot, ClientError> {
+        self.json(
+            Method::PUT,
+            &format!("/v1/snapshots/{}/pin", enc(id)),
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// Let garbage collection take a snapshot again (if nothing else keeps it).
+    pub async fn unpin_snapshot(&self, id: &str) -> Result<Snapshot, ClientError> {
+        self.json(
+            Method::DELETE,
+            &format!("/v1/snapshots/{}/pin", enc(id)),
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// Collect the branch points nothing needs, now.
+    pub async fn prune_snapshots(&self, req: &PruneRequest) -> Result<PruneResult, ClientError> {
+        self.json(Method::POST, "/v1/snapshots/prune", Some(req))
+            .await
+    }
+
     pub async fn logs(&self, id: &str) -> Result<Bytes, ClientError> {
         self.call(
             Method::GET,

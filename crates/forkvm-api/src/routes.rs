@@ -25,6 +25,9 @@ pub enum Op {
     DeleteSnapshot,
     SetPool,
     FlattenSnapshot,
+    PinSnapshot,
+    UnpinSnapshot,
+    PruneSnapshots,
 }
 
 /// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
@@ -47,4 +50,9 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     (Op::DeleteSnapshot, "DELETE", "/v1/snapshots/{id}"),
     (Op::SetPool, "PUT", "/v1/snapshots/{id}/pool"),
     (Op::FlattenSnapshot, "POST", "/v1/snapshots/{id}/flatten"),
+    (Op::PinSnapshot, "PUT", "/v1/snapshots/{id}/pin"),
+    (Op::UnpinSnapshot, "DELETE", "/v1/snapshots/{id}/pin"),
+    // A static segment: it shadows the snapshot tag `prune`, which is
+    // therefore refused (see Manager::check_tag).
+    (Op::PruneSnapshots, "POST", "/v1/snapshots/prune"),
 ];

@@ -11,6 +11,7 @@
 
 mod doctor;
 mod doctor_net;
+mod gc;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -160,6 +161,21 @@ enum SnapCmd {
         #[arg(long)]
         tag: Option<String>,
     },
+    /// Keep a snapshot (and what it builds on) from garbage collection.
+    Pin { id: String },
+    /// Let garbage collection take a snapshot again once nothing needs it.
+    Unpin { id: String },
+    /// Remove now the branch points nothing needs (untagged, unpinned, no
+    /// sandbox or snapshot built on them) older than the daemon's grace
+    /// period, and say what that freed.
+    Prune {
+        /// Ignore the grace period: take unneeded branch points however young.
+        #[arg(long)]
+        all: bool,
+        /// Only list what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 /// A warm-pool size on the command line; `None` is `default`.
@@ -287,6 +303,16 @@ enum Cmd {
         /// sandbox's NAT).
         #[arg(long, default_value = forkvm_net_default_pool(), value_name = "CIDR", env = "FORKVM_NET_POOL")]
         net_pool: String,
+        /// Garbage collection never takes a branch point younger than this
+        /// (seconds; `forkvm snapshot prune --all` ignores it).
+        #[arg(long, value_name = "SECONDS", env = "FORKVM_GC_GRACE",
+              default_value_t = forkvm_daemon::config::DEFAULT_GC_GRACE_SECS)]
+        gc_grace: u64,
+        /// Seconds between background collections of unneeded branch
+        /// points; 0 turns background collection off (prune still works).
+        #[arg(long, value_name = "SECONDS", env = "FORKVM_GC_INTERVAL",
+              default_value_t = forkvm_daemon::config::DEFAULT_GC_INTERVAL_SECS)]
+        gc_interval: u64,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -329,6 +355,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             max_requests,
             max_sandboxes,
             net_pool,
+            gc_grace,
+            gc_interval,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -340,6 +368,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.limits.max_concurrent_requests = max_requests;
             cfg.limits.max_sandboxes = max_sandboxes;
             cfg.net_pool = net_pool;
+            cfg.gc_grace = Duration::from_secs(gc_grace);
+            cfg.gc_interval = (gc_interval > 0).then(|| Duration::from_secs(gc_interval));
             cfg.token = std::env::var(forkvm_api::ENV_TOKEN)
                 .ok()
                 .filter(|t| !t.is_empty());
@@ -367,6 +397,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 println!("home:        {}", i.home);
                 println!("images:      {}", i.images.join(", "));
                 println!("sandboxes:   {}", i.sandboxes);
+                println!("{}", gc::info_line(&i.gc));
                 let l = &i.limits;
                 println!(
                     "limits:      memory ≤ {} MiB, cpus ≤ {}, sandboxes ≤ {}, exec output ≤ {} MiB/stream, files ≤ {} MiB",
@@ -609,6 +640,8 @@ async fn snapshot_cmd(
             s.id,
             s.tag.clone().unwrap_or_else(|| if s.template {
                 "(template)".into()
+            } else if s.pinned {
+                "(pinned)".into()
             } else {
                 "-".into()
             }),
@@ -687,6 +720,9 @@ async fn snapshot_cmd(
                 println!("{}", s.id);
             }
         }
+        Some(SnapCmd::Pin { id }) => gc::pin(c, &id, true, json).await?,
+        Some(SnapCmd::Unpin { id }) => gc::pin(c, &id, false, json).await?,
+        Some(SnapCmd::Prune { all, dry_run }) => return gc::prune(c, all, dry_run, json).await,
         Some(SnapCmd::Pool { id, size }) => {
             let s = c.set_pool(&id, size.0).await?;
             if json {

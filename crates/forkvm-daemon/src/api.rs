@@ -54,7 +54,10 @@ type AppState = Arc<Manager>;
         get_snapshot,
         delete_snapshot,
         set_pool,
-        flatten_snapshot
+        flatten_snapshot,
+        crate::gc::http::pin_snapshot,
+        crate::gc::http::unpin_snapshot,
+        crate::gc::http::prune_snapshots
     ),
     components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch)),
     modifiers(&CommonErrors)
@@ -228,6 +231,9 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::DeleteSnapshot => delete(delete_snapshot),
         Op::SetPool => put(set_pool),
         Op::FlattenSnapshot => post(flatten_snapshot),
+        Op::PinSnapshot => put(crate::gc::http::pin_snapshot),
+        Op::UnpinSnapshot => delete(crate::gc::http::unpin_snapshot),
+        Op::PruneSnapshots => post(crate::gc::http::prune_snapshots),
     }
 }
 
@@ -374,6 +380,7 @@ async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
         snapshots: m.db.snapshots()?.len() as u32,
         default_pool_size: m.default_pool_size,
         pools: m.pool_infos(),
+        gc: m.gc_info(),
     }))
 }
 

@@ -19,6 +19,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use forkvm_api::Limits;
 use forkvm_qemu::Accel;
@@ -44,7 +45,19 @@ pub struct Config {
     pub default_pool_size: u32,
     /// The uplink address pool (`--net-pool`).
     pub net_pool: String,
+    /// A branch point younger than this is never collected by the
+    /// background collector or a plain prune (`--gc-grace`).
+    pub gc_grace: Duration,
+    /// How often the background collector runs (`--gc-interval`); `None`
+    /// turns it off.
+    pub gc_interval: Option<Duration>,
 }
+
+/// `serve --gc-grace` by default: ten minutes, long enough for a client to
+/// spawn from, tag or pin a branch point it just made.
+pub const DEFAULT_GC_GRACE_SECS: u64 = 600;
+/// `serve --gc-interval` by default.
+pub const DEFAULT_GC_INTERVAL_SECS: u64 = 60;
 
 impl Config {
     /// Defaults for a data directory.
@@ -78,6 +91,8 @@ impl Config {
             boot_timeout_secs: 180,
             default_pool_size: 0,
             net_pool: forkvm_net::DEFAULT_POOL.to_string(),
+            gc_grace: Duration::from_secs(DEFAULT_GC_GRACE_SECS),
+            gc_interval: Some(Duration::from_secs(DEFAULT_GC_INTERVAL_SECS)),
         }
     }
 

@@ -50,6 +50,50 @@ pub struct SnapshotRow {
     /// The snapshot's own warm-pool size; `None` follows the daemon's
     /// default (`serve --pool-size`).
     pub pool_size: Option<u32>,
+    /// What made it; garbage collection only ever takes branch points.
+    pub origin: Origin,
+    /// Kept from garbage collection whatever else holds (`snapshot pin`).
+    pub pinned: bool,
+}
+
+/// What made a snapshot (the `origin` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Made before the daemon recorded origins, or re-indexed from the
+    /// store after a crash: never collected.
+    Unknown,
+    /// `POST /v1/sandboxes/{id}/branch`: a branch point.
+    Branch,
+    /// `POST /v1/sandboxes/{id}/snapshot`.
+    Snapshot,
+    /// An image's boot template.
+    Template,
+    /// `POST /v1/snapshots/{id}/flatten`.
+    Flatten,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Unknown => "unknown",
+            Origin::Branch => "branch",
+            Origin::Snapshot => "snapshot",
+            Origin::Template => "template",
+            Origin::Flatten => "flatten",
+        }
+    }
+
+    /// The column's value; NULL, and anything a later version may write,
+    /// read as `Unknown`, which garbage collection never takes.
+    fn parse(s: Option<&str>) -> Origin {
+        match s {
+            Some("branch") => Origin::Branch,
+            Some("snapshot") => Origin::Snapshot,
+            Some("template") => Origin::Template,
+            Some("flatten") => Origin::Flatten,
+            _ => Origin::Unknown,
+        }
+    }
 }
 
 /// Database errors.
@@ -66,7 +110,7 @@ pub struct Db {
     conn: Mutex<Connection>,
 }
 
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 fn state_str(s: SandboxState) -> &'static str {
     match s {
@@ -176,7 +220,20 @@ impl Db {
                  COMMIT;",
             )?;
         }
-        debug_assert_eq!(SCHEMA_VERSION, 4);
+        if v < 5 {
+            // What made each snapshot, and pins, for garbage collection.
+            // Rows from before are of unknown origin (never collected),
+            // except boot templates, which their key identifies.
+            conn.execute_batch(
+                "BEGIN;
+                 ALTER TABLE snapshots ADD COLUMN origin TEXT;
+                 ALTER TABLE snapshots ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+                 UPDATE snapshots SET origin = 'template' WHERE template_key IS NOT NULL;
+                 PRAGMA user_version = 5;
+                 COMMIT;",
+            )?;
+        }
+        debug_assert_eq!(SCHEMA_VERSION, 5);
         Ok(())
     }
 
@@ -294,8 +351,8 @@ impl Db {
 
     pub fn insert_snapshot(&self, r: &SnapshotRow) -> Result<(), DbError> {
         self.lock().execute(
-            "INSERT INTO snapshots (id, tag, parent, source, image, memory_mib, cpus, created_at, template_key, pool_size)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO snapshots (id, tag, parent, source, image, memory_mib, cpus, created_at, template_key, pool_size, origin, pinned)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 r.id,
                 r.tag,
@@ -306,7 +363,9 @@ impl Db {
                 r.cpus,
                 r.created_at,
                 r.template_key,
-                r.pool_size
+                r.pool_size,
+                r.origin.as_str(),
+                r.pinned
             ],
         )?;
         Ok(())
@@ -315,7 +374,7 @@ impl Db {
     fn snapshot_where(&self, clause: &str, arg: &str) -> Result<Vec<SnapshotRow>, DbError> {
         let conn = self.lock();
         let mut st = conn.prepare(&format!(
-            "SELECT id, tag, parent, source, image, memory_mib, cpus, created_at, template_key, pool_size
+            "SELECT id, tag, parent, source, image, memory_mib, cpus, created_at, template_key, pool_size, origin, pinned
              FROM snapshots {clause} ORDER BY created_at, id"
         ))?;
         let map = |r: &rusqlite::Row<'_>| {
@@ -330,6 +389,8 @@ impl Db {
                 created_at: r.get(7)?,
                 template_key: r.get(8)?,
                 pool_size: r.get(9)?,
+                origin: Origin::parse(r.get::<_, Option<String>>(10)?.as_deref()),
+                pinned: r.get(11)?,
             })
         };
         let rows = if clause.contains("?1") {
@@ -378,6 +439,28 @@ impl Db {
             params![id, n],
         )?;
         Ok(())
+    }
+
+    /// Pin or unpin a snapshot; false when there is no such row.
+    pub fn set_pinned(&self, id: &str, pinned: bool) -> Result<bool, DbError> {
+        Ok(self.lock().execute(
+            "UPDATE snapshots SET pinned=?2 WHERE id=?1",
+            params![id, pinned],
+        )? > 0)
+    }
+
+    /// How many sandboxes (in any state) run from each snapshot.
+    pub fn sandboxes_per_snapshot(
+        &self,
+    ) -> Result<std::collections::HashMap<String, u32>, DbError> {
+        let conn = self.lock();
+        let mut st = conn.prepare(
+            "SELECT snapshot, COUNT(*) FROM sandboxes WHERE snapshot IS NOT NULL GROUP BY snapshot",
+        )?;
+        let v = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        Ok(v)
     }
 
     pub fn count(&self) -> Result<u32, DbError> {
@@ -553,6 +636,75 @@ mod tests {
         let db = Db::open(&path).unwrap();
         assert_eq!(db.snapshot("sn-a").unwrap().unwrap().pool_size, None);
         assert_eq!(db.snapshot("sn-b").unwrap().unwrap().pool_size, Some(0));
+        let v: i64 = db
+            .lock()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn origins_and_pins_migrate_from_v4_and_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        {
+            // A version 4 database, as the daemon left it before v5.
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE snapshots (
+                    id TEXT PRIMARY KEY, tag TEXT UNIQUE, parent TEXT,
+                    source TEXT NOT NULL, image TEXT NOT NULL,
+                    memory_mib INTEGER NOT NULL, cpus INTEGER NOT NULL,
+                    created_at TEXT NOT NULL, template_key TEXT UNIQUE,
+                    pool_size INTEGER);
+                 CREATE TABLE sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL,
+                    image TEXT NOT NULL, memory_mib INTEGER NOT NULL,
+                    cpus INTEGER NOT NULL, accel TEXT NOT NULL, pid INTEGER,
+                    created_at TEXT NOT NULL, failure TEXT, timings TEXT,
+                    snapshot TEXT, network TEXT);
+                 INSERT INTO snapshots VALUES
+                    ('sn-t', NULL, NULL, 'sb-0', 'default', 512, 1, 't0', 'key', NULL),
+                    ('sn-a', NULL, 'sn-t', 'sb-1', 'default', 512, 1, 't1', NULL, 0);
+                 INSERT INTO sandboxes VALUES
+                    ('sb-2', 'running', 'default', 512, 1, 'tcg', 7, 't2', NULL, NULL, 'sn-a', NULL),
+                    ('sb-3', 'failed', 'default', 512, 1, 'tcg', NULL, 't3', 'x', NULL, 'sn-a', NULL);
+                 PRAGMA user_version = 4;",
+            )
+            .unwrap();
+        }
+        let db = Db::open(&path).unwrap();
+        let t = db.snapshot("sn-t").unwrap().unwrap();
+        assert_eq!((t.origin, t.pinned), (Origin::Template, false));
+        // A snapshot from before origins were recorded is never taken for
+        // a branch point, even one with a branch's pool size of 0.
+        let a = db.snapshot("sn-a").unwrap().unwrap();
+        assert_eq!(
+            (a.origin, a.pinned, a.pool_size),
+            (Origin::Unknown, false, Some(0))
+        );
+        assert!(db.set_pinned("sn-a", true).unwrap());
+        assert!(!db.set_pinned("sn-nope", true).unwrap());
+        let mut b = a.clone();
+        b.id = "sn-b".into();
+        b.origin = Origin::Branch;
+        b.pinned = false;
+        db.insert_snapshot(&b).unwrap();
+        let per = db.sandboxes_per_snapshot().unwrap();
+        assert_eq!(per.get("sn-a"), Some(&2));
+        assert_eq!(per.get("sn-b"), None);
+        drop(db);
+        let db = Db::open(&path).unwrap();
+        assert!(db.snapshot("sn-a").unwrap().unwrap().pinned);
+        let b = db.snapshot("sn-b").unwrap().unwrap();
+        assert_eq!((b.origin, b.pinned), (Origin::Branch, false));
+        // A value some later version might write reads as unknown.
+        db.lock()
+            .execute("UPDATE snapshots SET origin='martian' WHERE id='sn-b'", [])
+            .unwrap();
+        assert_eq!(
+            db.snapshot("sn-b").unwrap().unwrap().origin,
+            Origin::Unknown
+        );
         let v: i64 = db
             .lock()
             .pragma_query_value(None, "user_version", |r| r.get(0))

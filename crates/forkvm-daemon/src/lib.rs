@@ -21,6 +21,7 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod failure;
+pub mod gc;
 pub mod net;
 pub mod sandbox;
 pub mod snapshot;
@@ -187,6 +188,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     for r in mgr.db.snapshots().unwrap_or_default() {
         mgr.refill_pool(&r.id);
     }
+    mgr.start_gc();
 
     // We hold the lock, so a socket file left here is stale.
     let _ = std::fs::remove_file(&socket);

@@ -121,6 +121,8 @@ pub struct Manager {
     /// Warm-pool size given to new boot templates (`--pool-size`).
     pub default_pool_size: u32,
     pub net: crate::net::Net,
+    /// Garbage collection of branch points: leases and the collector.
+    pub(crate) gc: crate::gc::Gc,
 }
 
 /// What a spawn request produced.
@@ -151,6 +153,7 @@ impl Manager {
             templating: Mutex::new(Default::default()),
             default_pool_size,
             net,
+            gc: Default::default(),
         })
     }
 
@@ -302,6 +305,8 @@ impl Manager {
                 ));
             }
             let row = self.snapshot_row(snap_ref)?;
+            // Held until the sandbox rows exist: they keep it from then on.
+            let _lease = self.gc_lease(&row.id)?;
             let snap = self.open_verified(&row.id).await?;
             let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
             let net = self.net_request(&req, nic, n)?;
@@ -856,6 +861,8 @@ impl Manager {
         // Its disk files may have been the last to name a removed snapshot's
         // layer.
         self.collect_layers().await;
+        // And it may have been the last user of a branch point.
+        self.poke_gc();
         Ok(())
     }
 

@@ -40,7 +40,7 @@ use forkvm_store::{MachineInfo, Manifest, Snapshot as StoredSnapshot, Store, Sto
 
 use crate::agent::{self, AgentError};
 use crate::config::SandboxPaths;
-use crate::db::{SandboxRow, SnapshotRow};
+use crate::db::{Origin, SandboxRow, SnapshotRow};
 use crate::error::ApiError;
 use crate::sandbox::{ms, Manager, Phase, Waiter};
 use crate::util;
@@ -753,8 +753,14 @@ impl Manager {
             memory_mib: row.memory_mib,
             cpus: row.cpus,
             created_at: manifest.created_at.clone(),
+            origin: if template_key.is_some() {
+                Origin::Template
+            } else {
+                Origin::Snapshot
+            },
             template_key,
             pool_size,
+            pinned: false,
         };
         Ok(Frozen {
             staging,
@@ -777,6 +783,12 @@ impl Manager {
                     "tag {t:?} is not valid: use letters, digits, '-' and '_', not starting with sn-"
                 )));
             }
+            // `POST /v1/snapshots/prune` would shadow it.
+            if t == "prune" {
+                return Err(ApiError::invalid(
+                    "the tag \"prune\" is reserved (POST /v1/snapshots/prune); choose another",
+                ));
+            }
             if self.db.snapshot(t)?.is_some() {
                 return Err(ApiError::conflict(format!(
                     "tag {t:?} is already used by another snapshot"
@@ -797,6 +809,7 @@ impl Manager {
     ) -> Result<forkvm_api::Snapshot, ApiError> {
         let t0 = Instant::now();
         let row = self.snapshot_row(id_or_tag)?;
+        let _lease = self.gc_lease(&row.id)?;
         let head = self.store.open_snapshot(&row.id).map_err(store_err)?;
         let k = kind(&head.manifest);
         if k != "diff" {
@@ -903,6 +916,8 @@ impl Manager {
             created_at: published.manifest.created_at.clone(),
             template_key: None,
             pool_size: None,
+            origin: Origin::Flatten,
+            pinned: false,
         };
         self.db.insert_snapshot(&srow)?;
         let mut view = self.snapshot_view(&srow)?;
@@ -1092,7 +1107,11 @@ impl Manager {
         };
         // A branch point's children are all spawned now: a pool of the
         // daemon's default size would only hold QEMUs nobody claims.
-        let frozen = self.freeze(id, req.tag, None, Some(0), how).await?;
+        let mut frozen = self.freeze(id, req.tag, None, Some(0), how).await?;
+        // A branch point: garbage collection takes it once nothing needs it
+        // (see crate::gc), but not before its children run.
+        frozen.srow.origin = Origin::Branch;
+        let lease = self.gc_lease_new(&frozen.srow.id);
         if req.wait == Some(false) {
             // The source has resumed: answer now, finish in the background.
             let r = &frozen.srow;
@@ -1116,6 +1135,8 @@ impl Manager {
                 pool_default: false,
                 sandboxes: Vec::new(),
                 children: Vec::new(),
+                origin: Origin::Branch.as_str().into(),
+                pinned: false,
                 timings: Some(frozen.timings.clone()),
             };
             self.pending.set(pending.clone());
@@ -1123,6 +1144,7 @@ impl Manager {
             let me = self.clone();
             let sid = pending.id.clone();
             tokio::spawn(async move {
+                let _lease = lease;
                 match me.publish_frozen(frozen).await {
                     Ok(_) => {
                         me.pending.remove(&sid);
@@ -1220,6 +1242,8 @@ impl Manager {
                 .into_iter()
                 .map(|c| c.id)
                 .collect(),
+            origin: r.origin.as_str().into(),
+            pinned: r.pinned,
             timings: None,
         })
     }
@@ -1958,6 +1982,8 @@ impl Manager {
                         created_at: m.created_at.clone(),
                         template_key: None,
                         pool_size: None,
+                        origin: Origin::Unknown,
+                        pinned: false,
                     });
                 }
                 Err(e) => tracing::warn!("snapshot {id} is unreadable: {e}"),

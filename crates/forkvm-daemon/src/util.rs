@@ -65,6 +65,52 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Parse what [`rfc3339`] writes (UTC, `Z`, optional fraction of a
+/// second); `None` for anything else.
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || !s.ends_with('Z') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let frac = &s[19..s.len() - 1];
+    let nanos = match frac.strip_prefix('.') {
+        None if frac.is_empty() => 0,
+        Some(f) if !f.is_empty() && f.len() <= 9 && f.bytes().all(|c| c.is_ascii_digit()) => {
+            f.parse::<u32>().ok()? * 10u32.pow(9 - f.len() as u32)
+        }
+        _ => return None,
+    };
+    let secs = days_from_civil(y, mo as u32, d as u32) * 86_400 + h * 3600 + mi * 60 + sec;
+    let secs = u64::try_from(secs).ok()?;
+    Some(UNIX_EPOCH + std::time::Duration::new(secs, nanos))
+}
+
+/// (year, month, day) to days since 1970-01-01: the inverse of
+/// [`civil_from_days`].
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// RSS, PSS and private dirty memory of a process, from smaps_rollup.
 pub fn memory_usage(pid: u32) -> Option<MemoryUsage> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
@@ -128,6 +174,30 @@ mod tests {
         assert_eq!(rfc3339(t), "2026-11-22T00:00:00.123Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn rfc3339_parses_what_it_formats() {
+        for ms in [0u64, 951_782_400_000, 1_795_305_600_123, 4_102_444_799_999] {
+            let t = UNIX_EPOCH + Duration::from_millis(ms);
+            assert_eq!(parse_rfc3339(&rfc3339(t)), Some(t), "{}", rfc3339(t));
+        }
+        assert_eq!(
+            parse_rfc3339("2026-11-22T00:00:00Z"),
+            Some(UNIX_EPOCH + Duration::from_secs(1_795_305_600))
+        );
+        for bad in [
+            "",
+            "t1",
+            "2026-11-22 00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-11-22T00:00:00.Z",
+            "2026-11-22T00:00:00+01:00",
+            "+026-11-22T00:00:00Z",
+            "1969-12-31T23:59:59Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -323,7 +323,8 @@ impl Store {
     }
 
     /// Delete a snapshot. The manifest goes first, so the snapshot
-    /// disappears at once; then its memory and device state. Its disk layer
+    /// disappears at once; then its memory (image or diff) and device
+    /// state. Its disk layer
     /// stays where it is, because qcow2 headers of other layers (the source's
     /// current disk, later snapshots of the same source) may name it by path;
     /// [`Store::collect_layers`] deletes it once nothing does.
@@ -334,7 +335,7 @@ impl Store {
             return Err(StoreError::NotFound(id.to_string()));
         }
         std::fs::remove_file(&mp).map_err(io(&mp))?;
-        for f in [MEMORY, DEVICE_STATE] {
+        for f in [MEMORY, MEMORY_DIFF, DEVICE_STATE] {
             let _ = std::fs::remove_file(dir.join(f));
         }
         if !dir.join(DISK).exists() {
@@ -596,11 +597,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let st = staged(&store, "sn-g");
+        std::fs::write(st.path(MEMORY_DIFF), b"pages").unwrap();
+        std::fs::write(st.path(DISK), b"layer").unwrap();
         store
-            .publish(st, manifest("sn-g", &[("memory", MEMORY)]))
+            .publish(
+                st,
+                manifest(
+                    "sn-g",
+                    &[
+                        ("memory", MEMORY),
+                        ("memory_diff", MEMORY_DIFF),
+                        ("disk", DISK),
+                    ],
+                ),
+            )
             .unwrap();
         store.remove("sn-g").unwrap();
         assert!(store.ids().is_empty());
+        // Everything but the disk layer goes at once (other layers' headers
+        // may name it; layer collection deletes it later).
+        let left: Vec<String> = std::fs::read_dir(dir.path().join("sn-g"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, [DISK]);
         assert!(matches!(store.remove("sn-g"), Err(StoreError::NotFound(_))));
     }
 

@@ -45,6 +45,14 @@ async def test_async_client_operations(daemon, tag: str) -> None:
             with pytest.raises(forkvm.InvalidRequest):
                 await api.flatten_snapshot(template.id)  # not a diff: nothing to flatten
             branch = await api.branch_sandbox(batch.sandboxes[0].id, mode="diff", count=0)
+            assert (await api.pin_snapshot(branch.snapshot.id)).pinned
+            dry = await api.prune_snapshots(all=True, dry_run=True)
+            assert dry.dry_run and branch.snapshot.id not in {s.id for s in dry.snapshots}
+            link = await AsyncSnapshot.get(branch.snapshot.id, client=api)
+            assert not (await link.unpin()).pinned and (await link.pin()).pinned
+            assert not (await api.unpin_snapshot(branch.snapshot.id)).pinned
+            dry = await AsyncSnapshot.prune(all=True, dry_run=True, client=api)
+            assert branch.snapshot.id in {s.id for s in dry.snapshots}
             flat = await api.flatten_snapshot(branch.snapshot.id)
             assert flat.kind == "shared"
             await api.delete_snapshot(flat.id)

@@ -446,6 +446,36 @@ def test_branch_count_zero_and_tag(client: Client, source: Sandbox, tag: str) ->
     client.delete_snapshot(tag)
 
 
+def test_pin_unpin_and_prune(client: Client, source: Sandbox) -> None:
+    snap = client.branch_sandbox(source.id, count=0).snapshot
+    try:
+        assert (snap.origin, snap.pinned) == ("branch", False)
+        assert client.pin_snapshot(snap.id).pinned is True
+        # Pinned, it is kept even by a prune that ignores the grace period.
+        dry = client.prune_snapshots(all=True, dry_run=True)
+        assert dry.dry_run and dry.grace_secs == 0
+        assert snap.id not in {s.id for s in dry.snapshots}
+        high = forkvm.Snapshot.get(snap.id, client=client)
+        assert high.pinned and not high.unpin().pinned
+        dry = forkvm.Snapshot.prune(all=True, dry_run=True, client=client)
+        entry = next(s for s in dry.snapshots if s.id == snap.id)
+        assert entry.kind == "live" and entry.bytes > 0 and dry.freed_bytes >= entry.bytes
+        assert client.get_snapshot(snap.id).id == snap.id, "a dry run removed it"
+        # Within the grace period, a plain prune leaves a young branch point alone.
+        plain = client.prune_snapshots()
+        assert plain.grace_secs == client.info().gc.grace_secs > 0
+        assert snap.id not in {s.id for s in plain.snapshots} and plain.failed == []
+        assert high.pin().pinned and client.get_snapshot(snap.id).pinned
+    finally:
+        client.delete_snapshot(snap.id, force=True)
+    with pytest.raises(forkvm.NotFound):
+        client.pin_snapshot("sn-000000000000")
+    with pytest.raises(forkvm.NotFound):
+        client.unpin_snapshot("no-such-tag")
+    response = client._http.post("/v1/snapshots/prune", json={"al": True})
+    assert isinstance(forkvm.errors.error_from_response(response), forkvm.InvalidRequest)
+
+
 def test_branch_no_wait(client: Client, source: Sandbox) -> None:
     result = client.branch_sandbox(source.id, count=1, wait=False)
     assert result.snapshot.state == "writing" and result.children == []

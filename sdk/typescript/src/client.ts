@@ -27,6 +27,8 @@ import type {
   Health,
   Info,
   PortForward,
+  PruneRequest,
+  PruneResult,
   Sandbox,
   SandboxBatch,
   SandboxList,
@@ -315,6 +317,25 @@ export class Client {
       ...jsonBody({ size }),
       signal: opts?.signal,
     });
+  }
+
+  /** `PUT /v1/snapshots/{id}/pin` (operation `pin_snapshot`): garbage collection keeps it and what it builds on. */
+  pinSnapshot(ref: string, opts?: RequestOptions): Promise<Snapshot> {
+    return this.#json({ method: "PUT", path: `/v1/snapshots/${seg(ref)}/pin`, signal: opts?.signal });
+  }
+
+  /** `DELETE /v1/snapshots/{id}/pin` (operation `unpin_snapshot`): garbage collection may take it once nothing needs it. */
+  unpinSnapshot(ref: string, opts?: RequestOptions): Promise<Snapshot> {
+    return this.#json({ method: "DELETE", path: `/v1/snapshots/${seg(ref)}/pin`, signal: opts?.signal });
+  }
+
+  /**
+   * `POST /v1/snapshots/prune` (operation `prune_snapshots`): remove the branch
+   * points nothing needs, past the grace period (or however young, with
+   * `all`); `dry_run` only lists them.
+   */
+  pruneSnapshots(req: PruneRequest = {}, opts?: RequestOptions): Promise<PruneResult> {
+    return this.#json({ method: "POST", path: "/v1/snapshots/prune", ...jsonBody(req), signal: opts?.signal });
   }
 
   // ---- plumbing -------------------------------------------------------

@@ -85,6 +85,38 @@ export class Snapshot {
     return this;
   }
 
+  /** Whether garbage collection must keep it, as last seen. */
+  get pinned(): boolean {
+    return this.info.pinned;
+  }
+
+  /** Keep it (and what it builds on) from garbage collection. */
+  async pin(opts?: RequestOptions): Promise<Snapshot> {
+    this.info = await this.client.pinSnapshot(this.id, opts);
+    return this;
+  }
+
+  /** Let garbage collection take it once nothing needs it. */
+  async unpin(opts?: RequestOptions): Promise<Snapshot> {
+    this.info = await this.client.unpinSnapshot(this.id, opts);
+    return this;
+  }
+
+  /**
+   * Remove the branch points nothing needs (untagged, unpinned, no sandbox or
+   * snapshot built on them) past the daemon's grace period, or however young
+   * with `all`; `dryRun` only lists them.
+   */
+  static async prune(
+    opts: { all?: boolean | undefined; dryRun?: boolean | undefined; client?: Client | undefined } & RequestOptions = {},
+  ): Promise<api.PruneResult> {
+    const client = opts.client ?? defaultClient();
+    const req: api.PruneRequest = {};
+    if (opts.all !== undefined) req.all = opts.all;
+    if (opts.dryRun !== undefined) req.dry_run = opts.dryRun;
+    return client.pruneSnapshots(req, opts);
+  }
+
   /**
    * Wait until an asynchronous branch's snapshot (`wait: false`) is published:
    * resolves when it is `ready`, throws when it `failed`.

@@ -202,6 +202,16 @@ export interface FlattenRequest {
   tag?: string | null;
 }
 
+/** Garbage collection of branch points, as `GET /v1/info` shows it. */
+export interface GcInfo {
+  /** Whether the daemon collects in the background (`serve --gc-interval`, 0 turns it off). */
+  enabled: boolean;
+  /** A branch point younger than this is never collected unless a prune asks for `all` (`serve --gc-grace`). */
+  grace_secs: number;
+  /** Seconds between background collections (0: off). */
+  interval_secs: number;
+}
+
 /** `GET /v1/health`. */
 export interface Health {
   /** Always `ok` when the daemon answers. */
@@ -226,6 +236,8 @@ export interface Info {
   default_pool_size: number;
   pools: PoolInfo[];
   network: NetInfo;
+  /** Garbage collection of branch points. */
+  gc: GcInfo;
 }
 
 /** Limits the daemon enforces. */
@@ -306,6 +318,44 @@ export interface PortForward {
   host?: number;
 }
 
+/** A snapshot a prune chose but could not remove. */
+export interface PruneFailure {
+  id: string;
+  message: string;
+}
+
+/** `POST /v1/snapshots/prune`. */
+export interface PruneRequest {
+  /** Ignore the grace period: take unneeded branch points however young (default false). */
+  all?: boolean | null;
+  /** Only list what would be removed (default false). */
+  dry_run?: boolean | null;
+}
+
+/** The result of `POST /v1/snapshots/prune`. */
+export interface PruneResult {
+  /** True when nothing was removed. */
+  dry_run: boolean;
+  /** The grace period this collection applied (0 with `all`). */
+  grace_secs: number;
+  /** In the order removed: children before their parents. */
+  snapshots: PrunedSnapshot[];
+  /** The sum of their `bytes`. */
+  freed_bytes: number;
+  /** Snapshots chosen but not removed, with why. */
+  failed: PruneFailure[];
+}
+
+/** A snapshot a prune removed (or, in a dry run, would remove). */
+export interface PrunedSnapshot {
+  id: string;
+  kind: string;
+  parent?: string | null;
+  created_at: string;
+  /** Bytes given back to the filesystem (in a dry run, an estimate that leaves disk layers out). */
+  bytes: number;
+}
+
 /** The QEMU in use. */
 export interface QemuInfo {
   path: string;
@@ -383,6 +433,10 @@ export interface Snapshot {
   sandboxes: string[];
   /** Snapshots whose disk layer builds on this one. */
   children: string[];
+  /** What made it: `branch`, `snapshot`, `template`, `flatten` or `unknown`; garbage collection only removes `branch` ones. */
+  origin: string;
+  /** Kept from garbage collection (`PUT /v1/snapshots/{id}/pin`). */
+  pinned: boolean;
   /** Present in the response that created it. */
   timings?: SnapshotTimings | null;
 }

@@ -9,6 +9,7 @@ import {
   InvalidRequestError,
   NotFoundError,
   PayloadTooLargeError,
+  Snapshot,
   type api,
   type Client,
 } from "forkvm";
@@ -348,6 +349,37 @@ describe("branch and flatten", { timeout: VM_TIMEOUT }, () => {
     assert.ok(shared);
     await rejectsWith(client.flattenSnapshot(shared.id), { status: 400, message: /only diff snapshots/ });
     await rejectsWith(client.flattenSnapshot(NO_SNAPSHOT), { class: NotFoundError, status: 404 });
+  });
+
+  test("pin_snapshot, unpin_snapshot, prune_snapshots: a pin keeps a branch point; a dry run lists it once unpinned", async () => {
+    const res = await client.branchSandbox(clone.id, { mode: "diff", count: 0 });
+    snapshots.push(res.snapshot.id);
+    const id = res.snapshot.id;
+    assert.deepEqual([res.snapshot.origin, res.snapshot.pinned], ["branch", false]);
+    assert.equal((await client.pinSnapshot(id)).pinned, true);
+    let dry = await client.pruneSnapshots({ all: true, dry_run: true });
+    assert.equal(dry.dry_run, true);
+    assert.equal(dry.grace_secs, 0);
+    assert.ok(!dry.snapshots.some((s) => s.id === id), "a pinned snapshot was chosen");
+    const snap = await Snapshot.get(id, { client });
+    assert.equal(snap.pinned, true);
+    assert.equal((await snap.unpin()).pinned, false);
+    dry = await Snapshot.prune({ all: true, dryRun: true, client });
+    const entry = dry.snapshots.find((s) => s.id === id);
+    assert.ok(entry, "an unpinned, unneeded branch point was not chosen");
+    assert.equal(entry.kind, "diff");
+    assert.ok(entry.bytes > 0 && dry.freed_bytes >= entry.bytes);
+    assert.equal((await client.getSnapshot(id)).id, id, "a dry run removed it");
+    // Within the daemon's grace period a plain prune leaves it alone.
+    const plain = await client.pruneSnapshots();
+    assert.equal(plain.grace_secs, (await client.info()).gc.grace_secs);
+    assert.ok(!plain.snapshots.some((s) => s.id === id));
+    assert.deepEqual(plain.failed, []);
+    assert.equal((await snap.pin()).info.pinned, true);
+    assert.equal((await client.unpinSnapshot(id)).pinned, false);
+    await rejectsWith(client.pinSnapshot(NO_SNAPSHOT), { class: NotFoundError, status: 404 });
+    await rejectsWith(client.unpinSnapshot(NO_SNAPSHOT), { class: NotFoundError, status: 404 });
+    await rejectsWith(client.pruneSnapshots({ al: true } as api.PruneRequest), { class: InvalidRequestError, status: 400 });
   });
 
   test("delete_sandbox: 204, then 404", async () => {

@@ -96,6 +96,9 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   delete_snapshot: [(c) => c.deleteSnapshot("ID", { force: true })],
   flatten_snapshot: [(c) => c.flattenSnapshot("ID", { tag: "t" })],
   set_pool: [(c) => c.setPool("ID", 2)],
+  pin_snapshot: [(c) => c.pinSnapshot("ID")],
+  unpin_snapshot: [(c) => c.unpinSnapshot("ID")],
+  prune_snapshots: [(c) => c.pruneSnapshots({ all: true, dry_run: true })],
 };
 
 /** Parameters the document lists that the SDK leaves out on purpose. */

@@ -70,7 +70,20 @@ impl Daemon {
         Self::start_at(Some(home), None)
     }
 
+    /// Start with extra environment for `forkvm serve` (kept for restarts).
+    pub fn start_env(env: &[(&str, &str)]) -> Daemon {
+        Self::start_full(None, None, env)
+    }
+
     fn start_at(at: Option<&Path>, tcp: Option<(String, String)>) -> Daemon {
+        Self::start_full(at, tcp, &[])
+    }
+
+    fn start_full(
+        at: Option<&Path>,
+        tcp: Option<(String, String)>,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         require_vm_prereqs();
         // Short path: unix socket paths are limited to 108 bytes.
         let dir = tempfile::Builder::new()
@@ -94,7 +107,10 @@ impl Daemon {
             home,
             child: None,
             tcp,
-            env: Vec::new(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             _dir: dir,
         };
         d.spawn_process();

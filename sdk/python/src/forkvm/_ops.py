@@ -218,6 +218,18 @@ def set_pool(id: str, body: models.PoolConfig) -> Request:
     return Request("PUT", f"/v1/snapshots/{_seg(id)}/pool", _model(models.Snapshot), json=body.to_dict())
 
 
+def pin_snapshot(id: str) -> Request:
+    return Request("PUT", f"/v1/snapshots/{_seg(id)}/pin", _model(models.Snapshot))
+
+
+def unpin_snapshot(id: str) -> Request:
+    return Request("DELETE", f"/v1/snapshots/{_seg(id)}/pin", _model(models.Snapshot))
+
+
+def prune_snapshots(body: models.PruneRequest) -> Request:
+    return Request("POST", "/v1/snapshots/prune", _model(models.PruneResult), json=body.to_dict())
+
+
 # --------------------------------------------------------------------------
 # Helpers for building network fields from friendly arguments.
 

@@ -430,6 +430,28 @@ class AsyncSnapshot:
         self._info = await self._client.set_pool(self.id, size)
         return self
 
+    async def pin(self) -> "AsyncSnapshot":
+        """Keep it (and what it builds on) from garbage collection."""
+        self._info = await self._client.pin_snapshot(self.id)
+        return self
+
+    async def unpin(self) -> "AsyncSnapshot":
+        """Let garbage collection take it once nothing needs it."""
+        self._info = await self._client.unpin_snapshot(self.id)
+        return self
+
+    @property
+    def pinned(self) -> bool:
+        return self._info.pinned
+
+    @classmethod
+    async def prune(
+        cls, *, all: bool = False, dry_run: bool = False, client: Optional[AsyncClient] = None
+    ) -> models.PruneResult:
+        """Remove the branch points nothing needs (see :meth:`forkvm.AsyncClient.prune_snapshots`)."""
+        client = client or default_async_client()
+        return await client.prune_snapshots(all=all, dry_run=dry_run)
+
     async def wait(self, timeout: float = 300.0, interval: float = 0.2) -> "AsyncSnapshot":
         """Wait until the snapshot is no longer ``writing``; raise if it ``failed``."""
         deadline = time.monotonic() + timeout

@@ -247,6 +247,21 @@ class AsyncClient(_BaseClient):
         """``PUT /v1/snapshots/{id}/pool`` (``None``: follow the daemon's default)."""
         return await self._send(_ops.set_pool(id, models.PoolConfig(size)))
 
+    async def pin_snapshot(self, id: str) -> models.Snapshot:
+        """``PUT /v1/snapshots/{id}/pin``: garbage collection keeps it and what it builds on."""
+        return await self._send(_ops.pin_snapshot(id))
+
+    async def unpin_snapshot(self, id: str) -> models.Snapshot:
+        """``DELETE /v1/snapshots/{id}/pin``: garbage collection may take it once nothing needs it."""
+        return await self._send(_ops.unpin_snapshot(id))
+
+    async def prune_snapshots(
+        self, *, all: Optional[bool] = None, dry_run: Optional[bool] = None
+    ) -> models.PruneResult:
+        """``POST /v1/snapshots/prune``: remove the branch points nothing needs, past the grace
+        period (or however young, with ``all``); ``dry_run`` only lists them."""
+        return await self._send(_ops.prune_snapshots(models.PruneRequest(all=all, dry_run=dry_run)))
+
 
 _defaults: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient]" = weakref.WeakKeyDictionary()
 

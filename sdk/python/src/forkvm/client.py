@@ -374,6 +374,19 @@ class Client(_BaseClient):
         ``None``: follow the daemon's default, ``serve --pool-size``)."""
         return self._send(_ops.set_pool(id, models.PoolConfig(size)))
 
+    def pin_snapshot(self, id: str) -> models.Snapshot:
+        """``PUT /v1/snapshots/{id}/pin``: garbage collection keeps it and what it builds on."""
+        return self._send(_ops.pin_snapshot(id))
+
+    def unpin_snapshot(self, id: str) -> models.Snapshot:
+        """``DELETE /v1/snapshots/{id}/pin``: garbage collection may take it once nothing needs it."""
+        return self._send(_ops.unpin_snapshot(id))
+
+    def prune_snapshots(self, *, all: Optional[bool] = None, dry_run: Optional[bool] = None) -> models.PruneResult:
+        """``POST /v1/snapshots/prune``: remove the branch points nothing needs, past the grace
+        period (or however young, with ``all``); ``dry_run`` only lists them."""
+        return self._send(_ops.prune_snapshots(models.PruneRequest(all=all, dry_run=dry_run)))
+
 
 _default: Optional[Client] = None
 _default_lock = threading.Lock()

@@ -38,6 +38,7 @@ __all__ = [
     "ExecResult",
     "FileWritten",
     "FlattenRequest",
+    "GcInfo",
     "Health",
     "Info",
     "Limits",
@@ -49,6 +50,10 @@ __all__ = [
     "PoolConfig",
     "PoolInfo",
     "PortForward",
+    "PruneFailure",
+    "PruneRequest",
+    "PruneResult",
+    "PrunedSnapshot",
     "QemuInfo",
     "Sandbox",
     "SandboxBatch",
@@ -273,6 +278,20 @@ class NetInfo(Model):
 
 
 @dataclass
+class GcInfo(Model):
+    """Garbage collection of branch points, as ``GET /v1/info`` shows it.
+
+    ``enabled`` says whether the daemon collects in the background (every
+    ``interval_secs``); a branch point younger than ``grace_secs`` is never
+    collected unless a prune asks for ``all``.
+    """
+
+    enabled: bool
+    grace_secs: int
+    interval_secs: int
+
+
+@dataclass
 class Info(Model):
     """``GET /v1/info``."""
 
@@ -287,6 +306,7 @@ class Info(Model):
     default_pool_size: int
     pools: List[PoolInfo]
     network: NetInfo
+    gc: GcInfo
 
 
 @dataclass
@@ -592,6 +612,11 @@ class Snapshot(Model):
     pool_default: bool
     sandboxes: List[str]
     children: List[str]
+    #: What made it: ``branch``, ``snapshot``, ``template``, ``flatten`` or ``unknown``.
+    #: Garbage collection only ever removes ``branch`` snapshots.
+    origin: str
+    #: Kept from garbage collection (see :meth:`forkvm.Client.pin_snapshot`).
+    pinned: bool
     tag: Optional[str] = None
     parent: Optional[str] = None
     depth: Optional[int] = None
@@ -655,3 +680,41 @@ class PoolConfig(Model):
     """``PUT /v1/snapshots/{id}/pool``. ``size`` ``None`` follows the daemon's default."""
 
     size: Optional[int] = None
+
+
+@dataclass
+class PruneRequest(Model):
+    """``POST /v1/snapshots/prune``. ``all`` ignores the grace period; ``dry_run`` removes nothing."""
+
+    all: Optional[bool] = None
+    dry_run: Optional[bool] = None
+
+
+@dataclass
+class PrunedSnapshot(Model):
+    """A snapshot a prune removed (or in a dry run, would remove), with the bytes it freed."""
+
+    id: str
+    kind: str
+    created_at: str
+    bytes: int
+    parent: Optional[str] = None
+
+
+@dataclass
+class PruneFailure(Model):
+    """A snapshot a prune chose but could not remove."""
+
+    id: str
+    message: str
+
+
+@dataclass
+class PruneResult(Model):
+    """The result of ``POST /v1/snapshots/prune``: the snapshots removed, children first."""
+
+    dry_run: bool
+    grace_secs: int
+    snapshots: List[PrunedSnapshot]
+    freed_bytes: int
+    failed: List[PruneFailure]

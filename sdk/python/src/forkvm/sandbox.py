@@ -424,6 +424,26 @@ class Snapshot:
         self._info = self._client.set_pool(self.id, size)
         return self
 
+    def pin(self) -> "Snapshot":
+        """Keep it (and what it builds on) from garbage collection."""
+        self._info = self._client.pin_snapshot(self.id)
+        return self
+
+    def unpin(self) -> "Snapshot":
+        """Let garbage collection take it once nothing needs it."""
+        self._info = self._client.unpin_snapshot(self.id)
+        return self
+
+    @property
+    def pinned(self) -> bool:
+        return self._info.pinned
+
+    @classmethod
+    def prune(cls, *, all: bool = False, dry_run: bool = False, client: Optional[Client] = None) -> models.PruneResult:
+        """Remove the branch points nothing needs (see :meth:`forkvm.Client.prune_snapshots`)."""
+        client = client or default_client()
+        return client.prune_snapshots(all=all, dry_run=dry_run)
+
     def wait(self, timeout: float = 300.0, interval: float = 0.2) -> "Snapshot":
         """Wait until the snapshot is no longer ``writing`` (after ``branch(wait=False)``).
 
