@@ -123,6 +123,11 @@ impl Daemon {
         cmd.arg("serve")
             .env("FORKVM_HOME", &self.home)
             .env_remove("FORKVM_URL")
+            // Background collection keeps running (and must never take what
+            // a test still uses), but the default 10-minute grace could
+            // reap a branch point that a slow test keeps unreferenced on
+            // purpose; tests about collection set their own grace.
+            .env("FORKVM_GC_GRACE", "86400")
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some((addr, token)) = &self.tcp {
             cmd.args(["--listen", addr]).env("FORKVM_TOKEN", token);
