@@ -178,6 +178,16 @@ pub struct MemoryUsage {
     pub private_dirty_kib: u64,
 }
 
+/// The disk chain of a running sandbox: how many qcow2 layers its disk
+/// reads through above the base image. A snapshot or branch adds one, and a
+/// background stream folds them back into the top (see docs/disk-chain.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DiskChain {
+    pub layers: u32,
+    /// A stream is copying the frozen layers into the top right now.
+    pub streaming: bool,
+}
+
 /// A sandbox as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Sandbox {
@@ -201,6 +211,9 @@ pub struct Sandbox {
     /// Present on `GET /v1/sandboxes/{id}` while QEMU runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryUsage>,
+    /// Present on `GET /v1/sandboxes/{id}` while QEMU runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskChain>,
     /// The snapshot the sandbox was spawned from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,

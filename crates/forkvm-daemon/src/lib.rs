@@ -17,6 +17,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod compact;
 pub mod config;
 pub mod db;
 pub mod error;

@@ -62,6 +62,8 @@ pub struct Live {
     pub(crate) op_lock: tokio::sync::Mutex<()>,
     /// The guest kernel command line (a snapshot records it).
     pub(crate) cmdline: String,
+    /// A background stream is shortening its disk chain (crate::compact).
+    pub(crate) streaming: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
@@ -171,7 +173,12 @@ impl Manager {
             (true, SandboxState::Running, Some(pid)) => util::memory_usage(pid),
             _ => None,
         };
+        let disk = match (with_memory, r.state) {
+            (true, SandboxState::Running) => self.disk_chain(&r.id),
+            _ => None,
+        };
         Sandbox {
+            disk,
             id: r.id,
             state: r.state,
             image: r.image,
@@ -769,6 +776,7 @@ impl Manager {
             paths,
             op_lock: tokio::sync::Mutex::new(()),
             cmdline,
+            streaming: std::sync::atomic::AtomicBool::new(false),
         });
         self.live_map().insert(id.to_string(), live.clone());
         let me = self.clone();

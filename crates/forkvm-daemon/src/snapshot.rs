@@ -489,6 +489,9 @@ impl Manager {
         let qmp = Qmp::connect(&paths.qmp, Duration::from_secs(10))
             .await
             .map_err(|e| qemu_err("cannot reach the sandbox's QMP socket", e))?;
+        // The previous freeze's stream must end first: a job holds the top
+        // node, and the chain this freeze sees is then one layer deep.
+        self.settle_disk(&qmp, id).await?;
         migrate::set_capabilities(
             &qmp,
             &[
@@ -645,6 +648,14 @@ impl Manager {
         };
         if let Err(e) = resumed {
             tracing::error!("could not resume sandbox {id} after a snapshot: {e}");
+        }
+        if frozen.load(std::sync::atomic::Ordering::SeqCst) {
+            // The guest writes to `new_top` now; GET reads the chain's depth
+            // from it, and the stream pulls the frozen layers into it.
+            if let Err(e) = crate::compact::set_top_layer(&paths, &new_top) {
+                tracing::warn!(sandbox = %id, "cannot record sandbox {id}'s top disk layer: {e}");
+            }
+            self.stream_disk_later(id, 1);
         }
         if let Err(e) = paused {
             // If the disk was frozen, the source now writes to `new_top`,
@@ -1808,6 +1819,13 @@ impl Manager {
             ));
         }
         self.db.set_running(&id, pid, &timings)?;
+        // A clone deep in a branch tree inherits its snapshot's whole chain:
+        // stream it down when it is long (a header read decides; most are not).
+        if crate::compact::layers(&live.paths)
+            .is_some_and(|n| n as usize > crate::compact::INHERITED_BOUND)
+        {
+            self.stream_disk_later(&id, crate::compact::INHERITED_BOUND);
+        }
         Ok(timings)
     }
 

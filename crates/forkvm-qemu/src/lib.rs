@@ -6,15 +6,19 @@
 //! * [`accel`]: choosing KVM or TCG, with the reason;
 //! * [`features`]: the QEMU version and the features forkvm relies on;
 //! * [`disk`]: copy-on-write root disks;
+//! * [`qcow2`]: the backing file named by a qcow2 header;
+//! * [`blockjob`]: the block graph of a running QEMU and streaming its layers together;
 //! * [`migrate`]: saving and loading device state, freezing disks;
 //! * [`ram`]: a clone's written pages, read and written from outside QEMU;
 //! * [`tsc`]: the host TSC rate for TCG guests.
 
 pub mod accel;
+pub mod blockjob;
 pub mod disk;
 pub mod features;
 pub mod migrate;
 pub mod process;
+pub mod qcow2;
 pub mod qmp;
 pub mod ram;
 pub mod spec;

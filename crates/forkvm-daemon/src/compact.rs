@@ -1,0 +1,246 @@
+//! Keeping a running sandbox's disk chain short.
+//!
+//! Every snapshot or branch freezes the source's top qcow2 layer and gives
+//! it a new, empty one on top (see [`crate::snapshot`]). Left alone, a source
+//! branched a hundred times reads through a hundred layers, and each layer
+//! costs at every pause: QEMU flushes, inactivates and reopens every node of
+//! the chain around a migration. So after each freeze the daemon *streams*
+//! the chain in the background: QEMU's `block-stream` copies into the new top
+//! every cluster the frozen layers hold, while the guest runs, and then
+//! rewrites the top's header to name the base image directly
+//! ([`forkvm_qemu::blockjob`]). The frozen layers stay untouched, so the
+//! snapshots and children that read them are unaffected; the source simply
+//! stops depending on them, and garbage collection can free the ones nobody
+//! else reads.
+//!
+//! The bound: when a freeze starts, the source's chain is its top over the
+//! base image (one layer), because a freeze first waits for the previous
+//! stream to end ([`Manager::settle_disk`]). Between a freeze and the end of
+//! its stream the chain is two layers. A clone inherits its snapshot's chain;
+//! one that inherits more than [`INHERITED_BOUND`] layers is streamed as soon
+//! as it runs, so that depth does not grow with the depth of a branch tree
+//! either.
+//!
+//! The cost is the copy: each stream copies what the guest has written to its
+//! disk since it was first booted (not the base image), once per freeze. The
+//! figures are in `docs/disk-chain.md`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use forkvm_qemu::{blockjob, Qmp};
+
+use crate::config::SandboxPaths;
+use crate::error::ApiError;
+use crate::sandbox::{ms, Manager};
+
+/// A clone that inherits more layers than this is streamed when it starts.
+pub const INHERITED_BOUND: usize = 4;
+/// How long a freeze waits for the previous stream before cancelling it (the
+/// chain is then one layer deeper until the next stream, never wrong).
+const SETTLE_WAIT: Duration = Duration::from_secs(120);
+/// How often a background stream's progress is polled. Polling keeps QMP
+/// free between polls: QEMU serves one QMP client at a time, and a snapshot
+/// must not wait behind a connection held open for a whole copy.
+const POLL: Duration = Duration::from_millis(100);
+/// The file in a sandbox directory that names its current top layer.
+const TOP_MARKER: &str = "disk.top";
+
+/// The file the sandbox's guest writes to: the layer a freeze last put on
+/// top (recorded in [`TOP_MARKER`]), or the disk it started with.
+pub fn top_layer(paths: &SandboxPaths) -> PathBuf {
+    std::fs::read_to_string(paths.dir.join(TOP_MARKER))
+        .ok()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty() && !n.contains('/'))
+        .map(|n| paths.dir.join(n))
+        .unwrap_or_else(|| paths.disk.clone())
+}
+
+/// Record `file` (in the sandbox directory) as the top layer: written aside
+/// and renamed, so a reader sees the old name or the new one.
+pub fn set_top_layer(paths: &SandboxPaths, file: &Path) -> std::io::Result<()> {
+    let name = file
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("a top layer must be a file"))?;
+    let tmp = paths.dir.join(format!("{TOP_MARKER}.tmp"));
+    std::fs::write(&tmp, name.as_encoded_bytes())?;
+    std::fs::rename(&tmp, paths.dir.join(TOP_MARKER))
+}
+
+/// The qcow2 layers the sandbox's disk reads through (the base image not
+/// counted); `None` when the files cannot be read (the sandbox is going).
+pub fn layers(paths: &SandboxPaths) -> Option<u32> {
+    forkvm_qemu::qcow2::layers(&top_layer(paths))
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+}
+
+impl Manager {
+    /// The disk part of a running sandbox's view.
+    pub fn disk_chain(&self, id: &str) -> Option<forkvm_api::DiskChain> {
+        let live = self.live(id)?;
+        Some(forkvm_api::DiskChain {
+            layers: layers(&live.paths)?,
+            streaming: live.streaming.load(Ordering::SeqCst),
+        })
+    }
+
+    /// Before a freeze: let the sandbox's stream finish (or cancel it after
+    /// [`SETTLE_WAIT`]), and clear concluded jobs, which would otherwise keep
+    /// their nodes busy. `qmp` is the freeze's own connection.
+    pub(crate) async fn settle_disk(&self, qmp: &Qmp, id: &str) -> Result<(), ApiError> {
+        let qerr = |e: forkvm_qemu::QmpError| {
+            ApiError::internal(format!("cannot query sandbox {id}'s disk jobs: {e}"))
+        };
+        let t0 = Instant::now();
+        let mut cancelled = false;
+        loop {
+            let jobs = blockjob::jobs(qmp).await.map_err(qerr)?;
+            let mut running = false;
+            for j in jobs {
+                if j.concluded() {
+                    // The stream task reads the outcome if it sees the job
+                    // first; otherwise log it here.
+                    if let Some(e) = &j.error {
+                        if !cancelled {
+                            tracing::warn!(sandbox = %id, "disk stream {} of sandbox {id} failed: {e}", j.id);
+                        }
+                    }
+                    let _ = blockjob::dismiss(qmp, &j.id).await;
+                } else {
+                    running = true;
+                    if t0.elapsed() > SETTLE_WAIT && !cancelled {
+                        tracing::warn!(
+                            sandbox = %id,
+                            "disk stream {} of sandbox {id} still copying after {:?} ({} of {} bytes): cancelled, the chain stays one layer deeper until the next stream",
+                            j.id, SETTLE_WAIT, j.done, j.total
+                        );
+                        blockjob::cancel(qmp, &j.id).await.map_err(qerr)?;
+                        cancelled = true;
+                    }
+                }
+            }
+            if !running {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if t0.elapsed() > Duration::from_millis(50) {
+            tracing::info!(sandbox = %id, "sandbox {id}: waited {:.0} ms for its disk stream before freezing", ms(t0.elapsed()));
+        }
+        Ok(())
+    }
+
+    /// Stream sandbox `id`'s chain down to its base image in the background,
+    /// if it has more than `bound` layers.
+    pub(crate) fn stream_disk_later(self: &Arc<Self>, id: &str, bound: usize) {
+        let me = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = me.stream_disk(&id, bound).await {
+                // A sandbox removed meanwhile is not a failure.
+                if me.live(&id).is_some() {
+                    tracing::warn!(sandbox = %id, "disk stream of sandbox {id} failed: {e}");
+                }
+            }
+        });
+    }
+
+    async fn stream_disk(self: &Arc<Self>, id: &str, bound: usize) -> Result<(), String> {
+        let Some(live) = self.live(id) else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let connect = || Qmp::connect(&live.paths.qmp, Duration::from_secs(10));
+        let (job, intermediates, before) = {
+            let qmp = connect().await.map_err(|e| e.to_string())?;
+            let chain = blockjob::disk_chain(&qmp)
+                .await
+                .map_err(|e| e.to_string())?;
+            // top, …, base: only the layers strictly between go.
+            if chain.len() < 3 || chain.len() - 1 <= bound {
+                return Ok(());
+            }
+            if !blockjob::jobs(&qmp)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_empty()
+            {
+                // A stream already runs (or awaits a freeze's dismissal).
+                return Ok(());
+            }
+            let job = format!("{}{}", blockjob::JOB_PREFIX, crate::util::new_id("j"));
+            let (top, base) = (&chain[0], &chain[chain.len() - 1]);
+            live.streaming.store(true, Ordering::SeqCst);
+            if let Err(e) =
+                blockjob::start_stream(&qmp, &job, &top.node_name, &base.node_name).await
+            {
+                live.streaming.store(false, Ordering::SeqCst);
+                return Err(e.to_string());
+            }
+            (job, chain[1..chain.len() - 1].to_vec(), chain.len() - 1)
+        };
+        // Wait for the job to conclude, on short connections (see POLL).
+        let outcome = loop {
+            tokio::time::sleep(POLL).await;
+            if self.live(id).is_none() {
+                return Ok(());
+            }
+            let Ok(qmp) = connect().await else {
+                return Ok(()); // QEMU is gone: the sandbox is going.
+            };
+            match blockjob::jobs(&qmp).await {
+                Ok(jobs) => match jobs.into_iter().find(|j| j.id == job) {
+                    // A freeze that waited for it dismissed it.
+                    None => break None,
+                    Some(j) if j.concluded() => {
+                        let _ = blockjob::dismiss(&qmp, &job).await;
+                        break Some(j);
+                    }
+                    Some(_) => {}
+                },
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        live.streaming.store(false, Ordering::SeqCst);
+        let qmp = connect().await.map_err(|e| e.to_string())?;
+        let now = blockjob::disk_chain(&qmp)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(e) = outcome.as_ref().and_then(|j| j.error.clone()) {
+            return Err(format!("{e} (the chain is unchanged, {before} layers)"));
+        }
+        // Drop what the stream detached: the node the sandbox started with,
+        // which the command line created (the others QEMU closes itself), and
+        // the sandbox's own links to the frozen layers (the store keeps its
+        // copies while their snapshots exist).
+        for n in intermediates
+            .iter()
+            .filter(|n| !now.iter().any(|c| c.node_name == n.node_name))
+        {
+            if n.node_name == "root" {
+                for node in ["root", "root-file"] {
+                    if let Err(e) = blockjob::delete_node(&qmp, node).await {
+                        tracing::debug!(sandbox = %id, "cannot delete node {node}: {e}");
+                    }
+                }
+            }
+            let f = Path::new(&n.file);
+            if f.parent() == Some(live.paths.dir.as_path()) {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+        drop(qmp);
+        tracing::info!(
+            sandbox = %id,
+            "sandbox {id}: disk chain streamed from {before} to {} layers in {:.0} ms",
+            now.len().saturating_sub(1),
+            ms(t0.elapsed())
+        );
+        self.collect_layers().await;
+        Ok(())
+    }
+}
