@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network
+.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -42,3 +42,6 @@ bench-load: build
 
 bench-network: build
 	bash bench/network/run.sh
+
+bench-chain: build
+	bash bench/chain/run.sh

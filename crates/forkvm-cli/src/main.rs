@@ -313,6 +313,12 @@ enum Cmd {
         #[arg(long, value_name = "SECONDS", env = "FORKVM_GC_INTERVAL",
               default_value_t = forkvm_daemon::config::DEFAULT_GC_INTERVAL_SECS)]
         gc_interval: u64,
+        /// After a snapshot, a sandbox whose disk reads through more qcow2
+        /// layers than this has them streamed into its top in the background
+        /// (docs/disk-chain.md); 0 never streams.
+        #[arg(long, value_name = "N", env = "FORKVM_DISK_CHAIN_MAX",
+              default_value_t = forkvm_daemon::config::DEFAULT_DISK_CHAIN_MAX)]
+        disk_chain_max: u32,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -357,6 +363,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             net_pool,
             gc_grace,
             gc_interval,
+            disk_chain_max,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -370,6 +377,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.net_pool = net_pool;
             cfg.gc_grace = Duration::from_secs(gc_grace);
             cfg.gc_interval = (gc_interval > 0).then(|| Duration::from_secs(gc_interval));
+            cfg.disk_chain_max = disk_chain_max;
             cfg.token = std::env::var(forkvm_api::ENV_TOKEN)
                 .ok()
                 .filter(|t| !t.is_empty());

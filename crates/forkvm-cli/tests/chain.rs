@@ -116,7 +116,15 @@ fn a_source_branched_100_times_keeps_a_short_chain_and_its_data() {
         "layers left in {}: {qcow2:?}",
         dir.display()
     );
+    // With the streams done no chain reads the branch points' layers: once
+    // the branch points go, their store directories go whole.
     for s in snaps.iter().rev() {
         d.ok(&["snapshot", "rm", s]);
     }
+    let store = d.home.join("snapshots");
+    let left: Vec<_> = snaps.iter().filter(|s| store.join(s).exists()).collect();
+    assert!(
+        left.is_empty(),
+        "layers kept after their snapshots went: {left:?}"
+    );
 }

@@ -70,7 +70,14 @@ fn pruned(v: &serde_json::Value) -> Vec<(String, u64)> {
 fn unneeded_branch_points_are_collected_and_the_rest_kept() {
     // Background collection runs every second, but with an hour of grace it
     // must leave this test's young branch points alone.
-    let mut d = Daemon::start_env(&[("FORKVM_GC_GRACE", "3600"), ("FORKVM_GC_INTERVAL", "1")]);
+    // Streaming off: this test is about what collection must keep, such as
+    // a collected branch point's layer that a running source still reads
+    // through (tests/chain.rs covers streams, after which nothing does).
+    let mut d = Daemon::start_env(&[
+        ("FORKVM_GC_GRACE", "3600"),
+        ("FORKVM_GC_INTERVAL", "1"),
+        ("FORKVM_DISK_CHAIN_MAX", "0"),
+    ]);
     let info = d.json(&["info"]);
     assert_eq!(info["gc"]["enabled"], true, "{info}");
     assert_eq!(info["gc"]["grace_secs"], 3600);
@@ -232,6 +239,7 @@ fn unneeded_branch_points_are_collected_and_the_rest_kept() {
     d.env = vec![
         ("FORKVM_GC_GRACE".into(), "0".into()),
         ("FORKVM_GC_INTERVAL".into(), "1".into()),
+        ("FORKVM_DISK_CHAIN_MAX".into(), "0".into()),
     ];
     d.spawn_process();
     assert_eq!(d.json(&["snapshot", "inspect", &b_pin])["pinned"], true);

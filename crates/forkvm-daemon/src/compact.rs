@@ -36,8 +36,18 @@ use crate::config::SandboxPaths;
 use crate::error::ApiError;
 use crate::sandbox::{ms, Manager};
 
-/// A clone that inherits more layers than this is streamed when it starts.
+/// A clone that inherits more layers than this (or than `--disk-chain-max`,
+/// if larger) is streamed when it starts. Not every clone: a fan-out of a
+/// hundred children would copy the same data a hundred times.
 pub const INHERITED_BOUND: usize = 4;
+
+/// The depth past which a new clone is streamed; 0 when streaming is off.
+pub fn inherited_bound(chain_max: u32) -> usize {
+    match chain_max {
+        0 => 0,
+        n => INHERITED_BOUND.max(n as usize),
+    }
+}
 /// How long a freeze waits for the previous stream before cancelling it (the
 /// chain is then one layer deeper until the next stream, never wrong).
 const SETTLE_WAIT: Duration = Duration::from_secs(120);
@@ -153,6 +163,9 @@ impl Manager {
         let Some(live) = self.live(id) else {
             return Ok(());
         };
+        if bound == 0 {
+            return Ok(()); // --disk-chain-max 0: never.
+        }
         let t0 = Instant::now();
         let connect = || Qmp::connect(&live.paths.qmp, Duration::from_secs(10));
         let (job, intermediates, before) = {

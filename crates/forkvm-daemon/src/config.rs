@@ -51,11 +51,18 @@ pub struct Config {
     /// How often the background collector runs (`--gc-interval`); `None`
     /// turns it off.
     pub gc_interval: Option<Duration>,
+    /// A running sandbox whose disk reads through more layers than this after
+    /// a snapshot has them streamed into its top (`--disk-chain-max`); 0
+    /// never streams (see crate::compact).
+    pub disk_chain_max: u32,
 }
 
 /// `serve --gc-grace` by default: ten minutes, long enough for a client to
 /// spawn from, tag or pin a branch point it just made.
 pub const DEFAULT_GC_GRACE_SECS: u64 = 600;
+/// `serve --disk-chain-max` by default: stream after every snapshot, so a
+/// source's chain is one layer when each snapshot starts.
+pub const DEFAULT_DISK_CHAIN_MAX: u32 = 1;
 /// `serve --gc-interval` by default.
 pub const DEFAULT_GC_INTERVAL_SECS: u64 = 60;
 
@@ -93,6 +100,7 @@ impl Config {
             net_pool: forkvm_net::DEFAULT_POOL.to_string(),
             gc_grace: Duration::from_secs(DEFAULT_GC_GRACE_SECS),
             gc_interval: Some(Duration::from_secs(DEFAULT_GC_INTERVAL_SECS)),
+            disk_chain_max: DEFAULT_DISK_CHAIN_MAX,
         }
     }
 

@@ -655,7 +655,7 @@ impl Manager {
             if let Err(e) = crate::compact::set_top_layer(&paths, &new_top) {
                 tracing::warn!(sandbox = %id, "cannot record sandbox {id}'s top disk layer: {e}");
             }
-            self.stream_disk_later(id, 1);
+            self.stream_disk_later(id, self.cfg.disk_chain_max as usize);
         }
         if let Err(e) = paused {
             // If the disk was frozen, the source now writes to `new_top`,

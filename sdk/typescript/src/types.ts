@@ -256,6 +256,16 @@ export interface Limits {
 }
 
 /** Memory use of a sandbox's QEMU process, from `/proc/<pid>/smaps_rollup`. */
+/**
+ * The qcow2 layers a running sandbox's disk reads through above its base
+ * image. A snapshot or branch adds one; a background stream folds them back
+ * into the top (`streaming` while it copies).
+ */
+export interface DiskChain {
+  layers: number;
+  streaming: boolean;
+}
+
 export interface MemoryUsage {
   rss_kib: number;
   pss_kib: number;
@@ -380,6 +390,8 @@ export interface Sandbox {
   timings?: SpawnTimings | null;
   /** Present on `GET /v1/sandboxes/{id}` while QEMU runs. */
   memory?: MemoryUsage | null;
+  /** Its disk chain (`GET` of one running sandbox). */
+  disk?: DiskChain | null;
   /** The snapshot the sandbox was spawned from. */
   snapshot?: string | null;
   /** Its network; absent for a sandbox without a NIC. */

@@ -30,6 +30,7 @@ __all__ = [
     "BranchResult",
     "CreateSandbox",
     "CreateSnapshot",
+    "DiskChain",
     "EgressRule",
     "ErrorBody",
     "ErrorDetail",
@@ -403,6 +404,16 @@ class MemoryUsage(Model):
 
 
 @dataclass
+class DiskChain(Model):
+    """The qcow2 layers a running sandbox's disk reads through above its base
+    image. A snapshot or branch adds one; a background stream folds them back
+    into the top (``streaming`` while it copies)."""
+
+    layers: int
+    streaming: bool
+
+
+@dataclass
 class Sandbox(Model):
     """A sandbox as the API shows it."""
 
@@ -417,6 +428,8 @@ class Sandbox(Model):
     failure: Optional[str] = None
     timings: Optional[SpawnTimings] = None
     memory: Optional[MemoryUsage] = None
+    #: Its disk chain (``GET`` of one running sandbox).
+    disk: Optional[DiskChain] = None
     snapshot: Optional[str] = None
     #: Its network; ``None`` for a sandbox without a NIC.
     network: Optional[NetworkInfo] = None

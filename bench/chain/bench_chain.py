@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""forkvm disk-chain benchmark: the pause of a source's 1st to Nth branch.
+
+Run through bench/chain/run.sh (which builds the release binary first).
+
+Every snapshot or branch freezes the source's top disk layer. forkvm then
+streams the frozen layers into the new top in the background
+(`serve --disk-chain-max`, docs/disk-chain.md), so the chain, and with it
+the pause, should not grow with the number of branches. This bench measures
+that, in one run, against one source per case:
+
+* stream     -- the default daemon (`--disk-chain-max 1`);
+* no_stream  -- the same with `--disk-chain-max 0` (the behaviour before
+                streaming: one more layer per branch);
+* naive      -- the baseline: the naive way to save a running VM (QEMU
+                `stop`, full migration to a file, `cont`), timed as a pause
+                on the `stream` source before its first and after its last
+                branch.
+
+Each case cold-boots a source (512 MiB, no network), writes --data-mib MiB of
+random data to its disk, and then runs N rounds of: write 1 MiB, branch with
+no children (live mode, the default), read the chain depth from
+`GET /v1/sandboxes/{id}`, remove the branch point. The pause is the daemon's
+(QEMU's STOP to RESUME event timestamps).
+
+Outputs: results/chain.csv, results/RESULTS.md, results/chain.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "bench" / "common"))
+
+import forkvm_bench as fb  # noqa: E402
+
+MIN_ROUNDS = 20
+TARGET = 1.2  # the last branches' pause p50 within this factor of the first ones'
+EDGE = 10  # "first" and "last" are this many rounds each
+FIELDS = ["case", "round", "pause_ms", "layers_after", "branch_ms", "streaming_after"]
+
+
+def sh(d: fb.Daemon, sid: str, script: str) -> str:
+    r = d.api.exec(sid, ["sh", "-c", script])
+    if r.get("exit_code") != 0:
+        raise fb.BenchError(f"`{script}` failed in {sid}: {r}")
+    return r.get("stdout", "")
+
+
+def disk(d: fb.Daemon, sid: str) -> dict:
+    v = d.api.request("GET", f"/v1/sandboxes/{sid}")
+    if "disk" not in v:
+        raise fb.BenchError(f"GET /v1/sandboxes/{sid} has no disk chain: is the daemon current?")
+    return v["disk"]
+
+
+def run_case(case: str, chain_max: int, args, ctx: dict) -> list[dict]:
+    os.environ["FORKVM_DISK_CHAIN_MAX"] = str(chain_max)
+    rows = []
+    with fb.Daemon(binary=args.binary) as d:
+        ctx.setdefault("info", d.api.info())
+        sid = d.create_cold(memory_mib=args.memory, network="none")["id"]
+        print(f"[{case}] source {sid}: writing {args.data_mib} MiB", flush=True)
+        sh(d, sid, f"head -c {args.data_mib}M /dev/urandom > /root/data && sync")
+        time.sleep(args.settle)
+        if case == "stream":
+            ctx["naive_first"] = naive(d, sid, args.naive_runs)
+        for i in range(args.rounds):
+            sh(d, sid, f"head -c 1M /dev/urandom > /root/round-{i} && sync")
+            t0 = time.perf_counter()
+            r = d.api.request("POST", f"/v1/sandboxes/{sid}/branch", {"count": 0})
+            branch_ms = fb.ms_since(t0)
+            dk = disk(d, sid)
+            rows.append({"case": case, "round": i + 1, "pause_ms": r["pause_ms"],
+                         "layers_after": dk["layers"], "branch_ms": branch_ms,
+                         "streaming_after": dk["streaming"]})
+            d.api.request("DELETE", f"/v1/snapshots/{r['snapshot']['id']}", expect=(204,))
+            if (i + 1) % 10 == 0 or i + 1 == args.rounds:
+                print(f"[{case}] {i + 1}/{args.rounds} branches: pause {r['pause_ms']:.1f} ms, "
+                      f"{dk['layers']} layers", flush=True)
+        if case == "stream":
+            ctx["naive_last"] = naive(d, sid, args.naive_runs)
+        # The data the source wrote before and between branches is intact.
+        n = int(sh(d, sid, "ls /root | grep -c '^round-'").strip())
+        if n != args.rounds:
+            raise fb.BenchError(f"[{case}] the source holds {n} round files, not {args.rounds}")
+    return rows
+
+
+def naive(d: fb.Daemon, sid: str, runs: int) -> list[float]:
+    qmp = os.path.join(d.sandbox_dir(sid), "qmp.sock")
+    out = []
+    with tempfile.TemporaryDirectory(prefix="fvb-naive-", dir="/tmp") as tmp:
+        for k in range(runs):
+            out.append(fb.naive_pause(qmp, os.path.join(tmp, f"state-{k}"))["pause_ms"])
+    return out
+
+
+def plot(rows, ctx, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for case, colour in (("stream", "tab:blue"), ("no_stream", "tab:red")):
+        rs = [r for r in rows if r["case"] == case]
+        ax.plot([r["round"] for r in rs], [r["pause_ms"] for r in rs], ".-", color=colour,
+                label=f"forkvm, {case}", linewidth=0.8)
+    nv = ctx["naive_first"] + ctx["naive_last"]
+    ax.axhline(fb.summarize(nv)["p50"], color="grey", linestyle="--",
+               label="naive QEMU save (p50)")
+    ax.set_xlabel("branch of the same source")
+    ax.set_ylabel("source pause (ms)")
+    ax.set_yscale("log")
+    ax.set_title("Pause of each branch of one source")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def write_results(path: Path, rows, ctx, args) -> list[str]:
+    info, machine = ctx["info"], fb.machine_info()
+    accel, qemu = info.get("accel", {}), info.get("qemu", {})
+    L = []
+    if args.rounds < MIN_ROUNDS:
+        L += [f"> **SMOKE RUN** ({args.rounds} rounds < {MIN_ROUNDS}): not a valid result.", ""]
+    L += [
+        "# Disk-chain benchmark: the pause of a source's 1st to Nth branch",
+        "",
+        f"- Date: {ctx['started'].strftime('%Y-%m-%d %H:%M:%S %Z')} (run took "
+        f"{ctx['elapsed']:.0f} s)",
+        f"- forkvm: {info.get('version', '?')}, git {fb.git_revision()}",
+        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
+        f"{machine['mem_gib']:.1f} GiB RAM; Linux {machine['kernel']}",
+        f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
+        f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')})",
+        f"- Source: {args.memory} MiB, 1 vCPU, `network: none`, {args.data_mib} MiB of random "
+        f"data written to its disk; each round writes 1 MiB more, then branches with no "
+        f"children (live mode) and removes the branch point. {args.rounds} rounds per case.",
+        "",
+        "| case | pause p50, first 10 (ms) | p90 | pause p50, last 10 (ms) | p90 | last/first | "
+        "max layers after a branch | layers at the end |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    verdict = []
+    for case in ("stream", "no_stream"):
+        rs = [r for r in rows if r["case"] == case]
+        first = fb.summarize(r["pause_ms"] for r in rs[:EDGE])
+        last = fb.summarize(r["pause_ms"] for r in rs[-EDGE:])
+        ratio = last["p50"] / first["p50"]
+        L.append(f"| {case} | {first['p50']:.1f} | {first['p90']:.1f} | {last['p50']:.1f} | "
+                 f"{last['p90']:.1f} | **{ratio:.2f}×** | {max(r['layers_after'] for r in rs)} | "
+                 f"{rs[-1]['layers_after']} |")
+        if case == "stream":
+            verdict.append((ratio, first["p50"]))
+    nf, nl = fb.summarize(ctx["naive_first"]), fb.summarize(ctx["naive_last"])
+    ratio, first_p50 = verdict[0]
+    L += [
+        "",
+        f"Baseline, naive QEMU save (stop, full migration to a file, cont) of the `stream` "
+        f"source: p50 {nf['p50']:.0f} ms / p90 {nf['p90']:.0f} ms before its first branch, "
+        f"p50 {nl['p50']:.0f} ms / p90 {nl['p90']:.0f} ms after its last "
+        f"({args.naive_runs} runs each). forkvm's first-branch pause is "
+        f"**{nf['p50'] / first_p50:.1f}×** shorter.",
+        "",
+        f"**Target:** the last {EDGE} branches' pause p50 within {TARGET}× of the first "
+        f"{EDGE}'s with streaming: **{'met' if ratio <= TARGET else 'NOT met'}** "
+        f"({ratio:.2f}×).",
+        "",
+        "Raw rows: `chain.csv`; plot: `chain.png`.",
+    ]
+    path.write_text("\n".join(L) + "\n")
+    return L
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=100, help="branches per case")
+    ap.add_argument("--data-mib", type=int, default=64, help="random data written first")
+    ap.add_argument("--memory", type=int, default=512, help="guest RAM in MiB")
+    ap.add_argument("--naive-runs", type=int, default=10, help="baseline saves, before and after")
+    ap.add_argument("--settle", type=float, default=2.0, metavar="SECONDS")
+    ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
+    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
+    args = ap.parse_args()
+    if args.rounds < 2 * EDGE:
+        ap.error(f"--rounds must be at least {2 * EDGE}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = {"started": dt.datetime.now().astimezone()}
+    t0 = time.monotonic()
+    rows = run_case("stream", 1, args, ctx) + run_case("no_stream", 0, args, ctx)
+    ctx["elapsed"] = time.monotonic() - t0
+    fb.write_csv(out / "chain.csv", rows, FIELDS)
+    plot(rows, ctx, out / "chain.png")
+    lines = write_results(out / "RESULTS.md", rows, ctx, args)
+    print("\n".join(lines))
+    print(f"\nwrote {out / 'chain.csv'}, {out / 'RESULTS.md'}, {out / 'chain.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except fb.BenchError as e:
+        print(f"bench_chain: {e}", file=sys.stderr)
+        sys.exit(1)
