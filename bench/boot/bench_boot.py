@@ -17,6 +17,9 @@ Cases, all measured in one run against one private daemon:
 
 Outputs: results/boot.csv (raw, one row per run), results/RESULTS.md,
 results/boot.png.
+
+With --loop N it runs the boot-loop mode instead (boot_loop.py): N cold boots
+in a row in a fresh home, counting failures.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import csv
 import datetime as dt
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -37,6 +39,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import report  # noqa: E402
 
 EXEC_ARGV = ["python3", "-c", "print(1)"]
 MIN_RUNS = 10
@@ -217,10 +220,7 @@ def write_plot(path: Path, rows: list[dict], title: str) -> None:
     ax2.set_title("Where the time goes (stage p50s, stacked)")
     ax2.legend(fontsize=8)
     ax2.grid(axis="y", alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path, title, dpi=110)
 
 
 def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, args,
@@ -230,22 +230,11 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
     boot_p50 = next(s["p50"] for c, k, s in st if c == "forkvm_boot" and k == "total_ms")
     rest_p50 = next(s["p50"] for c, k, s in st if c == "naive_restore" and k == "total_ms")
     ratio = boot_p50 / rest_p50
-    accel = info.get("accel", {})
-    qemu = info.get("qemu", {})
-    L = []
-    if args.smoke:
-        L += [f"> **SMOKE RUN** (N={args.runs} < {MIN_RUNS}): not a valid result; "
-              "re-run with `bash bench/boot/run.sh` for real figures.", ""]
+    L = report.smoke_banner(args.smoke, f"N={args.runs} < {MIN_RUNS}", "bash bench/boot/run.sh")
     L += [
         "# Boot benchmark: forkvm cold boot vs naive QEMU save/restore",
         "",
-        f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {elapsed_s:.0f} s)",
-        f"- forkvm: {info.get('version', '?')}, git {fb.git_revision()}",
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM, Linux {machine['kernel']}",
-        f"- Load average at start: {' / '.join(f'{x:.2f}' for x in machine['loadavg'])}",
-        f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
-        f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')})",
+        *report.environment_lines(started, elapsed_s, info, machine),
         f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`",
         f"- Runs: N = {args.runs} per case" + (" (SMOKE)" if args.smoke else ""),
     ]
@@ -379,10 +368,20 @@ def main() -> int:
     ap.add_argument("--memory", type=int, default=512, help="guest RAM in MiB")
     ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
     ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
+    ap.add_argument("--loop", type=int, default=0, metavar="N",
+                    help="boot-loop mode: N cold boots in a row in a fresh home, counting "
+                         "failures (results/loop.csv, LOOP.md, loop.png; exit 1 on any failure)")
     ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
                     help="before starting, wait up to this long for the host to be quiet "
                          "(other processes using < 0.2 cores over 5 s); 0: only warn")
     args = ap.parse_args()
+    if args.loop:
+        if args.loop < 0:
+            ap.error("--loop must be >= 1")
+        import boot_loop
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        return boot_loop.run(args, out)
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     if args.runs < MIN_RUNS and not args.smoke:
@@ -460,23 +459,5 @@ def main() -> int:
     return 0
 
 
-def _interrupt(signum, _frame):
-    # Once: a second Ctrl-C must not cut the clean-up short.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
-    # sandbox, QEMU process, RAM file and the temp home are still cleaned up.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_boot: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_boot: interrupted", file=sys.stderr)
-        sys.exit(130)
+    report.run_main("bench_boot", main)

@@ -62,7 +62,6 @@ import datetime as dt
 import math
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -73,6 +72,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import report  # noqa: E402
 
 MIN_RUNS = 10
 NOISY_CORES = 0.25          # a run during which other processes used more than this is flagged
@@ -1285,10 +1285,8 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax2.set_title("Pause ratio naive ÷ forkvm (naive on the same source)", fontsize=10)
         ax2.grid(alpha=0.3, which="both")
         ax2.legend(fontsize=7)
-        fig.suptitle(title_base + f" — N={args.runs} branches per mode and size", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / "pause_vs_size.png", dpi=100)
-        plt.close(fig)
+        report.save_figure(fig, out / "pause_vs_size.png",
+                           title_base + f" — N={args.runs} branches per mode and size")
         written.append("pause_vs_size.png")
 
     # 2. pause vs dirty
@@ -1343,10 +1341,8 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax2.set_title("Where the pauses go (p50)", fontsize=10)
         ax2.grid(axis="y", alpha=0.3)
         ax2.legend(fontsize=7)
-        fig.suptitle(title_base + f" — {args.dirty_runs} branches per mode and D", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / "pause_vs_dirty.png", dpi=100)
-        plt.close(fig)
+        report.save_figure(fig, out / "pause_vs_dirty.png",
+                           title_base + f" — {args.dirty_runs} branches per mode and D")
         written.append("pause_vs_dirty.png")
 
     # 3. consecutive
@@ -1381,10 +1377,7 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
                         f"{ch['values'][3]} ({'advancing' if ch['ok'] else 'STUCK'})"
                         for ch in ctx.get("counter_checks", []))
         ax2.set_title("Time per branch (server total_ms)\n" + txt, fontsize=8)
-        fig.suptitle(title_base, fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / "consecutive.png", dpi=100)
-        plt.close(fig)
+        report.save_figure(fig, out / "consecutive.png", title_base)
         written.append("consecutive.png")
 
     # 4. spawn vs chain depth
@@ -1443,11 +1436,8 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax2.set_ylabel("total_ms p50 ÷ flat p50")
         ax2.set_title("Spawn time relative to the flattened snapshot", fontsize=10)
         ax2.grid(axis="y", alpha=0.3)
-        fig.suptitle(title_base + f" — {args.chain_runs} spawns per snapshot, order rotated",
-                     fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / "spawn_vs_depth.png", dpi=100)
-        plt.close(fig)
+        report.save_figure(fig, out / "spawn_vs_depth.png",
+                           title_base + f" — {args.chain_runs} spawns per snapshot, order rotated")
         written.append("spawn_vs_depth.png")
     return written
 
@@ -1595,33 +1585,24 @@ def chain_section(rows, ctx, args, L) -> None:
 
 def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
     info, machine = ctx["info"], ctx["machine"]
-    accel, qemu = info.get("accel", {}), info.get("qemu", {})
     sizes = sorted({r["size_mib"] for r in rows if r["experiment"] == "size"})
     dirties = sorted({r["dirty_mib"] for r in rows if r["experiment"] == "dirty"})
     qd = ctx.get("qemu_defaults") or {}
-    L = []
-    if args.smoke:
-        L += [f"> **SMOKE RUN** (N={args.runs}, chain N={args.chain_runs}; a valid run needs "
-              f"≥ {MIN_RUNS}): not a valid result; re-run with `bash bench/branch/run.sh` for "
-              "real figures.", ""]
+    L = report.smoke_banner(
+        args.smoke, f"N={args.runs}, chain N={args.chain_runs}; a valid run needs ≥ {MIN_RUNS}",
+        "bash bench/branch/run.sh")
     if ctx.get("error"):
         L += [f"> **INCOMPLETE RUN**: {ctx['error']}", ""]
     naive_sizes = {s: len(sel(rows, "size", "naive", s)) for s in sizes}
     L += [
         "# Branch benchmark: how long a branch pauses the source",
         "",
-        f"- Date: {ctx['started'].strftime('%Y-%m-%d %H:%M:%S %Z')} (run took "
-        f"{ctx['elapsed'] / 60:.1f} min)",
-        f"- forkvm: {info.get('version', '?')}, git {ctx.get('revision')} (when the bench "
-        "started, right after the build)",
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM; kernel Linux {machine['kernel']}; load average at "
-        "start " + " / ".join(f"{x:.2f}" for x in machine["loadavg"]),
-        f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
-        f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')}); its default migration "
-        f"parameters (read from a freshly booted source): max-bandwidth "
-        f"{(qd.get('max-bandwidth') or 0) / 2**20:.0f} MiB/s, downtime-limit "
-        f"{qd.get('downtime-limit')} ms",
+        *report.environment_lines(
+            ctx["started"], ctx["elapsed"], info, machine,
+            revision=f"{ctx.get('revision')} (when the bench started, right after the build)",
+            qemu_note=f"; its default migration parameters (read from a freshly booted source): "
+            f"max-bandwidth {(qd.get('max-bandwidth') or 0) / 2**20:.0f} MiB/s, downtime-limit "
+            f"{qd.get('downtime-limit')} ms"),
         "- Guests: 1 vCPU, image `default`.",
         "- **Sources** (each mode on the kind of source it is made for, the two kept "
         "equivalent):",
@@ -2190,22 +2171,5 @@ def main() -> int:
     return 1 if ctx.get("error") else 0
 
 
-def _interrupt(signum, _frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
-    # sandbox, snapshot, QEMU process, RAM file and the temp home are cleaned up.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_branch: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_branch: interrupted", file=sys.stderr)
-        sys.exit(130)
+    report.run_main("bench_branch", main)

@@ -55,7 +55,6 @@ import os
 import random
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -69,6 +68,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import report  # noqa: E402
 
 MIN_DURATION = 120  # seconds; below this a run is only a smoke test
 MODES = ("live", "diff", "full")
@@ -754,10 +754,8 @@ def write_plots(out: Path, rows, title: str, window_s: float) -> None:
                         for oc in OUTCOMES]
                + [Line2D([], [], color="k", ls=":", label="p50 of 2xx")],
                loc="upper right", fontsize=8, ncol=5)
-    fig.suptitle(title, fontsize=10, x=0.01, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(out / "latency_over_time.png", dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, out / "latency_over_time.png", title, dpi=110,
+                       rect=(0, 0, 1, 0.97), x=0.01, ha="left")
 
     # 2. Per-op latency box plot and outcome counts.
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [3, 2]})
@@ -788,10 +786,8 @@ def write_plots(out: Path, rows, title: str, window_s: float) -> None:
     a2.set_title("requests per op by outcome", fontsize=9)
     a2.legend(fontsize=8)
     a2.grid(axis="x", alpha=0.3)
-    fig.suptitle(title, fontsize=10, x=0.01, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(out / "latency_by_op.png", dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, out / "latency_by_op.png", title, dpi=110,
+                       rect=(0, 0, 1, 0.95), x=0.01, ha="left")
 
 
 def write_results(path: Path, ctx: dict, stats_rows, leak_rows, rows, failures) -> None:
@@ -803,14 +799,9 @@ def write_results(path: Path, ctx: dict, stats_rows, leak_rows, rows, failures) 
     L = [f"# forkvm API load test{smoke}", "",
          f"**{verdict}**: {n_fail} failed requests, {len(leaks)} leak(s)"
          + (f", {ctx['fatal']}" if ctx.get("fatal") else "") + ".", "",
-         f"- command: `{ctx['command']}`",
-         f"- date: {ctx['started']:%Y-%m-%d %H:%M %Z}; forkvm {info.get('version')} "
-         f"(git {ctx['git']}); binary `{ctx['binary']}` ({ctx['binary_mtime']})",
-         f"- machine: {m['cpu_model']} ({m['cpu_detail']}), {m['cores']} cores, "
-         f"{m['mem_gib']:.1f} GiB RAM, kernel {m['kernel']}; load average at start "
-         + ", ".join(f"{x:.2f}" for x in m["loadavg"]),
-         f"- accelerator: **{info['accel']['kind']}** ({info['accel'].get('reason', '')})",
-         f"- QEMU: {info['qemu'].get('version')}",
+         f"- command: `{ctx['command']}`; binary `{ctx['binary']}` ({ctx['binary_mtime']})",
+         *report.environment_lines(ctx["started"], ctx["elapsed"], info, m,
+                                   revision=ctx["git"]),
          f"- conditions: **{args.clients} clients** for **{args.duration:.0f} s** "
          f"(load window {ctx['window_s']:.1f} s, from the first request until the last load "
          f"request ended); guest RAM {args.memory} MiB, 1 vCPU; at most {args.client_sandboxes} "
@@ -1170,6 +1161,7 @@ def main() -> int:
              f"{args.memory} MiB guests, {machine['cpu_model']}, {machine['cores']} cores, "
              f"{started:%Y-%m-%d}")
     write_plots(out, rows, title, window)
+    ctx["elapsed"] = (dt.datetime.now().astimezone() - started).total_seconds()
     write_results(out / "RESULTS.md", ctx, stats_rows, leak_rows, rows, failures)
 
     # Terminal summary.
@@ -1198,22 +1190,5 @@ def main() -> int:
     return 0
 
 
-def _interrupt(signum, _frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks: the clients
-    # stop and remove what they made, the daemon is stopped and its home removed.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_load: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_load: interrupted", file=sys.stderr)
-        sys.exit(130)
+    report.run_main("bench_load", main)

@@ -54,7 +54,6 @@ import math
 import os
 import secrets
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -68,6 +67,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import report  # noqa: E402
 
 MIN_FORKS = 10
 MAX_FORKS = 63           # the naive series uses one /30 of 10.248.X.0/24 per iteration
@@ -975,10 +975,7 @@ def write_plot(path: Path, rows, series_list, title: str) -> None:
     ax2.set_xlabel("iperf3 TCP throughput (Mbit/s; bar = mean, dots = runs)")
     ax2.set_title("throughput (gray: no VM, the ceiling)", fontsize=9)
     ax2.grid(axis="x", alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    report.save_figure(fig, path, title, dpi=120)
 
 
 def f0(v) -> str:
@@ -997,14 +994,8 @@ def write_results(path: Path, rows, ctx, args, series_list) -> None:
     L.append("# Network benchmark: resume → first egress of a forked child, and throughput"
              + smoke)
     L.append("")
-    L.append(f"- Date: {ctx['started']:%Y-%m-%d %H:%M:%S %Z} (run took "
-             f"{ctx['elapsed'] / 60:.1f} min)")
-    L.append(f"- forkvm: {info.get('version')}, git {ctx['git']} (when the bench started)")
-    L.append(f"- Machine: {m['cpu_model']} ({m['cpu_detail']}), {m['cores']} cores, "
-             f"{m['mem_gib']:.1f} GiB RAM; kernel Linux {m['kernel']}; load average at start "
-             + " / ".join(f"{x:.2f}" for x in m["loadavg"]))
-    L.append(f"- Accelerator: **{info['accel']['kind']}** — {info['accel'].get('reason', '')}")
-    L.append(f"- QEMU: {info['qemu'].get('version')} ({info['qemu'].get('path')})")
+    L += report.environment_lines(ctx["started"], ctx["elapsed"], info, m,
+                                  revision=f"{ctx['git']} (when the bench started)")
     L.append(f"- Guests: {args.memory} MiB RAM, 1 vCPU, image `default`; network `nat` "
              "(the default)")
     L.append(f"- Runs: {args.forks} forks per series ({', '.join(series_list)}) and "
@@ -1628,22 +1619,5 @@ def main() -> int:
     return 0
 
 
-def _interrupt(signum, _frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
-    # sandbox, snapshot, QEMU process, namespace, veth and nft table is removed.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_network: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_network: interrupted", file=sys.stderr)
-        sys.exit(130)
+    report.run_main("bench_network", main)

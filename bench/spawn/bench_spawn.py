@@ -40,7 +40,6 @@ import datetime as dt
 import math
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import report  # noqa: E402
 
 MIN_RUNS = 10
 NOISY_CORES = 0.25  # a run during which other processes used more than this is flagged
@@ -661,35 +661,19 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
     ax2.set_title("Where the time goes (server/QMP stage p50s, stacked)", fontsize=10)
     ax2.legend(fontsize=8)
     ax2.grid(axis="y", alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    report.save_figure(fig, path, title)
 
 
 def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
     info, machine, snap, saved = ctx["info"], ctx["machine"], ctx["snapshot"], ctx["saved"]
     kf = key_figures(rows, mem_rows, max(args.clones))
-    accel, qemu = info.get("accel", {}), info.get("qemu", {})
     burst = f"burst{args.burst_size}"
-    L = []
-    if args.smoke:
-        L += [f"> **SMOKE RUN** (N={args.runs} < {MIN_RUNS}): not a valid result; "
-              "re-run with `bash bench/spawn/run.sh` for real figures.", ""]
+    L = report.smoke_banner(args.smoke, f"N={args.runs} < {MIN_RUNS}", "bash bench/spawn/run.sh")
     L += [
         "# Spawn benchmark: forkvm clones from a snapshot vs naive QEMU save/restore",
         "",
-        f"- Date: {ctx['started'].strftime('%Y-%m-%d %H:%M:%S %Z')} (run took "
-        f"{ctx['elapsed']:.0f} s)",
-        f"- forkvm: {info.get('version', '?')}, git {fb.git_revision()}",
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM, no swap" if not ctx.get("swap_kib") else
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM, {ctx['swap_kib'] // 1024} MiB swap",
-        f"- Kernel: Linux {machine['kernel']}; load average at start: "
-        + " / ".join(f"{x:.2f}" for x in machine["loadavg"]),
-        f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
-        f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')})",
+        *report.environment_lines(ctx["started"], ctx["elapsed"], info, machine,
+                                  swap_kib=ctx.get("swap_kib")),
         f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`; source cold-booted with "
         f"`network: none`, settled {args.settle:.0f} s, then snapshotted; its clones are "
         "spawned with `network: none` and the naive copies have no way out either"
@@ -1370,22 +1354,5 @@ def mem_explanation(mem_rows, ctx, args) -> str:
            if nv and per_file > 0.9 * args.memory else ""))
 
 
-def _interrupt(signum, _frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
-    # sandbox, snapshot, QEMU process, RAM file and the temp home are cleaned up.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_spawn: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_spawn: interrupted", file=sys.stderr)
-        sys.exit(130)
+    report.run_main("bench_spawn", main)

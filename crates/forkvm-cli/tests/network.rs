@@ -159,10 +159,12 @@ impl Drop for Internet {
     }
 }
 
+/// The test's internet, shared by the tests of this binary.
+static INTERNET: OnceLock<Internet> = OnceLock::new();
+
 fn internet() -> &'static Internet {
-    static I: OnceLock<Internet> = OnceLock::new();
     static ONCE: std::sync::Once = std::sync::Once::new();
-    let i = I.get_or_init(Internet::create);
+    let i = INTERNET.get_or_init(Internet::create);
     ONCE.call_once(|| {
         // SAFETY: registering a plain extern "C" function with atexit.
         unsafe { libc::atexit(drop_internet) };
@@ -187,6 +189,10 @@ extern "C" fn drop_internet() {
     let _ = Command::new("ip")
         .args(["link", "del", &format!("fvti{}", pid % 100_000_000)])
         .status();
+    // And its files (the servers' scripts and logs in /tmp/fvt-inet-*).
+    if let Some(i) = INTERNET.get() {
+        let _ = std::fs::remove_dir_all(&i.dir);
+    }
 }
 
 /// Fetch a URL in the guest with curl; returns (exit code, stdout).

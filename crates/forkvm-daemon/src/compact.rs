@@ -34,7 +34,7 @@ use forkvm_qemu::{blockjob, Qmp};
 
 use crate::config::SandboxPaths;
 use crate::error::ApiError;
-use crate::sandbox::{ms, Manager};
+use crate::sandbox::{ms, Live, Manager};
 
 /// A clone that inherits more layers than this (or than `--disk-chain-max`,
 /// if larger) is streamed when it starts. Not every clone: a fan-out of a
@@ -86,6 +86,18 @@ pub fn layers(paths: &SandboxPaths) -> Option<u32> {
     forkvm_qemu::qcow2::layers(&top_layer(paths))
         .ok()
         .and_then(|n| u32::try_from(n).ok())
+}
+
+/// `fdatasync` the sandbox's top layer from the host. The page cache is the
+/// file's, not QEMU's, so this writes back what QEMU wrote through it; QEMU's
+/// own flush at the next stop then finds little left. Failures only cost
+/// pause time, so they are logged, not returned.
+async fn flush_top(paths: &SandboxPaths) {
+    let top = top_layer(paths);
+    let r = tokio::task::spawn_blocking(move || std::fs::File::open(&top)?.sync_data()).await;
+    if let Ok(Err(e)) = r {
+        tracing::debug!("cannot flush {}: {e}", paths.dir.display());
+    }
 }
 
 impl Manager {
@@ -141,6 +153,12 @@ impl Manager {
         if t0.elapsed() > Duration::from_millis(50) {
             tracing::info!(sandbox = %id, "sandbox {id}: waited {:.0} ms for its disk stream before freezing", ms(t0.elapsed()));
         }
+        // QEMU flushes every disk file when it stops the guest; what the
+        // guest (or a stream) wrote since the last flush would be written
+        // back inside the pause. Write it back now, while the guest runs.
+        if let Some(live) = self.live(id) {
+            flush_top(&live.paths).await;
+        }
         Ok(())
     }
 
@@ -167,73 +185,68 @@ impl Manager {
             return Ok(()); // --disk-chain-max 0: never.
         }
         let t0 = Instant::now();
-        let connect = || Qmp::connect(&live.paths.qmp, Duration::from_secs(10));
-        let (job, intermediates, before) = {
-            let qmp = connect().await.map_err(|e| e.to_string())?;
-            let chain = blockjob::disk_chain(&qmp)
-                .await
-                .map_err(|e| e.to_string())?;
-            // top, …, base: only the layers strictly between go.
-            if chain.len() < 3 || chain.len() - 1 <= bound {
-                return Ok(());
-            }
-            if !blockjob::jobs(&qmp)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_empty()
-            {
-                // A stream already runs (or awaits a freeze's dismissal).
-                return Ok(());
-            }
-            let job = format!("{}{}", blockjob::JOB_PREFIX, crate::util::new_id("j"));
-            let (top, base) = (&chain[0], &chain[chain.len() - 1]);
-            live.streaming.store(true, Ordering::SeqCst);
-            if let Err(e) =
-                blockjob::start_stream(&qmp, &job, &top.node_name, &base.node_name).await
-            {
-                live.streaming.store(false, Ordering::SeqCst);
-                return Err(e.to_string());
-            }
-            (job, chain[1..chain.len() - 1].to_vec(), chain.len() - 1)
+        let Some(qmp) = self.qmp_while_running(&live).await else {
+            return Ok(());
         };
+        let chain = blockjob::disk_chain(&qmp)
+            .await
+            .map_err(|e| e.to_string())?;
+        // top, …, base: only the layers strictly between go.
+        if chain.len() < 3 || chain.len() - 1 <= bound {
+            return Ok(());
+        }
+        let busy = blockjob::jobs(&qmp).await.map_err(|e| e.to_string())?;
+        if !busy.is_empty() {
+            return Ok(()); // a stream already runs, or awaits a freeze's dismissal
+        }
+        let job = format!("{}{}", blockjob::JOB_PREFIX, crate::util::new_id("j"));
+        let (top, base) = (&chain[0], &chain[chain.len() - 1]);
+        blockjob::start_stream(&qmp, &job, &top.node_name, &base.node_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        drop(qmp);
+        let _flag = Streaming::set(&live);
+        let (intermediates, before) = (chain[1..chain.len() - 1].to_vec(), chain.len() - 1);
         // Wait for the job to conclude, on short connections (see POLL).
         let outcome = loop {
             tokio::time::sleep(POLL).await;
-            if self.live(id).is_none() {
-                return Ok(());
-            }
-            let Ok(qmp) = connect().await else {
-                return Ok(()); // QEMU is gone: the sandbox is going.
+            let Some(qmp) = self.qmp_while_running(&live).await else {
+                return Ok(()); // the sandbox is going, and the job with it
             };
-            match blockjob::jobs(&qmp).await {
-                Ok(jobs) => match jobs.into_iter().find(|j| j.id == job) {
-                    // A freeze that waited for it dismissed it.
-                    None => break None,
-                    Some(j) if j.concluded() => {
-                        let _ = blockjob::dismiss(&qmp, &job).await;
-                        break Some(j);
-                    }
-                    Some(_) => {}
-                },
-                Err(e) => return Err(e.to_string()),
+            let jobs = blockjob::jobs(&qmp).await.map_err(|e| e.to_string())?;
+            match jobs.into_iter().find(|j| j.id == job) {
+                // A freeze that waited for it dismissed it.
+                None => break None,
+                Some(j) if j.concluded() => {
+                    let _ = blockjob::dismiss(&qmp, &job).await;
+                    break Some(j);
+                }
+                Some(_) => {}
             }
         };
-        live.streaming.store(false, Ordering::SeqCst);
-        let qmp = connect().await.map_err(|e| e.to_string())?;
+        let Some(qmp) = self.qmp_while_running(&live).await else {
+            return Ok(());
+        };
         let now = blockjob::disk_chain(&qmp)
             .await
             .map_err(|e| e.to_string())?;
-        if let Some(e) = outcome.as_ref().and_then(|j| j.error.clone()) {
-            return Err(format!("{e} (the chain is unchanged, {before} layers)"));
-        }
-        // Drop what the stream detached: the node the sandbox started with,
-        // which the command line created (the others QEMU closes itself), and
-        // the sandbox's own links to the frozen layers (the store keeps its
-        // copies while their snapshots exist).
-        for n in intermediates
+        let detached: Vec<_> = intermediates
             .iter()
             .filter(|n| !now.iter().any(|c| c.node_name == n.node_name))
-        {
+            .collect();
+        if detached.is_empty() {
+            // A job a freeze dismissed was logged there (failed or cancelled).
+            let Some(j) = outcome else { return Ok(()) };
+            let why = j.error.unwrap_or_else(|| "it ended early".to_string());
+            return Err(format!(
+                "{why}; the chain is unchanged ({before} layers) until the next snapshot streams it"
+            ));
+        }
+        // Drop what the stream detached: the node the sandbox started with,
+        // which the command line created (QEMU closes the others itself), and
+        // the sandbox's own links to the frozen layers (the store keeps its
+        // copies while their snapshots exist).
+        for n in detached {
             if n.node_name == "root" {
                 for node in ["root", "root-file"] {
                     if let Err(e) = blockjob::delete_node(&qmp, node).await {
@@ -247,6 +260,9 @@ impl Manager {
             }
         }
         drop(qmp);
+        // The stream wrote the frozen layers' data into the top through the
+        // host page cache: write it back now rather than in the next pause.
+        flush_top(&live.paths).await;
         tracing::info!(
             sandbox = %id,
             "sandbox {id}: disk chain streamed from {before} to {} layers in {:.0} ms",
@@ -255,5 +271,38 @@ impl Manager {
         );
         self.collect_layers().await;
         Ok(())
+    }
+
+    /// A QMP connection to a running sandbox, waiting while another client
+    /// (a snapshot, say) holds the socket; `None` once QEMU has exited.
+    async fn qmp_while_running(&self, live: &Live) -> Option<Arc<Qmp>> {
+        loop {
+            if live.exited.borrow().is_some() || self.live(&live.id).is_none() {
+                return None;
+            }
+            match Qmp::connect(&live.paths.qmp, Duration::from_secs(10)).await {
+                Ok(q) => return Some(q),
+                Err(e) => {
+                    tracing::debug!(sandbox = %live.id, "QMP busy or gone: {e}");
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+        }
+    }
+}
+
+/// Sets [`Live::streaming`] while it lives.
+struct Streaming<'a>(&'a Live);
+
+impl<'a> Streaming<'a> {
+    fn set(live: &'a Live) -> Self {
+        live.streaming.store(true, Ordering::SeqCst);
+        Streaming(live)
+    }
+}
+
+impl Drop for Streaming<'_> {
+    fn drop(&mut self) {
+        self.0.streaming.store(false, Ordering::SeqCst);
     }
 }
