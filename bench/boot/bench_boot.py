@@ -17,12 +17,15 @@ Cases, all measured in one run against one private daemon:
 
 Outputs: results/boot.csv (raw, one row per run), results/RESULTS.md,
 results/boot.png.
+
+With --loop [N] it runs the boot-loop mode instead (boot_loop.py): N cold
+boots in a row in a fresh home, each checked with an exec; results in
+loop.csv, loop.png and LOOP.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import os
 import shutil
@@ -37,6 +40,10 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import report as rp  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+import boot_loop  # noqa: E402
 
 EXEC_ARGV = ["python3", "-c", "print(1)"]
 MIN_RUNS = 10
@@ -134,34 +141,13 @@ def run_naive_restore(saved: fb.SavedVm, work: str, shm: str, run: int, n: int) 
 # --------------------------------------------------------------------------
 
 
-def fmt(v: float, digits: int = 0) -> str:
-    return "–" if v != v else f"{v:,.{digits}f}"
-
-
 def stats_rows(rows: list[dict]):
     """(case, stage, summary) for every case total and stage."""
-    out = []
-    for case, stages in (("forkvm_boot", BOOT_STAGES), ("naive_restore", RESTORE_STAGES)):
-        rs = [r for r in rows if r["case"] == case]
-        out.append((case, "total_ms", fb.summarize(r["total_ms"] for r in rs)))
-        for s in stages:
-            out.append((case, s, fb.summarize(r.get(s) for r in rs)))
-    return out
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
+    return rp.case_stats(rows, (("forkvm_boot", BOOT_STAGES), ("naive_restore", RESTORE_STAGES)))
 
 
 def write_plot(path: Path, rows: list[dict], title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = rp.pyplot()
     cases = ["forkvm_boot", "naive_restore"]
     labels = ["forkvm cold boot\n(POST → 201)", "naive QEMU restore\n(start → agent pong)"]
     data = [[r["total_ms"] for r in rows if r["case"] == c] for c in cases]
@@ -217,10 +203,7 @@ def write_plot(path: Path, rows: list[dict], title: str) -> None:
     ax2.set_title("Where the time goes (stage p50s, stacked)")
     ax2.legend(fontsize=8)
     ax2.grid(axis="y", alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    rp.save_figure(fig, path, dpi=110, title=title)
 
 
 def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, args,
@@ -230,22 +213,18 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
     boot_p50 = next(s["p50"] for c, k, s in st if c == "forkvm_boot" and k == "total_ms")
     rest_p50 = next(s["p50"] for c, k, s in st if c == "naive_restore" and k == "total_ms")
     ratio = boot_p50 / rest_p50
-    accel = info.get("accel", {})
-    qemu = info.get("qemu", {})
     L = []
     if args.smoke:
-        L += [f"> **SMOKE RUN** (N={args.runs} < {MIN_RUNS}): not a valid result; "
-              "re-run with `bash bench/boot/run.sh` for real figures.", ""]
+        L += rp.smoke_banner(f"N={args.runs} < {MIN_RUNS}", "bash bench/boot/run.sh")
     L += [
         "# Boot benchmark: forkvm cold boot vs naive QEMU save/restore",
         "",
-        f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {elapsed_s:.0f} s)",
-        f"- forkvm: {info.get('version', '?')}, git {fb.git_revision()}",
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM, Linux {machine['kernel']}",
-        f"- Load average at start: {' / '.join(f'{x:.2f}' for x in machine['loadavg'])}",
-        f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
-        f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')})",
+        rp.date_line(started, elapsed_s),
+        rp.forkvm_line(info, rp.git_revision()),
+        f"- Machine: {rp.machine_text(machine)}, Linux {machine['kernel']}",
+        f"- Load average at start: {rp.loadavg_text(machine)}",
+        rp.accel_line(info),
+        f"- QEMU: {rp.qemu_text(info)}",
         f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`",
         f"- Runs: N = {args.runs} per case" + (" (SMOKE)" if args.smoke else ""),
     ]
@@ -257,25 +236,8 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
           + f" (of {machine['cores']}); "
           + f"{sum((r.get('other_cpu_cores') or 0) > NOISY_CORES for r in rows if r['case'] != 'naive_save')}"
           + f" of {2 * args.runs} runs had more than {NOISY_CORES} (orange in the plot)"]
-    if others:
-        L += [f"- **Host not quiet:** QEMU processes not started by this bench were alive when "
-              f"{busy_runs} of the {2 * args.runs} measured runs started (sampled before each "
-              "run; idle or waiting ones cost little, see the line above for what they used):"]
-        L += [f"  - pid {p}: `{c[:110]}`" for p, c in sorted(others.items())]
-    else:
-        L += ["- No other QEMU process was running on the host (checked before each run)."]
-    L += [
-        "",
-        "## Results",
-        "",
-        "| case | stage | min | p50 | p90 | max |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
-    for c, k, s in st:
-        stage = "**total (client wall)**" if k == "total_ms" else k.removesuffix("_ms")
-        b = "**" if k == "total_ms" else ""
-        L.append(f"| {c} | {stage} | {fmt(s['min'])} | {b}{fmt(s['p50'])}{b} | "
-                 f"{b}{fmt(s['p90'])}{b} | {fmt(s['max'])} |")
+    L += rp.other_qemu_lines(others, busy_runs, 2 * args.runs)
+    L += ["", "## Results", ""] + rp.stats_table(st)
     L += ["", "All times in milliseconds.", ""]
     faster = ("naive restore is faster" if ratio > 1 else "forkvm cold boot is faster")
     L += [
@@ -358,10 +320,7 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
 
 def print_summary(rows) -> None:
     print("\nSummary (ms)")
-    print(f"{'case':<15}{'stage':<17}{'min':>9}{'p50':>9}{'p90':>9}{'max':>9}")
-    for c, k, s in stats_rows(rows):
-        print(f"{c:<15}{k.removesuffix('_ms'):<17}{fmt(s['min']):>9}{fmt(s['p50']):>9}"
-              f"{fmt(s['p90']):>9}{fmt(s['max']):>9}")
+    print("\n".join(rp.stats_text(stats_rows(rows))))
 
 
 # --------------------------------------------------------------------------
@@ -371,11 +330,31 @@ def wait_for_quiet_host(max_wait: float, threshold: float = 0.2, window: float =
     fb.wait_for_quiet_host(max_wait, threshold, window)
 
 
+def command_line() -> str:
+    """How this run was asked for, as the user typed it to run.sh (without
+    the --binary that run_bench.sh adds)."""
+    argv, out, skip = sys.argv[1:], [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--binary":
+            skip = True
+        elif not a.startswith("--binary="):
+            out.append(a)
+    return " ".join(["bash bench/boot/run.sh", *out])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=10, help=f"runs per case (>= {MIN_RUNS})")
+    ap.add_argument("--runs", type=int, default=None,
+                    help=f"runs per case (default and minimum {MIN_RUNS})")
+    ap.add_argument("--loop", type=int, nargs="?", const=boot_loop.LOOP_MIN, metavar="N",
+                    help="boot-loop mode: N cold boots in a row in a fresh home, each checked "
+                         f"with an exec (default N {boot_loop.LOOP_MIN}); writes loop.csv, "
+                         "loop.png, LOOP.md; exits 1 if any boot failed")
     ap.add_argument("--smoke", action="store_true",
-                    help=f"allow --runs < {MIN_RUNS}; results are marked SMOKE")
+                    help=f"allow --runs < {MIN_RUNS} (or --loop < {boot_loop.LOOP_MIN}); "
+                         "results are marked SMOKE")
     ap.add_argument("--memory", type=int, default=512, help="guest RAM in MiB")
     ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
     ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
@@ -383,6 +362,17 @@ def main() -> int:
                     help="before starting, wait up to this long for the host to be quiet "
                          "(other processes using < 0.2 cores over 5 s); 0: only warn")
     args = ap.parse_args()
+    if args.loop is not None:
+        if args.runs is not None:
+            ap.error("--runs does not apply to --loop (the loop's N is --loop N)")
+        if args.loop < 1:
+            ap.error("--loop must be >= 1")
+        if args.loop < boot_loop.LOOP_MIN and not args.smoke:
+            ap.error(f"--loop {args.loop} is below the {boot_loop.LOOP_MIN} boots of the "
+                     "acceptance criterion; add --smoke for a quick smoke test")
+        return boot_loop.run_loop(args, command_line())
+    if args.runs is None:
+        args.runs = MIN_RUNS
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     if args.runs < MIN_RUNS and not args.smoke:
@@ -394,7 +384,7 @@ def main() -> int:
     wait_for_quiet_host(args.wait_quiet)
     started = dt.datetime.now().astimezone()
     t_start = time.monotonic()
-    machine = fb.machine_info()
+    machine = rp.machine_info()
     rows: list[dict] = []
     shm = tempfile.mkdtemp(prefix="fvb-", dir="/dev/shm")
     others: dict[int, str] = {}      # foreign QEMU pid -> command line
@@ -449,7 +439,7 @@ def main() -> int:
         shutil.rmtree(shm, ignore_errors=True)
     elapsed = time.monotonic() - t_start
 
-    write_csv(out / "boot.csv", rows)
+    rp.write_csv(out / "boot.csv", rows, FIELDS)
     title = (f"forkvm boot bench — {info['accel']['kind']}, {args.memory} MiB, N={args.runs}"
              f"{' (SMOKE)' if args.smoke else ''}, {machine['cpu_model']}, {started:%Y-%m-%d}")
     write_plot(out / "boot.png", rows, title)

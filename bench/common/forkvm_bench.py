@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -37,6 +35,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+# Moved to report.py with the rest of the report tail; re-exported so that
+# fb.summarize, fb.machine_info and friends keep working.
+from report import (  # noqa: F401
+    fmt, git_revision, machine_info, percentile, summarize, write_csv,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ARTIFACTS = "/var/lib/forkvm"
@@ -601,87 +605,8 @@ class CpuMeter:
 
 
 # --------------------------------------------------------------------------
-# Statistics
+# Other processes on the host
 # --------------------------------------------------------------------------
-
-
-def percentile(values, p: float) -> float:
-    """The p-th percentile (0..100) by linear interpolation between closest
-    ranks (numpy's default, statistics.quantiles(method='inclusive'))."""
-    xs = sorted(float(v) for v in values)
-    if not xs:
-        return math.nan
-    if len(xs) == 1:
-        return xs[0]
-    k = (len(xs) - 1) * p / 100.0
-    lo = math.floor(k)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def summarize(values) -> dict:
-    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not xs:
-        return {"n": 0, "min": math.nan, "p50": math.nan, "p90": math.nan, "max": math.nan,
-                "mean": math.nan}
-    return {"n": len(xs), "min": min(xs), "p50": percentile(xs, 50), "p90": percentile(xs, 90),
-            "max": max(xs), "mean": sum(xs) / len(xs)}
-
-
-# --------------------------------------------------------------------------
-# Machine description
-# --------------------------------------------------------------------------
-
-
-def machine_info() -> dict:
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():
-                    break  # the first processor is enough
-                k, _, v = line.partition(":")
-                fields[k.strip()] = v.strip()
-    except OSError:
-        pass
-    cpu = fields.get("model name") or platform.processor() or "unknown"
-    cpu_detail = ", ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping")
-                           if k in fields)
-    if "hypervisor" in fields.get("flags", "").split():
-        cpu_detail += (", " if cpu_detail else "") + "virtualized (hypervisor flag set)"
-    mem_kib = 0
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    mem_kib = int(line.split()[1])
-                    break
-    except OSError:
-        pass
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = (math.nan,) * 3
-    return {
-        "cpu_model": cpu,
-        "cpu_detail": cpu_detail,
-        "cores": os.cpu_count(),
-        "mem_gib": mem_kib / (1024 * 1024),
-        "kernel": platform.release(),
-        "loadavg": load,
-    }
-
-
-def git_revision() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
-                                "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def other_qemu_processes(exclude_substrings=()) -> dict[int, str]:
@@ -715,25 +640,6 @@ def other_qemu_processes(exclude_substrings=()) -> dict[int, str]:
 def ms_since(t0: float) -> float:
     """Milliseconds since `t0` (a time.perf_counter() value)."""
     return (time.perf_counter() - t0) * 1000.0
-
-
-def fmt(v, digits: int = 0) -> str:
-    """A number with thousands separators, or an en dash for None/NaN."""
-    if v is None or (isinstance(v, float) and v != v):
-        return "–"
-    return f"{v:,.{digits}f}"
-
-
-def write_csv(path: str | Path, rows, fields) -> None:
-    """Rows (dicts) as CSV with the given columns; floats with 3 decimals,
-    keys not in `fields` left out."""
-    import csv
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()
-                        if k in fields})
 
 
 def tail(path: str, n: int = 20) -> str:
