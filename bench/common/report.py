@@ -204,14 +204,15 @@ def other_qemu_lines(others: dict[int, str], busy: int, of: int, what: str = "ru
             + [f"  - pid {p}: `{c[:110]}`" for p, c in sorted(others.items())])
 
 
-def stats_table(stats, with_n: bool = False) -> list[str]:
+def stats_table(stats, with_n: bool = False,
+                total_label=lambda case: "**total (client wall)**") -> list[str]:
     """A markdown table of (case, stage, summary): min, p50, p90, max (and n),
-    with each case's total in bold."""
+    with each case's total in bold (its stage named by `total_label(case)`)."""
     n_head, n_rule = (" n |", "---:|") if with_n else ("", "")
     L = [f"| case | stage |{n_head} min | p50 | p90 | max |",
          f"|---|---|{n_rule}---:|---:|---:|---:|"]
     for c, k, s in stats:
-        stage = "**total (client wall)**" if k == "total_ms" else k.removesuffix("_ms")
+        stage = total_label(c) if k == "total_ms" else k.removesuffix("_ms")
         b = "**" if k == "total_ms" else ""
         n = f" {s['n']} |" if with_n else ""
         L.append(f"| {c} | {stage} |{n} {fmt(s['min'])} | {b}{fmt(s['p50'])}{b} | "

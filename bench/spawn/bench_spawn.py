@@ -35,7 +35,6 @@ results/spawn.png.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import math
 import os
@@ -51,6 +50,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import report as rp  # noqa: E402
 
 MIN_RUNS = 10
 NOISY_CORES = 0.25  # a run during which other processes used more than this is flagged
@@ -480,10 +480,7 @@ def measure_naive(vms, k, before, args) -> dict:
 # --------------------------------------------------------------------------
 
 
-def fmt(v, digits: int = 0) -> str:
-    if v is None or (isinstance(v, float) and v != v):
-        return "–"
-    return f"{v:,.{digits}f}"
+fmt = rp.fmt
 
 
 def mib(kib, digits: int = 0) -> str:
@@ -491,32 +488,13 @@ def mib(kib, digits: int = 0) -> str:
 
 
 def stats_rows(rows: list[dict]):
-    out = []
-    for case, stages in cases_of(rows):
-        rs = [r for r in rows if r["case"] == case]
-        if not rs:
-            continue
-        out.append((case, "total_ms", fb.summarize(r["total_ms"] for r in rs)))
-        for s in stages:
-            if case.endswith("_child") and s == "server_total_ms":
-                continue  # same as total for a child
-            st = fb.summarize(r.get(s) for r in rs)
-            if st["n"]:
-                out.append((case, s, st))
-    return out
+    # A child's server total is its total: not shown twice.
+    return rp.case_stats(rows, cases_of(rows),
+                         skip=lambda case, s: case.endswith("_child") and s == "server_total_ms")
 
 
 def p50(rows, case, key="total_ms") -> float:
     return fb.percentile([r[key] for r in rows if r["case"] == case and r.get(key) is not None], 50)
-
-
-def write_csv(path: Path, rows: list[dict], fields) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()
-                        if k in fields})
 
 
 def key_figures(rows, mem_rows, clones_max) -> dict:
@@ -535,10 +513,8 @@ def key_figures(rows, mem_rows, clones_max) -> dict:
 
 
 def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
+    plt = rp.pyplot()
 
     cases = ["spawn_cold_pool_off", "spawn_warm_pool", NAT, "naive_restore", f"burst{burst_size}"]
     fig = plt.figure(figsize=(18, 9.5))
@@ -661,35 +637,27 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
     ax2.set_title("Where the time goes (server/QMP stage p50s, stacked)", fontsize=10)
     ax2.legend(fontsize=8)
     ax2.grid(axis="y", alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    rp.save_figure(fig, path, dpi=100, title=title)
 
 
 def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
     info, machine, snap, saved = ctx["info"], ctx["machine"], ctx["snapshot"], ctx["saved"]
     kf = key_figures(rows, mem_rows, max(args.clones))
-    accel, qemu = info.get("accel", {}), info.get("qemu", {})
     burst = f"burst{args.burst_size}"
     L = []
     if args.smoke:
-        L += [f"> **SMOKE RUN** (N={args.runs} < {MIN_RUNS}): not a valid result; "
-              "re-run with `bash bench/spawn/run.sh` for real figures.", ""]
+        L += rp.smoke_banner(f"N={args.runs} < {MIN_RUNS}", "bash bench/spawn/run.sh")
     L += [
         "# Spawn benchmark: forkvm clones from a snapshot vs naive QEMU save/restore",
         "",
-        f"- Date: {ctx['started'].strftime('%Y-%m-%d %H:%M:%S %Z')} (run took "
-        f"{ctx['elapsed']:.0f} s)",
-        f"- forkvm: {info.get('version', '?')}, git {fb.git_revision()}",
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM, no swap" if not ctx.get("swap_kib") else
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM, {ctx['swap_kib'] // 1024} MiB swap",
+        rp.date_line(ctx["started"], ctx["elapsed"]),
+        rp.forkvm_line(info, rp.git_revision()),
+        f"- Machine: {rp.machine_text(machine)}, "
+        + (f"{ctx['swap_kib'] // 1024} MiB swap" if ctx.get("swap_kib") else "no swap"),
         f"- Kernel: Linux {machine['kernel']}; load average at start: "
-        + " / ".join(f"{x:.2f}" for x in machine["loadavg"]),
-        f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
-        f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')})",
+        + rp.loadavg_text(machine),
+        rp.accel_line(info),
+        f"- QEMU: {rp.qemu_text(info)}",
         f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`; source cold-booted with "
         f"`network: none`, settled {args.settle:.0f} s, then snapshotted; its clones are "
         "spawned with `network: none` and the naive copies have no way out either"
@@ -763,14 +731,9 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
         L += ["", "**Why the memory target is missed.** " + ctx.get("mem_reason", "")]
 
     # Latency table
-    L += ["", "## Latency", "",
-          "| case | stage | n | min | p50 | p90 | max |", "|---|---|---:|---:|---:|---:|---:|"]
-    for c, k, s in stats_rows(rows):
-        stage = ("**total (client wall)**" if c != burst + "_child" else "**total (server, per child)**") \
-            if k == "total_ms" else k.removesuffix("_ms")
-        b = "**" if k == "total_ms" else ""
-        L.append(f"| {c} | {stage} | {s['n']} | {fmt(s['min'])} | {b}{fmt(s['p50'])}{b} | "
-                 f"{b}{fmt(s['p90'])}{b} | {fmt(s['max'])} |")
+    L += ["", "## Latency", ""]
+    L += rp.stats_table(stats_rows(rows), with_n=True, total_label=lambda c: (
+        "**total (server, per child)**" if c == burst + "_child" else "**total (client wall)**"))
     L += ["", f"All times in milliseconds. `{burst}` total is the wall time of one POST for all "
           f"{args.burst_size} clones; `{burst}_child` is each child's own server `total_ms` "
           f"({args.burst_runs} × {args.burst_size} children)."
@@ -966,10 +929,7 @@ def method_text(args, burst: str, ctx: dict) -> list[str]:
 
 def print_summary(rows, mem_rows, clones_max) -> None:
     print("\nSummary (ms)")
-    print(f"{'case':<21}{'stage':<17}{'n':>4}{'min':>9}{'p50':>9}{'p90':>9}{'max':>9}")
-    for c, k, s in stats_rows(rows):
-        print(f"{c:<21}{k.removesuffix('_ms'):<17}{s['n']:>4}{fmt(s['min']):>9}{fmt(s['p50']):>9}"
-              f"{fmt(s['p90']):>9}{fmt(s['max']):>9}")
+    print("\n".join(rp.stats_text(stats_rows(rows), case_width=21, with_n=True)))
     print("\nMemory (MiB)")
     print(f"{'K':>4} {'kind':<22}{'VMs':>5}{'ΣPSS':>9}{'ΣRSS':>9}{'Σdirty':>9}{'RAM files':>10}"
           f"{'total':>9}{'per VM':>8}")
@@ -1049,7 +1009,7 @@ def main() -> int:
     fb.wait_for_quiet_host(args.wait_quiet)
     started = dt.datetime.now().astimezone()
     t_start = time.monotonic()
-    machine = fb.machine_info()
+    machine = rp.machine_info()
     rows: list[dict] = []
     mem_rows: list[dict] = []
     ctx: dict = {"machine": machine, "started": started, "swap_kib": swap_total_kib()}
@@ -1210,8 +1170,8 @@ def main() -> int:
     ctx["mem_explanation"] = mem_explanation(mem_rows, ctx, args)
     ctx["method"] = method_text(args, burst, ctx)
 
-    write_csv(out / "spawn.csv", rows, FIELDS)
-    write_csv(out / "memory.csv", mem_rows, MEM_FIELDS)
+    rp.write_csv(out / "spawn.csv", rows, FIELDS)
+    rp.write_csv(out / "memory.csv", mem_rows, MEM_FIELDS)
     title = (f"forkvm spawn bench — {ctx['info']['accel']['kind']}, {args.memory} MiB, "
              f"N={args.runs}{' (SMOKE)' if args.smoke else ''}, {machine['cpu_model']}, "
              f"{machine['cores']} cores, {started:%Y-%m-%d}")
