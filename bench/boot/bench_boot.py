@@ -164,7 +164,7 @@ def write_plot(path: Path, rows: list[dict], title: str) -> None:
         noisy_any |= any(noisy)
         ax.scatter(xs, ys, s=18, alpha=0.8, zorder=3,
                    color=["tab:orange" if n else "tab:blue" for n in noisy])
-        p50 = fb.percentile(ys, 50)
+        p50 = rp.percentile(ys, 50)
         ax.annotate(f"p50 {p50:,.0f} ms", (i + 0.27, p50), va="center", color="tab:red")
     if noisy_any:
         from matplotlib.lines import Line2D
@@ -181,7 +181,7 @@ def write_plot(path: Path, rows: list[dict], title: str) -> None:
     # p50 of each stage, stacked.
     boot = [r for r in rows if r["case"] == "forkvm_boot"]
     rest = [r for r in rows if r["case"] == "naive_restore"]
-    p = lambda rs, k: fb.percentile([r[k] for r in rs], 50)  # noqa: E731
+    p = lambda rs, k: rp.percentile([r[k] for r in rs], 50)  # noqa: E731
     stacks = [
         ("forkvm_boot", [("prepare", p(boot, "prepare_ms")), ("QEMU start→QMP", p(boot, "qemu_start_ms")),
                          ("guest boot→agent pong", p(boot, "boot_ms"))]),
@@ -228,7 +228,7 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
         f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`",
         f"- Runs: N = {args.runs} per case" + (" (SMOKE)" if args.smoke else ""),
     ]
-    oc = {c: fb.summarize(r["other_cpu_cores"] for r in rows if r["case"] == c)
+    oc = {c: rp.summarize(r["other_cpu_cores"] for r in rows if r["case"] == c)
           for c in ("forkvm_boot", "naive_restore")}
     L += ["- Host noise — average cores kept busy by processes other than this bench's, per "
           "run (`other_cpu_cores` in the CSV): "

@@ -126,6 +126,7 @@ def loop_summary(rows: list[dict]) -> dict:
         "total": rp.summarize(r.get("total_ms") for r in ok),
         "boot": rp.summarize(r.get("boot_ms") for r in ok),
         "exec": rp.summarize(r.get("exec_ms") for r in ok),
+        "noise": rp.summarize(r.get("other_cpu_cores") for r in rows),
     }
 
 
@@ -145,9 +146,13 @@ def write_loop_plot(path: Path, rows: list[dict], title: str) -> None:
         # A failed boot has no boot time; mark where it happened, at the bottom.
         ax.scatter([r["attempt"] for r in bad], [0] * len(bad), marker="x", s=60,
                    color="tab:red", label=f"failed ({len(bad)})", zorder=4)
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("attempt")
     ax.set_ylabel("ms")
-    ax.set_ylim(bottom=-1 if not ok else 0)
+    # Head room above the points, so that the legend does not hide any.
+    top = max((r["total_ms"] for r in ok), default=1.0)
+    ax.set_ylim(-0.03 * top, 1.35 * top)
     ax.set_title("Cold boot time per attempt")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
@@ -179,6 +184,9 @@ def write_loop_results(path: Path, rows: list[dict], ctx: dict, args) -> None:
         "`POST /v1/sandboxes` with `\"use_template\": false` (as `forkvm spawn --no-template`), "
         f"then `{' '.join(EXEC_ARGV)}` through the exec API, then DELETE",
         f"- Command: `{ctx['command']}`",
+        "- Host noise — cores kept busy by processes other than this bench's during each boot "
+        f"(`other_cpu_cores` in the CSV): p50 {rp.fmt(s['noise']['p50'], 2)}, max "
+        f"{rp.fmt(s['noise']['max'], 2)} (of {machine['cores']})",
         "",
         "## Boot times of the boots that worked",
         "",

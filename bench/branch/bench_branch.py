@@ -73,6 +73,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import report as rp  # noqa: E402
 
 MIN_RUNS = 10
 NOISY_CORES = 0.25          # a run during which other processes used more than this is flagged
@@ -465,7 +466,7 @@ def where_label(exp: str, size: int, dirty) -> str:
     return f"{exp} {size} MiB"
 
 
-fb_fmt = fb.fmt
+fb_fmt = rp.fmt
 
 
 # --------------------------------------------------------------------------
@@ -964,7 +965,7 @@ def sel(rows, exp, mode, size=None, dirty=None):
 
 
 def pstat(rows, key="pause_ms") -> dict:
-    return fb.summarize(r.get(key) for r in rows)
+    return rp.summarize(r.get(key) for r in rows)
 
 
 def p50(rows, key="pause_ms") -> float:
@@ -997,7 +998,7 @@ def add_ratios(rows) -> None:
                                                      else math.nan)
 
 
-fmt = fb.fmt
+fmt = rp.fmt
 
 
 def fmt_ms(v) -> str:
@@ -1041,7 +1042,7 @@ def pause_parts(rows) -> dict:
     out = {name: p50(rows, k) for name, k in keys}
     rests = [r["pause_ms"] - sum(r.get(k) or 0.0 for _, k in keys) for r in rows
              if all(r.get(k) is not None for _, k in keys)]
-    out[rest] = fb.percentile(rests, 50) if rests else math.nan
+    out[rest] = rp.percentile(rests, 50) if rests else math.nan
     return out
 
 
@@ -1238,9 +1239,7 @@ PLOT_MODES = ["naive", "naive_nolimit", "naive_clone", "naive_nolimit_clone", "f
 
 def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
     """Writes the PNGs; returns their names."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = rp.pyplot()
 
     written = []
     # 1. pause vs size
@@ -1285,10 +1284,8 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax2.set_title("Pause ratio naive ÷ forkvm (naive on the same source)", fontsize=10)
         ax2.grid(alpha=0.3, which="both")
         ax2.legend(fontsize=7)
-        fig.suptitle(title_base + f" — N={args.runs} branches per mode and size", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / "pause_vs_size.png", dpi=100)
-        plt.close(fig)
+        rp.save_figure(fig, out / "pause_vs_size.png", dpi=100,
+                       title=title_base + f" — N={args.runs} branches per mode and size")
         written.append("pause_vs_size.png")
 
     # 2. pause vs dirty
@@ -1343,10 +1340,8 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax2.set_title("Where the pauses go (p50)", fontsize=10)
         ax2.grid(axis="y", alpha=0.3)
         ax2.legend(fontsize=7)
-        fig.suptitle(title_base + f" — {args.dirty_runs} branches per mode and D", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / "pause_vs_dirty.png", dpi=100)
-        plt.close(fig)
+        rp.save_figure(fig, out / "pause_vs_dirty.png", dpi=100,
+                       title=title_base + f" — {args.dirty_runs} branches per mode and D")
         written.append("pause_vs_dirty.png")
 
     # 3. consecutive
@@ -1381,10 +1376,7 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
                         f"{ch['values'][3]} ({'advancing' if ch['ok'] else 'STUCK'})"
                         for ch in ctx.get("counter_checks", []))
         ax2.set_title("Time per branch (server total_ms)\n" + txt, fontsize=8)
-        fig.suptitle(title_base, fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / "consecutive.png", dpi=100)
-        plt.close(fig)
+        rp.save_figure(fig, out / "consecutive.png", dpi=100, title=title_base)
         written.append("consecutive.png")
 
     # 4. spawn vs chain depth
@@ -1443,11 +1435,9 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax2.set_ylabel("total_ms p50 ÷ flat p50")
         ax2.set_title("Spawn time relative to the flattened snapshot", fontsize=10)
         ax2.grid(axis="y", alpha=0.3)
-        fig.suptitle(title_base + f" — {args.chain_runs} spawns per snapshot, order rotated",
-                     fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / "spawn_vs_depth.png", dpi=100)
-        plt.close(fig)
+        rp.save_figure(fig, out / "spawn_vs_depth.png", dpi=100,
+                       title=title_base + f" — {args.chain_runs} spawns per snapshot, "
+                       "order rotated")
         written.append("spawn_vs_depth.png")
     return written
 
@@ -1595,30 +1585,26 @@ def chain_section(rows, ctx, args, L) -> None:
 
 def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
     info, machine = ctx["info"], ctx["machine"]
-    accel, qemu = info.get("accel", {}), info.get("qemu", {})
     sizes = sorted({r["size_mib"] for r in rows if r["experiment"] == "size"})
     dirties = sorted({r["dirty_mib"] for r in rows if r["experiment"] == "dirty"})
     qd = ctx.get("qemu_defaults") or {}
     L = []
     if args.smoke:
-        L += [f"> **SMOKE RUN** (N={args.runs}, chain N={args.chain_runs}; a valid run needs "
-              f"≥ {MIN_RUNS}): not a valid result; re-run with `bash bench/branch/run.sh` for "
-              "real figures.", ""]
+        L += rp.smoke_banner(f"N={args.runs}, chain N={args.chain_runs}; a valid run needs "
+                             f"≥ {MIN_RUNS}", "bash bench/branch/run.sh")
     if ctx.get("error"):
         L += [f"> **INCOMPLETE RUN**: {ctx['error']}", ""]
     naive_sizes = {s: len(sel(rows, "size", "naive", s)) for s in sizes}
     L += [
         "# Branch benchmark: how long a branch pauses the source",
         "",
-        f"- Date: {ctx['started'].strftime('%Y-%m-%d %H:%M:%S %Z')} (run took "
-        f"{ctx['elapsed'] / 60:.1f} min)",
-        f"- forkvm: {info.get('version', '?')}, git {ctx.get('revision')} (when the bench "
-        "started, right after the build)",
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM; kernel Linux {machine['kernel']}; load average at "
-        "start " + " / ".join(f"{x:.2f}" for x in machine["loadavg"]),
-        f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
-        f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')}); its default migration "
+        rp.date_line(ctx["started"], ctx["elapsed"], minutes=True),
+        rp.forkvm_line(info, ctx.get("revision"), " (when the bench started, right after the "
+                       "build)"),
+        f"- Machine: {rp.machine_text(machine)}; kernel Linux {machine['kernel']}; load average "
+        "at start " + rp.loadavg_text(machine),
+        rp.accel_line(info),
+        f"- QEMU: {rp.qemu_text(info)}; its default migration "
         f"parameters (read from a freshly booted source): max-bandwidth "
         f"{(qd.get('max-bandwidth') or 0) / 2**20:.0f} MiB/s, downtime-limit "
         f"{qd.get('downtime-limit')} ms",
@@ -1653,7 +1639,7 @@ def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
         f"0..{args.chain_depth} and the flattened snapshot" + (" (SMOKE)" if args.smoke else ""),
     ]
     timed = [r for r in rows if r.get("other_cpu_cores") is not None]
-    oc = fb.summarize(r["other_cpu_cores"] for r in timed)
+    oc = rp.summarize(r["other_cpu_cores"] for r in timed)
     noisy = sum(r["other_cpu_cores"] > NOISY_CORES for r in timed)
     L += [f"- Host noise — cores kept busy by other processes during each measurement "
           f"(`other_cpu_cores`): p50 {oc['p50']:.2f}, p90 {oc['p90']:.2f}, max {oc['max']:.2f}; "
@@ -2108,11 +2094,11 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    revision = fb.git_revision()  # now, right after run.sh built the binary
+    revision = rp.git_revision()  # now, right after run.sh built the binary
     quiet = fb.wait_for_quiet_host(args.wait_quiet)
     started = dt.datetime.now().astimezone()
     t_start = time.monotonic()
-    ctx: dict = {"machine": fb.machine_info(), "started": started, "quiet": quiet,
+    ctx: dict = {"machine": rp.machine_info(), "started": started, "quiet": quiet,
                  "revision": revision}
     shm = tempfile.mkdtemp(prefix="fvb-branch-", dir="/dev/shm")
     home = None
@@ -2178,7 +2164,7 @@ def main() -> int:
     ctx["notes"] = c.notes + ([f"skipped experiments: {', '.join(sorted(skip))}"] if skip else [])
     ctx["diff_fallback"] = c.diff_fallback
     add_ratios(rows)
-    fb.write_csv(out / "branch.csv", rows, FIELDS)
+    rp.write_csv(out / "branch.csv", rows, FIELDS)
     m = ctx["machine"]
     title = (f"forkvm branch bench — {ctx['info']['accel']['kind']}, {m['cpu_model']}, "
              f"{m['cores']} cores, {started:%Y-%m-%d}" + (" (SMOKE)" if args.smoke else ""))

@@ -41,6 +41,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import report as rp  # noqa: E402
 
 MIN_ROUNDS = 20
 TARGET = 1.2  # the last branches' pause p50 within this factor of the first ones'
@@ -105,42 +106,36 @@ def naive(d: fb.Daemon, sid: str, runs: int) -> list[float]:
 
 
 def plot(rows, ctx, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = rp.pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for case, colour in (("stream", "tab:blue"), ("no_stream", "tab:red")):
         rs = [r for r in rows if r["case"] == case]
         ax.plot([r["round"] for r in rs], [r["pause_ms"] for r in rs], ".-", color=colour,
                 label=f"forkvm, {case}", linewidth=0.8)
     nv = ctx["naive_first"] + ctx["naive_last"]
-    ax.axhline(fb.summarize(nv)["p50"], color="grey", linestyle="--",
+    ax.axhline(rp.summarize(nv)["p50"], color="grey", linestyle="--",
                label="naive QEMU save (p50)")
     ax.set_xlabel("branch of the same source")
     ax.set_ylabel("source pause (ms)")
     ax.set_yscale("log")
     ax.set_title("Pause of each branch of one source")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    rp.save_figure(fig, path, dpi=100)
 
 
 def write_results(path: Path, rows, ctx, args) -> list[str]:
-    info, machine = ctx["info"], fb.machine_info()
-    accel, qemu = info.get("accel", {}), info.get("qemu", {})
+    info, machine = ctx["info"], rp.machine_info()
     L = []
     if args.rounds < MIN_ROUNDS:
-        L += [f"> **SMOKE RUN** ({args.rounds} rounds < {MIN_ROUNDS}): not a valid result.", ""]
+        L += rp.smoke_banner(f"{args.rounds} rounds < {MIN_ROUNDS}", None)
     L += [
         "# Disk-chain benchmark: the pause of a source's 1st to Nth branch",
         "",
-        f"- Date: {ctx['started'].strftime('%Y-%m-%d %H:%M:%S %Z')} (run took "
-        f"{ctx['elapsed']:.0f} s)",
-        f"- forkvm: {info.get('version', '?')}, git {fb.git_revision()}",
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM; Linux {machine['kernel']}",
-        f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
-        f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')})",
+        rp.date_line(ctx["started"], ctx["elapsed"]),
+        rp.forkvm_line(info, rp.git_revision()),
+        f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}",
+        rp.accel_line(info),
+        f"- QEMU: {rp.qemu_text(info)}",
         f"- Source: {args.memory} MiB, 1 vCPU, `network: none`, {args.data_mib} MiB of random "
         f"data written to its disk; each round writes 1 MiB more, then branches with no "
         f"children (live mode) and removes the branch point. {args.rounds} rounds per case.",
@@ -152,15 +147,15 @@ def write_results(path: Path, rows, ctx, args) -> list[str]:
     verdict = []
     for case in ("stream", "no_stream"):
         rs = [r for r in rows if r["case"] == case]
-        first = fb.summarize(r["pause_ms"] for r in rs[:EDGE])
-        last = fb.summarize(r["pause_ms"] for r in rs[-EDGE:])
+        first = rp.summarize(r["pause_ms"] for r in rs[:EDGE])
+        last = rp.summarize(r["pause_ms"] for r in rs[-EDGE:])
         ratio = last["p50"] / first["p50"]
         L.append(f"| {case} | {first['p50']:.1f} | {first['p90']:.1f} | {last['p50']:.1f} | "
                  f"{last['p90']:.1f} | **{ratio:.2f}×** | {max(r['layers_after'] for r in rs)} | "
                  f"{rs[-1]['layers_after']} |")
         if case == "stream":
             verdict.append((ratio, first["p50"]))
-    nf, nl = fb.summarize(ctx["naive_first"]), fb.summarize(ctx["naive_last"])
+    nf, nl = rp.summarize(ctx["naive_first"]), rp.summarize(ctx["naive_last"])
     ratio, first_p50 = verdict[0]
     L += [
         "",
@@ -198,7 +193,7 @@ def main() -> int:
     t0 = time.monotonic()
     rows = run_case("stream", 1, args, ctx) + run_case("no_stream", 0, args, ctx)
     ctx["elapsed"] = time.monotonic() - t0
-    fb.write_csv(out / "chain.csv", rows, FIELDS)
+    rp.write_csv(out / "chain.csv", rows, FIELDS)
     plot(rows, ctx, out / "chain.png")
     lines = write_results(out / "RESULTS.md", rows, ctx, args)
     print("\n".join(lines))

@@ -13,13 +13,13 @@ What is here:
   started) and removes the home;
 * ``Qmp``: a minimal line-delimited QMP client;
 * ``agent_ping``: one ping/pong with the guest agent on its unix socket;
-* ``percentile`` / ``summarize``: linear-interpolation percentiles;
-* ``machine_info`` / ``git_revision``: what to print in RESULTS.md;
 * ``kill_and_reap``: SIGKILL one pid we started and wait for it;
-* ``fmt`` / ``write_csv``: number formatting and CSV output for the reports;
 * ``mapping_smaps``: smaps figures of one mapping (a clone's private RAM);
 * ``naive_save`` / ``naive_restore``: the plain QEMU save/restore baseline
   (optionally in a network namespace of its own, ``netns_with_tap``).
+
+Statistics, the machine's description, CSV output and the pieces of every
+RESULTS.md are in ``report.py`` (``import report as rp``).
 """
 
 from __future__ import annotations
@@ -35,12 +35,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-
-# Moved to report.py with the rest of the report tail; re-exported so that
-# fb.summarize, fb.machine_info and friends keep working.
-from report import (  # noqa: F401
-    fmt, git_revision, machine_info, percentile, summarize, write_csv,
-)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ARTIFACTS = "/var/lib/forkvm"

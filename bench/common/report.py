@@ -6,9 +6,6 @@ Each bench keeps what is specific to it (its cases, its plots, its
 conclusions) and builds its files from these pieces, so the header of every
 RESULTS.md says the same things the same way: date, forkvm version and git
 revision, machine, accelerator, QEMU.
-
-``forkvm_bench`` re-exports the statistics, machine and CSV helpers, so
-``fb.summarize`` and friends keep working.
 """
 
 from __future__ import annotations
@@ -244,10 +241,15 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str | Path, dpi: int = 100, title: str | None = None) -> None:
-    """Title (small, as a suptitle), lay out, write the PNG, free the figure."""
+def save_figure(fig, path: str | Path, dpi: int = 100, title: str | None = None,
+                rect=None, **title_kw) -> None:
+    """Title (small, as a suptitle; `title_kw` go to suptitle), lay out
+    (within `rect`, if given), write the PNG, free the figure."""
     if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        fig.suptitle(title, **{"fontsize": 10, **title_kw})
+    if rect is None:
+        fig.tight_layout()
+    else:
+        fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=dpi)
     pyplot().close(fig)

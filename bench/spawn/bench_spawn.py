@@ -271,7 +271,7 @@ def run_burst(d, snap_id, size, run, n) -> list[dict]:
     kids = [r["server_total_ms"] for r in rows[1:]]
     print(f"[burst{size} {run}/{n}] {wall:.0f} ms for {size} clones  (server batch "
           f"{server_total:.0f} ms; per child min {min(kids):.0f} / p50 "
-          f"{fb.percentile(kids, 50):.0f} / max {max(kids):.0f} ms)", flush=True)
+          f"{rp.percentile(kids, 50):.0f} / max {max(kids):.0f} ms)", flush=True)
     return rows
 
 
@@ -494,7 +494,7 @@ def stats_rows(rows: list[dict]):
 
 
 def p50(rows, case, key="total_ms") -> float:
-    return fb.percentile([r[key] for r in rows if r["case"] == case and r.get(key) is not None], 50)
+    return rp.percentile([r[key] for r in rows if r["case"] == case and r.get(key) is not None], 50)
 
 
 def key_figures(rows, mem_rows, clones_max) -> dict:
@@ -534,7 +534,7 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
         noisy_any |= any(noisy)
         ax.scatter(xs, ys, s=16, alpha=0.8, zorder=3,
                    color=["tab:orange" if n else "tab:blue" for n in noisy])
-        m = fb.percentile(ys, 50)
+        m = rp.percentile(ys, 50)
         ax.axhline(m, color="tab:red", ls=":", lw=1)
         ax.annotate(f"p50 {m:,.0f} ms", (1.3, m), va="bottom", ha="center", color="tab:red",
                     fontsize=9)
@@ -620,7 +620,7 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
         bottom = 0.0
         for name, key in parts:
             if key == "probe":  # network_ready_ms runs from the resume: it includes identity
-                v = fb.percentile([r["network_ready_ms"] - r["identity_ms"] for r in rows
+                v = rp.percentile([r["network_ready_ms"] - r["identity_ms"] for r in rows
                                    if r["case"] == case and r.get("network_ready_ms") is not None
                                    and r.get("identity_ms") is not None], 50)
             else:
@@ -669,7 +669,7 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
         + f"; {args.burst_runs} bursts of {args.burst_size}; memory at K = "
         + ", ".join(str(k) for k in args.clones),
     ]
-    oc = {c: fb.summarize(r.get("other_cpu_cores") for r in rows if r["case"] == c)
+    oc = {c: rp.summarize(r.get("other_cpu_cores") for r in rows if r["case"] == c)
           for c in ("spawn_cold_pool_off", "spawn_warm_pool", NAT, "naive_restore", burst)}
     timed = [r for r in rows if r["case"] in oc]
     L += ["- Host noise — average cores kept busy by processes other than this bench's, per "
@@ -741,7 +741,7 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
              "its addresses and rules; a pooled process's namespace and tap exist already), "
              "`network_ready` runs from the resume until the agent's probe of the gateway came "
              "back, so it includes `identity`." if any(r["case"] == NAT for r in rows) else "")]
-    nn = fb.summarize(r.get("netns_ms") for r in rows if r["case"] == "naive_restore")
+    nn = rp.summarize(r.get("netns_ms") for r in rows if r["case"] == "naive_restore")
     if nn["n"]:
         L += ["", "Each naive restore's network namespace and tap were made before its clock "
               f"started (p50 {nn['p50']:,.0f} ms, max {nn['max']:,.0f} ms; `netns_ms` in "
