@@ -40,6 +40,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import naive as nv  # noqa: E402
 import report as rp  # noqa: E402
 
 sys.path.insert(0, str(HERE))
@@ -104,18 +105,18 @@ def run_forkvm_boot(d: fb.Daemon, memory: int, run: int, n: int) -> dict:
 # --------------------------------------------------------------------------
 
 
-SavedVm = fb.SavedVm
+SavedVm = nv.SavedVm
 
 
-def save_source(d: fb.Daemon, memory: int, work: str) -> fb.SavedVm:
+def save_source(d: fb.Daemon, memory: int, work: str) -> nv.SavedVm:
     """Boot a source sandbox, pause it and save it (RAM + device state) to a
     file with a plain full migration; copy its disk overlay. The source is
-    deleted before returning. (The save itself is fb.naive_save.)"""
+    deleted before returning. (The save itself is nv.naive_save.)"""
     sb = d.create_cold(memory_mib=memory, cpus=1)
     sid, pid = sb["id"], sb["pid"]
     try:
         time.sleep(1.0)  # let the guest settle after the agent's first pong
-        saved = fb.naive_save(d, sid, pid, memory, work)
+        saved = nv.naive_save(d, sid, pid, memory, work)
     finally:
         d.delete(sid)
     print(f"[naive_save] {saved.save_ms:.0f} ms, state file {saved.state_bytes / 2**20:.1f} MiB "
@@ -123,8 +124,8 @@ def save_source(d: fb.Daemon, memory: int, work: str) -> fb.SavedVm:
     return saved
 
 
-def run_naive_restore(saved: fb.SavedVm, work: str, shm: str, run: int, n: int) -> dict:
-    vm = fb.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
+def run_naive_restore(saved: nv.SavedVm, work: str, shm: str, run: int, n: int) -> dict:
+    vm = nv.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
                           f"fvb-restore-{run}")
     try:
         row = {"case": "naive_restore", "run": run, **vm.timings}

@@ -73,6 +73,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import naive as nv  # noqa: E402
 import report as rp  # noqa: E402
 
 MIN_RUNS = 10
@@ -253,7 +254,7 @@ def query_last_migration(c: Ctx, sid: str) -> dict:
     """QEMU's figures for the migration the daemon just ran (its QMP socket is
     free again once the branch call has returned)."""
     with fb.Qmp(c.qmp_path(sid), timeout=30) as q:
-        return fb.migration_stats(q.execute("query-migrate"))
+        return nv.migration_stats(q.execute("query-migrate"))
 
 
 WANT_KIND = {"live": "live", "full": "shared", "diff": "diff"}
@@ -338,7 +339,7 @@ def branch(c: Ctx, sid: str, mode: str, exp: str, size: int, dirty, run: int, n:
 
 
 def naive(c: Ctx, sid: str, variant: str, exp: str, size: int, dirty, run: int, n: int) -> dict:
-    """The naive baseline on the running source (see fb.naive_pause).
+    """The naive baseline on the running source (see nv.naive_pause).
     `variant`: naive / naive_nolimit on a booted source, naive_clone /
     naive_nolimit_clone on a clone (the same thing; the name says the source)."""
     if "nolimit" not in variant:
@@ -350,7 +351,7 @@ def naive(c: Ctx, sid: str, variant: str, exp: str, size: int, dirty, run: int, 
     clone = source_of(variant) == "clone"
     before = None if clone else c.ram_alloc_mib(sid)
     private = c.clone_private_mib(sid) if clone else None
-    r = fb.naive_pause(c.qmp_path(sid), state, params=params)
+    r = nv.naive_pause(c.qmp_path(sid), state, params=params)
     row = {
         "experiment": exp, "mode": variant, "size_mib": size, "dirty_mib": dirty, "run": run,
         "pause_ms": r["pause_ms"], "pause_source": r["pause_source"], "clock_ms": r["clock_ms"],
@@ -385,7 +386,7 @@ def qemu_live(c: Ctx, sid: str, where: str, exp: str, size: int, dirty, run: int
     state = os.path.join(c.d.home if where == "disk" else c.shm, "live-ref.bin")
     before = c.ram_alloc_mib(sid)
     with fb.Qmp(c.qmp_path(sid), timeout=60) as q:
-        caps_on, old = fb.migration_settings(q)
+        caps_on, old = nv.migration_settings(q)
         try:
             change = [{"capability": cap, "state": False} for cap in caps_on if cap != "mapped-ram"]
             change.append({"capability": "mapped-ram", "state": True})
@@ -403,20 +404,20 @@ def qemu_live(c: Ctx, sid: str, where: str, exp: str, size: int, dirty, run: int
                     q.execute("cont")
             total = ms_since(t0)
             q.execute("query-status")
-            stop = [fb.event_time_ms(e) for e in q.events if e["event"] == "STOP"]
-            resume = [fb.event_time_ms(e) for e in q.events if e["event"] == "RESUME"]
-            pause = fb.pause_from_events(q.events)
+            stop = [nv.event_time_ms(e) for e in q.events if e["event"] == "STOP"]
+            resume = [nv.event_time_ms(e) for e in q.events if e["event"] == "RESUME"]
+            pause = nv.pause_from_events(q.events)
             file_bytes = os.path.getsize(state)
             file_alloc = fb.allocated_bytes(state)
         finally:
             try:
-                fb.restore_migration_settings(q, caps_on, old)
+                nv.restore_migration_settings(q, caps_on, old)
             finally:
                 try:
                     os.unlink(state)
                 except FileNotFoundError:
                     pass
-    st = fb.migration_stats(m)
+    st = nv.migration_stats(m)
     row = {
         "experiment": exp, "mode": f"qemu_live_{where}", "size_mib": size, "dirty_mib": dirty,
         "run": run, "pause_ms": pause, "pause_source": "events", "wall_ms": total,
@@ -449,7 +450,7 @@ def stop_cont(c: Ctx, sid: str, exp: str, size: int, dirty, run: int, n: int) ->
         q.execute("cont")
         clock = ms_since(t0)
         q.execute("query-status")
-        pause = fb.pause_from_events(q.events)
+        pause = nv.pause_from_events(q.events)
     row = {"experiment": exp, "mode": "stop_cont", "size_mib": size, "dirty_mib": dirty,
            "run": run, "pause_ms": pause if pause is not None else clock,
            "pause_source": "events" if pause is not None else "clock", "clock_ms": clock}
@@ -656,7 +657,7 @@ def disk_chain_depth(c: Ctx, sid: str) -> int:
     tops = sorted(sdir.glob("disk*.qcow2"), key=lambda p: p.stat().st_mtime_ns)
     if not tops:
         return 0
-    return len(fb._qemu_img_chain(str(tops[-1])))
+    return len(nv._qemu_img_chain(str(tops[-1])))
 
 
 # --------------------------------------------------------------------------

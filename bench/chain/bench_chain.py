@@ -41,6 +41,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import naive as nv  # noqa: E402
 import report as rp  # noqa: E402
 
 MIN_ROUNDS = 20
@@ -101,7 +102,7 @@ def naive(d: fb.Daemon, sid: str, runs: int) -> list[float]:
     out = []
     with tempfile.TemporaryDirectory(prefix="fvb-naive-", dir="/tmp") as tmp:
         for k in range(runs):
-            out.append(fb.naive_pause(qmp, os.path.join(tmp, f"state-{k}"))["pause_ms"])
+            out.append(nv.naive_pause(qmp, os.path.join(tmp, f"state-{k}"))["pause_ms"])
     return out
 
 

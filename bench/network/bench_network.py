@@ -68,6 +68,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import naive as nv  # noqa: E402
 import report as rp  # noqa: E402
 
 MIN_FORKS = 10
@@ -640,7 +641,7 @@ def agent_call(s: socket.socket, header: dict, payload: bytes, want: str,
         raise fb.BenchError(f"agent answered {header['type']} with {h}")
 
 
-def naive_disk_top(saved: fb.SavedVm) -> str:
+def naive_disk_top(saved: nv.SavedVm) -> str:
     """The baseline source's writable disk file (a cold-booted sandbox has one
     overlay on the read-only image; `naive_save` copied no other layer)."""
     if saved.copied_layers:
@@ -651,7 +652,7 @@ def naive_disk_top(saved: fb.SavedVm) -> str:
     return top
 
 
-def naive_save_running(saved: fb.SavedVm, top: str) -> dict:
+def naive_save_running(saved: nv.SavedVm, top: str) -> dict:
     """The naive way to fork a running VM, source side: `stop`, a plain full
     migration of RAM and device state to `saved.state`, a copy of its disk
     (now flushed, matching the state) to `saved.disk`, `cont`. `naive_save`
@@ -683,7 +684,7 @@ def naive_save_running(saved: fb.SavedVm, top: str) -> dict:
             "state_bytes": os.path.getsize(saved.state)}
 
 
-def fork_naive(saved: fb.SavedVm, top: str, work: str, shm: str, inet: Internet, run: int,
+def fork_naive(saved: nv.SavedVm, top: str, work: str, shm: str, inet: Internet, run: int,
                k: int, log: EgressLog, timeout: float) -> dict:
     """One naive fork of the running baseline source (save, then restore with
     its own network), timed like a forkvm child."""
@@ -692,7 +693,7 @@ def fork_naive(saved: fb.SavedVm, top: str, work: str, shm: str, inet: Internet,
     name = f"fvb-naive-{inet.tag}-{run}"
     hostname = f"naive-{inet.tag}-{run}"
     os.mkdir(rdir)
-    argv, paths = fb.restore_argv(saved, rdir, mem, name)
+    argv, paths = nv.restore_argv(saved, rdir, mem, name)
     net = NaiveNet(inet, k)
     proc = None
     qmp = None
@@ -1450,7 +1451,7 @@ def main() -> int:
             time.sleep(args.settle)
             nwork = os.path.join(d.home, "naive")
             os.mkdir(nwork)
-            saved = fb.naive_save(d, nid, nsrc["pid"], args.memory, nwork)
+            saved = nv.naive_save(d, nid, nsrc["pid"], args.memory, nwork)
             with fb.Qmp(os.path.join(saved.sbdir, "qmp.sock"), timeout=60) as qmp:
                 qmp.execute("cont")
             ntop = naive_disk_top(saved)

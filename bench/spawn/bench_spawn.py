@@ -50,6 +50,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
+import naive as nv  # noqa: E402
 import report as rp  # noqa: E402
 
 MIN_RUNS = 10
@@ -284,7 +285,7 @@ def naive_netns(saved, tag: str) -> str | None:
 
 
 def run_naive(saved, work, shm, run, n) -> dict:
-    vm = fb.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
+    vm = nv.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
                           f"fvb-restore-{run}", netns=naive_netns(saved, f"r{run}"))
     try:
         row = {"case": "naive_restore", "run": run, **vm.timings}
@@ -419,7 +420,7 @@ def memory_naive(saved, work, shm, target, sample_at, args, vms: list) -> list[d
                                  f"{args.mem_reserve_mib} MiB are kept free (--mem-reserve-mib)")
                 print(f"[memory naive] {stopped_early}", flush=True)
                 break
-            vm = fb.naive_restore(saved, os.path.join(work, f"c{i}"),
+            vm = nv.naive_restore(saved, os.path.join(work, f"c{i}"),
                                   os.path.join(shm, f"c{i}.mem"), f"fvb-copy-{i}",
                                   netns=naive_netns(saved, f"c{i}"))
             vms.append(vm)
@@ -1086,7 +1087,7 @@ def main() -> int:
                 work = os.path.join(d.home, "naive")
                 os.mkdir(work)
                 try:
-                    saved = fb.naive_save(d, src["id"], src["pid"], args.memory, work)
+                    saved = nv.naive_save(d, src["id"], src["pid"], args.memory, work)
                 finally:
                     d.delete(src["id"])
                 ctx["saved"] = saved
