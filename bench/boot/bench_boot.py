@@ -18,17 +18,18 @@ Cases, all measured in one run against one private daemon:
 Outputs: results/boot.csv (raw, one row per run), results/RESULTS.md,
 results/boot.png.
 
-With --loop N it runs the boot-loop mode instead (boot_loop.py): N cold boots
-in a row in a fresh home, counting failures.
+With --loop [N] it runs the boot-loop mode instead (boot_loop.py): N cold
+boots in a row in a fresh home, each checked with an exec; results in
+loop.csv, loop.png and LOOP.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -39,7 +40,11 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
-import report  # noqa: E402
+import naive as nv  # noqa: E402
+import report as rp  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+import boot_loop  # noqa: E402
 
 EXEC_ARGV = ["python3", "-c", "print(1)"]
 MIN_RUNS = 10
@@ -100,18 +105,18 @@ def run_forkvm_boot(d: fb.Daemon, memory: int, run: int, n: int) -> dict:
 # --------------------------------------------------------------------------
 
 
-SavedVm = fb.SavedVm
+SavedVm = nv.SavedVm
 
 
-def save_source(d: fb.Daemon, memory: int, work: str) -> fb.SavedVm:
+def save_source(d: fb.Daemon, memory: int, work: str) -> nv.SavedVm:
     """Boot a source sandbox, pause it and save it (RAM + device state) to a
     file with a plain full migration; copy its disk overlay. The source is
-    deleted before returning. (The save itself is fb.naive_save.)"""
+    deleted before returning. (The save itself is nv.naive_save.)"""
     sb = d.create_cold(memory_mib=memory, cpus=1)
     sid, pid = sb["id"], sb["pid"]
     try:
         time.sleep(1.0)  # let the guest settle after the agent's first pong
-        saved = fb.naive_save(d, sid, pid, memory, work)
+        saved = nv.naive_save(d, sid, pid, memory, work)
     finally:
         d.delete(sid)
     print(f"[naive_save] {saved.save_ms:.0f} ms, state file {saved.state_bytes / 2**20:.1f} MiB "
@@ -119,8 +124,8 @@ def save_source(d: fb.Daemon, memory: int, work: str) -> fb.SavedVm:
     return saved
 
 
-def run_naive_restore(saved: fb.SavedVm, work: str, shm: str, run: int, n: int) -> dict:
-    vm = fb.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
+def run_naive_restore(saved: nv.SavedVm, work: str, shm: str, run: int, n: int) -> dict:
+    vm = nv.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
                           f"fvb-restore-{run}")
     try:
         row = {"case": "naive_restore", "run": run, **vm.timings}
@@ -137,34 +142,13 @@ def run_naive_restore(saved: fb.SavedVm, work: str, shm: str, run: int, n: int) 
 # --------------------------------------------------------------------------
 
 
-def fmt(v: float, digits: int = 0) -> str:
-    return "–" if v != v else f"{v:,.{digits}f}"
-
-
 def stats_rows(rows: list[dict]):
     """(case, stage, summary) for every case total and stage."""
-    out = []
-    for case, stages in (("forkvm_boot", BOOT_STAGES), ("naive_restore", RESTORE_STAGES)):
-        rs = [r for r in rows if r["case"] == case]
-        out.append((case, "total_ms", fb.summarize(r["total_ms"] for r in rs)))
-        for s in stages:
-            out.append((case, s, fb.summarize(r.get(s) for r in rs)))
-    return out
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
+    return rp.case_stats(rows, (("forkvm_boot", BOOT_STAGES), ("naive_restore", RESTORE_STAGES)))
 
 
 def write_plot(path: Path, rows: list[dict], title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = rp.pyplot()
     cases = ["forkvm_boot", "naive_restore"]
     labels = ["forkvm cold boot\n(POST → 201)", "naive QEMU restore\n(start → agent pong)"]
     data = [[r["total_ms"] for r in rows if r["case"] == c] for c in cases]
@@ -181,7 +165,7 @@ def write_plot(path: Path, rows: list[dict], title: str) -> None:
         noisy_any |= any(noisy)
         ax.scatter(xs, ys, s=18, alpha=0.8, zorder=3,
                    color=["tab:orange" if n else "tab:blue" for n in noisy])
-        p50 = fb.percentile(ys, 50)
+        p50 = rp.percentile(ys, 50)
         ax.annotate(f"p50 {p50:,.0f} ms", (i + 0.27, p50), va="center", color="tab:red")
     if noisy_any:
         from matplotlib.lines import Line2D
@@ -198,7 +182,7 @@ def write_plot(path: Path, rows: list[dict], title: str) -> None:
     # p50 of each stage, stacked.
     boot = [r for r in rows if r["case"] == "forkvm_boot"]
     rest = [r for r in rows if r["case"] == "naive_restore"]
-    p = lambda rs, k: fb.percentile([r[k] for r in rs], 50)  # noqa: E731
+    p = lambda rs, k: rp.percentile([r[k] for r in rs], 50)  # noqa: E731
     stacks = [
         ("forkvm_boot", [("prepare", p(boot, "prepare_ms")), ("QEMU start→QMP", p(boot, "qemu_start_ms")),
                          ("guest boot→agent pong", p(boot, "boot_ms"))]),
@@ -220,7 +204,7 @@ def write_plot(path: Path, rows: list[dict], title: str) -> None:
     ax2.set_title("Where the time goes (stage p50s, stacked)")
     ax2.legend(fontsize=8)
     ax2.grid(axis="y", alpha=0.3)
-    report.save_figure(fig, path, title, dpi=110)
+    rp.save_figure(fig, path, dpi=110, title=title)
 
 
 def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, args,
@@ -230,15 +214,22 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
     boot_p50 = next(s["p50"] for c, k, s in st if c == "forkvm_boot" and k == "total_ms")
     rest_p50 = next(s["p50"] for c, k, s in st if c == "naive_restore" and k == "total_ms")
     ratio = boot_p50 / rest_p50
-    L = report.smoke_banner(args.smoke, f"N={args.runs} < {MIN_RUNS}", "bash bench/boot/run.sh")
+    L = []
+    if args.smoke:
+        L += rp.smoke_banner(f"N={args.runs} < {MIN_RUNS}", "bash bench/boot/run.sh")
     L += [
         "# Boot benchmark: forkvm cold boot vs naive QEMU save/restore",
         "",
-        *report.environment_lines(started, elapsed_s, info, machine),
+        rp.date_line(started, elapsed_s),
+        rp.forkvm_line(info, rp.git_revision()),
+        f"- Machine: {rp.machine_text(machine)}, Linux {machine['kernel']}",
+        f"- Load average at start: {rp.loadavg_text(machine)}",
+        rp.accel_line(info),
+        f"- QEMU: {rp.qemu_text(info)}",
         f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`",
         f"- Runs: N = {args.runs} per case" + (" (SMOKE)" if args.smoke else ""),
     ]
-    oc = {c: fb.summarize(r["other_cpu_cores"] for r in rows if r["case"] == c)
+    oc = {c: rp.summarize(r["other_cpu_cores"] for r in rows if r["case"] == c)
           for c in ("forkvm_boot", "naive_restore")}
     L += ["- Host noise — average cores kept busy by processes other than this bench's, per "
           "run (`other_cpu_cores` in the CSV): "
@@ -246,25 +237,8 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
           + f" (of {machine['cores']}); "
           + f"{sum((r.get('other_cpu_cores') or 0) > NOISY_CORES for r in rows if r['case'] != 'naive_save')}"
           + f" of {2 * args.runs} runs had more than {NOISY_CORES} (orange in the plot)"]
-    if others:
-        L += [f"- **Host not quiet:** QEMU processes not started by this bench were alive when "
-              f"{busy_runs} of the {2 * args.runs} measured runs started (sampled before each "
-              "run; idle or waiting ones cost little, see the line above for what they used):"]
-        L += [f"  - pid {p}: `{c[:110]}`" for p, c in sorted(others.items())]
-    else:
-        L += ["- No other QEMU process was running on the host (checked before each run)."]
-    L += [
-        "",
-        "## Results",
-        "",
-        "| case | stage | min | p50 | p90 | max |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
-    for c, k, s in st:
-        stage = "**total (client wall)**" if k == "total_ms" else k.removesuffix("_ms")
-        b = "**" if k == "total_ms" else ""
-        L.append(f"| {c} | {stage} | {fmt(s['min'])} | {b}{fmt(s['p50'])}{b} | "
-                 f"{b}{fmt(s['p90'])}{b} | {fmt(s['max'])} |")
+    L += rp.other_qemu_lines(others, busy_runs, 2 * args.runs)
+    L += ["", "## Results", ""] + rp.stats_table(st)
     L += ["", "All times in milliseconds.", ""]
     faster = ("naive restore is faster" if ratio > 1 else "forkvm cold boot is faster")
     L += [
@@ -347,10 +321,7 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
 
 def print_summary(rows) -> None:
     print("\nSummary (ms)")
-    print(f"{'case':<15}{'stage':<17}{'min':>9}{'p50':>9}{'p90':>9}{'max':>9}")
-    for c, k, s in stats_rows(rows):
-        print(f"{c:<15}{k.removesuffix('_ms'):<17}{fmt(s['min']):>9}{fmt(s['p50']):>9}"
-              f"{fmt(s['p90']):>9}{fmt(s['max']):>9}")
+    print("\n".join(rp.stats_text(stats_rows(rows))))
 
 
 # --------------------------------------------------------------------------
@@ -360,28 +331,49 @@ def wait_for_quiet_host(max_wait: float, threshold: float = 0.2, window: float =
     fb.wait_for_quiet_host(max_wait, threshold, window)
 
 
+def command_line() -> str:
+    """How this run was asked for, as the user typed it to run.sh (without
+    the --binary that run_bench.sh adds)."""
+    argv, out, skip = sys.argv[1:], [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--binary":
+            skip = True
+        elif not a.startswith("--binary="):
+            out.append(a)
+    return " ".join(["bash bench/boot/run.sh", *out])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=10, help=f"runs per case (>= {MIN_RUNS})")
+    ap.add_argument("--runs", type=int, default=None,
+                    help=f"runs per case (default and minimum {MIN_RUNS})")
+    ap.add_argument("--loop", type=int, nargs="?", const=boot_loop.LOOP_MIN, metavar="N",
+                    help="boot-loop mode: N cold boots in a row in a fresh home, each checked "
+                         f"with an exec (default N {boot_loop.LOOP_MIN}); writes loop.csv, "
+                         "loop.png, LOOP.md; exits 1 if any boot failed")
     ap.add_argument("--smoke", action="store_true",
-                    help=f"allow --runs < {MIN_RUNS}; results are marked SMOKE")
+                    help=f"allow --runs < {MIN_RUNS} (or --loop < {boot_loop.LOOP_MIN}); "
+                         "results are marked SMOKE")
     ap.add_argument("--memory", type=int, default=512, help="guest RAM in MiB")
     ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
     ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
-    ap.add_argument("--loop", type=int, default=0, metavar="N",
-                    help="boot-loop mode: N cold boots in a row in a fresh home, counting "
-                         "failures (results/loop.csv, LOOP.md, loop.png; exit 1 on any failure)")
     ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
                     help="before starting, wait up to this long for the host to be quiet "
                          "(other processes using < 0.2 cores over 5 s); 0: only warn")
     args = ap.parse_args()
-    if args.loop:
-        if args.loop < 0:
+    if args.loop is not None:
+        if args.runs is not None:
+            ap.error("--runs does not apply to --loop (the loop's N is --loop N)")
+        if args.loop < 1:
             ap.error("--loop must be >= 1")
-        import boot_loop
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        return boot_loop.run(args, out)
+        if args.loop < boot_loop.LOOP_MIN and not args.smoke:
+            ap.error(f"--loop {args.loop} is below the {boot_loop.LOOP_MIN} boots of the "
+                     "acceptance criterion; add --smoke for a quick smoke test")
+        return boot_loop.run_loop(args, command_line())
+    if args.runs is None:
+        args.runs = MIN_RUNS
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     if args.runs < MIN_RUNS and not args.smoke:
@@ -393,7 +385,7 @@ def main() -> int:
     wait_for_quiet_host(args.wait_quiet)
     started = dt.datetime.now().astimezone()
     t_start = time.monotonic()
-    machine = fb.machine_info()
+    machine = rp.machine_info()
     rows: list[dict] = []
     shm = tempfile.mkdtemp(prefix="fvb-", dir="/dev/shm")
     others: dict[int, str] = {}      # foreign QEMU pid -> command line
@@ -448,7 +440,7 @@ def main() -> int:
         shutil.rmtree(shm, ignore_errors=True)
     elapsed = time.monotonic() - t_start
 
-    write_csv(out / "boot.csv", rows)
+    rp.write_csv(out / "boot.csv", rows, FIELDS)
     title = (f"forkvm boot bench — {info['accel']['kind']}, {args.memory} MiB, N={args.runs}"
              f"{' (SMOKE)' if args.smoke else ''}, {machine['cpu_model']}, {started:%Y-%m-%d}")
     write_plot(out / "boot.png", rows, title)
@@ -459,5 +451,23 @@ def main() -> int:
     return 0
 
 
+def _interrupt(signum, _frame):
+    # Once: a second Ctrl-C must not cut the clean-up short.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 if __name__ == "__main__":
-    report.run_main("bench_boot", main)
+    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
+    # sandbox, QEMU process, RAM file and the temp home are still cleaned up.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        sys.exit(main())
+    except fb.BenchError as e:
+        print(f"bench_boot: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("bench_boot: interrupted", file=sys.stderr)
+        sys.exit(130)

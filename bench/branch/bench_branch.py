@@ -62,6 +62,7 @@ import datetime as dt
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -72,7 +73,8 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
-import report  # noqa: E402
+import naive as nv  # noqa: E402
+import report as rp  # noqa: E402
 
 MIN_RUNS = 10
 NOISY_CORES = 0.25          # a run during which other processes used more than this is flagged
@@ -252,7 +254,7 @@ def query_last_migration(c: Ctx, sid: str) -> dict:
     """QEMU's figures for the migration the daemon just ran (its QMP socket is
     free again once the branch call has returned)."""
     with fb.Qmp(c.qmp_path(sid), timeout=30) as q:
-        return fb.migration_stats(q.execute("query-migrate"))
+        return nv.migration_stats(q.execute("query-migrate"))
 
 
 WANT_KIND = {"live": "live", "full": "shared", "diff": "diff"}
@@ -337,7 +339,7 @@ def branch(c: Ctx, sid: str, mode: str, exp: str, size: int, dirty, run: int, n:
 
 
 def naive(c: Ctx, sid: str, variant: str, exp: str, size: int, dirty, run: int, n: int) -> dict:
-    """The naive baseline on the running source (see fb.naive_pause).
+    """The naive baseline on the running source (see nv.naive_pause).
     `variant`: naive / naive_nolimit on a booted source, naive_clone /
     naive_nolimit_clone on a clone (the same thing; the name says the source)."""
     if "nolimit" not in variant:
@@ -349,7 +351,7 @@ def naive(c: Ctx, sid: str, variant: str, exp: str, size: int, dirty, run: int, 
     clone = source_of(variant) == "clone"
     before = None if clone else c.ram_alloc_mib(sid)
     private = c.clone_private_mib(sid) if clone else None
-    r = fb.naive_pause(c.qmp_path(sid), state, params=params)
+    r = nv.naive_pause(c.qmp_path(sid), state, params=params)
     row = {
         "experiment": exp, "mode": variant, "size_mib": size, "dirty_mib": dirty, "run": run,
         "pause_ms": r["pause_ms"], "pause_source": r["pause_source"], "clock_ms": r["clock_ms"],
@@ -384,7 +386,7 @@ def qemu_live(c: Ctx, sid: str, where: str, exp: str, size: int, dirty, run: int
     state = os.path.join(c.d.home if where == "disk" else c.shm, "live-ref.bin")
     before = c.ram_alloc_mib(sid)
     with fb.Qmp(c.qmp_path(sid), timeout=60) as q:
-        caps_on, old = fb.migration_settings(q)
+        caps_on, old = nv.migration_settings(q)
         try:
             change = [{"capability": cap, "state": False} for cap in caps_on if cap != "mapped-ram"]
             change.append({"capability": "mapped-ram", "state": True})
@@ -402,20 +404,20 @@ def qemu_live(c: Ctx, sid: str, where: str, exp: str, size: int, dirty, run: int
                     q.execute("cont")
             total = ms_since(t0)
             q.execute("query-status")
-            stop = [fb.event_time_ms(e) for e in q.events if e["event"] == "STOP"]
-            resume = [fb.event_time_ms(e) for e in q.events if e["event"] == "RESUME"]
-            pause = fb.pause_from_events(q.events)
+            stop = [nv.event_time_ms(e) for e in q.events if e["event"] == "STOP"]
+            resume = [nv.event_time_ms(e) for e in q.events if e["event"] == "RESUME"]
+            pause = nv.pause_from_events(q.events)
             file_bytes = os.path.getsize(state)
             file_alloc = fb.allocated_bytes(state)
         finally:
             try:
-                fb.restore_migration_settings(q, caps_on, old)
+                nv.restore_migration_settings(q, caps_on, old)
             finally:
                 try:
                     os.unlink(state)
                 except FileNotFoundError:
                     pass
-    st = fb.migration_stats(m)
+    st = nv.migration_stats(m)
     row = {
         "experiment": exp, "mode": f"qemu_live_{where}", "size_mib": size, "dirty_mib": dirty,
         "run": run, "pause_ms": pause, "pause_source": "events", "wall_ms": total,
@@ -448,7 +450,7 @@ def stop_cont(c: Ctx, sid: str, exp: str, size: int, dirty, run: int, n: int) ->
         q.execute("cont")
         clock = ms_since(t0)
         q.execute("query-status")
-        pause = fb.pause_from_events(q.events)
+        pause = nv.pause_from_events(q.events)
     row = {"experiment": exp, "mode": "stop_cont", "size_mib": size, "dirty_mib": dirty,
            "run": run, "pause_ms": pause if pause is not None else clock,
            "pause_source": "events" if pause is not None else "clock", "clock_ms": clock}
@@ -465,7 +467,7 @@ def where_label(exp: str, size: int, dirty) -> str:
     return f"{exp} {size} MiB"
 
 
-fb_fmt = fb.fmt
+fb_fmt = rp.fmt
 
 
 # --------------------------------------------------------------------------
@@ -655,7 +657,7 @@ def disk_chain_depth(c: Ctx, sid: str) -> int:
     tops = sorted(sdir.glob("disk*.qcow2"), key=lambda p: p.stat().st_mtime_ns)
     if not tops:
         return 0
-    return len(fb._qemu_img_chain(str(tops[-1])))
+    return len(nv._qemu_img_chain(str(tops[-1])))
 
 
 # --------------------------------------------------------------------------
@@ -964,7 +966,7 @@ def sel(rows, exp, mode, size=None, dirty=None):
 
 
 def pstat(rows, key="pause_ms") -> dict:
-    return fb.summarize(r.get(key) for r in rows)
+    return rp.summarize(r.get(key) for r in rows)
 
 
 def p50(rows, key="pause_ms") -> float:
@@ -997,7 +999,7 @@ def add_ratios(rows) -> None:
                                                      else math.nan)
 
 
-fmt = fb.fmt
+fmt = rp.fmt
 
 
 def fmt_ms(v) -> str:
@@ -1041,7 +1043,7 @@ def pause_parts(rows) -> dict:
     out = {name: p50(rows, k) for name, k in keys}
     rests = [r["pause_ms"] - sum(r.get(k) or 0.0 for _, k in keys) for r in rows
              if all(r.get(k) is not None for _, k in keys)]
-    out[rest] = fb.percentile(rests, 50) if rests else math.nan
+    out[rest] = rp.percentile(rests, 50) if rests else math.nan
     return out
 
 
@@ -1238,9 +1240,7 @@ PLOT_MODES = ["naive", "naive_nolimit", "naive_clone", "naive_nolimit_clone", "f
 
 def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
     """Writes the PNGs; returns their names."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = rp.pyplot()
 
     written = []
     # 1. pause vs size
@@ -1285,8 +1285,8 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax2.set_title("Pause ratio naive ÷ forkvm (naive on the same source)", fontsize=10)
         ax2.grid(alpha=0.3, which="both")
         ax2.legend(fontsize=7)
-        report.save_figure(fig, out / "pause_vs_size.png",
-                           title_base + f" — N={args.runs} branches per mode and size")
+        rp.save_figure(fig, out / "pause_vs_size.png", dpi=100,
+                       title=title_base + f" — N={args.runs} branches per mode and size")
         written.append("pause_vs_size.png")
 
     # 2. pause vs dirty
@@ -1341,8 +1341,8 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax2.set_title("Where the pauses go (p50)", fontsize=10)
         ax2.grid(axis="y", alpha=0.3)
         ax2.legend(fontsize=7)
-        report.save_figure(fig, out / "pause_vs_dirty.png",
-                           title_base + f" — {args.dirty_runs} branches per mode and D")
+        rp.save_figure(fig, out / "pause_vs_dirty.png", dpi=100,
+                       title=title_base + f" — {args.dirty_runs} branches per mode and D")
         written.append("pause_vs_dirty.png")
 
     # 3. consecutive
@@ -1377,7 +1377,7 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
                         f"{ch['values'][3]} ({'advancing' if ch['ok'] else 'STUCK'})"
                         for ch in ctx.get("counter_checks", []))
         ax2.set_title("Time per branch (server total_ms)\n" + txt, fontsize=8)
-        report.save_figure(fig, out / "consecutive.png", title_base)
+        rp.save_figure(fig, out / "consecutive.png", dpi=100, title=title_base)
         written.append("consecutive.png")
 
     # 4. spawn vs chain depth
@@ -1436,8 +1436,9 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax2.set_ylabel("total_ms p50 ÷ flat p50")
         ax2.set_title("Spawn time relative to the flattened snapshot", fontsize=10)
         ax2.grid(axis="y", alpha=0.3)
-        report.save_figure(fig, out / "spawn_vs_depth.png",
-                           title_base + f" — {args.chain_runs} spawns per snapshot, order rotated")
+        rp.save_figure(fig, out / "spawn_vs_depth.png", dpi=100,
+                       title=title_base + f" — {args.chain_runs} spawns per snapshot, "
+                       "order rotated")
         written.append("spawn_vs_depth.png")
     return written
 
@@ -1588,21 +1589,26 @@ def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
     sizes = sorted({r["size_mib"] for r in rows if r["experiment"] == "size"})
     dirties = sorted({r["dirty_mib"] for r in rows if r["experiment"] == "dirty"})
     qd = ctx.get("qemu_defaults") or {}
-    L = report.smoke_banner(
-        args.smoke, f"N={args.runs}, chain N={args.chain_runs}; a valid run needs ≥ {MIN_RUNS}",
-        "bash bench/branch/run.sh")
+    L = []
+    if args.smoke:
+        L += rp.smoke_banner(f"N={args.runs}, chain N={args.chain_runs}; a valid run needs "
+                             f"≥ {MIN_RUNS}", "bash bench/branch/run.sh")
     if ctx.get("error"):
         L += [f"> **INCOMPLETE RUN**: {ctx['error']}", ""]
     naive_sizes = {s: len(sel(rows, "size", "naive", s)) for s in sizes}
     L += [
         "# Branch benchmark: how long a branch pauses the source",
         "",
-        *report.environment_lines(
-            ctx["started"], ctx["elapsed"], info, machine,
-            revision=f"{ctx.get('revision')} (when the bench started, right after the build)",
-            qemu_note=f"; its default migration parameters (read from a freshly booted source): "
-            f"max-bandwidth {(qd.get('max-bandwidth') or 0) / 2**20:.0f} MiB/s, downtime-limit "
-            f"{qd.get('downtime-limit')} ms"),
+        rp.date_line(ctx["started"], ctx["elapsed"], minutes=True),
+        rp.forkvm_line(info, ctx.get("revision"), " (when the bench started, right after the "
+                       "build)"),
+        f"- Machine: {rp.machine_text(machine)}; kernel Linux {machine['kernel']}; load average "
+        "at start " + rp.loadavg_text(machine),
+        rp.accel_line(info),
+        f"- QEMU: {rp.qemu_text(info)}; its default migration "
+        f"parameters (read from a freshly booted source): max-bandwidth "
+        f"{(qd.get('max-bandwidth') or 0) / 2**20:.0f} MiB/s, downtime-limit "
+        f"{qd.get('downtime-limit')} ms",
         "- Guests: 1 vCPU, image `default`.",
         "- **Sources** (each mode on the kind of source it is made for, the two kept "
         "equivalent):",
@@ -1634,7 +1640,7 @@ def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
         f"0..{args.chain_depth} and the flattened snapshot" + (" (SMOKE)" if args.smoke else ""),
     ]
     timed = [r for r in rows if r.get("other_cpu_cores") is not None]
-    oc = fb.summarize(r["other_cpu_cores"] for r in timed)
+    oc = rp.summarize(r["other_cpu_cores"] for r in timed)
     noisy = sum(r["other_cpu_cores"] > NOISY_CORES for r in timed)
     L += [f"- Host noise — cores kept busy by other processes during each measurement "
           f"(`other_cpu_cores`): p50 {oc['p50']:.2f}, p90 {oc['p90']:.2f}, max {oc['max']:.2f}; "
@@ -2089,11 +2095,11 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    revision = fb.git_revision()  # now, right after run.sh built the binary
+    revision = rp.git_revision()  # now, right after run.sh built the binary
     quiet = fb.wait_for_quiet_host(args.wait_quiet)
     started = dt.datetime.now().astimezone()
     t_start = time.monotonic()
-    ctx: dict = {"machine": fb.machine_info(), "started": started, "quiet": quiet,
+    ctx: dict = {"machine": rp.machine_info(), "started": started, "quiet": quiet,
                  "revision": revision}
     shm = tempfile.mkdtemp(prefix="fvb-branch-", dir="/dev/shm")
     home = None
@@ -2159,7 +2165,7 @@ def main() -> int:
     ctx["notes"] = c.notes + ([f"skipped experiments: {', '.join(sorted(skip))}"] if skip else [])
     ctx["diff_fallback"] = c.diff_fallback
     add_ratios(rows)
-    fb.write_csv(out / "branch.csv", rows, FIELDS)
+    rp.write_csv(out / "branch.csv", rows, FIELDS)
     m = ctx["machine"]
     title = (f"forkvm branch bench — {ctx['info']['accel']['kind']}, {m['cpu_model']}, "
              f"{m['cores']} cores, {started:%Y-%m-%d}" + (" (SMOKE)" if args.smoke else ""))
@@ -2171,5 +2177,22 @@ def main() -> int:
     return 1 if ctx.get("error") else 0
 
 
+def _interrupt(signum, _frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 if __name__ == "__main__":
-    report.run_main("bench_branch", main)
+    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
+    # sandbox, snapshot, QEMU process, RAM file and the temp home are cleaned up.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        sys.exit(main())
+    except fb.BenchError as e:
+        print(f"bench_branch: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("bench_branch: interrupted", file=sys.stderr)
+        sys.exit(130)

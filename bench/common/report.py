@@ -1,91 +1,255 @@
-"""The tail every benchmark shares: the environment block at the top of its
-RESULTS.md, saving its plots, and running its ``main`` so that Ctrl-C and
-SIGTERM still clean up.
+"""The report tail every benchmark shares: statistics, the description of the
+machine, CSV output, the RESULTS.md header lines and tables, and the
+matplotlib boilerplate (standard library only, matplotlib imported lazily).
 
-Each bench keeps what is its own (its tables, targets and notes); what a
-reader compares between benches (when, which commit, which machine,
-accelerator and QEMU) is written the same way by all of them.
+Each bench keeps what is specific to it (its cases, its plots, its
+conclusions) and builds its files from these pieces, so the header of every
+RESULTS.md says the same things the same way: date, forkvm version and git
+revision, machine, accelerator, QEMU.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import signal
-import sys
+import csv
+import math
+import os
+import platform
+import subprocess
 from pathlib import Path
-from typing import Callable, NoReturn
 
-import forkvm_bench as fb
+REPO = Path(__file__).resolve().parents[2]
 
-
-def environment_lines(started: dt.datetime, elapsed_s: float, info: dict, machine: dict,
-                      revision: str | None = None, qemu_note: str = "",
-                      swap_kib: int | None = None) -> list[str]:
-    """The bullet list that opens every RESULTS.md: date and duration, the
-    forkvm version and git revision, the machine, the load at start, the
-    accelerator with the daemon's reason, and the QEMU version (with
-    ``qemu_note`` appended, for benches that depend on a QEMU default)."""
-    accel, qemu = info.get("accel", {}), info.get("qemu", {})
-    took = f"{elapsed_s:.0f} s" if elapsed_s < 600 else f"{elapsed_s / 60:.1f} min"
-    rev = revision or fb.git_revision()
-    swap = "no swap" if not swap_kib else f"{swap_kib // 1024} MiB swap"
-    return [
-        f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {took})",
-        f"- forkvm: {info.get('version', '?')}, git {rev}",
-        f"- Machine: {machine['cpu_model']} ({machine['cpu_detail']}), {machine['cores']} cores, "
-        f"{machine['mem_gib']:.1f} GiB RAM, {swap}; Linux {machine['kernel']}",
-        "- Load average at start: " + " / ".join(f"{x:.2f}" for x in machine["loadavg"]),
-        f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}",
-        f"- QEMU: {qemu.get('version', '?')} ({qemu.get('path', '?')})" + qemu_note,
-    ]
+# --------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------
 
 
-def smoke_banner(smoke: bool, what: str, rerun: str) -> list[str]:
-    """The warning a smoke run's RESULTS.md starts with."""
-    if not smoke:
-        return []
-    return [f"> **SMOKE RUN** ({what}): not a valid result; re-run with `{rerun}` for real "
-            "figures.", ""]
+def percentile(values, p: float) -> float:
+    """The p-th percentile (0..100) by linear interpolation between closest
+    ranks (numpy's default, statistics.quantiles(method='inclusive'))."""
+    xs = sorted(float(v) for v in values)
+    if not xs:
+        return math.nan
+    if len(xs) == 1:
+        return xs[0]
+    k = (len(xs) - 1) * p / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def save_figure(fig, path: str | Path, title: str | None = None, dpi: int = 100,
-                rect=None, **title_kw) -> None:
-    """Title (``fig.suptitle``, 10 pt unless ``title_kw`` says otherwise), lay
-    out (within ``rect`` if given), write as PNG and free the figure."""
+def summarize(values) -> dict:
+    """n, min, p50, p90, max and mean of the values that are numbers (None
+    and NaN are left out; all NaN when nothing is left)."""
+    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not xs:
+        return {"n": 0, "min": math.nan, "p50": math.nan, "p90": math.nan, "max": math.nan,
+                "mean": math.nan}
+    return {"n": len(xs), "min": min(xs), "p50": percentile(xs, 50), "p90": percentile(xs, 90),
+            "max": max(xs), "mean": sum(xs) / len(xs)}
+
+
+def case_stats(rows, cases, skip=lambda case, stage: False) -> list[tuple[str, str, dict]]:
+    """(case, stage, summary) for each (case, stages) in `cases`: the case's
+    `total_ms` first, then each stage. A case with no rows is left out, and
+    so is a stage with no values or one `skip(case, stage)` is true for."""
+    out = []
+    for case, stages in cases:
+        rs = [r for r in rows if r.get("case") == case]
+        if not rs:
+            continue
+        out.append((case, "total_ms", summarize(r.get("total_ms") for r in rs)))
+        for s in stages:
+            if skip(case, s):
+                continue
+            st = summarize(r.get(s) for r in rs)
+            if st["n"]:
+                out.append((case, s, st))
+    return out
+
+
+def ratio(a: float, b: float) -> float:
+    """a / b, NaN when either is missing or b is 0."""
+    if a is None or b is None or a != a or b != b or b == 0:
+        return math.nan
+    return a / b
+
+
+# --------------------------------------------------------------------------
+# Machine description
+# --------------------------------------------------------------------------
+
+
+def machine_info() -> dict:
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                k, _, v = line.partition(":")
+                fields[k.strip()] = v.strip()
+    except OSError:
+        pass
+    cpu = fields.get("model name") or platform.processor() or "unknown"
+    cpu_detail = ", ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping")
+                           if k in fields)
+    if "hypervisor" in fields.get("flags", "").split():
+        cpu_detail += (", " if cpu_detail else "") + "virtualized (hypervisor flag set)"
+    mem_kib = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_kib = int(line.split()[1])
+                    break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (math.nan,) * 3
+    return {
+        "cpu_model": cpu,
+        "cpu_detail": cpu_detail,
+        "cores": os.cpu_count(),
+        "mem_gib": mem_kib / (1024 * 1024),
+        "kernel": platform.release(),
+        "loadavg": load,
+    }
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# --------------------------------------------------------------------------
+# Text
+# --------------------------------------------------------------------------
+
+
+def fmt(v, digits: int = 0) -> str:
+    """A number with thousands separators, or an en dash for None/NaN."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "–"
+    return f"{v:,.{digits}f}"
+
+
+def write_csv(path: str | Path, rows, fields) -> None:
+    """Rows (dicts) as CSV with the given columns; floats with 3 decimals,
+    keys not in `fields` left out, missing ones empty."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()
+                        if k in fields})
+
+
+def smoke_banner(what: str, rerun: str) -> list[str]:
+    """The block that opens a smoke run's RESULTS.md: `what` says why it is
+    one, `rerun` the command that gives real figures (None: no advice)."""
+    advice = f"; re-run with `{rerun}` for real figures" if rerun else ""
+    return [f"> **SMOKE RUN** ({what}): not a valid result{advice}.", ""]
+
+
+def date_line(started, elapsed_s: float, minutes: bool = False) -> str:
+    took = f"{elapsed_s / 60:.1f} min" if minutes else f"{elapsed_s:.0f} s"
+    return f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {took})"
+
+
+def forkvm_line(info: dict, revision: str, note: str = "") -> str:
+    return f"- forkvm: {info.get('version', '?')}, git {revision}{note}"
+
+
+def machine_text(m: dict) -> str:
+    """CPU (details), cores and RAM: the start of every bench's Machine line."""
+    return (f"{m['cpu_model']} ({m['cpu_detail']}), {m['cores']} cores, "
+            f"{m['mem_gib']:.1f} GiB RAM")
+
+
+def loadavg_text(m: dict, sep: str = " / ") -> str:
+    return sep.join(f"{x:.2f}" for x in m["loadavg"])
+
+
+def accel_line(info: dict) -> str:
+    accel = info.get("accel") or {}
+    return f"- Accelerator: **{accel.get('kind', '?')}** — {accel.get('reason', '')}"
+
+
+def qemu_text(info: dict) -> str:
+    qemu = info.get("qemu") or {}
+    return f"{qemu.get('version', '?')} ({qemu.get('path', '?')})"
+
+
+def other_qemu_lines(others: dict[int, str], busy: int, of: int, what: str = "runs") -> list[str]:
+    """The bullet about QEMU processes this bench did not start: `busy` of
+    the `of` measured `what` started while one was alive."""
+    if not others:
+        return ["- No other QEMU process was running on the host (checked before each run)."]
+    return ([f"- **Host not quiet:** QEMU processes not started by this bench were alive when "
+             f"{busy} of the {of} measured {what} started (sampled before each "
+             "run; idle or waiting ones cost little, see the line above for what they used):"]
+            + [f"  - pid {p}: `{c[:110]}`" for p, c in sorted(others.items())])
+
+
+def stats_table(stats, with_n: bool = False,
+                total_label=lambda case: "**total (client wall)**") -> list[str]:
+    """A markdown table of (case, stage, summary): min, p50, p90, max (and n),
+    with each case's total in bold (its stage named by `total_label(case)`)."""
+    n_head, n_rule = (" n |", "---:|") if with_n else ("", "")
+    L = [f"| case | stage |{n_head} min | p50 | p90 | max |",
+         f"|---|---|{n_rule}---:|---:|---:|---:|"]
+    for c, k, s in stats:
+        stage = total_label(c) if k == "total_ms" else k.removesuffix("_ms")
+        b = "**" if k == "total_ms" else ""
+        n = f" {s['n']} |" if with_n else ""
+        L.append(f"| {c} | {stage} |{n} {fmt(s['min'])} | {b}{fmt(s['p50'])}{b} | "
+                 f"{b}{fmt(s['p90'])}{b} | {fmt(s['max'])} |")
+    return L
+
+
+def stats_text(stats, case_width: int = 15, with_n: bool = False) -> list[str]:
+    """The same figures as `stats_table`, as aligned lines for the terminal."""
+    n = f"{'n':>4}" if with_n else ""
+    out = [f"{'case':<{case_width}}{'stage':<17}{n}{'min':>9}{'p50':>9}{'p90':>9}{'max':>9}"]
+    for c, k, s in stats:
+        n = f"{s['n']:>4}" if with_n else ""
+        out.append(f"{c:<{case_width}}{k.removesuffix('_ms'):<17}{n}{fmt(s['min']):>9}"
+                   f"{fmt(s['p50']):>9}{fmt(s['p90']):>9}{fmt(s['max']):>9}")
+    return out
+
+
+# --------------------------------------------------------------------------
+# Plots
+# --------------------------------------------------------------------------
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
+    import matplotlib
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    if title is not None:
+    return plt
+
+
+def save_figure(fig, path: str | Path, dpi: int = 100, title: str | None = None,
+                rect=None, **title_kw) -> None:
+    """Title (small, as a suptitle; `title_kw` go to suptitle), lay out
+    (within `rect`, if given), write the PNG, free the figure."""
+    if title:
         fig.suptitle(title, **{"fontsize": 10, **title_kw})
     if rect is None:
         fig.tight_layout()
     else:
         fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-
-
-def write_markdown(path: str | Path, lines: list[str]) -> None:
-    Path(path).write_text("\n".join(lines).rstrip("\n") + "\n")
-
-
-def _interrupt(signum, _frame):
-    # Once: a second Ctrl-C must not cut the clean-up short.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def run_main(name: str, main: Callable[[], int]) -> NoReturn:
-    """Run a bench's ``main`` and exit with its status: 1 with the message on
-    a BenchError, 130 when interrupted. Ctrl-C and SIGTERM unwind through the
-    benches' try/finally blocks, so every sandbox, snapshot, QEMU process,
-    namespace, RAM file and temp home they made is still removed."""
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"{name}: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print(f"{name}: interrupted", file=sys.stderr)
-        sys.exit(130)
+    pyplot().close(fig)

@@ -21,8 +21,13 @@ if ! "$PY" -c 'import matplotlib' 2>/dev/null; then
     exit 1
 fi
 
+# Where cargo puts the binary: $CARGO_TARGET_DIR if set (relative to the
+# repo, where cargo runs), else the repo's target/.
+TARGET=${CARGO_TARGET_DIR:-$REPO/target}
+[[ $TARGET == /* ]] || TARGET="$REPO/$TARGET"
+
 echo "==> cargo build --release -p forkvm-cli"
 (cd "$REPO" && cargo build --release -p forkvm-cli)
 
 echo "==> $SCRIPT $*"
-exec "$PY" "$HERE/$SCRIPT" --binary "$REPO/target/release/forkvm" "$@"
+exec "$PY" "$HERE/$SCRIPT" --binary "$TARGET/release/forkvm" "$@"

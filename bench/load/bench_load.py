@@ -55,6 +55,7 @@ import os
 import random
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,7 +69,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
-import report  # noqa: E402
+import report as rp  # noqa: E402
 
 MIN_DURATION = 120  # seconds; below this a run is only a smoke test
 MODES = ("live", "diff", "full")
@@ -94,10 +95,7 @@ FIELDS = ["client", "phase", "op", "method", "path", "t_start_s", "latency_ms", 
 EXCLUDED_HOME_FILES = {"daemon.log", "state.db-wal", "state.db-shm", "state.db-journal"}
 
 
-def fmt(v, digits: int = 0) -> str:
-    if v is None or (isinstance(v, float) and v != v):
-        return "–"
-    return f"{v:,.{digits}f}"
+fmt = rp.fmt
 
 
 # --------------------------------------------------------------------------
@@ -678,25 +676,14 @@ def op_stats(rows, window_s: float) -> list[dict]:
             "ok_rps": c["ok"] / window_s if window_s > 0 else math.nan,
             "ok": c["ok"], "conflict": c["conflict"], "limit": c["limit"],
             "failure": c["failure"],
-            "p50": fb.percentile(ok, 50), "p90": fb.percentile(ok, 90),
-            "p99": fb.percentile(ok, 99), "max": max(ok) if ok else math.nan,
+            "p50": rp.percentile(ok, 50), "p90": rp.percentile(ok, 90),
+            "p99": rp.percentile(ok, 99), "max": max(ok) if ok else math.nan,
         })
     return out
 
 
-def write_csv(path: Path, rows, fields) -> None:
-    import csv
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
-
-
 def write_plots(out: Path, rows, title: str, window_s: float) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = rp.pyplot()
     from matplotlib.lines import Line2D
 
     load = [r for r in rows if r["phase"] == "load"]
@@ -741,9 +728,9 @@ def write_plots(out: Path, rows, title: str, window_s: float) -> None:
                            marker="o" if oc == "ok" else "x", color=OUTCOME_COLOR[oc])
         ok = [r["latency_ms"] for r in rs if r["outcome"] == "ok"]
         if ok:
-            ax.axhline(fb.percentile(ok, 50), color="k", ls=":", lw=1)
+            ax.axhline(rp.percentile(ok, 50), color="k", ls=":", lw=1)
         ax.set_yscale("log")
-        ax.set_title(f"{op} (n={len(rs)}, p50 {fmt(fb.percentile(ok, 50))} ms)", fontsize=9)
+        ax.set_title(f"{op} (n={len(rs)}, p50 {fmt(rp.percentile(ok, 50))} ms)", fontsize=9)
         ax.set_ylabel("latency (ms)", fontsize=8)
         ax.grid(alpha=0.3, which="both", lw=0.4)
         ax.set_xlim(0, nb * bin_s)
@@ -754,8 +741,8 @@ def write_plots(out: Path, rows, title: str, window_s: float) -> None:
                         for oc in OUTCOMES]
                + [Line2D([], [], color="k", ls=":", label="p50 of 2xx")],
                loc="upper right", fontsize=8, ncol=5)
-    report.save_figure(fig, out / "latency_over_time.png", title, dpi=110,
-                       rect=(0, 0, 1, 0.97), x=0.01, ha="left")
+    rp.save_figure(fig, out / "latency_over_time.png", dpi=110,
+                   title=title, rect=(0, 0, 1, 0.97), x=0.01, ha="left")
 
     # 2. Per-op latency box plot and outcome counts.
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [3, 2]})
@@ -771,7 +758,7 @@ def write_plots(out: Path, rows, title: str, window_s: float) -> None:
     for i, d in enumerate(data, start=1):
         good = [x for x in d if x == x]
         if good:
-            a1.annotate(f"p99 {fb.percentile(good, 99):,.0f}", (i, fb.percentile(good, 99)),
+            a1.annotate(f"p99 {rp.percentile(good, 99):,.0f}", (i, rp.percentile(good, 99)),
                         textcoords="offset points", xytext=(0, 4), ha="center", fontsize=7)
     bottom = [0] * len(ops)
     for oc in OUTCOMES:
@@ -786,8 +773,8 @@ def write_plots(out: Path, rows, title: str, window_s: float) -> None:
     a2.set_title("requests per op by outcome", fontsize=9)
     a2.legend(fontsize=8)
     a2.grid(axis="x", alpha=0.3)
-    report.save_figure(fig, out / "latency_by_op.png", title, dpi=110,
-                       rect=(0, 0, 1, 0.95), x=0.01, ha="left")
+    rp.save_figure(fig, out / "latency_by_op.png", dpi=110,
+                   title=title, rect=(0, 0, 1, 0.95), x=0.01, ha="left")
 
 
 def write_results(path: Path, ctx: dict, stats_rows, leak_rows, rows, failures) -> None:
@@ -799,9 +786,13 @@ def write_results(path: Path, ctx: dict, stats_rows, leak_rows, rows, failures) 
     L = [f"# forkvm API load test{smoke}", "",
          f"**{verdict}**: {n_fail} failed requests, {len(leaks)} leak(s)"
          + (f", {ctx['fatal']}" if ctx.get("fatal") else "") + ".", "",
-         f"- command: `{ctx['command']}`; binary `{ctx['binary']}` ({ctx['binary_mtime']})",
-         *report.environment_lines(ctx["started"], ctx["elapsed"], info, m,
-                                   revision=ctx["git"]),
+         f"- command: `{ctx['command']}`",
+         f"- date: {ctx['started']:%Y-%m-%d %H:%M %Z}; forkvm {info.get('version')} "
+         f"(git {ctx['git']}); binary `{ctx['binary']}` ({ctx['binary_mtime']})",
+         f"- machine: {rp.machine_text(m)}, kernel {m['kernel']}; load average at start "
+         + rp.loadavg_text(m, ", "),
+         f"- accelerator: **{info['accel']['kind']}** ({info['accel'].get('reason', '')})",
+         f"- QEMU: {info['qemu'].get('version')}",
          f"- conditions: **{args.clients} clients** for **{args.duration:.0f} s** "
          f"(load window {ctx['window_s']:.1f} s, from the first request until the last load "
          f"request ended); guest RAM {args.memory} MiB, 1 vCPU; at most {args.client_sandboxes} "
@@ -966,7 +957,7 @@ def main() -> int:
           + (" [SMOKE]" if args.smoke else ""), flush=True)
     fb.wait_for_quiet_host(args.wait_quiet)
     started = dt.datetime.now().astimezone()
-    machine = fb.machine_info()
+    machine = rp.machine_info()
 
     # A private copy of the binary, so a rebuild does not change it under us.
     bindir = tempfile.mkdtemp(prefix="fvl-bin-", dir="/tmp")
@@ -979,7 +970,7 @@ def main() -> int:
                  "command": "bash bench/load/run.sh " + " ".join(
                      a for i, a in enumerate(sys.argv[1:])
                      if a != "--binary" and (i == 0 or sys.argv[i] != "--binary")),
-                 "git": fb.git_revision(), "binary": src,
+                 "git": rp.git_revision(), "binary": src,
                  "binary_mtime": dt.datetime.fromtimestamp(os.path.getmtime(src))
                  .astimezone().strftime("%Y-%m-%d %H:%M %Z")}
     daemon_args = []
@@ -1151,8 +1142,8 @@ def main() -> int:
         raise fb.BenchError("the bench stopped before the baseline")
     stats_rows = op_stats(rows, window)
 
-    write_csv(out / "requests.csv", rows, FIELDS)
-    write_csv(out / "leaks.csv", leak_rows, ["metric", "start", "end", "leak", "detail", "note"])
+    rp.write_csv(out / "requests.csv", rows, FIELDS)
+    rp.write_csv(out / "leaks.csv", leak_rows, ["metric", "start", "end", "leak", "detail", "note"])
     failures = sorted(stats.failures, key=lambda f: f["t_start_s"])
     if failures:
         (out / "failures.json").write_text(json.dumps(failures, indent=1, default=str) + "\n")
@@ -1161,7 +1152,6 @@ def main() -> int:
              f"{args.memory} MiB guests, {machine['cpu_model']}, {machine['cores']} cores, "
              f"{started:%Y-%m-%d}")
     write_plots(out, rows, title, window)
-    ctx["elapsed"] = (dt.datetime.now().astimezone() - started).total_seconds()
     write_results(out / "RESULTS.md", ctx, stats_rows, leak_rows, rows, failures)
 
     # Terminal summary.
@@ -1190,5 +1180,22 @@ def main() -> int:
     return 0
 
 
+def _interrupt(signum, _frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 if __name__ == "__main__":
-    report.run_main("bench_load", main)
+    # Ctrl-C and SIGTERM unwind through the try/finally blocks: the clients
+    # stop and remove what they made, the daemon is stopped and its home removed.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        sys.exit(main())
+    except fb.BenchError as e:
+        print(f"bench_load: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("bench_load: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -54,6 +54,7 @@ import math
 import os
 import secrets
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -67,7 +68,8 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
-import report  # noqa: E402
+import naive as nv  # noqa: E402
+import report as rp  # noqa: E402
 
 MIN_FORKS = 10
 MAX_FORKS = 63           # the naive series uses one /30 of 10.248.X.0/24 per iteration
@@ -639,7 +641,7 @@ def agent_call(s: socket.socket, header: dict, payload: bytes, want: str,
         raise fb.BenchError(f"agent answered {header['type']} with {h}")
 
 
-def naive_disk_top(saved: fb.SavedVm) -> str:
+def naive_disk_top(saved: nv.SavedVm) -> str:
     """The baseline source's writable disk file (a cold-booted sandbox has one
     overlay on the read-only image; `naive_save` copied no other layer)."""
     if saved.copied_layers:
@@ -650,7 +652,7 @@ def naive_disk_top(saved: fb.SavedVm) -> str:
     return top
 
 
-def naive_save_running(saved: fb.SavedVm, top: str) -> dict:
+def naive_save_running(saved: nv.SavedVm, top: str) -> dict:
     """The naive way to fork a running VM, source side: `stop`, a plain full
     migration of RAM and device state to `saved.state`, a copy of its disk
     (now flushed, matching the state) to `saved.disk`, `cont`. `naive_save`
@@ -682,7 +684,7 @@ def naive_save_running(saved: fb.SavedVm, top: str) -> dict:
             "state_bytes": os.path.getsize(saved.state)}
 
 
-def fork_naive(saved: fb.SavedVm, top: str, work: str, shm: str, inet: Internet, run: int,
+def fork_naive(saved: nv.SavedVm, top: str, work: str, shm: str, inet: Internet, run: int,
                k: int, log: EgressLog, timeout: float) -> dict:
     """One naive fork of the running baseline source (save, then restore with
     its own network), timed like a forkvm child."""
@@ -691,7 +693,7 @@ def fork_naive(saved: fb.SavedVm, top: str, work: str, shm: str, inet: Internet,
     name = f"fvb-naive-{inet.tag}-{run}"
     hostname = f"naive-{inet.tag}-{run}"
     os.mkdir(rdir)
-    argv, paths = fb.restore_argv(saved, rdir, mem, name)
+    argv, paths = nv.restore_argv(saved, rdir, mem, name)
     net = NaiveNet(inet, k)
     proc = None
     qmp = None
@@ -916,7 +918,7 @@ def vals(rows, series, key, kind="egress"):
 
 def p(rows, series, key, q, kind="egress"):
     v = vals(rows, series, key, kind)
-    return fb.percentile(v, q) if v else math.nan
+    return rp.percentile(v, q) if v else math.nan
 
 
 LABELS = {
@@ -929,9 +931,7 @@ LABELS = {
 
 
 def write_plot(path: Path, rows, series_list, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = rp.pyplot()
 
     order = [s for s in series_list + [NAIVE] if vals(rows, s, "resume_to_egress_ms")]
     fig, (ax, axr, ax2) = plt.subplots(1, 3, figsize=(19, 6.4),
@@ -953,7 +953,7 @@ def write_plot(path: Path, rows, series_list, title: str) -> None:
             a.scatter(xs, ys, s=14, alpha=0.8, zorder=3,
                       color=["tab:orange" if (r.get("other_cpu_cores") or 0) > NOISY_CORES
                              else ("tab:gray" if s == NAIVE else "tab:blue") for r in rs])
-            m50, m90 = fb.percentile(ys, 50), fb.percentile(ys, 90)
+            m50, m90 = rp.percentile(ys, 50), rp.percentile(ys, 90)
             a.annotate(f"p50 {m50:,.0f}\np90 {m90:,.0f}", (i + 0.28, m50), fontsize=7,
                        color="tab:red", va="center")
         a.set_xticks(range(1, len(order) + 1), [LABELS.get(s, s) for s in order], fontsize=8)
@@ -975,11 +975,11 @@ def write_plot(path: Path, rows, series_list, title: str) -> None:
     ax2.set_xlabel("iperf3 TCP throughput (Mbit/s; bar = mean, dots = runs)")
     ax2.set_title("throughput (gray: no VM, the ceiling)", fontsize=9)
     ax2.grid(axis="x", alpha=0.3)
-    report.save_figure(fig, path, title, dpi=120)
+    rp.save_figure(fig, path, dpi=120, title=title)
 
 
 def f0(v) -> str:
-    return fb.fmt(v, 0)
+    return rp.fmt(v, 0)
 
 
 def write_results(path: Path, rows, ctx, args, series_list) -> None:
@@ -994,8 +994,12 @@ def write_results(path: Path, rows, ctx, args, series_list) -> None:
     L.append("# Network benchmark: resume → first egress of a forked child, and throughput"
              + smoke)
     L.append("")
-    L += report.environment_lines(ctx["started"], ctx["elapsed"], info, m,
-                                  revision=f"{ctx['git']} (when the bench started)")
+    L.append(rp.date_line(ctx["started"], ctx["elapsed"], minutes=True))
+    L.append(rp.forkvm_line(info, ctx["git"], " (when the bench started)"))
+    L.append(f"- Machine: {rp.machine_text(m)}; kernel Linux {m['kernel']}; load average at "
+             "start " + rp.loadavg_text(m))
+    L.append(rp.accel_line(info))
+    L.append(f"- QEMU: {rp.qemu_text(info)}")
     L.append(f"- Guests: {args.memory} MiB RAM, 1 vCPU, image `default`; network `nat` "
              "(the default)")
     L.append(f"- Runs: {args.forks} forks per series ({', '.join(series_list)}) and "
@@ -1004,7 +1008,7 @@ def write_results(path: Path, rows, ctx, args, series_list) -> None:
              f"{args.iperf_runs} × {args.iperf_time} s per direction")
     L.append(f"- Host noise — cores kept busy by processes other than this bench's and its "
              f"daemon's during each measurement (`other_cpu_cores`): p50 "
-             f"{fb.percentile(cores, 50):.2f}, max {max(cores, default=0):.2f}; {noisy} of "
+             f"{rp.percentile(cores, 50):.2f}, max {max(cores, default=0):.2f}; {noisy} of "
              f"{len(rows)} measurements above {NOISY_CORES} (orange in the plot)")
     others = ctx.get("others") or {}
     L.append("- Other QEMU processes (not this bench's) seen during the run: "
@@ -1021,11 +1025,11 @@ def write_results(path: Path, rows, ctx, args, series_list) -> None:
         v = vals(rows, s, "resume_to_egress_ms")
         if not v:
             continue
-        st = fb.summarize(v)
+        st = rp.summarize(v)
         ratio = st["p50"] / naive50 if naive50 and not math.isnan(naive50) else math.nan
         L.append(f"| {'**' + s + '**' if s != NAIVE else 'naive (baseline)'} | {st['n']} | "
                  f"**{f0(st['p50'])}** | **{f0(st['p90'])}** | {f0(st['min'])} | "
-                 f"{f0(st['max'])} | {fb.fmt(ratio, 2)}× | "
+                 f"{f0(st['max'])} | {rp.fmt(ratio, 2)}× | "
                  f"{f0(p(rows, s, 'request_to_egress_ms', 50))} | "
                  f"{f0(p(rows, s, 'request_to_egress_ms', 90))} |")
     L.append("")
@@ -1058,7 +1062,7 @@ def write_results(path: Path, rows, ctx, args, series_list) -> None:
         v = vals(rows, s, k)
         if not v:
             return "–"
-        return f"{fb.fmt(fb.percentile(v, 50), 1)} / {fb.fmt(fb.percentile(v, 90), 1)}"
+        return f"{rp.fmt(rp.percentile(v, 50), 1)} / {rp.fmt(rp.percentile(v, 90), 1)}"
 
     for s in series_list + [NAIVE]:
         if not vals(rows, s, "resume_to_egress_ms"):
@@ -1074,9 +1078,9 @@ def write_results(path: Path, rows, ctx, args, series_list) -> None:
     L.append("- *source pause*: how long the running source was stopped — forkvm the branch's "
              "`pause_ms`; naive `stop` → full migration to the file → disk copy → `cont` "
              "(p50 of its parts: migration "
-             f"{fb.fmt(p(rows, NAIVE, 'naive_save_ms', 50), 1)} ms, disk copy "
-             f"{fb.fmt(p(rows, NAIVE, 'save_disk_copy_ms', 50), 1)} ms; state file "
-             f"{fb.fmt(p(rows, NAIVE, 'state_bytes', 50) / 2**20, 0)} MiB).")
+             f"{rp.fmt(p(rows, NAIVE, 'naive_save_ms', 50), 1)} ms, disk copy "
+             f"{rp.fmt(p(rows, NAIVE, 'save_disk_copy_ms', 50), 1)} ms; state file "
+             f"{rp.fmt(p(rows, NAIVE, 'state_bytes', 50) / 2**20, 0)} MiB).")
     L.append("- *restore*: forkvm `timings.restore_ms` (loading the device state and `cont`); "
              "naive: `cont` only (the state load is the *load* column, done before).")
     L.append("- *identity*: forkvm `timings.identity_ms` (the identity request — RNG reseed, "
@@ -1111,9 +1115,9 @@ def write_results(path: Path, rows, ctx, args, series_list) -> None:
         v = vals(rows, series, "mbit_s", "iperf")
         if not v:
             continue
-        L.append(f"| {direction} | {', '.join(fb.fmt(x, 1) for x in v)} | "
-                 f"**{fb.fmt(sum(v) / len(v), 1)}** | {fb.fmt(min(v), 1)} | "
-                 f"{fb.fmt(max(v), 1)} |")
+        L.append(f"| {direction} | {', '.join(rp.fmt(x, 1) for x in v)} | "
+                 f"**{rp.fmt(sum(v) / len(v), 1)}** | {rp.fmt(min(v), 1)} | "
+                 f"{rp.fmt(max(v), 1)} |")
     L.append("")
     for series, direction, how in IPERF_CASES:
         L.append(f"- *{direction}*: {how}.")
@@ -1149,11 +1153,11 @@ def summary_lines(rows, series_list) -> list[str]:
         r50 = {s: p(rows, s, "resume_to_egress_ms", 50) for s in fk}
         ratios = [r50[s] / naive50 for s in fk]
         fk_rows = [r for r in rows if r.get("kind") == "egress" and r.get("series") in fk]
-        host = fb.percentile([r["resume_to_hostname_ms"] for r in fk_rows
+        host = rp.percentile([r["resume_to_hostname_ms"] for r in fk_rows
                               if r.get("resume_to_hostname_ms") is not None], 50)
-        c1 = fb.percentile([r["guest_connect_ms"] for r in fk_rows
+        c1 = rp.percentile([r["guest_connect_ms"] for r in fk_rows
                             if r.get("guest_connect_ms") is not None], 50)
-        c2 = fb.percentile([r["guest_connect2_ms"] for r in fk_rows
+        c2 = rp.percentile([r["guest_connect2_ms"] for r in fk_rows
                             if r.get("guest_connect2_ms") is not None], 50)
         retried = sum(1 for r in rows if r.get("kind") == "egress" and (r.get("attempt") or 1) > 1)
         if 0.8 <= min(ratios) and max(ratios) <= 1.25:
@@ -1191,7 +1195,7 @@ def summary_lines(rows, series_list) -> list[str]:
             "branch copies the source's RAM while it runs before the child can start "
             "(`snapshot_ms` p50 "
             f"{f0(p(rows, 'live', 'snapshot_ms', 50))} ms), but pauses the source only "
-            f"{fb.fmt(p(rows, 'live', 'pause_ms', 50), 1)} ms (naive "
+            f"{rp.fmt(p(rows, 'live', 'pause_ms', 50), 1)} ms (naive "
             f"{f0(p(rows, NAIVE, 'pause_ms', 50))} ms).")
     pairs = [(a, b) for a, b in (("diff", "diff_nowait"), ("live", "live_nowait"))
              if a in fk and b in fk]
@@ -1210,10 +1214,10 @@ def summary_lines(rows, series_list) -> list[str]:
         ceil = max(m["ceiling_host_to_inet"], m["ceiling_inet_to_host"])
         out.append(
             f"- **Throughput under TCG** (one TCP stream): guest → outside "
-            f"{fb.fmt(m['vm_to_inet'], 0)} Mbit/s, host → guest through the port relay "
-            f"{fb.fmt(m['host_to_vm_relay'], 0)}, guest → host through it "
-            f"{fb.fmt(m['vm_to_host_relay'], 0)}; the same path without a VM carries "
-            f"{fb.fmt(m['ceiling_inet_to_host'], 0)}–{fb.fmt(m['ceiling_host_to_inet'], 0)} "
+            f"{rp.fmt(m['vm_to_inet'], 0)} Mbit/s, host → guest through the port relay "
+            f"{rp.fmt(m['host_to_vm_relay'], 0)}, guest → host through it "
+            f"{rp.fmt(m['vm_to_host_relay'], 0)}; the same path without a VM carries "
+            f"{rp.fmt(m['ceiling_inet_to_host'], 0)}–{rp.fmt(m['ceiling_host_to_inet'], 0)} "
             f"Mbit/s, so the VM side (virtio-net and the guest's TCP stack under TCG) is what "
             "limits it, at "
             f"{100 * max(m['vm_to_inet'], m['host_to_vm_relay'], m['vm_to_host_relay']) / ceil:.0f}"
@@ -1385,7 +1389,7 @@ def main() -> int:
     fb.wait_for_quiet_host(args.wait_quiet)
     started = dt.datetime.now().astimezone()
     t_start = time.monotonic()
-    ctx: dict = {"machine": fb.machine_info(), "started": started, "git": fb.git_revision(),
+    ctx: dict = {"machine": rp.machine_info(), "started": started, "git": rp.git_revision(),
                  "notes": []}
     cmd = []
     if args.forks != 20:
@@ -1447,7 +1451,7 @@ def main() -> int:
             time.sleep(args.settle)
             nwork = os.path.join(d.home, "naive")
             os.mkdir(nwork)
-            saved = fb.naive_save(d, nid, nsrc["pid"], args.memory, nwork)
+            saved = nv.naive_save(d, nid, nsrc["pid"], args.memory, nwork)
             with fb.Qmp(os.path.join(saved.sbdir, "qmp.sock"), timeout=60) as qmp:
                 qmp.execute("cont")
             ntop = naive_disk_top(saved)
@@ -1523,12 +1527,12 @@ def main() -> int:
                         branches += 1
                     r["other_cpu_cores"] = meter.other_cores()
                     rows.append(r)
-                    extra = (f"restore {fb.fmt(r.get('restore_ms'), 0)}, identity "
-                             f"{fb.fmt(r.get('identity_ms'), 0)}, network "
-                             f"{fb.fmt(r.get('network_ms'), 0)}, ready "
-                             f"{fb.fmt(r.get('network_ready_ms'), 0)}")
+                    extra = (f"restore {rp.fmt(r.get('restore_ms'), 0)}, identity "
+                             f"{rp.fmt(r.get('identity_ms'), 0)}, network "
+                             f"{rp.fmt(r.get('network_ms'), 0)}, ready "
+                             f"{rp.fmt(r.get('network_ready_ms'), 0)}")
                     if s == NAIVE:
-                        extra += f", load {fb.fmt(r.get('load_ms'), 0)}"
+                        extra += f", load {rp.fmt(r.get('load_ms'), 0)}"
                     print(f"[{s} {i}/{args.forks}] {r['child']}: resume→egress "
                           f"{r['resume_to_egress_ms']:6.0f} ms, request→egress "
                           f"{r['request_to_egress_ms']:6.0f} ms (attempt {r['attempt']}; "
@@ -1587,15 +1591,15 @@ def main() -> int:
     c2 = [r["guest_connect2_ms"] for r in rows if r.get("guest_connect2_ms") is not None]
     if c1 and c2:
         ctx["notes"].append(
-            f"The child's first TCP connect takes p50 {fb.percentile(c1, 50):,.0f} ms (all "
+            f"The child's first TCP connect takes p50 {rp.percentile(c1, 50):,.0f} ms (all "
             f"series, naive included) and the second, right after, p50 "
-            f"{fb.percentile(c2, 50):,.0f} ms: the first time a new QEMU process runs a code "
+            f"{rp.percentile(c2, 50):,.0f} ms: the first time a new QEMU process runs a code "
             "path, TCG translates it (the translation cache is per process and starts empty "
             "after every restore, forkvm's or naive), which dominates resume → egress here "
             "together with the identity step."
             + (" The network path itself was ready: no child's first request had to be "
                "retried." if not any(multi.values()) else ""))
-    fb.write_csv(out / "network.csv", rows, FIELDS)
+    rp.write_csv(out / "network.csv", rows, FIELDS)
     m = ctx["machine"]
     title = (f"forkvm network bench — {ctx['info']['accel']['kind']}, {args.memory} MiB, "
              f"{args.forks} forks per series{' (SMOKE)' if args.smoke else ''}, "
@@ -1607,7 +1611,7 @@ def main() -> int:
     for s in series_list + [NAIVE]:
         v = vals(rows, s, "resume_to_egress_ms")
         if v:
-            st = fb.summarize(v)
+            st = rp.summarize(v)
             print(f"{s:12s} resume→egress p50 {st['p50']:7.0f} ms  p90 {st['p90']:7.0f} ms  "
                   f"({st['p50'] / naive50:.2f}× naive p50)  request→egress p50 "
                   f"{p(rows, s, 'request_to_egress_ms', 50):7.0f} ms")
@@ -1619,5 +1623,22 @@ def main() -> int:
     return 0
 
 
+def _interrupt(signum, _frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 if __name__ == "__main__":
-    report.run_main("bench_network", main)
+    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
+    # sandbox, snapshot, QEMU process, namespace, veth and nft table is removed.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        sys.exit(main())
+    except fb.BenchError as e:
+        print(f"bench_network: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("bench_network: interrupted", file=sys.stderr)
+        sys.exit(130)

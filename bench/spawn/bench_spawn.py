@@ -35,11 +35,11 @@ results/spawn.png.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -50,7 +50,8 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
 import forkvm_bench as fb  # noqa: E402
-import report  # noqa: E402
+import naive as nv  # noqa: E402
+import report as rp  # noqa: E402
 
 MIN_RUNS = 10
 NOISY_CORES = 0.25  # a run during which other processes used more than this is flagged
@@ -271,7 +272,7 @@ def run_burst(d, snap_id, size, run, n) -> list[dict]:
     kids = [r["server_total_ms"] for r in rows[1:]]
     print(f"[burst{size} {run}/{n}] {wall:.0f} ms for {size} clones  (server batch "
           f"{server_total:.0f} ms; per child min {min(kids):.0f} / p50 "
-          f"{fb.percentile(kids, 50):.0f} / max {max(kids):.0f} ms)", flush=True)
+          f"{rp.percentile(kids, 50):.0f} / max {max(kids):.0f} ms)", flush=True)
     return rows
 
 
@@ -284,7 +285,7 @@ def naive_netns(saved, tag: str) -> str | None:
 
 
 def run_naive(saved, work, shm, run, n) -> dict:
-    vm = fb.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
+    vm = nv.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
                           f"fvb-restore-{run}", netns=naive_netns(saved, f"r{run}"))
     try:
         row = {"case": "naive_restore", "run": run, **vm.timings}
@@ -419,7 +420,7 @@ def memory_naive(saved, work, shm, target, sample_at, args, vms: list) -> list[d
                                  f"{args.mem_reserve_mib} MiB are kept free (--mem-reserve-mib)")
                 print(f"[memory naive] {stopped_early}", flush=True)
                 break
-            vm = fb.naive_restore(saved, os.path.join(work, f"c{i}"),
+            vm = nv.naive_restore(saved, os.path.join(work, f"c{i}"),
                                   os.path.join(shm, f"c{i}.mem"), f"fvb-copy-{i}",
                                   netns=naive_netns(saved, f"c{i}"))
             vms.append(vm)
@@ -480,10 +481,7 @@ def measure_naive(vms, k, before, args) -> dict:
 # --------------------------------------------------------------------------
 
 
-def fmt(v, digits: int = 0) -> str:
-    if v is None or (isinstance(v, float) and v != v):
-        return "–"
-    return f"{v:,.{digits}f}"
+fmt = rp.fmt
 
 
 def mib(kib, digits: int = 0) -> str:
@@ -491,32 +489,13 @@ def mib(kib, digits: int = 0) -> str:
 
 
 def stats_rows(rows: list[dict]):
-    out = []
-    for case, stages in cases_of(rows):
-        rs = [r for r in rows if r["case"] == case]
-        if not rs:
-            continue
-        out.append((case, "total_ms", fb.summarize(r["total_ms"] for r in rs)))
-        for s in stages:
-            if case.endswith("_child") and s == "server_total_ms":
-                continue  # same as total for a child
-            st = fb.summarize(r.get(s) for r in rs)
-            if st["n"]:
-                out.append((case, s, st))
-    return out
+    # A child's server total is its total: not shown twice.
+    return rp.case_stats(rows, cases_of(rows),
+                         skip=lambda case, s: case.endswith("_child") and s == "server_total_ms")
 
 
 def p50(rows, case, key="total_ms") -> float:
-    return fb.percentile([r[key] for r in rows if r["case"] == case and r.get(key) is not None], 50)
-
-
-def write_csv(path: Path, rows: list[dict], fields) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()
-                        if k in fields})
+    return rp.percentile([r[key] for r in rows if r["case"] == case and r.get(key) is not None], 50)
 
 
 def key_figures(rows, mem_rows, clones_max) -> dict:
@@ -535,10 +514,8 @@ def key_figures(rows, mem_rows, clones_max) -> dict:
 
 
 def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
+    plt = rp.pyplot()
 
     cases = ["spawn_cold_pool_off", "spawn_warm_pool", NAT, "naive_restore", f"burst{burst_size}"]
     fig = plt.figure(figsize=(18, 9.5))
@@ -558,7 +535,7 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
         noisy_any |= any(noisy)
         ax.scatter(xs, ys, s=16, alpha=0.8, zorder=3,
                    color=["tab:orange" if n else "tab:blue" for n in noisy])
-        m = fb.percentile(ys, 50)
+        m = rp.percentile(ys, 50)
         ax.axhline(m, color="tab:red", ls=":", lw=1)
         ax.annotate(f"p50 {m:,.0f} ms", (1.3, m), va="bottom", ha="center", color="tab:red",
                     fontsize=9)
@@ -644,7 +621,7 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
         bottom = 0.0
         for name, key in parts:
             if key == "probe":  # network_ready_ms runs from the resume: it includes identity
-                v = fb.percentile([r["network_ready_ms"] - r["identity_ms"] for r in rows
+                v = rp.percentile([r["network_ready_ms"] - r["identity_ms"] for r in rows
                                    if r["case"] == case and r.get("network_ready_ms") is not None
                                    and r.get("identity_ms") is not None], 50)
             else:
@@ -661,19 +638,27 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
     ax2.set_title("Where the time goes (server/QMP stage p50s, stacked)", fontsize=10)
     ax2.legend(fontsize=8)
     ax2.grid(axis="y", alpha=0.3)
-    report.save_figure(fig, path, title)
+    rp.save_figure(fig, path, dpi=100, title=title)
 
 
 def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
     info, machine, snap, saved = ctx["info"], ctx["machine"], ctx["snapshot"], ctx["saved"]
     kf = key_figures(rows, mem_rows, max(args.clones))
     burst = f"burst{args.burst_size}"
-    L = report.smoke_banner(args.smoke, f"N={args.runs} < {MIN_RUNS}", "bash bench/spawn/run.sh")
+    L = []
+    if args.smoke:
+        L += rp.smoke_banner(f"N={args.runs} < {MIN_RUNS}", "bash bench/spawn/run.sh")
     L += [
         "# Spawn benchmark: forkvm clones from a snapshot vs naive QEMU save/restore",
         "",
-        *report.environment_lines(ctx["started"], ctx["elapsed"], info, machine,
-                                  swap_kib=ctx.get("swap_kib")),
+        rp.date_line(ctx["started"], ctx["elapsed"]),
+        rp.forkvm_line(info, rp.git_revision()),
+        f"- Machine: {rp.machine_text(machine)}, "
+        + (f"{ctx['swap_kib'] // 1024} MiB swap" if ctx.get("swap_kib") else "no swap"),
+        f"- Kernel: Linux {machine['kernel']}; load average at start: "
+        + rp.loadavg_text(machine),
+        rp.accel_line(info),
+        f"- QEMU: {rp.qemu_text(info)}",
         f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`; source cold-booted with "
         f"`network: none`, settled {args.settle:.0f} s, then snapshotted; its clones are "
         "spawned with `network: none` and the naive copies have no way out either"
@@ -685,7 +670,7 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
         + f"; {args.burst_runs} bursts of {args.burst_size}; memory at K = "
         + ", ".join(str(k) for k in args.clones),
     ]
-    oc = {c: fb.summarize(r.get("other_cpu_cores") for r in rows if r["case"] == c)
+    oc = {c: rp.summarize(r.get("other_cpu_cores") for r in rows if r["case"] == c)
           for c in ("spawn_cold_pool_off", "spawn_warm_pool", NAT, "naive_restore", burst)}
     timed = [r for r in rows if r["case"] in oc]
     L += ["- Host noise — average cores kept busy by processes other than this bench's, per "
@@ -747,14 +732,9 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
         L += ["", "**Why the memory target is missed.** " + ctx.get("mem_reason", "")]
 
     # Latency table
-    L += ["", "## Latency", "",
-          "| case | stage | n | min | p50 | p90 | max |", "|---|---|---:|---:|---:|---:|---:|"]
-    for c, k, s in stats_rows(rows):
-        stage = ("**total (client wall)**" if c != burst + "_child" else "**total (server, per child)**") \
-            if k == "total_ms" else k.removesuffix("_ms")
-        b = "**" if k == "total_ms" else ""
-        L.append(f"| {c} | {stage} | {s['n']} | {fmt(s['min'])} | {b}{fmt(s['p50'])}{b} | "
-                 f"{b}{fmt(s['p90'])}{b} | {fmt(s['max'])} |")
+    L += ["", "## Latency", ""]
+    L += rp.stats_table(stats_rows(rows), with_n=True, total_label=lambda c: (
+        "**total (server, per child)**" if c == burst + "_child" else "**total (client wall)**"))
     L += ["", f"All times in milliseconds. `{burst}` total is the wall time of one POST for all "
           f"{args.burst_size} clones; `{burst}_child` is each child's own server `total_ms` "
           f"({args.burst_runs} × {args.burst_size} children)."
@@ -762,7 +742,7 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
              "its addresses and rules; a pooled process's namespace and tap exist already), "
              "`network_ready` runs from the resume until the agent's probe of the gateway came "
              "back, so it includes `identity`." if any(r["case"] == NAT for r in rows) else "")]
-    nn = fb.summarize(r.get("netns_ms") for r in rows if r["case"] == "naive_restore")
+    nn = rp.summarize(r.get("netns_ms") for r in rows if r["case"] == "naive_restore")
     if nn["n"]:
         L += ["", "Each naive restore's network namespace and tap were made before its clock "
               f"started (p50 {nn['p50']:,.0f} ms, max {nn['max']:,.0f} ms; `netns_ms` in "
@@ -950,10 +930,7 @@ def method_text(args, burst: str, ctx: dict) -> list[str]:
 
 def print_summary(rows, mem_rows, clones_max) -> None:
     print("\nSummary (ms)")
-    print(f"{'case':<21}{'stage':<17}{'n':>4}{'min':>9}{'p50':>9}{'p90':>9}{'max':>9}")
-    for c, k, s in stats_rows(rows):
-        print(f"{c:<21}{k.removesuffix('_ms'):<17}{s['n']:>4}{fmt(s['min']):>9}{fmt(s['p50']):>9}"
-              f"{fmt(s['p90']):>9}{fmt(s['max']):>9}")
+    print("\n".join(rp.stats_text(stats_rows(rows), case_width=21, with_n=True)))
     print("\nMemory (MiB)")
     print(f"{'K':>4} {'kind':<22}{'VMs':>5}{'ΣPSS':>9}{'ΣRSS':>9}{'Σdirty':>9}{'RAM files':>10}"
           f"{'total':>9}{'per VM':>8}")
@@ -1033,7 +1010,7 @@ def main() -> int:
     fb.wait_for_quiet_host(args.wait_quiet)
     started = dt.datetime.now().astimezone()
     t_start = time.monotonic()
-    machine = fb.machine_info()
+    machine = rp.machine_info()
     rows: list[dict] = []
     mem_rows: list[dict] = []
     ctx: dict = {"machine": machine, "started": started, "swap_kib": swap_total_kib()}
@@ -1110,7 +1087,7 @@ def main() -> int:
                 work = os.path.join(d.home, "naive")
                 os.mkdir(work)
                 try:
-                    saved = fb.naive_save(d, src["id"], src["pid"], args.memory, work)
+                    saved = nv.naive_save(d, src["id"], src["pid"], args.memory, work)
                 finally:
                     d.delete(src["id"])
                 ctx["saved"] = saved
@@ -1194,8 +1171,8 @@ def main() -> int:
     ctx["mem_explanation"] = mem_explanation(mem_rows, ctx, args)
     ctx["method"] = method_text(args, burst, ctx)
 
-    write_csv(out / "spawn.csv", rows, FIELDS)
-    write_csv(out / "memory.csv", mem_rows, MEM_FIELDS)
+    rp.write_csv(out / "spawn.csv", rows, FIELDS)
+    rp.write_csv(out / "memory.csv", mem_rows, MEM_FIELDS)
     title = (f"forkvm spawn bench — {ctx['info']['accel']['kind']}, {args.memory} MiB, "
              f"N={args.runs}{' (SMOKE)' if args.smoke else ''}, {machine['cpu_model']}, "
              f"{machine['cores']} cores, {started:%Y-%m-%d}")
@@ -1354,5 +1331,22 @@ def mem_explanation(mem_rows, ctx, args) -> str:
            if nv and per_file > 0.9 * args.memory else ""))
 
 
+def _interrupt(signum, _frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 if __name__ == "__main__":
-    report.run_main("bench_spawn", main)
+    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
+    # sandbox, snapshot, QEMU process, RAM file and the temp home are cleaned up.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        sys.exit(main())
+    except fb.BenchError as e:
+        print(f"bench_spawn: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("bench_spawn: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -65,10 +65,22 @@ impl Internet {
     fn create() -> Internet {
         let pid = std::process::id();
         let x = pid % 200 + 20;
-        let ns = format!("fvt-inet-{pid}");
-        let host_if = format!("fvti{}", pid % 100_000_000);
-        let addr = format!("10.250.{x}.2");
-        let host_addr = format!("10.250.{x}.1");
+        // The directory comes first and `me` exists before the first `ip`
+        // command: if any step below panics, unwinding drops `me`, and its
+        // Drop removes whatever was made so far (namespace, veth, directory).
+        // The directory is named after our pid (not a random TempDir name) so
+        // that a leftover from a killed run can be traced to a dead pid.
+        let dir = std::path::PathBuf::from(format!("/tmp/fvt-inet-{pid}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).expect("create the test's internet directory");
+        let mut me = Internet {
+            ns: format!("fvt-inet-{pid}"),
+            host_if: format!("fvti{}", pid % 100_000_000),
+            addr: format!("10.250.{x}.2"),
+            host_addr: format!("10.250.{x}.1"),
+            dir,
+            servers: Vec::new(),
+        };
         let run = |args: &[&str]| {
             let o = Command::new("ip").args(args).output().expect("ip");
             assert!(
@@ -77,36 +89,38 @@ impl Internet {
                 String::from_utf8_lossy(&o.stderr)
             );
         };
-        run(&["netns", "add", &ns]);
+        run(&["netns", "add", &me.ns]);
         run(&[
-            "link", "add", &host_if, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            "link",
+            "add",
+            &me.host_if,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &me.ns,
         ]);
-        run(&["addr", "add", &format!("{host_addr}/24"), "dev", &host_if]);
-        run(&["link", "set", &host_if, "up"]);
         run(&[
-            "-n",
-            &ns,
             "addr",
             "add",
-            &format!("{addr}/24"),
+            &format!("{}/24", me.host_addr),
+            "dev",
+            &me.host_if,
+        ]);
+        run(&["link", "set", &me.host_if, "up"]);
+        run(&[
+            "-n",
+            &me.ns,
+            "addr",
+            "add",
+            &format!("{}/24", me.addr),
             "dev",
             "eth0",
         ]);
-        run(&["-n", &ns, "link", "set", "eth0", "up"]);
-        run(&["-n", &ns, "link", "set", "lo", "up"]);
-        let dir = tempfile::Builder::new()
-            .prefix("fvt-inet-")
-            .tempdir_in("/tmp")
-            .unwrap()
-            .keep();
-        let mut me = Internet {
-            ns,
-            host_if,
-            addr,
-            host_addr,
-            dir,
-            servers: Vec::new(),
-        };
+        run(&["-n", &me.ns, "link", "set", "eth0", "up"]);
+        run(&["-n", &me.ns, "link", "set", "lo", "up"]);
         me.serve("inet_http.py", HTTP_SERVER, "http.log");
         me.serve("inet_line.py", LINE_SERVER, "line.log");
         for port in [8080, 9000] {
@@ -145,21 +159,52 @@ impl Internet {
     }
 }
 
-impl Drop for Internet {
-    fn drop(&mut self) {
-        for c in &mut self.servers {
-            let _ = c.kill();
-            let _ = c.wait();
+impl Internet {
+    /// Stop the servers and remove the namespace, the veth pair and the
+    /// directory. Takes `&self` because the shared instance lives in a static,
+    /// which is never dropped: `drop_internet` calls this at process exit.
+    fn teardown(&self) {
+        for c in &self.servers {
+            let pid = c.id() as i32;
+            // SAFETY: signalling and reaping a child this test started.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        // Anything else still running in the namespace was started by a
+        // server of ours; it would keep the namespace busy.
+        if let Ok(o) = Command::new("ip")
+            .args(["netns", "pids", &self.ns])
+            .output()
+        {
+            for p in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                if let Ok(p) = p.parse::<i32>() {
+                    // SAFETY: signalling a process in the namespace this test made.
+                    unsafe { libc::kill(p, libc::SIGKILL) };
+                }
+            }
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns])
+            .stderr(Stdio::null())
+            .status();
         let _ = Command::new("ip")
             .args(["link", "del", &self.host_if])
+            .stderr(Stdio::null())
             .status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// The test's internet, shared by the tests of this binary.
+/// Covers an `Internet` that never reached the static: `create` panicking
+/// half-way unwinds through here.
+impl Drop for Internet {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
 static INTERNET: OnceLock<Internet> = OnceLock::new();
 
 fn internet() -> &'static Internet {
@@ -172,26 +217,11 @@ fn internet() -> &'static Internet {
     i
 }
 
+/// At process exit (the test harness calls exit() whether tests passed or
+/// panicked), tear the shared namespace, servers and directory down.
 extern "C" fn drop_internet() {
-    // Statics are never dropped: tear the namespace and servers down here.
-    let pid = std::process::id();
-    let ns = format!("fvt-inet-{pid}");
-    // The servers run inside the namespace: kill exactly those.
-    if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
-        for p in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-            if let Ok(p) = p.parse::<i32>() {
-                // SAFETY: signalling processes this test started in its namespace.
-                unsafe { libc::kill(p, libc::SIGKILL) };
-            }
-        }
-    }
-    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-    let _ = Command::new("ip")
-        .args(["link", "del", &format!("fvti{}", pid % 100_000_000)])
-        .status();
-    // And its files (the servers' scripts and logs in /tmp/fvt-inet-*).
     if let Some(i) = INTERNET.get() {
-        let _ = std::fs::remove_dir_all(&i.dir);
+        i.teardown();
     }
 }
 
