@@ -16,10 +16,10 @@ def env_daemon(daemon, monkeypatch):
     monkeypatch.setenv("FORKVM_URL", daemon.url)
     if daemon.token:
         monkeypatch.setenv("FORKVM_TOKEN", daemon.token)
-    monkeypatch.setattr(forkvm.client, "_default", None)
+    monkeypatch.setattr(forkvm._default, "_default", None)
     yield daemon
-    if forkvm.client._default is not None:
-        forkvm.client._default.close()
+    if forkvm._default._default is not None:
+        forkvm._default._default.close()
 
 
 def test_sandbox_without_arguments(env_daemon) -> None:

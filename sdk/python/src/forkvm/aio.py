@@ -1,73 +1,96 @@
-"""The async object interface: :class:`AsyncSandbox`, :class:`AsyncSnapshot`, :class:`AsyncBranch`.
+"""The object interface: :class:`AsyncSandbox`, :class:`AsyncSnapshot` and :class:`AsyncBranch`.
 
-The same surface as :mod:`forkvm.sandbox`, with coroutines. A sandbox is
-spawned by awaiting the constructor, by ``async with``, or by
-:meth:`AsyncSandbox.create`::
+::
 
-    async with AsyncSandbox() as sb:
-        result = await sb.exec("echo hello")
-        branch = await sb.branch(count=4)
-        results = await asyncio.gather(*(c.exec("hostname") for c in branch.children))
-        await asyncio.gather(*(c.close() for c in branch.children))
+    from forkvm import AsyncSandbox
 
-    sb = await AsyncSandbox(memory_mib=256)
-    ...
-    await sb.close()
+    async with AsyncSandbox() as sb:                       # spawns the default image
+        await sb.files.write("/tmp/x.py", "print(6 * 7)")
+        print((await sb.exec("python3 /tmp/x.py")).stdout)   # 42
 
-Without ``client=``, objects share one :class:`~forkvm.AsyncClient` per
-event loop, configured from the environment.
+        branch = await sb.branch(count=3)             # three children, from this instant
+        for child in branch.children:
+            print(child.id, (await child.exec("hostname")).stdout)
+            await child.close()
+
+Every object talks to the daemon through a :class:`~forkvm.AsyncClient`: the
+one passed as ``client=``, else the default built from
+``FORKVM_URL``/``FORKVM_TOKEN`` (or the local socket). The blocking and the
+asyncio flavours are one code: ``sdk/python/scripts/unasync.py`` writes the
+blocking module from the asyncio one. In the asyncio flavour a sandbox is
+spawned when it is awaited or entered, and output callbacks may be
+coroutines.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
+import asyncio  # async-only
+import inspect  # async-only
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Generator, Iterable, List, Mapping, Optional, Sequence, Union  # async-only
+# sync-only: from typing import Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops, models
 from ._ops import EgressSpec, PortSpec
 from .async_client import AsyncClient, default_async_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
-from .streaming import AsyncExecStream
+from .streaming import AsyncExecStream  # async-only
+# sync-only: from .streaming import ExecStream, OutputCallback
 
 __all__ = ["AsyncSandbox", "AsyncSnapshot", "AsyncBranch", "AsyncSandboxFiles"]
 
 Command = Union[str, Sequence[str]]
-AsyncOutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]
+# A callback of the asyncio flavour may be a coroutine function.  # async-only
+AsyncOutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]  # async-only
 
 
 async def _call(callback: AsyncOutputCallback, text: str) -> None:
     outcome = callback(text)
-    if inspect.isawaitable(outcome):
-        await outcome
+    if inspect.isawaitable(outcome):  # async-only
+        await outcome  # async-only
 
 
 class AsyncSandboxFiles:
-    """Files in a sandbox's guest (async)."""
+    """Files in a sandbox's guest: ``sb.files.read(path)``, ``sb.files.write(path, data)``."""
 
     def __init__(self, sandbox: "AsyncSandbox") -> None:
         self._sandbox = sandbox
 
     async def read(self, path: str) -> bytes:
+        """The bytes of the guest file at the absolute ``path``."""
         return await self._sandbox.client.read_file(self._sandbox.id, path)
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """The guest file at ``path``, decoded."""
         return (await self.read(path)).decode(encoding)
 
     async def write(self, path: str, data: Union[bytes, str], mode: Union[int, str, None] = None) -> models.FileWritten:
+        """Write ``data`` (bytes, or text as UTF-8) to ``path`` atomically.
+
+        ``mode`` is an int such as ``0o755`` or an octal string; default 644.
+        """
         return await self._sandbox.client.write_file(self._sandbox.id, path, data, mode=mode)
 
 
 class AsyncSandbox:
-    """A running microVM (async). See :class:`forkvm.Sandbox`.
+    """A running microVM.
 
-    ``AsyncSandbox(...)`` only records the arguments; the spawn happens when
-    it is awaited (``sb = await AsyncSandbox()``) or entered
-    (``async with AsyncSandbox() as sb``). The network arguments
-    (``network``, ``ports``, ``egress``, ``wait_for_network``) are those of
-    :class:`forkvm.Sandbox`, and are checked here, before the spawn.
+    ``AsyncSandbox()`` spawns one from the default image and waits until its agent
+    answers; ``image``, ``memory_mib`` and ``cpus`` choose another shape, and
+    ``snapshot`` (an id or tag) spawns from a snapshot instead. Use it as a
+    context manager, or call :meth:`close`, to remove it.
+
+    Networking: ``network="none"`` gives the sandbox no way out (the default
+    is ``"nat"`` where the host allows it); ``ports=[8000]`` publishes guest
+    port 8000 on a free host loopback port (see :meth:`ports`), and
+    ``ports=[(8000, 18000)]`` or ``[{"guest": 8000, "host": 18000}]`` on a
+    given one; ``egress=["10.0.0.0/8", {"cidr": "1.2.3.4", "ports": [443]}]``
+    allows connections only to those destinations.
+    ``wait_for_network=False`` returns before the guest's network is proven
+    to work.
+
+    To wrap a sandbox that already exists, use :meth:`AsyncSandbox.get`.
     """
 
     def __init__(
@@ -98,6 +121,7 @@ class AsyncSandbox:
         self._client = client
         self._info: Optional[models.Sandbox] = None
         self._closed = False
+        # sync-only: self.start()
 
     @classmethod
     async def create(
@@ -148,24 +172,28 @@ class AsyncSandbox:
             self._info = info
         return self
 
-    def __await__(self) -> Generator[Any, None, "AsyncSandbox"]:
-        return self.start().__await__()
+    def __await__(self) -> Generator[Any, None, "AsyncSandbox"]:  # async-only
+        return self.start().__await__()  # async-only
 
     @classmethod
     def _wrap(cls, client: AsyncClient, info: models.Sandbox) -> "AsyncSandbox":
-        sandbox = cls(client=client)
+        # Not through __init__, which spawns in the blocking flavour.
+        sandbox = cls.__new__(cls)
+        sandbox._spec = None
+        sandbox._client = client
         sandbox._info = info
+        sandbox._closed = False
         return sandbox
 
     @classmethod
     async def get(cls, id: str, *, client: Optional[AsyncClient] = None) -> "AsyncSandbox":
-        """The existing sandbox ``id``."""
+        """The existing sandbox ``id`` (raises :class:`~forkvm.NotFound`)."""
         client = client or default_async_client()
         return cls._wrap(client, await client.get_sandbox(id))
 
     @classmethod
     async def list(cls, *, client: Optional[AsyncClient] = None) -> List["AsyncSandbox"]:
-        """Every sandbox the daemon knows."""
+        """Every sandbox the daemon knows, in any state."""
         client = client or default_async_client()
         return [cls._wrap(client, info) for info in (await client.list_sandboxes()).sandboxes]
 
@@ -179,6 +207,7 @@ class AsyncSandbox:
 
     @property
     def info(self) -> models.Sandbox:
+        """The sandbox as last seen (see :meth:`refresh`)."""
         if self._info is None:
             raise RuntimeError("the sandbox is not started: `await AsyncSandbox(...)` or use `async with`")
         return self._info
@@ -193,6 +222,7 @@ class AsyncSandbox:
 
     @property
     def closed(self) -> bool:
+        """:meth:`close` was called."""
         return self._closed
 
     @property
@@ -201,15 +231,23 @@ class AsyncSandbox:
 
     @property
     def network(self) -> Optional[models.NetworkInfo]:
-        """Its network as last seen (``None`` without a NIC)."""
+        """Its network as last seen: mode, addresses, published ports (``None`` without a NIC)."""
         return self.info.network
 
     async def refresh(self) -> models.Sandbox:
+        """Fetch the sandbox again (with its memory use) and return it."""
         self._info = await self.client.get_sandbox(self.id)
         return self._info
 
     async def ports(self) -> List[models.PortForward]:
-        """Its published ports (see :meth:`forkvm.Sandbox.ports`)."""
+        """Its published ports: each ``guest`` port and the ``host`` port on 127.0.0.1 that reaches it.
+
+        ::
+
+            async with AsyncSandbox(ports=[8000]) as sb:
+                (port,) = await sb.ports()
+                url = f"http://127.0.0.1:{port.host}/"
+        """
         return await self.client.ports(self.id)
 
     def __repr__(self) -> str:
@@ -226,7 +264,7 @@ class AsyncSandbox:
         )
 
     def __hash__(self) -> int:
-        return hash(self._info.id if self._info else id(self))
+        return hash(self.info.id if self._info else id(self))
 
     # -- commands ----------------------------------------------------------
 
@@ -244,9 +282,14 @@ class AsyncSandbox:
         on_stderr: Optional[AsyncOutputCallback] = None,
         check: bool = False,
     ) -> models.ExecResult:
-        """Run ``cmd`` and wait for it (see :meth:`forkvm.Sandbox.exec`).
+        """Run ``cmd`` and wait for it.
 
-        The callbacks may be plain functions or coroutines.
+        ``cmd`` is an argv list, or a string run with ``sh -c``. ``stdin`` is
+        text or bytes; ``timeout`` is in seconds (the command is killed and
+        ``timed_out`` set). With ``on_stdout``/``on_stderr``, output is
+        streamed to the callbacks as text while the command runs (against a
+        daemon without streaming, they get it all at the end). ``check=True``
+        raises :class:`~forkvm.CommandFailed` on a non-zero exit.
         """
         timeout_ms = _ops.seconds_to_ms(timeout)
         if on_stdout is not None or on_stderr is not None:
@@ -284,17 +327,26 @@ class AsyncSandbox:
         cwd: Optional[str] = None,
         timeout: Optional[float] = None,
     ) -> AsyncExecStream:
-        """``async for event in sb.exec_stream(cmd)``: output events, then the exit."""
+        """Run ``cmd``, yielding :class:`~forkvm.OutputEvent` chunks and a final :class:`~forkvm.ExitEvent`.
+
+        ::
+
+            async for event in sb.exec_stream(["python3", "train.py"]):
+                if event.type == "stdout":
+                    print(event.text, end="")
+        """
         return self.client.exec_stream(
             self.id, cmd, stdin=stdin, env=env, cwd=cwd, timeout_ms=_ops.seconds_to_ms(timeout)
         )
 
     async def logs(self) -> str:
+        """The serial console (the last 1 MiB)."""
         return await self.client.logs(self.id)
 
     # -- snapshots and branches -------------------------------------------
 
     async def snapshot(self, tag: Optional[str] = None) -> "AsyncSnapshot":
+        """Snapshot the sandbox now; it keeps running."""
         return AsyncSnapshot._wrap(self.client, await self.client.snapshot_sandbox(self.id, tag=tag))
 
     async def branch(
@@ -307,7 +359,18 @@ class AsyncSandbox:
         ports: Optional[Iterable[PortSpec]] = None,
         wait_for_network: Optional[bool] = None,
     ) -> "AsyncBranch":
-        """Snapshot now and spawn ``count`` children (see :meth:`forkvm.Sandbox.branch`)."""
+        """Snapshot the sandbox at this instant and spawn ``count`` children from it.
+
+        ``mode`` is ``"live"`` (the daemon's default: shortest pause),
+        ``"diff"`` or ``"full"``; ``count`` defaults to 1. The sandbox keeps
+        running. With ``wait=False`` the call returns once the source has
+        resumed: the snapshot is still ``writing`` and ``children`` is empty;
+        :meth:`AsyncBranch.wait` waits for them.
+
+        Children keep the source's network mode and egress allow-list. Each
+        publishes ``ports`` (as for :class:`AsyncSandbox`), by default the
+        source's guest ports on host ports of its own.
+        """
         result = await self.client.branch_sandbox(
             self.id,
             mode=mode,
@@ -322,7 +385,7 @@ class AsyncSandbox:
     # -- lifetime ----------------------------------------------------------
 
     async def close(self) -> None:
-        """Remove the sandbox. Safe to call twice."""
+        """Remove the sandbox (stop QEMU, delete its files). Safe to call twice."""
         if self._closed or self._info is None:
             return
         try:
@@ -341,45 +404,66 @@ class AsyncSandbox:
 
 
 class AsyncSnapshot:
-    """A snapshot (async). See :class:`forkvm.Snapshot`."""
+    """A snapshot: a frozen sandbox (memory, devices, disk) to spawn children from."""
 
-    def __init__(self, client: AsyncClient, info: models.Snapshot) -> None:
+    def __init__(self, ref: str, *, client: Optional[AsyncClient] = None) -> None:
+        """The existing snapshot ``ref`` (an id or a tag); the asyncio flavour fetches it when awaited."""
+        self._ref = ref
         self._client = client
-        self._info = info
+        self._info: Optional[models.Snapshot] = None
+        # sync-only: self._info = self.client.get_snapshot(ref)
+
+    def __await__(self) -> Generator[Any, None, "AsyncSnapshot"]:  # async-only
+        return self._fetch().__await__()  # async-only
+
+    async def _fetch(self) -> "AsyncSnapshot":  # async-only
+        self._info = await self.client.get_snapshot(self._ref)  # async-only
+        return self  # async-only
 
     @classmethod
     def _wrap(cls, client: AsyncClient, info: models.Snapshot) -> "AsyncSnapshot":
-        return cls(client, info)
+        # Not through __init__, which fetches in the blocking flavour.
+        snapshot = cls.__new__(cls)
+        snapshot._ref = info.id
+        snapshot._client = client
+        snapshot._info = info
+        return snapshot
 
     @classmethod
     async def get(cls, ref: str, *, client: Optional[AsyncClient] = None) -> "AsyncSnapshot":
         """The existing snapshot ``ref`` (an id or a tag)."""
         client = client or default_async_client()
-        return cls(client, await client.get_snapshot(ref))
+        return cls._wrap(client, await client.get_snapshot(ref))
 
     @classmethod
     async def list(cls, *, client: Optional[AsyncClient] = None) -> List["AsyncSnapshot"]:
+        """Every snapshot."""
         client = client or default_async_client()
-        return [cls(client, info) for info in (await client.list_snapshots()).snapshots]
+        return [cls._wrap(client, info) for info in (await client.list_snapshots()).snapshots]
 
     @property
     def id(self) -> str:
-        return self._info.id
+        return self.info.id
 
     @property
     def tag(self) -> Optional[str]:
-        return self._info.tag
+        return self.info.tag
 
     @property
     def client(self) -> AsyncClient:
+        if self._client is None:
+            self._client = default_async_client()
         return self._client
 
     @property
     def info(self) -> models.Snapshot:
+        """The snapshot as last seen (see :meth:`refresh`)."""
+        if self._info is None:
+            raise RuntimeError("the snapshot is not fetched: `await AsyncSnapshot(ref)`")
         return self._info
 
     async def refresh(self) -> models.Snapshot:
-        self._info = await self._client.get_snapshot(self.id)
+        self._info = await self.client.get_snapshot(self.id)
         return self._info
 
     def __repr__(self) -> str:
@@ -401,8 +485,12 @@ class AsyncSnapshot:
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
     ) -> List[AsyncSandbox]:
-        """Spawn ``count`` sandboxes from this snapshot (see :meth:`forkvm.Snapshot.spawn`)."""
-        batch = await self._client.create_sandbox(
+        """Spawn ``count`` sandboxes from this snapshot (all or nothing).
+
+        The network arguments are those of :class:`AsyncSandbox`; with ``count``
+        above 1, published ports need host port 0 (one allocated for each).
+        """
+        batch = await self.client.create_sandbox(
             snapshot=self.id,
             count=count,
             network=network,
@@ -411,33 +499,36 @@ class AsyncSnapshot:
             wait_for_network=wait_for_network,
         )
         assert isinstance(batch, models.SandboxBatch)
-        return [AsyncSandbox._wrap(self._client, info) for info in batch.sandboxes]
+        return [AsyncSandbox._wrap(self.client, info) for info in batch.sandboxes]
 
     async def sandboxes(self) -> List[AsyncSandbox]:
         """The sandboxes spawned from this snapshot that still exist."""
         out = []
         for id in (await self.refresh()).sandboxes:
             try:
-                out.append(await AsyncSandbox.get(id, client=self._client))
+                out.append(await AsyncSandbox.get(id, client=self.client))
             except NotFound:
                 pass
         return out
 
     async def flatten(self, tag: Optional[str] = None) -> "AsyncSnapshot":
-        return AsyncSnapshot(self._client, await self._client.flatten_snapshot(self.id, tag=tag))
+        """Merge this diff snapshot's chain into a new standalone snapshot."""
+        return AsyncSnapshot._wrap(self.client, await self.client.flatten_snapshot(self.id, tag=tag))
 
     async def set_pool(self, size: Optional[int]) -> "AsyncSnapshot":
-        self._info = await self._client.set_pool(self.id, size)
+        """Keep ``size`` QEMU processes waiting for this snapshot (0 turns the pool off,
+        ``None`` follows the daemon's default)."""
+        self._info = await self.client.set_pool(self.id, size)
         return self
 
     async def pin(self) -> "AsyncSnapshot":
         """Keep it (and what it builds on) from garbage collection."""
-        self._info = await self._client.pin_snapshot(self.id)
+        self._info = await self.client.pin_snapshot(self.id)
         return self
 
     async def unpin(self) -> "AsyncSnapshot":
         """Let garbage collection take it once nothing needs it."""
-        self._info = await self._client.unpin_snapshot(self.id)
+        self._info = await self.client.unpin_snapshot(self.id)
         return self
 
     @property
@@ -453,7 +544,10 @@ class AsyncSnapshot:
         return await client.prune_snapshots(all=all, dry_run=dry_run)
 
     async def wait(self, timeout: float = 300.0, interval: float = 0.2) -> "AsyncSnapshot":
-        """Wait until the snapshot is no longer ``writing``; raise if it ``failed``."""
+        """Wait until the snapshot is no longer ``writing`` (after ``branch(wait=False)``).
+
+        Raises :class:`~forkvm.ForkvmError` if it ``failed``.
+        """
         deadline = time.monotonic() + timeout
         while (await self.refresh()).state == "writing":
             if time.monotonic() > deadline:
@@ -464,12 +558,13 @@ class AsyncSnapshot:
         return self
 
     async def delete(self, force: bool = False) -> None:
-        await self._client.delete_snapshot(self.id, force=force)
+        """Remove the snapshot; with ``force``, also what depends on it (else 409)."""
+        await self.client.delete_snapshot(self.id, force=force)
 
 
 @dataclass
 class AsyncBranch:
-    """What :meth:`AsyncSandbox.branch` returns."""
+    """What :meth:`AsyncSandbox.branch` returns: the snapshot of the branch point and the children."""
 
     snapshot: AsyncSnapshot
     children: List[AsyncSandbox]
@@ -479,7 +574,7 @@ class AsyncBranch:
     @classmethod
     def _from_result(cls, client: AsyncClient, result: models.BranchResult, requested: Optional[int]) -> "AsyncBranch":
         return cls(
-            snapshot=AsyncSnapshot(client, result.snapshot),
+            snapshot=AsyncSnapshot._wrap(client, result.snapshot),
             children=[AsyncSandbox._wrap(client, info) for info in result.children],
             result=result,
             requested=requested,
@@ -491,6 +586,7 @@ class AsyncBranch:
 
     @property
     def pause_ms(self) -> float:
+        """How long the source's vCPUs were stopped."""
         return self.result.pause_ms
 
     @property
@@ -498,7 +594,7 @@ class AsyncBranch:
         return self.result.total_ms
 
     async def wait(self, timeout: float = 300.0, interval: float = 0.2) -> "AsyncBranch":
-        """After ``branch(wait=False)``: wait for the snapshot and its children."""
+        """After ``branch(wait=False)``: wait for the snapshot and its children, then fill :attr:`children`."""
         deadline = time.monotonic() + timeout
         await self.snapshot.wait(timeout=timeout, interval=interval)
         want = 1 if self.requested is None else self.requested
@@ -528,4 +624,5 @@ class AsyncBranch:
     async def close(self, keep: Sequence[AsyncSandbox] = ()) -> None:
         """Remove the children, except those in ``keep``."""
         kept = {sb.id for sb in keep}
-        await asyncio.gather(*(c.close() for c in self.children if c.id not in kept))
+        await asyncio.gather(*(c.close() for c in self.children if c.id not in kept))  # async-only
+        # sync-only: for child in [c for c in self.children if c.id not in kept]: child.close()

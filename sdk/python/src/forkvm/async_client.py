@@ -1,25 +1,32 @@
-"""The low-level asynchronous client: :class:`AsyncClient`.
+"""The low-level client: one method per API operation.
 
-The async twin of :class:`forkvm.Client`, with the same methods as
-coroutines::
+Each method of :class:`AsyncClient` is named after an ``operationId`` of the
+daemon's OpenAPI document, takes the path parameters positionally and the
+body fields as keyword arguments, and returns the typed model of the answer::
 
-    async with AsyncClient() as api:
-        sb = await api.create_sandbox()
-        result = await api.exec(sb.id, ["echo", "hi"])
+    from forkvm import AsyncClient
+
+    async with AsyncClient() as api:            # FORKVM_URL, or the local socket
+        sb = await api.create_sandbox(memory_mib=256)
+        print((await api.exec(sb.id, ["uname", "-a"])).stdout)
         await api.delete_sandbox(sb.id)
+
+Errors are raised as :class:`~forkvm.ForkvmError` subclasses. For the
+object-oriented interface, see :class:`forkvm.AsyncSandbox`. The blocking and
+the asyncio flavours are one code: ``sdk/python/scripts/unasync.py`` writes
+the blocking module from the asyncio one.
 """
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from typing import Any, AsyncIterator, Iterable, List, Mapping, Optional, Sequence, Union
 
 import httpx
 
 from . import _ops, models
+from ._base import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
+from ._default import default_async_client
 from ._ops import EgressSpec, PortSpec
-from .client import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
 from .errors import error_from_response
 from .streaming import AsyncExecStream
 
@@ -27,7 +34,13 @@ __all__ = ["AsyncClient", "default_async_client"]
 
 
 class AsyncClient(_BaseClient):
-    """An asynchronous connection to a forkvm daemon (see :class:`forkvm.Client`)."""
+    """A connection to a forkvm daemon.
+
+    ``url`` and ``token`` default to ``FORKVM_URL`` and ``FORKVM_TOKEN``; with
+    neither, the client uses the unix socket ``$FORKVM_HOME/forkvm.sock``.
+    ``timeout`` (seconds or an :class:`httpx.Timeout`) applies to every
+    request but exec, which waits as long as the command may run.
+    """
 
     def __init__(
         self,
@@ -92,17 +105,17 @@ class AsyncClient(_BaseClient):
     # -- daemon ------------------------------------------------------------
 
     async def health(self) -> models.Health:
-        """``GET /v1/health``."""
+        """``GET /v1/health``: liveness."""
         return await self._send(_ops.health())
 
     async def info(self) -> models.Info:
-        """``GET /v1/info``."""
+        """``GET /v1/info``: version, accelerator, QEMU, limits, images, pools, networking."""
         return await self._send(_ops.info())
 
     # -- sandboxes ---------------------------------------------------------
 
     async def list_sandboxes(self) -> models.SandboxList:
-        """``GET /v1/sandboxes``."""
+        """``GET /v1/sandboxes``: all sandboxes, in any state."""
         return await self._send(_ops.list_sandboxes())
 
     async def create_sandbox(
@@ -119,9 +132,19 @@ class AsyncClient(_BaseClient):
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
     ) -> Union[models.Sandbox, models.SandboxBatch]:
-        """``POST /v1/sandboxes`` (a :class:`~forkvm.models.SandboxBatch` when ``count`` is given).
+        """``POST /v1/sandboxes``: start a sandbox, or ``count`` of them.
 
-        The network arguments are those of :meth:`forkvm.Client.create_sandbox`.
+        Returns a :class:`~forkvm.models.Sandbox`, or a
+        :class:`~forkvm.models.SandboxBatch` when ``count`` is given.
+
+        ``network`` is ``"nat"`` (the daemon's default where the host allows
+        it) or ``"none"``. ``ports`` publishes guest TCP ports on host
+        loopback ports: ``[8000]``, ``[(8000, 18000)]`` or
+        ``[{"guest": 8000, "host": 18000}]`` (host 0 or omitted: allocated;
+        see ``network.ports`` of the answer). ``egress`` allows connections
+        only to these destinations: ``["10.0.0.0/8", {"cidr": "1.2.3.4",
+        "ports": [443]}]``. Both need ``nat``. ``wait_for_network=False``
+        answers before the guest's network is proven to work.
         """
         body = _ops.create_request(
             image=image,
@@ -138,11 +161,11 @@ class AsyncClient(_BaseClient):
         return await self._send(_ops.create_sandbox(body))
 
     async def get_sandbox(self, id: str) -> models.Sandbox:
-        """``GET /v1/sandboxes/{id}``."""
+        """``GET /v1/sandboxes/{id}``: one sandbox, with its memory use."""
         return await self._send(_ops.get_sandbox(id))
 
     async def delete_sandbox(self, id: str) -> None:
-        """``DELETE /v1/sandboxes/{id}``."""
+        """``DELETE /v1/sandboxes/{id}``: stop it and delete everything it had."""
         await self._send(_ops.delete_sandbox(id))
 
     async def branch_sandbox(
@@ -156,7 +179,12 @@ class AsyncClient(_BaseClient):
         ports: Optional[Iterable[PortSpec]] = None,
         wait_for_network: Optional[bool] = None,
     ) -> models.BranchResult:
-        """``POST /v1/sandboxes/{id}/branch`` (see :meth:`forkvm.Client.branch_sandbox`)."""
+        """``POST /v1/sandboxes/{id}/branch``: snapshot it now and spawn ``count`` children.
+
+        Each child publishes ``ports`` (as for :meth:`create_sandbox`);
+        without them, the source's guest ports on newly allocated host ports.
+        Children keep the source's network mode and egress allow-list.
+        """
         body = _ops.branch_request(
             mode=mode, count=count, tag=tag, wait=wait, ports=ports, wait_for_network=wait_for_network
         )
@@ -175,7 +203,11 @@ class AsyncClient(_BaseClient):
         max_output_bytes: Optional[int] = None,
         encoding: Union[models.OutputEncoding, str, None] = None,
     ) -> models.ExecResult:
-        """``POST /v1/sandboxes/{id}/exec``."""
+        """``POST /v1/sandboxes/{id}/exec``: run a command and wait for it.
+
+        ``argv`` is a list, or a string run with ``sh -c``. Bytes ``stdin`` is
+        sent as ``stdin_base64``.
+        """
         body = _ops.exec_request(
             argv,
             env=env,
@@ -199,52 +231,63 @@ class AsyncClient(_BaseClient):
         stdin_base64: Optional[str] = None,
         timeout_ms: Optional[int] = None,
     ) -> AsyncExecStream:
-        """Streaming exec: ``async for event in api.exec_stream(...)`` (not awaited)."""
+        """``POST /v1/sandboxes/{id}/exec`` with ``"stream": true``: iterate over output events.
+
+        Raises :class:`~forkvm.StreamingUnsupported` (when iterated) against a
+        daemon without streaming exec.
+        """
         body = _ops.exec_request(argv, env=env, cwd=cwd, stdin=stdin, stdin_base64=stdin_base64, timeout_ms=timeout_ms)
         return AsyncExecStream(self, _ops.exec_stream(id, body))
 
     async def read_file(self, id: str, path: str) -> bytes:
-        """``GET /v1/sandboxes/{id}/files?path=``."""
+        """``GET /v1/sandboxes/{id}/files?path=``: a guest file's bytes."""
         return await self._send(_ops.read_file(id, path))
 
     async def write_file(
         self, id: str, path: str, data: Union[bytes, str], *, mode: Union[int, str, None] = None
     ) -> models.FileWritten:
-        """``PUT /v1/sandboxes/{id}/files?path=&mode=``."""
+        """``PUT /v1/sandboxes/{id}/files?path=&mode=``: write a guest file atomically.
+
+        ``mode`` is an int (``0o755``) or an octal string (``"755"``); default 644.
+        """
         return await self._send(_ops.write_file(id, path, data, mode))
 
     async def logs(self, id: str) -> str:
-        """``GET /v1/sandboxes/{id}/logs``."""
+        """``GET /v1/sandboxes/{id}/logs``: the serial console (the last 1 MiB)."""
         return await self._send(_ops.logs(id))
 
     async def ports(self, id: str) -> List[models.PortForward]:
-        """``GET /v1/sandboxes/{id}/ports``: guest port and host loopback port of each published port."""
+        """``GET /v1/sandboxes/{id}/ports``: its published ports, guest port and host loopback port.
+
+        Empty for a sandbox without a ``nat`` network.
+        """
         return await self._send(_ops.ports(id))
 
     async def snapshot_sandbox(self, id: str, *, tag: Optional[str] = None) -> models.Snapshot:
-        """``POST /v1/sandboxes/{id}/snapshot``."""
+        """``POST /v1/sandboxes/{id}/snapshot``: snapshot a running sandbox; it keeps running."""
         return await self._send(_ops.snapshot_sandbox(id, models.CreateSnapshot(tag)))
 
     # -- snapshots ---------------------------------------------------------
 
     async def list_snapshots(self) -> models.SnapshotList:
-        """``GET /v1/snapshots``."""
+        """``GET /v1/snapshots``: all snapshots."""
         return await self._send(_ops.list_snapshots())
 
     async def get_snapshot(self, id: str) -> models.Snapshot:
-        """``GET /v1/snapshots/{id}``."""
+        """``GET /v1/snapshots/{id}``: one snapshot, by id or tag."""
         return await self._send(_ops.get_snapshot(id))
 
     async def delete_snapshot(self, id: str, *, force: bool = False) -> None:
-        """``DELETE /v1/snapshots/{id}``."""
+        """``DELETE /v1/snapshots/{id}``: 409 while others depend on it, unless ``force``."""
         await self._send(_ops.delete_snapshot(id, force))
 
     async def flatten_snapshot(self, id: str, *, tag: Optional[str] = None) -> models.Snapshot:
-        """``POST /v1/snapshots/{id}/flatten``."""
+        """``POST /v1/snapshots/{id}/flatten``: merge a diff chain into one standalone snapshot."""
         return await self._send(_ops.flatten_snapshot(id, models.FlattenRequest(tag)))
 
     async def set_pool(self, id: str, size: Optional[int]) -> models.Snapshot:
-        """``PUT /v1/snapshots/{id}/pool`` (``None``: follow the daemon's default)."""
+        """``PUT /v1/snapshots/{id}/pool``: keep ``size`` QEMU processes waiting (0: off;
+        ``None``: follow the daemon's default, ``serve --pool-size``)."""
         return await self._send(_ops.set_pool(id, models.PoolConfig(size)))
 
     async def pin_snapshot(self, id: str) -> models.Snapshot:
@@ -255,22 +298,7 @@ class AsyncClient(_BaseClient):
         """``DELETE /v1/snapshots/{id}/pin``: garbage collection may take it once nothing needs it."""
         return await self._send(_ops.unpin_snapshot(id))
 
-    async def prune_snapshots(
-        self, *, all: Optional[bool] = None, dry_run: Optional[bool] = None
-    ) -> models.PruneResult:
+    async def prune_snapshots(self, *, all: Optional[bool] = None, dry_run: Optional[bool] = None) -> models.PruneResult:
         """``POST /v1/snapshots/prune``: remove the branch points nothing needs, past the grace
         period (or however young, with ``all``); ``dry_run`` only lists them."""
         return await self._send(_ops.prune_snapshots(models.PruneRequest(all=all, dry_run=dry_run)))
-
-
-_defaults: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient]" = weakref.WeakKeyDictionary()
-
-
-def default_async_client() -> AsyncClient:
-    """The :class:`AsyncClient` used when none is given: one per event loop."""
-    loop = asyncio.get_running_loop()
-    client = _defaults.get(loop)
-    if client is None or client.is_closed:
-        client = AsyncClient()
-        _defaults[loop] = client
-    return client

@@ -9,7 +9,8 @@
      "duration_ms": 12, "stdout_bytes": 6, "stderr_bytes": 0}
     {"type": "error", "error": {"code": "...", "message": "..."}}
 
-:class:`ExecStream` (and :class:`AsyncExecStream`) iterate over
+:class:`ExecStream` (and :class:`AsyncExecStream`, of which ``_stream.py``
+is the generated blocking rewrite) iterate over
 :class:`OutputEvent` and :class:`ExitEvent` objects; an ``error`` event is
 raised as the matching :class:`~forkvm.ForkvmError`. Event types this SDK
 does not know are skipped.
@@ -28,30 +29,15 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
-import inspect
 import json
 from dataclasses import dataclass
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Iterator,
-    List,
-    Optional,
-    Union,
-)
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Union
 
 from . import models
 from .errors import ProtocolError, error_from_detail
 
 if TYPE_CHECKING:
     import httpx
-
-    from ._ops import Request
-    from .async_client import AsyncClient
-    from .client import Client
 
 __all__ = [
     "OutputEvent",
@@ -225,130 +211,6 @@ def _is_json(response: "httpx.Response") -> bool:
     return response.headers.get("content-type", "").split(";")[0].strip() == "application/json"
 
 
-class ExecStream:
-    """The events of one streamed command (see the module docstring).
-
-    The request is sent when iteration starts (or on ``with``). After the
-    iteration, :attr:`exit` holds the :class:`ExitEvent`.
-    """
-
-    def __init__(self, client: "Client", request: "Request") -> None:
-        self._client = client
-        self._request = request
-        self._response: Optional["httpx.Response"] = None
-        self._started = False
-        self.exit: Optional[ExitEvent] = None
-
-    def __enter__(self) -> "ExecStream":
-        self._open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _open(self) -> "httpx.Response":
-        if self._response is None:
-            if self._started:
-                raise RuntimeError("an ExecStream can be iterated only once")
-            self._started = True
-            self._response = self._client._open_stream(self._request)
-        return self._response
-
-    def close(self) -> None:
-        """Close the connection (the command is not killed by this)."""
-        if self._response is not None:
-            self._response.close()
-
-    def __iter__(self) -> Iterator[ExecEvent]:
-        response = self._open()
-        try:
-            if _is_json(response):  # a daemon that answered with one result
-                response.read()
-                events: Any = events_from_result(self._client._parse_stream_fallback(response))
-            else:
-                events = filter(None, map(parse_event, response.iter_lines()))
-            for event in events:
-                if isinstance(event, ExitEvent):
-                    self.exit = event
-                yield event
-        finally:
-            self.close()
-
-    def collect(
-        self, on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None
-    ) -> models.ExecResult:
-        """Run to the end, calling the callbacks with text as it arrives; return the whole result."""
-        collector = _Collector(on_stdout, on_stderr)
-        for event in self:
-            collector.feed(event)
-        collector.flush()
-        return collector.result()
-
-
-class AsyncExecStream:
-    """The async twin of :class:`ExecStream`: ``async for`` and ``async with``."""
-
-    def __init__(self, client: "AsyncClient", request: "Request") -> None:
-        self._client = client
-        self._request = request
-        self._response: Optional["httpx.Response"] = None
-        self._started = False
-        self.exit: Optional[ExitEvent] = None
-
-    async def __aenter__(self) -> "AsyncExecStream":
-        await self._open()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def _open(self) -> "httpx.Response":
-        if self._response is None:
-            if self._started:
-                raise RuntimeError("an AsyncExecStream can be iterated only once")
-            self._started = True
-            self._response = await self._client._open_stream(self._request)
-        return self._response
-
-    async def aclose(self) -> None:
-        if self._response is not None:
-            await self._response.aclose()
-
-    def __aiter__(self) -> AsyncIterator[ExecEvent]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[ExecEvent]:
-        response = await self._open()
-        try:
-            if _is_json(response):
-                await response.aread()
-                for event in events_from_result(self._client._parse_stream_fallback(response)):
-                    if isinstance(event, ExitEvent):
-                        self.exit = event
-                    yield event
-                return
-            async for line in response.aiter_lines():
-                parsed = parse_event(line)
-                if parsed is None:
-                    continue
-                if isinstance(parsed, ExitEvent):
-                    self.exit = parsed
-                yield parsed
-        finally:
-            await self.aclose()
-
-    async def collect(
-        self,
-        on_stdout: Optional[Callable[[str], Union[Any, Awaitable[Any]]]] = None,
-        on_stderr: Optional[Callable[[str], Union[Any, Awaitable[Any]]]] = None,
-    ) -> models.ExecResult:
-        """Run to the end, calling the callbacks (plain or async) with text as it arrives."""
-        collector = _Collector(on_stdout, on_stderr)
-        async for event in self:
-            outcome = collector.feed(event)
-            if inspect.isawaitable(outcome):
-                await outcome
-        for outcome in collector.flush():
-            if inspect.isawaitable(outcome):
-                await outcome
-        return collector.result()
+# The stream classes, after what they use (they import this module).
+from ._async_stream import AsyncExecStream  # noqa: E402
+from ._stream import ExecStream  # noqa: E402
