@@ -60,7 +60,10 @@ fn a_source_branched_100_times_keeps_a_short_chain_and_its_data() {
     }
     // Every branch froze a layer and a stream folded it back in (a test
     // that never saw a freeze would prove nothing about streams).
-    let streamed = format!("sandbox {}: disk chain streamed from 2 to 1 layers", src.id);
+    let streamed = format!(
+        "sandbox {}: disk chain streamed, 1 frozen layer(s) folded into the top",
+        src.id
+    );
     assert!(
         wait_until(Duration::from_secs(60), || d
             .log()

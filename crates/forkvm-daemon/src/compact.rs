@@ -110,6 +110,35 @@ impl Manager {
         })
     }
 
+    /// Before a freeze, and before its QMP connection (the stream task needs
+    /// QMP to finish): wait for the sandbox's stream task to end, and keep
+    /// the next one from starting until the freeze is done. After
+    /// [`SETTLE_WAIT`] the running job is cancelled instead (the chain is one
+    /// layer deeper until the next stream, never wrong).
+    pub(crate) async fn disk_guard<'a>(&self, live: &'a Live) -> tokio::sync::MutexGuard<'a, ()> {
+        let t0 = Instant::now();
+        let guard = match tokio::time::timeout(SETTLE_WAIT, live.stream_lock.lock()).await {
+            Ok(g) => g,
+            Err(_) => {
+                let id = &live.id;
+                tracing::warn!(sandbox = %id, "disk stream of sandbox {id} still copying after {SETTLE_WAIT:?}: cancelled, the chain stays one layer deeper until the next stream");
+                if let Ok(qmp) = Qmp::connect(&live.paths.qmp, Duration::from_secs(10)).await {
+                    for j in blockjob::jobs(&qmp).await.unwrap_or_default() {
+                        if !j.concluded() {
+                            let _ = blockjob::cancel(&qmp, &j.id).await;
+                        }
+                    }
+                }
+                live.stream_lock.lock().await
+            }
+        };
+        if t0.elapsed() > Duration::from_millis(50) {
+            let id = &live.id;
+            tracing::info!(sandbox = %id, "sandbox {id}: waited {:.0} ms for its disk stream before freezing", ms(t0.elapsed()));
+        }
+        guard
+    }
+
     /// Before a freeze: let the sandbox's stream finish (or cancel it after
     /// [`SETTLE_WAIT`]), and clear concluded jobs, which would otherwise keep
     /// their nodes busy. `qmp` is the freeze's own connection.
@@ -150,9 +179,6 @@ impl Manager {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if t0.elapsed() > Duration::from_millis(50) {
-            tracing::info!(sandbox = %id, "sandbox {id}: waited {:.0} ms for its disk stream before freezing", ms(t0.elapsed()));
-        }
         // QEMU flushes every disk file when it stops the guest; what the
         // guest (or a stream) wrote since the last flush would be written
         // back inside the pause. Write it back now, while the guest runs.
@@ -184,6 +210,14 @@ impl Manager {
         if bound == 0 {
             return Ok(()); // --disk-chain-max 0: never.
         }
+        // One stream task per sandbox at a time, and none during a freeze
+        // (which takes the lock first, see disk_guard). QEMU 10.0 was seen to
+        // crash (SIGSEGV in bdrv_refresh_filename) when one task's graph
+        // query (query-named-block-nodes) met another task's job as it
+        // completed and dropped its copy-on-read filter node. Under the lock
+        // the graph is only queried when no job of ours is running: before
+        // this task starts its job, and after the job has concluded.
+        let _one = live.stream_lock.lock().await;
         let t0 = Instant::now();
         let Some(qmp) = self.qmp_while_running(&live).await else {
             return Ok(());
@@ -265,9 +299,10 @@ impl Manager {
         flush_top(&live.paths).await;
         tracing::info!(
             sandbox = %id,
-            "sandbox {id}: disk chain streamed from {before} to {} layers in {:.0} ms",
+            "sandbox {id}: disk chain streamed, {} frozen layer(s) folded into the top in {:.0} ms ({before} layers before, {} now)",
+            before - 1,
+            ms(t0.elapsed()),
             now.len().saturating_sub(1),
-            ms(t0.elapsed())
         );
         self.collect_layers().await;
         Ok(())

@@ -64,6 +64,9 @@ pub struct Live {
     pub(crate) cmdline: String,
     /// A background stream is shortening its disk chain (crate::compact).
     pub(crate) streaming: std::sync::atomic::AtomicBool,
+    /// One stream task at a time, from its first block-graph query to its
+    /// clean-up (crate::compact).
+    pub(crate) stream_lock: tokio::sync::Mutex<()>,
 }
 
 impl Live {
@@ -777,6 +780,7 @@ impl Manager {
             op_lock: tokio::sync::Mutex::new(()),
             cmdline,
             streaming: std::sync::atomic::AtomicBool::new(false),
+            stream_lock: tokio::sync::Mutex::new(()),
         });
         self.live_map().insert(id.to_string(), live.clone());
         let me = self.clone();

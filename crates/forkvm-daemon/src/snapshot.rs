@@ -486,11 +486,13 @@ impl Manager {
         // A live save goes to tmpfs: QEMU finishes the file while the guest
         // is stopped, and on a disk that final write was most of the pause.
         let live_tmp = live_mode.then(|| self.cfg.run_dir.join(format!("{snap_id}.state")));
+        // The previous freeze's stream must end first (a job holds the top
+        // node, and the chain this freeze sees is then one layer deep), and
+        // the next one waits for this freeze to end.
+        let _stream = self.disk_guard(&live).await;
         let qmp = Qmp::connect(&paths.qmp, Duration::from_secs(10))
             .await
             .map_err(|e| qemu_err("cannot reach the sandbox's QMP socket", e))?;
-        // The previous freeze's stream must end first: a job holds the top
-        // node, and the chain this freeze sees is then one layer deep.
         self.settle_disk(&qmp, id).await?;
         migrate::set_capabilities(
             &qmp,
