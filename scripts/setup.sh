@@ -33,10 +33,13 @@ LOG_DIR=${FORKVM_HOME:-/var/lib/forkvm}/logs
 mkdir -p "$LOG_DIR"
 
 # Packages from the main suite (bookworm). gcc + libc6-dev: linker and static
-# libc for the guest agent; file: binary checks.
+# libc for the guest agent; file: binary checks. docker-registry, skopeo,
+# umoci, buildah, apache2-utils (htpasswd) and busybox-static: the image
+# tests make and serve images with the field's own tools.
 MAIN_PKGS=(mmdebstrap debian-archive-keyring ca-certificates e2fsprogs zstd xz-utils
            kmod cpio sqlite3 nftables iproute2 iperf3 python3-venv python3-pip
-           gcc libc6-dev file)
+           gcc libc6-dev file
+           docker-registry skopeo umoci buildah apache2-utils busybox-static)
 # Packages from bookworm-backports (QEMU >= 10 is required).
 BPO_PKGS=(qemu-system-x86 qemu-utils)
 QEMU_MIN_MAJOR=10

@@ -1,0 +1,347 @@
+//! The blob store: content-addressed, verified, shared by every image.
+//!
+//! ```text
+//! <root>/sha256/<64 hex>     a complete, verified blob (mode 0444)
+//! <root>/ingest/<name>       a blob being written (never read as a blob)
+//! ```
+//!
+//! The discipline is containerd's content store: a writer streams into the
+//! ingest area while hashing, the file is fsynced, its digest is compared
+//! with the one it was announced under, and only a match is renamed to
+//! `sha256/<hex>`. A blob that is already present counts as written. So an
+//! interrupted or corrupt download never becomes visible, and two images
+//! that share a layer store (and fetch) it once.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest as _, Sha256};
+
+/// A blob store error.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    #[error("{0:?} is not a sha256 digest (expected sha256:<64 lowercase hex digits>)")]
+    BadDigest(String),
+    #[error("blob {expected} failed verification: its content hashes to {actual}; the source is corrupt or was tampered with")]
+    Mismatch { expected: String, actual: String },
+    #[error("blob {digest} is {actual} bytes, but {expected} were announced")]
+    SizeMismatch {
+        digest: String,
+        expected: u64,
+        actual: u64,
+    },
+    #[error("blob {0} is not in the store")]
+    Missing(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> BlobError {
+    let what = what.into();
+    move |source| BlobError::Io { what, source }
+}
+
+/// Split `sha256:<hex>` into its hex part, checking its form (the hex part
+/// becomes a file name, so nothing else may pass).
+pub fn digest_hex(digest: &str) -> Result<&str, BlobError> {
+    let hex = digest
+        .strip_prefix("sha256:")
+        .ok_or_else(|| BlobError::BadDigest(digest.to_string()))?;
+    if hex.len() != 64
+        || !hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(BlobError::BadDigest(digest.to_string()));
+    }
+    Ok(hex)
+}
+
+/// The `sha256:<hex>` digest of some bytes.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
+}
+
+/// A content-addressed blob store rooted at a directory.
+#[derive(Debug, Clone)]
+pub struct BlobStore {
+    root: PathBuf,
+}
+
+static INGEST_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl BlobStore {
+    /// Open (creating if needed) the store at `root`.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, BlobError> {
+        let root = root.into();
+        for d in ["sha256", "ingest"] {
+            fs::create_dir_all(root.join(d))
+                .map_err(io_err(format!("creating {}", root.join(d).display())))?;
+        }
+        Ok(BlobStore { root })
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the blob with this digest lives (whether or not it is there).
+    pub fn path(&self, digest: &str) -> Result<PathBuf, BlobError> {
+        Ok(self.root.join("sha256").join(digest_hex(digest)?))
+    }
+
+    /// Whether the blob is present.
+    pub fn has(&self, digest: &str) -> bool {
+        self.path(digest).map(|p| p.is_file()).unwrap_or(false)
+    }
+
+    /// Open a present blob for reading.
+    pub fn open_blob(&self, digest: &str) -> Result<File, BlobError> {
+        let p = self.path(digest)?;
+        File::open(&p).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                BlobError::Missing(digest.to_string())
+            } else {
+                BlobError::Io {
+                    what: format!("opening {}", p.display()),
+                    source: e,
+                }
+            }
+        })
+    }
+
+    /// Read a present blob whole (for manifests and configs: small).
+    pub fn read(&self, digest: &str) -> Result<Vec<u8>, BlobError> {
+        let mut v = Vec::new();
+        self.open_blob(digest)?
+            .read_to_end(&mut v)
+            .map_err(io_err(format!("reading blob {digest}")))?;
+        Ok(v)
+    }
+
+    /// Start writing a blob announced as `digest` (and `size`, if known).
+    pub fn writer(&self, digest: &str, size: Option<u64>) -> Result<BlobWriter, BlobError> {
+        digest_hex(digest)?;
+        let name = format!(
+            "{}-{}-{}",
+            std::process::id(),
+            INGEST_SEQ.fetch_add(1, Ordering::Relaxed),
+            &digest["sha256:".len().."sha256:".len() + 12]
+        );
+        let path = self.root.join("ingest").join(name);
+        let file = File::create(&path).map_err(io_err(format!("creating {}", path.display())))?;
+        Ok(BlobWriter {
+            store: self.clone(),
+            digest: digest.to_string(),
+            size,
+            path,
+            file: Some(file),
+            hasher: Sha256::new(),
+            written: 0,
+            published: false,
+        })
+    }
+
+    /// Copy a reader into the store as `digest`, verifying it. Returns the
+    /// number of bytes. A blob already present is not read again.
+    pub fn put(&self, digest: &str, size: Option<u64>, mut r: impl Read) -> Result<u64, BlobError> {
+        if self.has(digest) {
+            return Ok(fs::metadata(self.path(digest)?)
+                .map(|m| m.len())
+                .unwrap_or(0));
+        }
+        let mut w = self.writer(digest, size)?;
+        io::copy(&mut r, &mut w).map_err(io_err(format!("writing blob {digest}")))?;
+        w.commit()
+    }
+
+    /// Store bytes whose digest is computed here (for configs and manifests
+    /// forkvm writes itself). Returns the digest.
+    pub fn put_bytes(&self, bytes: &[u8]) -> Result<String, BlobError> {
+        let d = sha256_digest(bytes);
+        self.put(&d, Some(bytes.len() as u64), bytes)?;
+        Ok(d)
+    }
+
+    /// Remove leftovers of interrupted writes (call when nothing writes).
+    pub fn clean_ingest(&self) {
+        if let Ok(rd) = fs::read_dir(self.root.join("ingest")) {
+            for e in rd.flatten() {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+
+    /// The digests of every blob present.
+    pub fn list(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.root.join("sha256"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .map(|h| format!("sha256:{h}"))
+            .filter(|d| digest_hex(d).is_ok())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Delete a blob (GC of blobs no image references).
+    pub fn remove(&self, digest: &str) -> Result<(), BlobError> {
+        let p = self.path(digest)?;
+        match fs::remove_file(&p) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(BlobError::Io {
+                what: format!("removing {}", p.display()),
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A blob being written. Dropped without [`BlobWriter::commit`], its ingest
+/// file is removed and nothing becomes visible.
+pub struct BlobWriter {
+    store: BlobStore,
+    digest: String,
+    size: Option<u64>,
+    path: PathBuf,
+    file: Option<File>,
+    hasher: Sha256,
+    written: u64,
+    published: bool,
+}
+
+impl Write for BlobWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let f = self
+            .file
+            .as_mut()
+            .ok_or_else(|| io::Error::other("blob writer already finished"))?;
+        let n = f.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.as_mut().map_or(Ok(()), |f| f.flush())
+    }
+}
+
+impl BlobWriter {
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Verify size and digest, then publish. Returns the size.
+    pub fn commit(mut self) -> Result<u64, BlobError> {
+        let file = self.file.take().expect("commit consumes the writer");
+        if let Some(want) = self.size {
+            if want != self.written {
+                return Err(BlobError::SizeMismatch {
+                    digest: self.digest.clone(),
+                    expected: want,
+                    actual: self.written,
+                });
+            }
+        }
+        let actual = format!("sha256:{:x}", self.hasher.clone().finalize());
+        if actual != self.digest {
+            return Err(BlobError::Mismatch {
+                expected: self.digest.clone(),
+                actual,
+            });
+        }
+        file.sync_all()
+            .map_err(io_err(format!("syncing {}", self.path.display())))?;
+        drop(file);
+        let _ = fs::set_permissions(&self.path, fs::Permissions::from_mode(0o444));
+        let dest = self.store.path(&self.digest)?;
+        fs::rename(&self.path, &dest).map_err(io_err(format!("publishing {}", dest.display())))?;
+        self.published = true;
+        if let Ok(d) = File::open(dest.parent().unwrap_or(Path::new("."))) {
+            let _ = d.sync_all();
+        }
+        Ok(self.written)
+    }
+}
+
+impl Drop for BlobWriter {
+    fn drop(&mut self) {
+        // Whatever failed or was abandoned, the ingest file goes.
+        if !self.published {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_verifies_and_publishes() {
+        let t = tempfile::tempdir().unwrap();
+        let s = BlobStore::open(t.path()).unwrap();
+        let d = sha256_digest(b"hello");
+        assert!(!s.has(&d));
+        assert_eq!(s.put(&d, Some(5), &b"hello"[..]).unwrap(), 5);
+        assert!(s.has(&d));
+        assert_eq!(s.read(&d).unwrap(), b"hello");
+        assert_eq!(s.list(), vec![d.clone()]);
+        // Present: counts as written, the reader is not consumed.
+        assert_eq!(s.put(&d, None, &b"ignored"[..]).unwrap(), 5);
+    }
+
+    #[test]
+    fn corrupt_blob_leaves_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let s = BlobStore::open(t.path()).unwrap();
+        let d = sha256_digest(b"hello");
+        let e = s.put(&d, None, &b"hellO"[..]).unwrap_err();
+        assert!(matches!(e, BlobError::Mismatch { .. }), "{e}");
+        assert!(!s.has(&d));
+        assert_eq!(fs::read_dir(t.path().join("ingest")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn wrong_size_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let s = BlobStore::open(t.path()).unwrap();
+        let d = sha256_digest(b"hello");
+        let e = s.put(&d, Some(4), &b"hello"[..]).unwrap_err();
+        assert!(matches!(e, BlobError::SizeMismatch { .. }), "{e}");
+        assert!(!s.has(&d));
+    }
+
+    #[test]
+    fn bad_digests_are_refused() {
+        for d in [
+            "sha256:../../etc/passwd",
+            "md5:abc",
+            "sha256:ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789",
+            "sha256:",
+        ] {
+            assert!(matches!(digest_hex(d), Err(BlobError::BadDigest(_))), "{d}");
+        }
+    }
+
+    #[test]
+    fn dropped_writer_removes_ingest_file() {
+        let t = tempfile::tempdir().unwrap();
+        let s = BlobStore::open(t.path()).unwrap();
+        let mut w = s.writer(&sha256_digest(b"x"), None).unwrap();
+        w.write_all(b"x").unwrap();
+        drop(w);
+        assert_eq!(fs::read_dir(t.path().join("ingest")).unwrap().count(), 0);
+    }
+}

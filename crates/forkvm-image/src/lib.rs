@@ -1,0 +1,19 @@
+//! Images: what a sandbox's root disk is made from.
+//!
+//! ```text
+//! $FORKVM_HOME/
+//!   blobs/sha256/<hex>          content-addressed blobs (layers, configs,
+//!                               manifests), read-only, shared by every image
+//!   blobs/ingest/<random>       a blob being written: never read
+//!   images/<name>/rootfs.ext4   the root disk (read-only; sandboxes get a
+//!                               qcow2 overlay on it)
+//!   images/<name>/image.json    its metadata ([`meta::ImageMeta`])
+//!   images/.tmp-<name>-<n>/     an image being made: never listed
+//! ```
+//!
+//! An image is published like a snapshot: everything is written under a
+//! temporary name, fsynced, and renamed into place last, so no half-made
+//! image is ever visible.
+
+pub mod blobs;
+pub mod meta;
