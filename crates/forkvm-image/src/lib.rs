@@ -17,3 +17,4 @@
 
 pub mod blobs;
 pub mod meta;
+pub mod progress;
