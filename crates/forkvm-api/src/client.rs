@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, StatusCode};
@@ -171,11 +172,29 @@ impl Client {
     }
 
     /// Send a request and return the response with its body unread.
-    async fn open(
+    pub(crate) async fn open(
         &self,
         method: Method,
         path: &str,
         body: Option<(Bytes, &str)>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+        let (payload, ct) = match body {
+            Some((b, ct)) => (b, Some(ct)),
+            None => (Bytes::new(), None),
+        };
+        let payload = Full::new(payload)
+            .map_err(|never| match never {})
+            .boxed();
+        self.open_body(method, path, payload, ct).await
+    }
+
+    /// Send a request with any body (e.g. a file streamed from disk).
+    pub(crate) async fn open_body(
+        &self,
+        method: Method,
+        path: &str,
+        payload: BoxBody<Bytes, std::io::Error>,
+        content_type: Option<&str>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
         let connect_err = |source| ClientError::Connect {
             target: self.target.to_string(),
@@ -189,15 +208,11 @@ impl Client {
         if let Some(t) = &self.token {
             req = req.header(AUTHORIZATION, format!("Bearer {t}"));
         }
-        let payload = match body {
-            Some((b, ct)) => {
-                req = req.header(CONTENT_TYPE, ct);
-                b
-            }
-            None => Bytes::new(),
-        };
+        if let Some(ct) = content_type {
+            req = req.header(CONTENT_TYPE, ct);
+        }
         let req = req
-            .body(Full::new(payload))
+            .body(payload)
             .map_err(|e| ClientError::Http(e.to_string()))?;
         let resp = match &self.target {
             Target::Unix(p) => {
@@ -489,7 +504,7 @@ impl Client {
 
 async fn send<I>(
     io: I,
-    req: Request<Full<Bytes>>,
+    req: Request<BoxBody<Bytes, std::io::Error>>,
 ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -507,7 +522,7 @@ where
 }
 
 /// The error a non-2xx response carries.
-fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
+pub(crate) fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
     match serde_json::from_slice::<ErrorBody>(body) {
         Ok(e) => ClientError::Api {
             status: status.as_u16(),

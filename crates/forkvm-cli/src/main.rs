@@ -12,6 +12,7 @@
 mod doctor;
 mod doctor_net;
 mod gc;
+mod image;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -54,6 +55,10 @@ struct SpawnArgs {
     /// Always cold-boot the image (do not use or create its boot template).
     #[arg(long)]
     no_template: bool,
+    /// Root disk size, e.g. 8G (default: the image's); a larger size grows
+    /// the filesystem.
+    #[arg(long, value_name = "SIZE", value_parser = image::parse_size)]
+    disk_size: Option<u64>,
     #[command(flatten)]
     net: NetArgs,
 }
@@ -128,8 +133,13 @@ struct ExecArgs {
     /// Kill the command after this many seconds.
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
-    /// The command and its arguments.
-    #[arg(required = true, last = true, value_name = "CMD")]
+    /// Run as this user (`name`, `uid`, `name:group`, `uid:gid`); default:
+    /// the image's `User`, else root.
+    #[arg(short = 'u', long = "user")]
+    user: Option<String>,
+    /// The command and its arguments; omitted: the image's default command
+    /// (its Entrypoint and Cmd).
+    #[arg(last = true, value_name = "CMD")]
     argv: Vec<String>,
 }
 
@@ -199,6 +209,11 @@ enum Cmd {
         spawn: SpawnArgs,
         #[command(flatten)]
         exec: ExecArgs,
+    },
+    /// Pull, import, build and manage images.
+    Image {
+        #[command(subcommand)]
+        cmd: image::ImageCmd,
     },
     /// Spawn sandboxes (from an image or a snapshot) and print their ids.
     Spawn {
@@ -501,6 +516,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let c = client().await?;
             snapshot_cmd(&c, cmd, id, tag, json).await
         }
+        Cmd::Image { cmd } => {
+            let c = client().await?;
+            image::run(&c, cmd, json).await
+        }
         Cmd::Exec { id, exec } => {
             let c = client().await?;
             do_exec(&c, &id, &exec, json).await
@@ -631,6 +650,7 @@ fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
         ports: (!a.net.ports.is_empty()).then(|| a.net.ports.clone()),
         egress: (!a.net.allow.is_empty()).then(|| a.net.allow.clone()),
         wait_for_network: a.net.no_wait_network.then_some(false),
+        disk_size: a.disk_size,
         ..Default::default()
     }
 }
@@ -770,6 +790,7 @@ fn exec_req(a: &ExecArgs) -> Result<ExecRequest> {
         argv: a.argv.clone(),
         env,
         cwd: a.cwd.clone(),
+        user: a.user.clone(),
         timeout_ms,
         encoding: Some(OutputEncoding::Base64),
         ..Default::default()

@@ -23,6 +23,7 @@ pub mod db;
 pub mod error;
 pub mod failure;
 pub mod gc;
+pub mod images;
 pub mod net;
 pub mod sandbox;
 pub mod snapshot;
@@ -141,6 +142,13 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     std::fs::create_dir_all(cfg.sandboxes_dir())
         .map_err(|e| setup("cannot create sandboxes dir", &e))?;
     let _lock = lock_home(&cfg.home)?;
+    // Leftovers of a crash while images were uploaded or installed: never
+    // complete, never listed (see the forkvm-image crate).
+    let _ = std::fs::remove_dir_all(cfg.home.join("uploads"));
+    forkvm_image::install::clean_leftovers(&cfg.images_dir());
+    if let Ok(b) = forkvm_image::blobs::BlobStore::open(cfg.home.join("blobs")) {
+        b.clean_ingest();
+    }
 
     if cfg.tcp.is_some() && cfg.token.as_deref().is_none_or(str::is_empty) {
         return Err(StartError::Setup(
