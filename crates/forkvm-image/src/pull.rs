@@ -1,0 +1,737 @@
+//! Pulling an image from a registry into the blob store.
+//!
+//! The OCI Distribution protocol itself (the `/v2/` API, bearer-token
+//! challenges, basic auth, content negotiation) is spoken by `oci-client`;
+//! this module decides what to fetch and where it goes:
+//!
+//! 1. the reference's manifest is fetched raw (so its exact bytes, and so its
+//!    digest, are kept); a digest reference must match what came back;
+//! 2. an image index / Docker manifest list is resolved to the entry for the
+//!    wanted platform (default linux/amd64), whose manifest is then fetched;
+//! 3. the index, the manifest and the config are stored in the
+//!    [`BlobStore`], digest-checked;
+//! 4. each layer not already in the store is streamed into a
+//!    [`BlobStore::writer`]: hashed as it arrives, its size bounded by the
+//!    manifest's, and published only when the digest matches. A layer that
+//!    is present is not fetched at all ([`ProgressEvent::Cached`]).
+//!
+//! An interrupted pull (an error, or the future dropped) leaves only whole,
+//! verified blobs: a blob being written lives in the store's ingest area and
+//! is removed with its writer. A rerun fetches only what is still missing.
+//! A process killed outright leaves ingest files for
+//! [`BlobStore::clean_ingest`].
+//!
+//! Transport: a registry whose host is `localhost`, a 127.0.0.0/8 address or
+//! `[::1]` (any port) is spoken to over plain http unless
+//! [`PullOptions::loopback_plain_http`] is false, as are the hosts listed in
+//! [`PullOptions::insecure_http`]; every other registry over https, checked
+//! against the system's roots plus [`PullOptions::ca_certs`].
+
+use std::io::Write as _;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures_util::{StreamExt as _, TryStreamExt as _};
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
+use oci_client::{Client, Reference, RegistryOperation};
+use serde::Deserialize;
+
+use crate::auth::RegistryAuth;
+use crate::blobs::{digest_hex, sha256_digest, BlobError, BlobStore};
+use crate::progress::{Progress, ProgressEvent};
+
+/// How to pull.
+#[derive(Debug, Clone)]
+pub struct PullOptions {
+    pub auth: RegistryAuth,
+    /// Registries spoken to over plain http: `host:port` (that port only) or
+    /// `host` (any port), e.g. `127.0.0.1:5000`.
+    pub insecure_http: Vec<String>,
+    /// Extra CA certificates (PEM or DER files) trusted for https.
+    pub ca_certs: Vec<PathBuf>,
+    /// The platform picked from an image index: (os, architecture).
+    pub platform: (String, String),
+    /// Speak plain http to loopback registries (`localhost`, 127.0.0.0/8,
+    /// `[::1]`), as docker does. Default true; false for one serving https.
+    pub loopback_plain_http: bool,
+}
+
+impl Default for PullOptions {
+    fn default() -> Self {
+        PullOptions {
+            auth: RegistryAuth::Anonymous,
+            insecure_http: Vec::new(),
+            ca_certs: Vec::new(),
+            platform: ("linux".into(), "amd64".into()),
+            loopback_plain_http: true,
+        }
+    }
+}
+
+/// What a pull stored: every digest named here is in the [`BlobStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pulled {
+    /// The reference, normalised (`docker.io/library/busybox:latest`).
+    pub reference: String,
+    /// The image manifest (for an index: the chosen platform's).
+    pub manifest_digest: String,
+    /// The index or manifest list the reference named, if it named one.
+    pub index_digest: Option<String>,
+    pub config_digest: String,
+    pub config_json: Vec<u8>,
+    /// (digest, media type, size) of each layer, lowest first.
+    pub layers: Vec<(String, String, u64)>,
+}
+
+/// A pull failure, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error("{reference:?} is not an image reference ({reason}); expected [HOST[:PORT]/]NAME[:TAG][@sha256:HEX]")]
+    BadReference { reference: String, reason: String },
+    #[error("authentication to {host} failed: check the user name and password (--username/--password or ~/.docker/config.json)")]
+    Auth { host: String },
+    #[error("{host} refused anonymous access to {reference}: the repository is private or does not exist; give credentials with --username/--password or in ~/.docker/config.json")]
+    AuthRequired { host: String, reference: String },
+    #[error("{what} not found on {host}")]
+    NotFound { host: String, what: String },
+    #[error("{what} from {host} failed verification: expected {expected}, got {actual}; the registry's copy is corrupt or was tampered with (it was not stored)")]
+    DigestMismatch {
+        host: String,
+        what: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("cannot reach registry {host} ({url}): {cause}; check the address and that the registry is up")]
+    Unreachable {
+        host: String,
+        url: String,
+        cause: String,
+    },
+    #[error("TLS with registry {host} failed: {cause}; for a private CA give it with --ca-cert FILE, for a plain-http registry use --insecure-registry {host}")]
+    Tls { host: String, cause: String },
+    #[error("transfer from {host} failed: {cause}; pull again (blobs already fetched are kept)")]
+    Network { host: String, cause: String },
+    #[error("{reference} has no image for {want}; it has: {}", available.join(", "))]
+    NoPlatform {
+        reference: String,
+        want: String,
+        available: Vec<String>,
+    },
+    #[error("{reference}: {what}")]
+    Unsupported { reference: String, what: String },
+    #[error("registry {host} answered with an error: {message}")]
+    Registry { host: String, message: String },
+    #[error("docker config {}: {reason}; fix the file, or give --username/--password", path.display())]
+    DockerConfig { path: PathBuf, reason: String },
+    #[error("CA certificate {what}: {reason}")]
+    CaCert { what: String, reason: String },
+    #[error("blob store: {0}")]
+    Store(#[from] BlobError),
+}
+
+const ACCEPT: &[&str] = &[
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+];
+const CONFIG_TYPES: &[&str] = &[
+    "application/vnd.oci.image.config.v1+json",
+    "application/vnd.docker.container.image.v1+json",
+];
+/// Configs are read whole; a bigger one is not an image config.
+const MAX_CONFIG: u64 = 16 << 20;
+/// Layers fetched at once.
+const PARALLEL: usize = 3;
+/// Bytes between two progress events of one blob.
+const REPORT_EVERY: u64 = 1 << 20;
+
+/// Parse a reference, as docker does: no host means Docker Hub
+/// (`busybox` = `docker.io/library/busybox:latest`), no tag or digest means
+/// `:latest`. Besides oci-client's grammar, a bracketed IPv6 host
+/// (`[::1]:5000/app`) is accepted. Only sha256 digests are.
+pub fn parse_reference(s: &str) -> Result<Reference, PullError> {
+    let bad = |reason: &str| PullError::BadReference {
+        reference: s.to_string(),
+        reason: reason.to_string(),
+    };
+    let r = if let Some(after) = s.strip_prefix('[') {
+        // `[v6addr]:port/rest`: parse the rest under a stand-in host, then
+        // put the real one back.
+        let (addr, tail) = after.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
+        let (port, rest) = tail
+            .split_once('/')
+            .ok_or_else(|| bad("no repository after the host"))?;
+        let port_ok = port.is_empty()
+            || port
+                .strip_prefix(':')
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if addr.parse::<std::net::Ipv6Addr>().is_err() || !port_ok {
+            return Err(bad("bad IPv6 host"));
+        }
+        let host = format!("[{addr}]{port}");
+        let tmp: Reference = format!("stand-in.invalid/{rest}")
+            .parse()
+            .map_err(|e: oci_client::ParseError| bad(&e.to_string()))?;
+        let repo = tmp.repository().to_string();
+        match (tmp.tag(), tmp.digest()) {
+            (Some(t), Some(d)) => {
+                Reference::with_tag_and_digest(host, repo, t.to_string(), d.to_string())
+            }
+            (None, Some(d)) => Reference::with_digest(host, repo, d.to_string()),
+            (t, None) => Reference::with_tag(host, repo, t.unwrap_or("latest").to_string()),
+        }
+    } else {
+        s.parse()
+            .map_err(|e: oci_client::ParseError| bad(&e.to_string()))?
+    };
+    if let Some(d) = r.digest() {
+        if !d.starts_with("sha256:") {
+            return Err(bad("only sha256 digests are supported"));
+        }
+        digest_hex(d).map_err(|_| bad("the digest must be 64 lowercase hex digits"))?;
+    }
+    Ok(r)
+}
+
+/// Whether a registry host (`host[:port]`) is this machine.
+pub fn is_loopback(registry: &str) -> bool {
+    let host = match registry.strip_prefix('[') {
+        Some(rest) => return rest.split(']').next() == Some("::1"),
+        None => registry.split(':').next().unwrap_or(registry),
+    };
+    host == "localhost" || host.parse::<Ipv4Addr>().is_ok_and(|a| a.is_loopback())
+}
+
+/// Whether `registry` is spoken to over plain http (see the module doc).
+pub fn uses_plain_http(registry: &str, opts: &PullOptions) -> bool {
+    let host_only = match registry.rfind(':') {
+        Some(i) if !registry.ends_with(']') => &registry[..i],
+        _ => registry,
+    };
+    opts.insecure_http
+        .iter()
+        .any(|h| h == registry || h == host_only)
+        || (opts.loopback_plain_http && is_loopback(registry))
+}
+
+/// What error mapping needs to know about the request that failed.
+struct Ctx<'a> {
+    host: &'a str,
+    reference: &'a str,
+    /// "manifest of REF", "layer sha256:…": the thing being fetched.
+    what: String,
+    authed: bool,
+    url: String,
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    s
+}
+
+fn denied(c: &Ctx) -> PullError {
+    if c.authed {
+        PullError::Auth {
+            host: c.host.to_string(),
+        }
+    } else {
+        PullError::AuthRequired {
+            host: c.host.to_string(),
+            reference: c.reference.to_string(),
+        }
+    }
+}
+
+fn map_io(e: std::io::Error, c: &Ctx) -> PullError {
+    if let Some(DigestError::VerificationError { expected, actual }) =
+        e.get_ref().and_then(|i| i.downcast_ref::<DigestError>())
+    {
+        return PullError::DigestMismatch {
+            host: c.host.to_string(),
+            what: c.what.clone(),
+            expected: expected.clone(),
+            actual: actual.clone(),
+        };
+    }
+    PullError::Network {
+        host: c.host.to_string(),
+        cause: chain(&e),
+    }
+}
+
+fn map_oci(e: OciDistributionError, c: &Ctx) -> PullError {
+    use OciDistributionError as E;
+    let host = c.host.to_string();
+    match e {
+        E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => denied(c),
+        E::RegistryError { envelope, .. } => {
+            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|x| &x.code).collect();
+            let has = |k: OciErrorCode| codes.iter().any(|c| **c == k);
+            if has(OciErrorCode::Unauthorized) || has(OciErrorCode::Denied) {
+                denied(c)
+            } else if has(OciErrorCode::NameUnknown) {
+                PullError::NotFound {
+                    host,
+                    what: format!("repository of {}", c.reference),
+                }
+            } else if has(OciErrorCode::ManifestUnknown) || has(OciErrorCode::NotFound) {
+                PullError::NotFound {
+                    host,
+                    what: c.what.clone(),
+                }
+            } else if has(OciErrorCode::BlobUnknown) {
+                PullError::NotFound {
+                    host,
+                    what: format!("{} (the registry lacks data its manifest names)", c.what),
+                }
+            } else {
+                let msgs: Vec<String> = envelope
+                    .errors
+                    .iter()
+                    .map(|x| format!("{:?}: {}", x.code, x.message))
+                    .collect();
+                PullError::Registry {
+                    host,
+                    message: msgs.join("; "),
+                }
+            }
+        }
+        E::ServerError { code, message, .. } => match code {
+            401 | 403 => denied(c),
+            404 => PullError::NotFound {
+                host,
+                what: c.what.clone(),
+            },
+            _ => PullError::Registry {
+                host,
+                message: format!(
+                    "HTTP {code}: {}",
+                    message.chars().take(300).collect::<String>()
+                ),
+            },
+        },
+        E::DigestError(DigestError::VerificationError { expected, actual }) => {
+            PullError::DigestMismatch {
+                host,
+                what: c.what.clone(),
+                expected,
+                actual,
+            }
+        }
+        E::IoError(io) => map_io(io, c),
+        E::RequestError(r) => {
+            let cause = chain(&r);
+            let low = cause.to_ascii_lowercase();
+            if low.contains("certificate") || low.contains("tls") || low.contains("handshake") {
+                PullError::Tls { host, cause }
+            } else if r.is_connect() || r.is_timeout() {
+                PullError::Unreachable {
+                    host,
+                    url: c.url.clone(),
+                    cause,
+                }
+            } else {
+                PullError::Network { host, cause }
+            }
+        }
+        other => PullError::Registry {
+            host,
+            message: chain(&other),
+        },
+    }
+}
+
+#[derive(Deserialize)]
+struct Descriptor {
+    #[serde(rename = "mediaType", default)]
+    media_type: String,
+    digest: String,
+    size: u64,
+}
+
+#[derive(Deserialize)]
+struct ManifestJson {
+    config: Descriptor,
+    #[serde(default)]
+    layers: Vec<Descriptor>,
+}
+
+#[derive(Deserialize)]
+struct PlatformJson {
+    #[serde(default)]
+    os: String,
+    #[serde(default)]
+    architecture: String,
+    #[serde(default)]
+    variant: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct IndexEntry {
+    digest: String,
+    #[serde(default)]
+    platform: Option<PlatformJson>,
+}
+
+#[derive(Deserialize)]
+struct IndexJson {
+    manifests: Vec<IndexEntry>,
+}
+
+/// Whether manifest bytes are an index (`true`) or an image manifest;
+/// `Err` says what else they are.
+fn is_index(bytes: &[u8]) -> Result<bool, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("the manifest is not JSON: {e}"))?;
+    match v.get("schemaVersion").and_then(|s| s.as_i64()) {
+        Some(2) => {}
+        Some(1) => {
+            return Err("Docker schema 1 manifests are obsolete and not supported; \
+                        push the image again with a current docker, buildah or skopeo"
+                .into())
+        }
+        other => return Err(format!("unsupported manifest schemaVersion {other:?}")),
+    }
+    match v.get("mediaType").and_then(|m| m.as_str()) {
+        Some(t) if t.contains("index") || t.contains("manifest.list") => Ok(true),
+        Some(t) if t.ends_with("manifest.v1+json") || t.ends_with("manifest.v2+json") => Ok(false),
+        Some(t) => Err(format!("unsupported manifest media type {t}")),
+        // OCI allows leaving mediaType out: tell by the fields.
+        None if v.get("manifests").is_some() => Ok(true),
+        None if v.get("config").is_some() => Ok(false),
+        None => Err("the manifest is neither an image manifest nor an index".into()),
+    }
+}
+
+/// Pick `want` (os, arch) from an index; `Err` lists what there is.
+fn choose_platform(bytes: &[u8], want: &(String, String)) -> Result<String, Vec<String>> {
+    let idx: IndexJson = serde_json::from_slice(bytes).map_err(|_| Vec::new())?;
+    let mut available = Vec::new();
+    for e in &idx.manifests {
+        let Some(p) = &e.platform else { continue };
+        if p.os == want.0 && p.architecture == want.1 {
+            return Ok(e.digest.clone());
+        }
+        // Attestation manifests are listed as unknown/unknown: not images.
+        if p.os != "unknown" {
+            let mut s = format!("{}/{}", p.os, p.architecture);
+            if let Some(v) = &p.variant {
+                s = format!("{s}/{v}");
+            }
+            available.push(s);
+        }
+    }
+    Err(available)
+}
+
+/// Pull `reference` into `store` (see the module doc).
+pub async fn pull(
+    reference: &str,
+    opts: &PullOptions,
+    store: &BlobStore,
+    progress: &dyn Progress,
+) -> Result<Pulled, PullError> {
+    let r = parse_reference(reference)?;
+    let canonical = r.whole();
+    let host = r.resolve_registry().to_string();
+    let unsupported = |what: String| PullError::Unsupported {
+        reference: canonical.clone(),
+        what,
+    };
+    let auth = match &opts.auth {
+        RegistryAuth::Anonymous => oci_client::secrets::RegistryAuth::Anonymous,
+        RegistryAuth::Basic { username, password } => {
+            oci_client::secrets::RegistryAuth::Basic(username.clone(), password.clone())
+        }
+        RegistryAuth::IdentityToken(_) => {
+            return Err(unsupported(format!(
+                "the credentials for {host} are an OAuth identity token, which forkvm cannot \
+                 use; give --username/--password (or a personal access token as the password)"
+            )))
+        }
+    };
+    let plain = uses_plain_http(&host, opts);
+    let client = make_client(&host, plain, opts)?;
+    let mut ctx = Ctx {
+        host: &host,
+        reference: &canonical,
+        what: format!("manifest of {canonical}"),
+        authed: !matches!(opts.auth, RegistryAuth::Anonymous),
+        url: format!("{}://{host}/v2/", if plain { "http" } else { "https" }),
+    };
+
+    progress.event(ProgressEvent::Phase {
+        phase: "resolving".into(),
+    });
+    // Asks /v2/ how to authenticate and gets a token if it wants one: a dead
+    // host or refused credentials show here, before any content is asked for.
+    client
+        .auth(&r, &auth, RegistryOperation::Pull)
+        .await
+        .map_err(|e| map_oci(e, &ctx))?;
+    let (mut bytes, mut digest) = client
+        .pull_manifest_raw(&r, &auth, ACCEPT)
+        .await
+        .map_err(|e| map_oci(e, &ctx))?;
+    check_digest(&bytes, &digest, r.digest().unwrap_or(&digest), &ctx)?;
+    let mut index_digest = None;
+    if is_index(&bytes).map_err(&unsupported)? {
+        let want = format!("{}/{}", opts.platform.0, opts.platform.1);
+        let chosen =
+            choose_platform(&bytes, &opts.platform).map_err(|available| PullError::NoPlatform {
+                reference: canonical.clone(),
+                want: want.clone(),
+                available,
+            })?;
+        digest_hex(&chosen)
+            .map_err(|_| unsupported(format!("the index names a bad digest {chosen:?}")))?;
+        store.put(&digest, Some(bytes.len() as u64), &bytes[..])?;
+        index_digest = Some(digest);
+        ctx.what = format!("{want} manifest {chosen} of {canonical}");
+        (bytes, digest) = client
+            .pull_manifest_raw(&r.clone_with_digest(chosen.clone()), &auth, ACCEPT)
+            .await
+            .map_err(|e| map_oci(e, &ctx))?;
+        check_digest(&bytes, &digest, &chosen, &ctx)?;
+        if is_index(&bytes).map_err(&unsupported)? {
+            return Err(unsupported(
+                "an index inside an index is not supported".into(),
+            ));
+        }
+    }
+    let m: ManifestJson = serde_json::from_slice(&bytes)
+        .map_err(|e| unsupported(format!("the image manifest is malformed: {e}")))?;
+    if !CONFIG_TYPES.contains(&m.config.media_type.as_str()) {
+        return Err(unsupported(format!(
+            "not a container image (its config is {:?}, an OCI artifact of another kind)",
+            m.config.media_type
+        )));
+    }
+    if m.config.size > MAX_CONFIG {
+        return Err(unsupported(format!(
+            "its config is {} bytes, more than an image config can be",
+            m.config.size
+        )));
+    }
+    for d in std::iter::once(&m.config).chain(&m.layers) {
+        digest_hex(&d.digest)
+            .map_err(|_| unsupported(format!("the manifest names a bad digest {:?}", d.digest)))?;
+    }
+    store.put(&digest, Some(bytes.len() as u64), &bytes[..])?;
+
+    progress.event(ProgressEvent::Phase {
+        phase: "fetching".into(),
+    });
+    let fetch = |d: &Descriptor, kind: &str| {
+        let c = Ctx {
+            host: &host,
+            reference: &canonical,
+            what: format!("{kind} {}", d.digest),
+            authed: ctx.authed,
+            url: ctx.url.clone(),
+        };
+        let (client, r, digest, size) = (&client, &r, d.digest.clone(), d.size);
+        async move { fetch_blob(client, r, &digest, size, store, progress, &c).await }
+    };
+    fetch(&m.config, "config").await?;
+    let config_json = store.read(&m.config.digest)?;
+    // A digest listed twice is fetched once.
+    let mut seen = std::collections::HashSet::new();
+    let todo: Vec<&Descriptor> = m
+        .layers
+        .iter()
+        .filter(|d| seen.insert(d.digest.as_str()))
+        .collect();
+    futures_util::stream::iter(todo.into_iter().map(|d| fetch(d, "layer")))
+        .buffer_unordered(PARALLEL)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(Pulled {
+        reference: canonical.clone(),
+        manifest_digest: digest,
+        index_digest,
+        config_digest: m.config.digest.clone(),
+        config_json,
+        layers: m
+            .layers
+            .into_iter()
+            .map(|d| (d.digest, d.media_type, d.size))
+            .collect(),
+    })
+}
+
+/// oci-client checked the header and reference digests; forkvm keys blobs by
+/// sha256, so the bytes must hash to `want` under sha256 in any case.
+fn check_digest(bytes: &[u8], got: &str, want: &str, c: &Ctx) -> Result<(), PullError> {
+    let actual = sha256_digest(bytes);
+    if actual != want || got != want {
+        return Err(PullError::DigestMismatch {
+            host: c.host.to_string(),
+            what: c.what.clone(),
+            expected: want.to_string(),
+            actual,
+        });
+    }
+    Ok(())
+}
+
+fn make_client(host: &str, plain: bool, opts: &PullOptions) -> Result<Client, PullError> {
+    let mut certs = Vec::new();
+    for p in &opts.ca_certs {
+        let data = std::fs::read(p).map_err(|e| PullError::CaCert {
+            what: p.display().to_string(),
+            reason: format!("cannot read it: {e}"),
+        })?;
+        let encoding = if data.windows(11).any(|w| w == b"-----BEGIN ") {
+            CertificateEncoding::Pem
+        } else {
+            CertificateEncoding::Der
+        };
+        certs.push(Certificate { encoding, data });
+    }
+    let cfg = ClientConfig {
+        protocol: if plain {
+            ClientProtocol::HttpsExcept(vec![host.to_string()])
+        } else {
+            ClientProtocol::Https
+        },
+        extra_root_certificates: certs,
+        // Indexes are resolved here, with an error that lists the platforms.
+        platform_resolver: None,
+        connect_timeout: Some(Duration::from_secs(30)),
+        read_timeout: Some(Duration::from_secs(120)),
+        user_agent: concat!("forkvm/", env!("CARGO_PKG_VERSION")),
+        ..Default::default()
+    };
+    // Not Client::new: it falls back to a default client on a bad CA file.
+    Client::try_from(cfg).map_err(|e| PullError::CaCert {
+        what: opts
+            .ca_certs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        reason: format!("cannot be used: {}", chain(&e)),
+    })
+}
+
+/// Stream one blob into the store unless it is there. The network side runs
+/// here; a blocking task writes and hashes, fed through a short channel so
+/// at most a few chunks are in memory.
+async fn fetch_blob(
+    client: &Client,
+    r: &Reference,
+    digest: &str,
+    size: u64,
+    store: &BlobStore,
+    progress: &dyn Progress,
+    c: &Ctx<'_>,
+) -> Result<(), PullError> {
+    if store.has(digest) {
+        progress.event(ProgressEvent::Cached {
+            item: digest.to_string(),
+        });
+        return Ok(());
+    }
+    let mut stream = client
+        .pull_blob_stream(r, digest)
+        .await
+        .map_err(|e| map_oci(e, c))?;
+    let short = |n: u64| {
+        PullError::Store(BlobError::SizeMismatch {
+            digest: digest.to_string(),
+            expected: size,
+            actual: n,
+        })
+    };
+    if let Some(n) = stream.content_length.filter(|n| *n != size) {
+        return Err(short(n));
+    }
+    let mut w = store.writer(digest, Some(size))?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
+    // If this future is dropped, `tx` goes, the task ends, and the writer it
+    // hands back is dropped with the join handle: its ingest file is removed.
+    let task = tokio::task::spawn_blocking(move || {
+        while let Some(b) = rx.blocking_recv() {
+            if let Err(e) = w.write_all(&b) {
+                return (w, Err(e));
+            }
+        }
+        (w, Ok(()))
+    });
+    let (mut done, mut reported) = (0u64, 0u64);
+    let mut net: Result<(), PullError> = Ok(());
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(b) => b,
+            Err(e) => {
+                net = Err(map_io(e, c));
+                break;
+            }
+        };
+        done += chunk.len() as u64;
+        if done > size {
+            // Do not let a registry fill the disk past what it announced.
+            net = Err(short(done));
+            break;
+        }
+        if tx.send(chunk).await.is_err() {
+            break; // The writer failed: its error is returned below.
+        }
+        if done - reported >= REPORT_EVERY {
+            reported = done;
+            progress.event(ProgressEvent::Bytes {
+                item: digest.to_string(),
+                done,
+                total: Some(size),
+            });
+        }
+    }
+    drop(tx);
+    let (w, wrote) = task.await.map_err(|e| PullError::Network {
+        host: c.host.to_string(),
+        cause: format!("the writer task failed: {e}"),
+    })?;
+    net?;
+    wrote.map_err(|e| {
+        PullError::Store(BlobError::Io {
+            what: format!("writing blob {digest}"),
+            source: e,
+        })
+    })?;
+    let committed = tokio::task::spawn_blocking(move || w.commit())
+        .await
+        .map_err(|e| PullError::Network {
+            host: c.host.to_string(),
+            cause: format!("the writer task failed: {e}"),
+        })?;
+    match committed {
+        Err(BlobError::Mismatch { expected, actual }) => Err(PullError::DigestMismatch {
+            host: c.host.to_string(),
+            what: c.what.clone(),
+            expected,
+            actual,
+        }),
+        Err(e) => Err(e.into()),
+        Ok(n) => {
+            progress.event(ProgressEvent::Bytes {
+                item: digest.to_string(),
+                done: n,
+                total: Some(size),
+            });
+            Ok(())
+        }
+    }
+}
