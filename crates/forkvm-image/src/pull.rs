@@ -28,19 +28,24 @@
 //! against the system's roots plus [`PullOptions::ca_certs`].
 
 use std::io::Write as _;
-use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::{StreamExt as _, TryStreamExt as _};
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
 use oci_client::{Client, Reference, RegistryOperation};
 use serde::Deserialize;
 
 use crate::auth::RegistryAuth;
 use crate::blobs::{digest_hex, sha256_digest, BlobError, BlobStore};
 use crate::progress::{Progress, ProgressEvent};
+
+mod errors;
+mod reference;
+
+pub use errors::PullError;
+use errors::{chain, map_io, map_oci, Ctx};
+pub use reference::{is_loopback, parse_reference, uses_plain_http};
 
 /// How to pull.
 #[derive(Debug, Clone)]
@@ -85,52 +90,6 @@ pub struct Pulled {
     pub layers: Vec<(String, String, u64)>,
 }
 
-/// A pull failure, with what to do about it.
-#[derive(Debug, thiserror::Error)]
-pub enum PullError {
-    #[error("{reference:?} is not an image reference ({reason}); expected [HOST[:PORT]/]NAME[:TAG][@sha256:HEX]")]
-    BadReference { reference: String, reason: String },
-    #[error("authentication to {host} failed: check the user name and password (--username/--password or ~/.docker/config.json)")]
-    Auth { host: String },
-    #[error("{host} refused anonymous access to {reference}: the repository is private or does not exist; give credentials with --username/--password or in ~/.docker/config.json")]
-    AuthRequired { host: String, reference: String },
-    #[error("{what} not found on {host}")]
-    NotFound { host: String, what: String },
-    #[error("{what} from {host} failed verification: expected {expected}, got {actual}; the registry's copy is corrupt or was tampered with (it was not stored)")]
-    DigestMismatch {
-        host: String,
-        what: String,
-        expected: String,
-        actual: String,
-    },
-    #[error("cannot reach registry {host} ({url}): {cause}; check the address and that the registry is up")]
-    Unreachable {
-        host: String,
-        url: String,
-        cause: String,
-    },
-    #[error("TLS with registry {host} failed: {cause}; for a private CA give it with --ca-cert FILE, for a plain-http registry use --insecure-registry {host}")]
-    Tls { host: String, cause: String },
-    #[error("transfer from {host} failed: {cause}; pull again (blobs already fetched are kept)")]
-    Network { host: String, cause: String },
-    #[error("{reference} has no image for {want}; it has: {}", available.join(", "))]
-    NoPlatform {
-        reference: String,
-        want: String,
-        available: Vec<String>,
-    },
-    #[error("{reference}: {what}")]
-    Unsupported { reference: String, what: String },
-    #[error("registry {host} answered with an error: {message}")]
-    Registry { host: String, message: String },
-    #[error("docker config {}: {reason}; fix the file, or give --username/--password", path.display())]
-    DockerConfig { path: PathBuf, reason: String },
-    #[error("CA certificate {what}: {reason}")]
-    CaCert { what: String, reason: String },
-    #[error("blob store: {0}")]
-    Store(#[from] BlobError),
-}
-
 const ACCEPT: &[&str] = &[
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -147,211 +106,6 @@ const MAX_CONFIG: u64 = 16 << 20;
 const PARALLEL: usize = 3;
 /// Bytes between two progress events of one blob.
 const REPORT_EVERY: u64 = 1 << 20;
-
-/// Parse a reference, as docker does: no host means Docker Hub
-/// (`busybox` = `docker.io/library/busybox:latest`), no tag or digest means
-/// `:latest`. Besides oci-client's grammar, a bracketed IPv6 host
-/// (`[::1]:5000/app`) is accepted. Only sha256 digests are.
-pub fn parse_reference(s: &str) -> Result<Reference, PullError> {
-    let bad = |reason: &str| PullError::BadReference {
-        reference: s.to_string(),
-        reason: reason.to_string(),
-    };
-    let r = if let Some(after) = s.strip_prefix('[') {
-        // `[v6addr]:port/rest`: parse the rest under a stand-in host, then
-        // put the real one back.
-        let (addr, tail) = after.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
-        let (port, rest) = tail
-            .split_once('/')
-            .ok_or_else(|| bad("no repository after the host"))?;
-        let port_ok = port.is_empty()
-            || port
-                .strip_prefix(':')
-                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-        if addr.parse::<std::net::Ipv6Addr>().is_err() || !port_ok {
-            return Err(bad("bad IPv6 host"));
-        }
-        let host = format!("[{addr}]{port}");
-        let tmp: Reference = format!("stand-in.invalid/{rest}")
-            .parse()
-            .map_err(|e: oci_client::ParseError| bad(&e.to_string()))?;
-        let repo = tmp.repository().to_string();
-        match (tmp.tag(), tmp.digest()) {
-            (Some(t), Some(d)) => {
-                Reference::with_tag_and_digest(host, repo, t.to_string(), d.to_string())
-            }
-            (None, Some(d)) => Reference::with_digest(host, repo, d.to_string()),
-            (t, None) => Reference::with_tag(host, repo, t.unwrap_or("latest").to_string()),
-        }
-    } else {
-        s.parse()
-            .map_err(|e: oci_client::ParseError| bad(&e.to_string()))?
-    };
-    if let Some(d) = r.digest() {
-        if !d.starts_with("sha256:") {
-            return Err(bad("only sha256 digests are supported"));
-        }
-        digest_hex(d).map_err(|_| bad("the digest must be 64 lowercase hex digits"))?;
-    }
-    Ok(r)
-}
-
-/// Whether a registry host (`host[:port]`) is this machine.
-pub fn is_loopback(registry: &str) -> bool {
-    let host = match registry.strip_prefix('[') {
-        Some(rest) => return rest.split(']').next() == Some("::1"),
-        None => registry.split(':').next().unwrap_or(registry),
-    };
-    host == "localhost" || host.parse::<Ipv4Addr>().is_ok_and(|a| a.is_loopback())
-}
-
-/// Whether `registry` is spoken to over plain http (see the module doc).
-pub fn uses_plain_http(registry: &str, opts: &PullOptions) -> bool {
-    let host_only = match registry.rfind(':') {
-        Some(i) if !registry.ends_with(']') => &registry[..i],
-        _ => registry,
-    };
-    opts.insecure_http
-        .iter()
-        .any(|h| h == registry || h == host_only)
-        || (opts.loopback_plain_http && is_loopback(registry))
-}
-
-/// What error mapping needs to know about the request that failed.
-struct Ctx<'a> {
-    host: &'a str,
-    reference: &'a str,
-    /// "manifest of REF", "layer sha256:…": the thing being fetched.
-    what: String,
-    authed: bool,
-    url: String,
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = c.source();
-    }
-    s
-}
-
-fn denied(c: &Ctx) -> PullError {
-    if c.authed {
-        PullError::Auth {
-            host: c.host.to_string(),
-        }
-    } else {
-        PullError::AuthRequired {
-            host: c.host.to_string(),
-            reference: c.reference.to_string(),
-        }
-    }
-}
-
-fn map_io(e: std::io::Error, c: &Ctx) -> PullError {
-    if let Some(DigestError::VerificationError { expected, actual }) =
-        e.get_ref().and_then(|i| i.downcast_ref::<DigestError>())
-    {
-        return PullError::DigestMismatch {
-            host: c.host.to_string(),
-            what: c.what.clone(),
-            expected: expected.clone(),
-            actual: actual.clone(),
-        };
-    }
-    PullError::Network {
-        host: c.host.to_string(),
-        cause: chain(&e),
-    }
-}
-
-fn map_oci(e: OciDistributionError, c: &Ctx) -> PullError {
-    use OciDistributionError as E;
-    let host = c.host.to_string();
-    match e {
-        E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => denied(c),
-        E::RegistryError { envelope, .. } => {
-            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|x| &x.code).collect();
-            let has = |k: OciErrorCode| codes.iter().any(|c| **c == k);
-            if has(OciErrorCode::Unauthorized) || has(OciErrorCode::Denied) {
-                denied(c)
-            } else if has(OciErrorCode::NameUnknown) {
-                PullError::NotFound {
-                    host,
-                    what: format!("repository of {}", c.reference),
-                }
-            } else if has(OciErrorCode::ManifestUnknown) || has(OciErrorCode::NotFound) {
-                PullError::NotFound {
-                    host,
-                    what: c.what.clone(),
-                }
-            } else if has(OciErrorCode::BlobUnknown) {
-                PullError::NotFound {
-                    host,
-                    what: format!("{} (the registry lacks data its manifest names)", c.what),
-                }
-            } else {
-                let msgs: Vec<String> = envelope
-                    .errors
-                    .iter()
-                    .map(|x| format!("{:?}: {}", x.code, x.message))
-                    .collect();
-                PullError::Registry {
-                    host,
-                    message: msgs.join("; "),
-                }
-            }
-        }
-        E::ServerError { code, message, .. } => match code {
-            401 | 403 => denied(c),
-            404 => PullError::NotFound {
-                host,
-                what: c.what.clone(),
-            },
-            _ => PullError::Registry {
-                host,
-                message: format!(
-                    "HTTP {code}: {}",
-                    message.chars().take(300).collect::<String>()
-                ),
-            },
-        },
-        E::DigestError(DigestError::VerificationError { expected, actual }) => {
-            PullError::DigestMismatch {
-                host,
-                what: c.what.clone(),
-                expected,
-                actual,
-            }
-        }
-        E::IoError(io) => map_io(io, c),
-        E::RequestError(r) => {
-            let cause = chain(&r);
-            let low = cause.to_ascii_lowercase();
-            if low.contains("certificate") || low.contains("tls") || low.contains("handshake") {
-                PullError::Tls { host, cause }
-            } else if r.is_connect() || r.is_timeout() {
-                PullError::Unreachable {
-                    host,
-                    url: c.url.clone(),
-                    cause,
-                }
-            } else {
-                PullError::Network { host, cause }
-            }
-        }
-        other => PullError::Registry {
-            host,
-            message: chain(&other),
-        },
-    }
-}
 
 #[derive(Deserialize)]
 struct Descriptor {
@@ -733,5 +487,137 @@ async fn fetch_blob(
             });
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn manifest_kinds() {
+        let ok = |j: &str| is_index(j.as_bytes());
+        let oci_idx = r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
+        assert_eq!(ok(oci_idx), Ok(true));
+        assert_eq!(
+            ok(
+                r#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.list.v2+json","manifests":[]}"#
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            ok(
+                r#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#
+            ),
+            Ok(false)
+        );
+        assert_eq!(
+            ok(r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#),
+            Ok(false)
+        );
+        assert_eq!(ok(r#"{"schemaVersion":2,"manifests":[]}"#), Ok(true));
+        assert_eq!(ok(r#"{"schemaVersion":2,"config":{}}"#), Ok(false));
+        for (j, want) in [
+            (r#"{"schemaVersion":1,"fsLayers":[]}"#, "schema 1"),
+            (r#"{"schemaVersion":3}"#, "schemaVersion"),
+            (r#"{"mediaType":"x"}"#, "schemaVersion"),
+            (
+                r#"{"schemaVersion":2,"mediaType":"text/html"}"#,
+                "media type",
+            ),
+            (r#"{"schemaVersion":2}"#, "neither"),
+            ("<html>", "not JSON"),
+        ] {
+            let e = ok(j).unwrap_err();
+            assert!(e.contains(want), "{j}: {e}");
+        }
+    }
+
+    #[test]
+    fn platform_choice() {
+        let idx = format!(
+            r#"{{"manifests":[
+              {{"digest":"sha256:a","platform":{{"os":"linux","architecture":"arm","variant":"v7"}}}},
+              {{"digest":"sha256:att","platform":{{"os":"unknown","architecture":"unknown"}}}},
+              {{"digest":"sha256:nop"}},
+              {{"digest":"{D}","platform":{{"os":"linux","architecture":"amd64"}}}}]}}"#
+        );
+        let want = |o: &str, a: &str| choose_platform(idx.as_bytes(), &(o.into(), a.into()));
+        assert_eq!(want("linux", "amd64"), Ok(D.to_string()));
+        assert_eq!(
+            want("linux", "s390x"),
+            Err(vec!["linux/arm/v7".to_string(), "linux/amd64".to_string()])
+        );
+        assert_eq!(
+            choose_platform(b"[]", &("linux".into(), "amd64".into())),
+            Err(vec![])
+        );
+        let e = PullError::NoPlatform {
+            reference: "r/x:1".into(),
+            want: "linux/s390x".into(),
+            available: vec!["linux/arm/v7".into(), "linux/amd64".into()],
+        };
+        assert_eq!(
+            e.to_string(),
+            "r/x:1 has no image for linux/s390x; it has: linux/arm/v7, linux/amd64"
+        );
+    }
+
+    #[tokio::test]
+    async fn unreachable_registry_and_bad_inputs() {
+        let t = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(t.path()).unwrap();
+        // A port nothing listens on: bind one, then free it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let o = PullOptions::default();
+        let e = pull(
+            &format!("127.0.0.1:{port}/app:v1"),
+            &o,
+            &store,
+            &crate::progress::NoProgress,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, PullError::Unreachable { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("http://127.0.0.1:{port}/v2/")),
+            "{e}"
+        );
+
+        let mut o = PullOptions {
+            auth: RegistryAuth::IdentityToken("t".into()),
+            ..Default::default()
+        };
+        let e = pull("127.0.0.1:1/app", &o, &store, &crate::progress::NoProgress)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("identity token"), "{e}");
+        o.auth = RegistryAuth::Anonymous;
+        o.ca_certs = vec![t.path().join("nope.pem")];
+        let e = pull("127.0.0.1:1/app", &o, &store, &crate::progress::NoProgress)
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("nope.pem") && e.to_string().contains("cannot read"),
+            "{e}"
+        );
+        std::fs::write(
+            t.path().join("junk.pem"),
+            "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        o.ca_certs = vec![t.path().join("junk.pem")];
+        let e = pull("127.0.0.1:1/app", &o, &store, &crate::progress::NoProgress)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PullError::CaCert { .. }), "{e}");
+        assert!(store.list().is_empty());
     }
 }
