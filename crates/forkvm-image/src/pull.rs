@@ -31,7 +31,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use futures_util::{StreamExt as _, TryStreamExt as _};
+use futures_util::StreamExt as _;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::{Client, Reference, RegistryOperation};
 use serde::Deserialize;
@@ -223,6 +223,7 @@ pub async fn pull(
         reference: &canonical,
         what: format!("manifest of {canonical}"),
         authed: !matches!(opts.auth, RegistryAuth::Anonymous),
+        blob: false,
         url: format!("{}://{host}/v2/", if plain { "http" } else { "https" }),
     };
 
@@ -294,6 +295,7 @@ pub async fn pull(
             reference: &canonical,
             what: format!("{kind} {}", d.digest),
             authed: ctx.authed,
+            blob: true,
             url: ctx.url.clone(),
         };
         let (client, r, digest, size) = (&client, &r, d.digest.clone(), d.size);
@@ -308,10 +310,31 @@ pub async fn pull(
         .iter()
         .filter(|d| seen.insert(d.digest.as_str()))
         .collect();
-    futures_util::stream::iter(todo.into_iter().map(|d| fetch(d, "layer")))
-        .buffer_unordered(PARALLEL)
-        .try_collect::<Vec<()>>()
-        .await?;
+    // After a failure no new layer is started, but those under way run to
+    // their end: what completes stays for a rerun, and when this returns no
+    // writer of this pull is left to remove its ingest file later.
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let mut fetches = futures_util::stream::iter(todo.into_iter().map(|d| {
+        let (fetch, failed) = (&fetch, &failed);
+        async move {
+            if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(());
+            }
+            fetch(d, "layer").await
+        }
+    }))
+    .buffer_unordered(PARALLEL);
+    let mut first_err = None;
+    while let Some(r) = fetches.next().await {
+        if let Err(e) = r {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            first_err.get_or_insert(e);
+        }
+    }
+    drop(fetches);
+    if let Some(e) = first_err {
+        return Err(e);
+    }
     Ok(Pulled {
         reference: canonical.clone(),
         manifest_digest: digest,

@@ -19,8 +19,12 @@ pub enum PullError {
     Auth { host: String },
     #[error("{host} refused anonymous access to {reference}: the repository is private or does not exist; give credentials with --username/--password or in ~/.docker/config.json")]
     AuthRequired { host: String, reference: String },
-    #[error("{what} not found on {host}")]
-    NotFound { host: String, what: String },
+    #[error("{what} not found on {host}: {hint}")]
+    NotFound {
+        host: String,
+        what: String,
+        hint: String,
+    },
     #[error("{what} from {host} failed verification: expected {expected}, got {actual}; the registry's copy is corrupt or was tampered with (it was not stored)")]
     DigestMismatch {
         host: String,
@@ -63,6 +67,8 @@ pub(crate) struct Ctx<'a> {
     /// "manifest of REF", "layer sha256:…": the thing being fetched.
     pub what: String,
     pub authed: bool,
+    /// A blob (config, layer), not a manifest.
+    pub blob: bool,
     pub url: String,
 }
 
@@ -90,6 +96,21 @@ fn denied(c: &Ctx) -> PullError {
             host: c.host.to_string(),
             reference: c.reference.to_string(),
         }
+    }
+}
+
+/// A 404 for what `c` fetched. The registry does not say whether the
+/// repository or the tag is missing (distribution answers MANIFEST_UNKNOWN
+/// for both), so the hint names both.
+fn not_found(c: &Ctx) -> PullError {
+    PullError::NotFound {
+        host: c.host.to_string(),
+        what: c.what.clone(),
+        hint: if c.blob {
+            "the registry lacks data its manifest names; push the image to it again".into()
+        } else {
+            "check the repository name and the tag or digest".into()
+        },
     }
 }
 
@@ -123,18 +144,14 @@ pub(crate) fn map_oci(e: OciDistributionError, c: &Ctx) -> PullError {
             } else if has(OciErrorCode::NameUnknown) {
                 PullError::NotFound {
                     host,
-                    what: format!("repository of {}", c.reference),
+                    what: format!("the repository of {}", c.reference),
+                    hint: "check the repository name".into(),
                 }
-            } else if has(OciErrorCode::ManifestUnknown) || has(OciErrorCode::NotFound) {
-                PullError::NotFound {
-                    host,
-                    what: c.what.clone(),
-                }
-            } else if has(OciErrorCode::BlobUnknown) {
-                PullError::NotFound {
-                    host,
-                    what: format!("{} (the registry lacks data its manifest names)", c.what),
-                }
+            } else if has(OciErrorCode::ManifestUnknown)
+                || has(OciErrorCode::NotFound)
+                || has(OciErrorCode::BlobUnknown)
+            {
+                not_found(c)
             } else {
                 let msgs: Vec<String> = envelope
                     .errors
@@ -149,10 +166,7 @@ pub(crate) fn map_oci(e: OciDistributionError, c: &Ctx) -> PullError {
         }
         E::ServerError { code, message, .. } => match code {
             401 | 403 => denied(c),
-            404 => PullError::NotFound {
-                host,
-                what: c.what.clone(),
-            },
+            404 => not_found(c),
             _ => PullError::Registry {
                 host,
                 message: format!(
@@ -203,6 +217,7 @@ mod tests {
             reference: "r.example/app:v1",
             what: "manifest of r.example/app:v1".into(),
             authed,
+            blob: false,
             url: "https://r.example/v2/".into(),
         }
     }
@@ -240,13 +255,20 @@ mod tests {
         let e = map_oci(envelope(OciErrorCode::ManifestUnknown), &ctx(false));
         assert_eq!(
             e.to_string(),
-            "manifest of r.example/app:v1 not found on r.example"
+            "manifest of r.example/app:v1 not found on r.example: \
+             check the repository name and the tag or digest"
         );
         let e = map_oci(envelope(OciErrorCode::NameUnknown), &ctx(false));
         assert_eq!(
             e.to_string(),
-            "repository of r.example/app:v1 not found on r.example"
+            "the repository of r.example/app:v1 not found on r.example: check the repository name"
         );
+        let blob = Ctx {
+            blob: true,
+            ..ctx(false)
+        };
+        let e = map_oci(envelope(OciErrorCode::BlobUnknown), &blob);
+        assert!(e.to_string().contains("lacks data"), "{e}");
         let e = map_oci(envelope(OciErrorCode::Toomanyrequests), &ctx(false));
         assert!(e.to_string().contains("Toomanyrequests: m"), "{e}");
         let server = |code| OciDistributionError::ServerError {
