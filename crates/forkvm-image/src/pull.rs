@@ -90,6 +90,8 @@ pub struct Pulled {
     pub layers: Vec<(String, String, u64)>,
 }
 
+/// The manifest media types asked for: two index kinds, then two image
+/// manifest kinds (`is_index` relies on the order).
 const ACCEPT: &[&str] = &[
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -159,8 +161,8 @@ fn is_index(bytes: &[u8]) -> Result<bool, String> {
         other => return Err(format!("unsupported manifest schemaVersion {other:?}")),
     }
     match v.get("mediaType").and_then(|m| m.as_str()) {
-        Some(t) if t.contains("index") || t.contains("manifest.list") => Ok(true),
-        Some(t) if t.ends_with("manifest.v1+json") || t.ends_with("manifest.v2+json") => Ok(false),
+        Some(t) if ACCEPT[..2].contains(&t) => Ok(true),
+        Some(t) if ACCEPT[2..].contains(&t) => Ok(false),
         Some(t) => Err(format!("unsupported manifest media type {t}")),
         // OCI allows leaving mediaType out: tell by the fields.
         None if v.get("manifests").is_some() => Ok(true),
@@ -169,9 +171,10 @@ fn is_index(bytes: &[u8]) -> Result<bool, String> {
     }
 }
 
-/// Pick `want` (os, arch) from an index; `Err` lists what there is.
-fn choose_platform(bytes: &[u8], want: &(String, String)) -> Result<String, Vec<String>> {
-    let idx: IndexJson = serde_json::from_slice(bytes).map_err(|_| Vec::new())?;
+/// Pick `want` (os, arch) from an index; `Err` lists what there is. The
+/// first match wins (a platform's variants, e.g. arm/v6 and arm/v7, are not
+/// told apart).
+fn choose_platform(idx: &IndexJson, want: &(String, String)) -> Result<String, Vec<String>> {
     let mut available = Vec::new();
     for e in &idx.manifests {
         let Some(p) = &e.platform else { continue };
@@ -244,8 +247,10 @@ pub async fn pull(
     let mut index_digest = None;
     if is_index(&bytes).map_err(&unsupported)? {
         let want = format!("{}/{}", opts.platform.0, opts.platform.1);
+        let idx: IndexJson = serde_json::from_slice(&bytes)
+            .map_err(|e| unsupported(format!("the image index is malformed: {e}")))?;
         let chosen =
-            choose_platform(&bytes, &opts.platform).map_err(|available| PullError::NoPlatform {
+            choose_platform(&idx, &opts.platform).map_err(|available| PullError::NoPlatform {
                 reference: canonical.clone(),
                 want: want.clone(),
                 available,
@@ -547,6 +552,10 @@ mod tests {
             (r#"{"schemaVersion":3}"#, "schemaVersion"),
             (r#"{"mediaType":"x"}"#, "schemaVersion"),
             (
+                r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.artifact.manifest.v1+json"}"#,
+                "media type",
+            ),
+            (
                 r#"{"schemaVersion":2,"mediaType":"text/html"}"#,
                 "media type",
             ),
@@ -567,16 +576,14 @@ mod tests {
               {{"digest":"sha256:nop"}},
               {{"digest":"{D}","platform":{{"os":"linux","architecture":"amd64"}}}}]}}"#
         );
-        let want = |o: &str, a: &str| choose_platform(idx.as_bytes(), &(o.into(), a.into()));
+        let idx: IndexJson = serde_json::from_str(&idx).unwrap();
+        let want = |o: &str, a: &str| choose_platform(&idx, &(o.into(), a.into()));
         assert_eq!(want("linux", "amd64"), Ok(D.to_string()));
         assert_eq!(
             want("linux", "s390x"),
             Err(vec!["linux/arm/v7".to_string(), "linux/amd64".to_string()])
         );
-        assert_eq!(
-            choose_platform(b"[]", &("linux".into(), "amd64".into())),
-            Err(vec![])
-        );
+        assert!(serde_json::from_str::<IndexJson>(r#"{"manifests":[{"platform":{}}]}"#).is_err());
         let e = PullError::NoPlatform {
             reference: "r/x:1".into(),
             want: "linux/s390x".into(),
@@ -586,6 +593,24 @@ mod tests {
             e.to_string(),
             "r/x:1 has no image for linux/s390x; it has: linux/arm/v7, linux/amd64"
         );
+    }
+
+    #[test]
+    fn manifest_digest_check() {
+        let c = Ctx {
+            host: "h",
+            reference: "h/a:1",
+            what: "manifest of h/a:1".into(),
+            authed: false,
+            blob: false,
+            url: "http://h/v2/".into(),
+        };
+        let d = sha256_digest(b"{}");
+        assert!(check_digest(b"{}", &d, &d, &c).is_ok());
+        // Bytes that are not what the reference named; a header that lies.
+        let e = check_digest(b"{}", &d, D, &c).unwrap_err();
+        assert!(matches!(e, PullError::DigestMismatch { .. }), "{e}");
+        assert!(check_digest(b"{ }", &d, &d, &c).is_err());
     }
 
     #[tokio::test]

@@ -588,6 +588,34 @@ async fn corrupt_blob_in_registry_is_refused() {
     eprintln!("corrupt layer: {e}");
     assert!(!store.has(bad));
     assert!(ingest_empty(&store));
+
+    // A manifest altered on the registry's disk (still valid JSON, so the
+    // registry serves it under its recorded digest): refused by tag and by
+    // digest.
+    reg.push(t.path(), "base", "base:v1", &[]);
+    let m = layout_digest(t.path(), "base");
+    let data = reg
+        .storage
+        .join("docker/registry/v2/blobs/sha256")
+        .join(&m[7..9])
+        .join(&m[7..])
+        .join("data");
+    let text = std::fs::read_to_string(&data).unwrap();
+    let altered = text.replacen("tar+gzip", "tar+gziP", 1);
+    assert_ne!(text, altered);
+    std::fs::write(&data, altered).unwrap();
+    let store = BlobStore::open(t.path().join("blobs-m")).unwrap();
+    for r in [
+        format!("{}/base:v1", reg.host),
+        format!("{}/base@{m}", reg.host),
+    ] {
+        let e = pull(&r, &PullOptions::default(), &store, &NoProgress)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PullError::DigestMismatch { .. }), "{r}: {e}");
+        eprintln!("altered manifest: {e}");
+    }
+    assert!(store.list().is_empty());
 }
 
 #[tokio::test]
