@@ -29,6 +29,7 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
@@ -294,45 +295,42 @@ pub async fn pull(
     progress.event(ProgressEvent::Phase {
         phase: "fetching".into(),
     });
-    let fetch = |d: &Descriptor, kind: &str| {
-        let c = Ctx {
-            host: &host,
-            reference: &canonical,
-            what: format!("{kind} {}", d.digest),
-            authed: ctx.authed,
-            blob: true,
-            url: ctx.url.clone(),
-        };
-        let (client, r, digest, size) = (&client, &r, d.digest.clone(), d.size);
-        async move { fetch_blob(client, r, &digest, size, store, progress, &c).await }
+    let f = Fetch {
+        client: &client,
+        r: &r,
+        store,
+        progress,
+        ctx: &ctx,
     };
-    fetch(&m.config, "config").await?;
+    f.blob(m.config.digest.clone(), m.config.size, "config")
+        .await?;
     let config_json = store.read(&m.config.digest)?;
     // A digest listed twice is fetched once.
     let mut seen = std::collections::HashSet::new();
-    let todo: Vec<&Descriptor> = m
+    let todo: Vec<(String, u64)> = m
         .layers
         .iter()
         .filter(|d| seen.insert(d.digest.as_str()))
+        .map(|d| (d.digest.clone(), d.size))
         .collect();
     // After a failure no new layer is started, but those under way run to
     // their end: what completes stays for a rerun, and when this returns no
     // writer of this pull is left to remove its ingest file later.
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    let mut fetches = futures_util::stream::iter(todo.into_iter().map(|d| {
-        let (fetch, failed) = (&fetch, &failed);
+    let failed = AtomicBool::new(false);
+    let mut fetches = futures_util::stream::iter(todo.into_iter().map(|(digest, size)| {
+        let (f, failed) = (&f, &failed);
         async move {
-            if failed.load(std::sync::atomic::Ordering::Relaxed) {
+            if failed.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            fetch(d, "layer").await
+            f.blob(digest, size, "layer").await
         }
     }))
     .buffer_unordered(PARALLEL);
     let mut first_err = None;
     while let Some(r) = fetches.next().await {
         if let Err(e) = r {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            failed.store(true, Ordering::Relaxed);
             first_err.get_or_insert(e);
         }
     }
@@ -352,6 +350,39 @@ pub async fn pull(
             .map(|d| (d.digest, d.media_type, d.size))
             .collect(),
     })
+}
+
+/// What fetching a blob of one pull needs. (A struct with an async method,
+/// not a closure: closures over references make the pull future not Send.)
+struct Fetch<'a> {
+    client: &'a Client,
+    r: &'a Reference,
+    store: &'a BlobStore,
+    progress: &'a dyn Progress,
+    ctx: &'a Ctx<'a>,
+}
+
+impl Fetch<'_> {
+    async fn blob(&self, digest: String, size: u64, kind: &str) -> Result<(), PullError> {
+        let c = Ctx {
+            host: self.ctx.host,
+            reference: self.ctx.reference,
+            what: format!("{kind} {digest}"),
+            authed: self.ctx.authed,
+            blob: true,
+            url: self.ctx.url.clone(),
+        };
+        fetch_blob(
+            self.client,
+            self.r,
+            &digest,
+            size,
+            self.store,
+            self.progress,
+            &c,
+        )
+        .await
+    }
 }
 
 /// oci-client checked the header and reference digests; forkvm keys blobs by
@@ -593,6 +624,20 @@ mod tests {
             e.to_string(),
             "r/x:1 has no image for linux/s390x; it has: linux/arm/v7, linux/amd64"
         );
+    }
+
+    /// The daemon runs pulls in spawned tasks: the future must be Send.
+    #[test]
+    fn pull_future_is_send() {
+        fn send<T: Send>(_: T) {}
+        let t = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(t.path()).unwrap();
+        send(pull(
+            "x",
+            &PullOptions::default(),
+            &store,
+            &crate::progress::NoProgress,
+        ));
     }
 
     #[test]

@@ -340,7 +340,8 @@ fn check_stored(store: &BlobStore, p: &Pulled) {
     assert_eq!(store.read(&p.config_digest).unwrap(), p.config_json);
 }
 
-#[tokio::test]
+// Multi-threaded like the daemon; the other tests use the default runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anonymous_pulls_share_layers_and_resolve_digests() {
     need_tools();
     let t = tempfile::tempdir().unwrap();
@@ -618,7 +619,7 @@ async fn corrupt_blob_in_registry_is_refused() {
     assert!(store.list().is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_pull_leaves_no_partial_blob_and_resumes() {
     need_tools();
     let t = tempfile::tempdir().unwrap();
