@@ -15,6 +15,8 @@
 //! temporary name, fsynced, and renamed into place last, so no half-made
 //! image is ever visible.
 
+pub mod auth;
 pub mod blobs;
 pub mod meta;
 pub mod progress;
+pub mod pull;
