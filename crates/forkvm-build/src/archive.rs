@@ -258,6 +258,20 @@ fn copy_archive<W: Write>(
             continue;
         }
         let mut h = entry.header().clone();
+        // Some writers leave numeric fields blank; the receiver should not
+        // have to guess.
+        if h.uid().is_err() {
+            h.set_uid(0);
+        }
+        if h.gid().is_err() {
+            h.set_gid(0);
+        }
+        if h.mtime().is_err() {
+            h.set_mtime(ARCHIVE_MTIME);
+        }
+        if h.mode().is_err() {
+            h.set_mode(if kind.is_dir() { 0o755 } else { 0o644 });
+        }
         if kind.is_hard_link() || kind.is_symlink() {
             let target = entry
                 .link_name()

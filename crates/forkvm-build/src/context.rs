@@ -141,10 +141,10 @@ impl Context {
             }
             return Ok(());
         }
-        let here = self.resolve(&rel, src, line)?;
-        if !here.is_dir {
+        if !fs::metadata(self.root.join(&rel)).is_ok_and(|m| m.is_dir()) {
             return Ok(());
         }
+        let here = self.resolve(&rel, src, line)?;
         if *seg == "**" {
             // Zero directories, then every directory below.
             self.glob(rel.clone(), rest, src, line, out)?;
@@ -152,10 +152,13 @@ impl Context {
         for name in sorted_names(&here.host)? {
             let child = join(&rel, &name);
             if *seg == "**" {
-                let dir = fs::metadata(here.host.join(&name)).is_ok_and(|m| m.is_dir());
+                // `**` does not follow symlinked directories, so it never
+                // wanders out of the context.
+                let dir = fs::symlink_metadata(here.host.join(&name)).is_ok_and(|m| m.is_dir());
                 if dir {
-                    self.glob(child.clone(), segs, src, line, out)?;
-                } else {
+                    self.glob(child, segs, src, line, out)?;
+                } else if rest.is_empty() {
+                    // A trailing `**` matches the files below too.
                     self.glob(child, rest, src, line, out)?;
                 }
             } else if segment_matches(seg, &name) {
