@@ -112,7 +112,7 @@ impl ArchiveSpec {
     /// blocks.
     pub fn write_tar<W: Write>(&self, w: W) -> Result<W, BuildError> {
         let mut b = Builder::new(w);
-        let werr = |e: io::Error| BuildError::io("the archive stream", e);
+        let werr = BuildError::Stream;
         for e in &self.entries {
             match &e.kind {
                 EntryKind::Dir { mode } => {

@@ -222,3 +222,19 @@ fn hashes_content() {
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     );
 }
+
+#[test]
+fn special_files_are_skipped_with_a_warning() {
+    let (_t, c) = ctx();
+    let sock = c.root().join("dir/sub/s.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let s = c.sources("dir/sub", 9).unwrap().remove(0);
+    let (mut out, mut warnings) = (Vec::new(), Vec::new());
+    c.collect(&s, "", None, 9, &mut out, &mut warnings).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(warnings.len(), 1);
+    assert!(
+        warnings[0].starts_with("line 9: skipped \"dir/sub/s.sock\""),
+        "{warnings:?}"
+    );
+}

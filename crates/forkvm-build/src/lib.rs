@@ -10,7 +10,7 @@
 //! 1. [`base_reference`] reads the `FROM` line (after `ARG`s declared
 //!    before it and `--build-arg`s) without touching the context, so the
 //!    daemon can resolve or pull the base image first.
-//! 2. [`plan`] takes the resolved [`BaseImage`] (digest and config), walks
+//! 2. [`plan()`] takes the resolved [`BaseImage`] (digest and config), walks
 //!    the context and returns the steps, each with a chained cache key:
 //!    `key(n) = sha256(key(n-1) + step n)` and `key(-1)` derived from the
 //!    base digest. Editing a late instruction changes only the keys from
@@ -66,6 +66,9 @@ pub enum BuildError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing the tar stream failed (the receiver went away).
+    #[error("writing the archive stream: {0}")]
+    Stream(#[source] std::io::Error),
     /// A tar archive added with `ADD`, or the archive being written, is
     /// unusable.
     #[error("archive {}: {message}", path.display())]

@@ -9,7 +9,7 @@
 //! * A line whose first non-blank character is `#` is a comment, also in
 //!   the middle of a continued instruction (it is dropped, as are blank
 //!   lines there). Comments of the form `# forkvm:NAME ARGS` are forkvm's
-//!   directives, kept with their line number (see [`crate::plan`]).
+//!   directives, kept with their line number (see [`crate::plan`](mod@crate::plan)).
 //! * A line ending in the escape character (trailing blanks allowed)
 //!   continues on the next line; the pieces are joined without the escape
 //!   character and newline, as Docker does.
@@ -181,10 +181,21 @@ fn instruction(line: usize, body: &str) -> Result<Instruction, BuildError> {
             format!("expected an instruction such as RUN or COPY, found {keyword:?}"),
         ));
     }
+    let keyword = keyword.to_ascii_uppercase();
+    let args = body[end..].trim().to_string();
+    // A heredoc's body lines would otherwise be read as instructions and
+    // fail with a confusing message further down.
+    if matches!(keyword.as_str(), "RUN" | "COPY" | "ADD") && take_flags(&args).1.starts_with("<<") {
+        return Err(BuildError::unsupported(
+            line,
+            format!("{keyword} with a heredoc"),
+            "put the script or file into the build context and COPY or RUN it",
+        ));
+    }
     Ok(Instruction {
         line,
-        keyword: keyword.to_ascii_uppercase(),
-        args: body[end..].trim().to_string(),
+        keyword,
+        args,
     })
 }
 
@@ -320,6 +331,13 @@ mod tests {
         assert!(parse("FROM a\nRUN2 x").is_err());
         assert!(parse("").unwrap().instructions.is_empty());
         assert!(parse("\\\n").unwrap().instructions.is_empty());
+        let e = parse("FROM a\nRUN <<EOF\napt-get update\nEOF\n").unwrap_err();
+        assert!(
+            e.to_string().contains("line 2") && e.to_string().contains("heredoc"),
+            "{e}"
+        );
+        assert!(parse("FROM a\nCOPY --chmod=755 <<-EOF /x\nEOF").is_err());
+        assert!(parse("FROM a\nRUN cat <<EOF").is_ok());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! `EXPOSE` ports, command forms, `COPY`/`ADD` flags and destinations),
 //! the forkvm comment directives, and the canonical form of a step that
 //! goes into its cache key. The rules themselves are documented in
-//! [`crate::plan`].
+//! [`crate::plan`](mod@crate::plan).
 
 use forkvm_image::meta::{ImageConfig, ReadyCheck, StartSpec};
 
