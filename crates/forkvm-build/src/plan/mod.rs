@@ -203,11 +203,10 @@ pub fn plan(
     }
     let base_ref = p.base.clone().ok_or_else(no_from)?;
     let start = instr::start_spec(&df.forkvm, &p.config, &p.shell)?;
-    let mut unused: Vec<&String> = build_args
+    let unused: Vec<&String> = build_args
         .keys()
         .filter(|k| !p.used_args.contains(*k))
         .collect();
-    unused.dedup();
     if !unused.is_empty() {
         p.warnings.push(format!(
             "build arguments not declared by any ARG were not used: {}",
