@@ -16,5 +16,14 @@
 //! image is ever visible.
 
 pub mod blobs;
+pub mod error;
 pub mod meta;
+pub mod oci;
 pub mod progress;
+pub mod safepath;
+pub mod unpack;
+
+pub use error::ImageError;
+
+#[cfg(test)]
+mod testutil;
