@@ -248,7 +248,12 @@ struct ConfigDoc {
 }
 
 fn parse_config_doc(bytes: &[u8]) -> Result<ConfigDoc, ImageError> {
-    serde_json::from_slice(bytes).map_err(|e| malformed("the image config", e))
+    let what = "the image config";
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| malformed(what, e))?;
+    if !v.is_object() {
+        return Err(malformed(what, "not a JSON object"));
+    }
+    serde_json::from_value(v).map_err(|e| malformed(what, e))
 }
 
 /// The run-time defaults of an OCI or Docker image config blob.
