@@ -17,6 +17,7 @@
 
 pub mod blobs;
 pub mod error;
+pub mod ext4;
 pub mod meta;
 pub mod oci;
 pub mod progress;
