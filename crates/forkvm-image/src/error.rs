@@ -42,6 +42,13 @@ pub enum ImageError {
     /// A source has several images and nothing says which one to take.
     #[error("{what} holds several images ({names}); name the one to import")]
     Ambiguous { what: String, names: String },
+    /// A source has no image of the name asked for.
+    #[error("{what} has no image named {reference:?} (it has: {names})")]
+    NoSuchImage {
+        what: String,
+        reference: String,
+        names: String,
+    },
     /// A file is none of the formats `import` reads.
     #[error("{path} is not an image: {reason}. Import reads a `docker save` tarball, an OCI image layout (directory or tar) or a root filesystem tarball (.tar, .tar.gz, .tar.zst)")]
     UnknownFormat { path: PathBuf, reason: String },
@@ -60,7 +67,9 @@ pub enum ImageError {
         source: io::Error,
     },
     /// A host tool is not installed.
-    #[error("{tool} is not installed (or not on PATH); run scripts/setup.sh to install the image tools")]
+    #[error(
+        "{tool} is not installed (or not on PATH); run scripts/setup.sh to install the image tools"
+    )]
     MissingTool { tool: String },
     /// A host tool ran and failed.
     #[error("{tool} failed ({status}): {stderr}")]

@@ -31,7 +31,10 @@ fn ext4_keeps_modes_links_devices_and_capabilities() {
     let long = format!("{}/{}", "d".repeat(120), "f".repeat(150));
     let tar = TarBuf::new()
         .file("usr/bin/su", 0o4755, b"su")
-        .pax(&[("SCHILY.xattr.security.capability", &cap_net_bind_service()[..])])
+        .pax(&[(
+            "SCHILY.xattr.security.capability",
+            &cap_net_bind_service()[..],
+        )])
         .file("usr/bin/ping", 0o755, b"ping")
         .hardlink("usr/bin/su2", "usr/bin/su")
         .symlink("bin", "usr/bin")
@@ -44,7 +47,10 @@ fn ext4_keeps_modes_links_devices_and_capabilities() {
     let size = make_ext4(&src, &img, None).unwrap();
     assert_eq!(fs::metadata(&img).unwrap().len(), size);
     // Nothing but the image is left beside it.
-    let names: Vec<_> = fs::read_dir(t.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = fs::read_dir(t.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names.len(), 2, "{names:?}");
 
     let su = debugfs(&img, "stat /usr/bin/su");
@@ -63,14 +69,26 @@ fn ext4_keeps_modes_links_devices_and_capabilities() {
         "{caps}"
     );
     let null = debugfs(&img, "stat /dev/null");
-    assert!(null.contains("character special") && null.contains("Device major/minor number: 01:03"), "{null}");
+    assert!(
+        null.contains("character special") && null.contains("Device major/minor number: 01:03"),
+        "{null}"
+    );
     let bin = debugfs(&img, "stat /bin");
-    assert!(bin.contains("Type: symlink") && bin.contains("usr/bin"), "{bin}");
+    assert!(
+        bin.contains("Type: symlink") && bin.contains("usr/bin"),
+        "{bin}"
+    );
     let deep = debugfs(&img, &format!("stat /{long}"));
-    assert!(deep.contains("User:  1000") && deep.contains("Mode:  0600"), "{deep}");
+    assert!(
+        deep.contains("User:  1000") && deep.contains("Mode:  0600"),
+        "{deep}"
+    );
     assert!(debugfs(&img, "stat /tmp").contains("Mode:  01777"));
     let root = debugfs(&img, "stat /");
-    assert!(root.contains("User:     0") && root.contains("Mode:  0755"), "{root}");
+    assert!(
+        root.contains("User:     0") && root.contains("Mode:  0755"),
+        "{root}"
+    );
     assert!(debugfs(&img, "cat /usr/bin/ping").contains("ping"));
 }
 
@@ -104,7 +122,10 @@ fn size_rule_minimum_and_requests() {
     assert!(!img.exists());
     // The minimum itself works, and so does a bigger size.
     let got = make_ext4(&src, &img, Some(minimum)).unwrap();
-    assert!(got <= minimum && got + 128 * MIB > minimum, "{got} {minimum}");
+    assert!(
+        got <= minimum && got + 128 * MIB > minimum,
+        "{got} {minimum}"
+    );
     let big = 640 * MIB;
     assert_eq!(make_ext4(&src, &img, Some(big)).unwrap(), big);
     assert_eq!(fs::metadata(&img).unwrap().len(), big);

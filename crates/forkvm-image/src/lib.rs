@@ -15,6 +15,7 @@
 //! temporary name, fsynced, and renamed into place last, so no half-made
 //! image is ever visible.
 
+pub mod archive;
 pub mod blobs;
 pub mod error;
 pub mod ext4;
@@ -22,6 +23,7 @@ pub mod meta;
 pub mod oci;
 pub mod progress;
 pub mod safepath;
+mod source;
 pub mod unpack;
 
 pub use error::ImageError;

@@ -90,8 +90,8 @@ pub struct ResolvedImage {
 /// A parsed root document.
 #[derive(Debug, Clone)]
 pub enum Document {
-    Index(ImageIndex),
-    Manifest(ImageManifest),
+    Index(Box<ImageIndex>),
+    Manifest(Box<ImageManifest>),
 }
 
 /// Whether a media type names a layer blob this code can apply.
@@ -162,11 +162,11 @@ pub fn parse_document(bytes: &[u8], what: &str) -> Result<Document, ImageError> 
     };
     if is_index {
         serde_json::from_value(v)
-            .map(Document::Index)
+            .map(|i| Document::Index(Box::new(i)))
             .map_err(|e| malformed(what, e))
     } else {
         serde_json::from_value(v)
-            .map(Document::Manifest)
+            .map(|m| Document::Manifest(Box::new(m)))
             .map_err(|e| malformed(what, e))
     }
 }
@@ -273,12 +273,7 @@ pub fn config_from_oci(bytes: &[u8]) -> Result<ImageConfig, ImageError> {
         entrypoint: c.entrypoint().clone().unwrap_or_default(),
         cmd: c.cmd().clone().unwrap_or_default(),
         exposed_ports,
-        labels: c
-            .labels()
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
+        labels: c.labels().clone().unwrap_or_default().into_iter().collect(),
     })
 }
 

@@ -42,7 +42,10 @@ fn manifest(mt: Option<&str>, config: &[u8], config_mt: &str, layers: &[(&str, &
     serde_json::to_vec(&m).unwrap()
 }
 
-fn index(mt: &str, entries: &[(&[u8], Option<(&str, &str, Option<&str>)>)]) -> Vec<u8> {
+/// (os, architecture, variant)
+type Plat<'a> = Option<(&'a str, &'a str, Option<&'a str>)>;
+
+fn index(mt: &str, entries: &[(&[u8], Plat)]) -> Vec<u8> {
     let manifests: Vec<Value> = entries
         .iter()
         .map(|(b, p)| {
@@ -62,7 +65,7 @@ fn index(mt: &str, entries: &[(&[u8], Option<(&str, &str, Option<&str>)>)]) -> V
 
 fn parse_index_bytes(b: &[u8]) -> ImageIndex {
     match parse_document(b, "test").unwrap() {
-        Document::Index(i) => i,
+        Document::Index(i) => *i,
         Document::Manifest(_) => panic!("not an index"),
     }
 }
@@ -105,8 +108,16 @@ fn config_platform_is_checked() {
 fn manifests_of_both_families_parse() {
     let cfg = config_json("amd64");
     for (mt, cmt, lmt) in [
-        (Some(media::OCI_MANIFEST), media::OCI_CONFIG, media::OCI_LAYER_GZIP),
-        (Some(media::DOCKER_MANIFEST), media::DOCKER_CONFIG, media::DOCKER_LAYER_GZIP),
+        (
+            Some(media::OCI_MANIFEST),
+            media::OCI_CONFIG,
+            media::OCI_LAYER_GZIP,
+        ),
+        (
+            Some(media::DOCKER_MANIFEST),
+            media::DOCKER_CONFIG,
+            media::DOCKER_LAYER_GZIP,
+        ),
         (None, media::OCI_CONFIG, media::OCI_LAYER_ZSTD),
     ] {
         let m = manifest(mt, &cfg, cmt, &[(lmt, b"layer")]);
@@ -130,7 +141,13 @@ fn bad_documents_are_refused() {
         parse_document(art, "m").unwrap_err(),
         ImageError::Unsupported { .. }
     ));
-    for bad in [&b"[1]"[..], b"{}", b"{\"layers\": 5}", b"\xff", b"{\"manifests\":[{\"digest\":\"md5:x\"}]}"] {
+    for bad in [
+        &b"[1]"[..],
+        b"{}",
+        b"{\"layers\": 5}",
+        b"\xff",
+        b"{\"manifests\":[{\"digest\":\"md5:x\"}]}",
+    ] {
         let e = parse_document(bad, "m").unwrap_err();
         assert!(matches!(e, ImageError::Malformed { .. }), "{e}");
     }
@@ -151,7 +168,10 @@ fn index_picks_amd64() {
         assert_eq!(d.digest().to_string(), sha256_digest(b"amd"));
     }
     // Only a variant: taken.
-    let ix = index(media::OCI_INDEX, &[(b"v2", Some(("linux", "amd64", Some("v2"))))]);
+    let ix = index(
+        media::OCI_INDEX,
+        &[(b"v2", Some(("linux", "amd64", Some("v2"))))],
+    );
     let d = select_platform(&parse_index_bytes(&ix)).unwrap();
     assert_eq!(d.digest().to_string(), sha256_digest(b"v2"));
     // One entry without a platform (an OCI layout's index.json): taken.
@@ -172,7 +192,10 @@ fn index_without_amd64_says_what_it_has() {
     let e = select_platform(&parse_index_bytes(&ix)).unwrap_err();
     let s = e.to_string();
     assert!(matches!(e, ImageError::NoPlatform { .. }));
-    assert!(s.contains("linux/arm64/v8") && s.contains("windows/amd64"), "{s}");
+    assert!(
+        s.contains("linux/arm64/v8") && s.contains("windows/amd64"),
+        "{s}"
+    );
     let e = select_platform(&parse_index_bytes(&index(media::OCI_INDEX, &[]))).unwrap_err();
     assert!(e.to_string().contains("no images"), "{e}");
 }
@@ -227,7 +250,12 @@ fn artifacts_are_not_images() {
     let md = store.put_bytes(&m).unwrap();
     let e = resolve(&store, &md).unwrap_err();
     assert!(e.to_string().contains("not a container image"), "{e}");
-    let m = manifest(None, &cfg, media::OCI_CONFIG, &[("application/x-thing", b"x")]);
+    let m = manifest(
+        None,
+        &cfg,
+        media::OCI_CONFIG,
+        &[("application/x-thing", b"x")],
+    );
     let md = store.put_bytes(&m).unwrap();
     let e = resolve(&store, &md).unwrap_err();
     assert!(e.to_string().contains("application/x-thing"), "{e}");

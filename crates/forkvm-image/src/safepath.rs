@@ -93,7 +93,8 @@ pub fn resolve_dir(
                         "too many levels of symbolic links in its parent directories (a symlink loop)",
                     ));
                 }
-                let target = fs::read_link(&abs).map_err(|e| entry_err(entry, "reading a symlink", e))?;
+                let target =
+                    fs::read_link(&abs).map_err(|e| entry_err(entry, "reading a symlink", e))?;
                 if target.is_absolute() {
                     cur = PathBuf::new();
                 }
@@ -205,7 +206,12 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         fs::write(t.path().join("f"), b"").unwrap();
         let mut created = HashSet::new();
-        let got = resolve_dir(t.path(), Path::new("a/b"), &comps("a/b"), Some(&mut created));
+        let got = resolve_dir(
+            t.path(),
+            Path::new("a/b"),
+            &comps("a/b"),
+            Some(&mut created),
+        );
         assert_eq!(got.unwrap().unwrap(), Path::new("a/b"));
         assert!(created.contains(Path::new("a")) && created.contains(Path::new("a/b")));
         let e = resolve_dir(t.path(), Path::new("f/x"), &comps("f/x"), None).unwrap_err();

@@ -45,7 +45,14 @@ impl TarBuf {
         self.file_owned(name, mode, 0, 0, data)
     }
 
-    pub fn file_owned(&mut self, name: &str, mode: u32, uid: u64, gid: u64, data: &[u8]) -> &mut Self {
+    pub fn file_owned(
+        &mut self,
+        name: &str,
+        mode: u32,
+        uid: u64,
+        gid: u64,
+        data: &[u8],
+    ) -> &mut Self {
         let mut h = header(EntryType::Regular, mode, data.len() as u64);
         h.set_uid(uid);
         h.set_gid(gid);

@@ -190,8 +190,8 @@ impl Applier<'_> {
             reason: e.to_string(),
         })?;
         // Asked to create missing parents, resolve_dir always finds one.
-        let dir = resolve_dir(self.root, &raw, parent, Some(&mut self.created))?
-            .unwrap_or_default();
+        let dir =
+            resolve_dir(self.root, &raw, parent, Some(&mut self.created))?.unwrap_or_default();
         let rel = dir.join(name);
         let abs = self.root.join(&rel);
         let existing = fs::symlink_metadata(&abs).ok();

@@ -182,10 +182,17 @@ fn hardlinks_within_and_across_layers() {
     assert_eq!(st.hardlinks, 2);
     let (a, b) = (lmeta(root.join("bin/tool")), lmeta(root.join("bin/alias")));
     assert_eq!((a.ino(), a.nlink()), (b.ino(), 2));
-    assert_eq!(lmeta(root.join("lib/a")).ino(), lmeta(root.join("lib/b")).ino());
+    assert_eq!(
+        lmeta(root.join("lib/a")).ino(),
+        lmeta(root.join("lib/b")).ino()
+    );
     // A file written over one name of a hardlinked pair breaks the pair;
     // the other name keeps its content.
-    apply(&root, &TarBuf::new().file("bin/alias", 0o755, b"new").finish()).unwrap();
+    apply(
+        &root,
+        &TarBuf::new().file("bin/alias", 0o755, b"new").finish(),
+    )
+    .unwrap();
     assert_eq!(fs::read(root.join("bin/tool")).unwrap(), b"T");
 }
 
@@ -196,12 +203,20 @@ fn hardlinks_cannot_reach_outside_or_missing_files() {
     fs::write(&secret, b"s").unwrap();
     symlink(t.path(), root.join("host")).unwrap();
     let cases: Vec<(Vec<u8>, &str)> = vec![
-        (TarBuf::new().hardlink("h1", "missing").finish(), "not a file"),
         (
-            TarBuf::new().raw(b"h2", EntryType::Link, b"../secret", b"").finish(),
+            TarBuf::new().hardlink("h1", "missing").finish(),
+            "not a file",
+        ),
+        (
+            TarBuf::new()
+                .raw(b"h2", EntryType::Link, b"../secret", b"")
+                .finish(),
             "'..'",
         ),
-        (TarBuf::new().hardlink("h3", "host/secret").finish(), "not a file"),
+        (
+            TarBuf::new().hardlink("h3", "host/secret").finish(),
+            "not a file",
+        ),
         (TarBuf::new().hardlink("h4", "/").finish(), "not a file"),
     ];
     for (tar, want) in cases {
@@ -246,7 +261,10 @@ fn file_capability_and_other_xattrs_are_kept() {
     .unwrap();
     let p = root.join("usr/bin/ping");
     assert_eq!(xattr::get(&p, "security.capability").unwrap(), Some(cap));
-    assert_eq!(xattr::get(&p, "user.note").unwrap().as_deref(), Some(&b"hello"[..]));
+    assert_eq!(
+        xattr::get(&p, "user.note").unwrap().as_deref(),
+        Some(&b"hello"[..])
+    );
 }
 
 #[test]
@@ -267,7 +285,9 @@ fn symlink_loop_is_an_error_not_a_hang() {
 fn dotdot_names_are_refused() {
     let (t, root) = setup();
     for name in [&b"../escape"[..], b"a/../../escape", b"/../escape"] {
-        let tar = TarBuf::new().raw(name, EntryType::Regular, b"", b"x").finish();
+        let tar = TarBuf::new()
+            .raw(name, EntryType::Regular, b"", b"x")
+            .finish();
         let e = apply(&root, &tar).unwrap_err();
         assert!(matches!(e, ImageError::UnsafePath { .. }), "{e}");
     }
@@ -310,8 +330,15 @@ fn symlinked_parents_pointing_out_stay_in() {
         .file("deep/rel/pwned3", 0o644, b"x")
         .finish();
     apply(&root, &tar).unwrap();
-    assert_eq!(fs::read_dir(&host).unwrap().count(), 0, "nothing may land outside");
-    assert!(root.join(host_s.trim_start_matches('/')).join("pwned").is_file());
+    assert_eq!(
+        fs::read_dir(&host).unwrap().count(),
+        0,
+        "nothing may land outside"
+    );
+    assert!(root
+        .join(host_s.trim_start_matches('/'))
+        .join("pwned")
+        .is_file());
     assert!(root.join("pwned2").is_file());
     assert!(root.join("host/pwned3").is_file());
 }
@@ -370,7 +397,10 @@ fn long_paths_gnu_and_pax() {
     assert_eq!(fs::read(root.join(&long)).unwrap(), b"255+");
     assert_eq!(fs::read(root.join(&pax_name)).unwrap(), b"pax");
     assert!(!root.join("short-name-replaced-by-pax").exists());
-    assert_eq!(fs::read_link(root.join("ln")).unwrap(), Path::new(&link_target));
+    assert_eq!(
+        fs::read_link(root.join("ln")).unwrap(),
+        Path::new(&link_target)
+    );
 }
 
 #[test]
