@@ -2,26 +2,12 @@
 //! into ext4 and read back with `debugfs` (e2fsprogs, as mkfs.ext4).
 
 use std::fs;
-use std::process::Command;
 
 use tar::EntryType;
 
 use super::*;
-use crate::testutil::{cap_net_bind_service, TarBuf};
+use crate::testutil::{cap_net_bind_service, debugfs, TarBuf};
 use crate::unpack::{apply_layer, Compression};
-
-/// Run a debugfs request on an image; fails the test if debugfs is missing.
-pub(crate) fn debugfs(img: &Path, req: &str) -> String {
-    let tool = find_tool("debugfs")
-        .unwrap_or_else(|| panic!("debugfs (e2fsprogs) is missing: run scripts/setup.sh"));
-    let o = Command::new(tool)
-        .args(["-R", req])
-        .arg(img)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "debugfs -R {req:?}: {o:?}");
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 #[test]
 fn ext4_keeps_modes_links_devices_and_capabilities() {

@@ -19,6 +19,7 @@ pub mod archive;
 pub mod blobs;
 pub mod error;
 pub mod ext4;
+pub mod install;
 pub mod meta;
 pub mod oci;
 pub mod progress;

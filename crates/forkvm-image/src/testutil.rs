@@ -139,3 +139,17 @@ pub fn cap_net_bind_service() -> Vec<u8> {
     v.extend_from_slice(&0u32.to_le_bytes()); // inheritable, high word
     v
 }
+
+/// Run a debugfs request on an ext4 image; fails the test if debugfs
+/// (e2fsprogs) is missing.
+pub fn debugfs(img: &std::path::Path, req: &str) -> String {
+    let tool = crate::ext4::find_tool("debugfs")
+        .unwrap_or_else(|| panic!("debugfs (e2fsprogs) is missing: run scripts/setup.sh"));
+    let o = std::process::Command::new(tool)
+        .args(["-R", req])
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "debugfs -R {req:?}: {o:?}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
