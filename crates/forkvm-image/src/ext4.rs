@@ -124,7 +124,7 @@ pub fn minimum_size(c: Content) -> u64 {
 
 /// Find a host tool on PATH or in the sbin directories (a daemon's PATH
 /// often lacks them).
-pub(crate) fn find_tool(name: &str) -> Option<PathBuf> {
+pub fn find_tool(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
