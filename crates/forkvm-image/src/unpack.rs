@@ -126,8 +126,11 @@ pub fn apply_layer(
     }
     // Parents' times last: setting a child's changes its parent's mtime.
     for (rel, t) in ap.dir_times.iter().rev() {
-        let abs = root.join(rel);
-        set_mtime(&abs, *t).map_err(|e| entry_err(rel, "setting the mtime", e))?;
+        match set_mtime(&root.join(rel), *t) {
+            // Replaced later in the layer by something else: nothing to do.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            r => r.map_err(|e| entry_err(rel, "setting the mtime", e))?,
+        }
     }
     Ok(ap.stats)
 }
