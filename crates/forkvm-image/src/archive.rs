@@ -192,9 +192,13 @@ fn pick_oci_entry(
             .cloned()
             .unwrap_or_else(|| "<untagged>".into())
     };
-    let mut labels: Vec<String> = entries.iter().map(label).collect();
-    labels.sort();
-    labels.dedup();
+    let labels_of = |ds: &[Descriptor]| {
+        let mut l: Vec<String> = ds.iter().map(label).collect();
+        l.sort();
+        l.dedup();
+        l
+    };
+    let labels = labels_of(&entries);
     let what = format!("{} (index.json)", src.path().display());
     let chosen: Vec<Descriptor> = match reference {
         Some(r) => {
@@ -212,14 +216,16 @@ fn pick_oci_entry(
             }
             c
         }
-        None if labels.len() > 1 => {
-            return Err(ImageError::Ambiguous {
-                what,
-                names: labels.join(", "),
-            })
-        }
         None => entries,
     };
+    // Several names left (no reference, or one matching several): ask.
+    let chosen_labels = labels_of(&chosen);
+    if chosen_labels.len() > 1 {
+        return Err(ImageError::Ambiguous {
+            what,
+            names: chosen_labels.join(", "),
+        });
+    }
     if let [only] = &chosen[..] {
         return Ok(only.clone());
     }

@@ -230,6 +230,26 @@ fn several_tags_need_a_reference() {
     );
     let (r, _) = import_source_ref(&dir, Some("b"), &e.store, &NoProgress).unwrap();
     assert_eq!(e.unpacked(&r).1, "2");
+    // Docker 25's index.json: full names and bare tags.
+    let e = env();
+    let dir = e.p("docker25");
+    oci_dir(&dir, &[(&a.manifest, "latest"), (&b.manifest, "latest")]);
+    let mut ix: Value = serde_json::from_slice(&fs::read(dir.join("index.json")).unwrap()).unwrap();
+    ix["manifests"][0]["annotations"][CONTAINERD_NAME] = json!("docker.io/library/a:latest");
+    ix["manifests"][1]["annotations"][CONTAINERD_NAME] = json!("docker.io/team/b:latest");
+    fs::write(dir.join("index.json"), serde_json::to_vec(&ix).unwrap()).unwrap();
+    put_image(&dir, &a);
+    put_image(&dir, &b);
+    let err = import_source_ref(&dir, Some("latest"), &e.store, &NoProgress).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("docker.io/library/a:latest, docker.io/team/b:latest"),
+        "{err}"
+    );
+    let (r, _) = import_source_ref(&dir, Some("team/b:latest"), &e.store, &NoProgress).unwrap();
+    assert_eq!(e.unpacked(&r).1, "2");
+    let (r, _) = import_source_ref(&dir, Some("a:latest"), &e.store, &NoProgress).unwrap();
+    assert_eq!(e.unpacked(&r).1, "1");
     let err = import_source_ref(&dir, Some("c"), &e.store, &NoProgress).unwrap_err();
     assert!(matches!(err, ImageError::NoSuchImage { .. }), "{err}");
 }

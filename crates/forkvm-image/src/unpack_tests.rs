@@ -223,6 +223,16 @@ fn hardlinks_cannot_reach_outside_or_missing_files() {
         let e = apply(&root, &tar).unwrap_err();
         assert!(e.to_string().contains(want), "{e}");
     }
+    // A hardlink to a symlink pointing out links the symlink itself.
+    apply(
+        &root,
+        &TarBuf::new()
+            .symlink("s", secret.to_str().unwrap())
+            .hardlink("h5", "s")
+            .finish(),
+    )
+    .unwrap();
+    assert!(lmeta(root.join("h5")).file_type().is_symlink());
     assert_eq!(lmeta(&secret).nlink(), 1);
 }
 
