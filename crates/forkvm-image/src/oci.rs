@@ -263,7 +263,20 @@ pub fn config_from_oci(bytes: &[u8]) -> Result<ImageConfig, ImageError> {
         return Ok(ImageConfig::default());
     };
     let non_empty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
-    let mut exposed_ports = c.exposed_ports().clone().unwrap_or_default();
+    // `8080` means `8080/tcp` (OCI image spec); buildah writes the former.
+    let mut exposed_ports: Vec<String> = c
+        .exposed_ports()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            if p.contains('/') {
+                p
+            } else {
+                format!("{p}/tcp")
+            }
+        })
+        .collect();
     exposed_ports.sort();
     exposed_ports.dedup();
     Ok(ImageConfig {

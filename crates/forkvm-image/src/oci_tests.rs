@@ -20,7 +20,7 @@ fn config_json(arch: &str) -> Vec<u8> {
             "User": "1000:1000",
             "Entrypoint": ["/entry.sh"],
             "Cmd": ["serve", "--port", "8080"],
-            "ExposedPorts": {"9090/tcp": {}, "8080/tcp": {}, "53/udp": {}},
+            "ExposedPorts": {"9090/tcp": {}, "8080": {}, "8080/tcp": {}, "53/udp": {}},
             "Labels": {"b": "2", "a": "1"},
             "Hostname": "ignored",
             "Healthcheck": {"Test": ["CMD", "true"]}

@@ -272,3 +272,77 @@ fn gnu_tar_rootfs_with_xattrs() {
         check_disk(&disk, false);
     }
 }
+
+/// buildah (its own storage in the test's directory, vfs driver): a base
+/// image from scratch and a second image on it (a second layer, added with
+/// `buildah copy`), committed as an OCI archive and as a docker archive.
+#[test]
+fn buildah_images() {
+    for t in ["buildah", "mkfs.ext4", "debugfs"] {
+        need(t);
+    }
+    let e = Env::new();
+    let (store_root, run_root) = (e.p("containers"), e.p("containers-run"));
+    let b = |args: &[&str]| {
+        let mut all = vec![
+            "--root",
+            s(&store_root),
+            "--runroot",
+            s(&run_root),
+            "--storage-driver",
+            "vfs",
+        ];
+        all.extend_from_slice(args);
+        run("buildah", &all).trim().to_string()
+    };
+    // With vfs, a container's "mount" is a plain directory: fill it
+    // directly (buildah copy would chown everything to root).
+    let c = b(&["from", "scratch"]);
+    populate(Path::new(&b(&["mount", &c])));
+    b(&[
+        "config",
+        "--cmd",
+        "/bin/sh -c 'echo hi'",
+        "--env",
+        "B=2",
+        "--port",
+        "9000",
+        &c,
+    ]);
+    b(&["commit", &c, "localhost/base:1"]);
+    let c2 = b(&["from", "localhost/base:1"]);
+    let ctx2 = e.p("ctx2");
+    fs::create_dir_all(ctx2.join("etc")).unwrap();
+    fs::write(ctx2.join("etc/second"), "two\n").unwrap();
+    b(&["copy", &c2, s(&ctx2), "/"]);
+    let (oci, docker) = (e.p("b-oci.tar"), e.p("b-docker.tar"));
+    b(&["commit", &c2, &format!("oci-archive:{}:latest", s(&oci))]);
+    b(&[
+        "commit",
+        "--format",
+        "docker",
+        &c2,
+        &format!("docker-archive:{}:b:latest", s(&docker)),
+    ]);
+    b(&["rm", "--all"]);
+    b(&["rmi", "--all", "--force"]);
+
+    for (name, src, format) in [
+        ("buildah-oci", &oci, ArchiveFormat::OciArchive),
+        ("buildah-docker", &docker, ArchiveFormat::DockerArchive),
+    ] {
+        let r = import_source(src, &e.store, &NoProgress).unwrap();
+        assert_eq!(r.layers.len(), 2, "{name}");
+        assert_eq!(r.config.env.last().map(String::as_str), Some("B=2"));
+        assert_eq!(r.config.exposed_ports, ["9000/tcp"]);
+        assert_eq!(
+            r.config.cmd.last().map(String::as_str),
+            Some("echo hi"),
+            "{:?}",
+            r.config
+        );
+        let disk = e.install(name, src, format);
+        check_disk(&disk, false);
+        assert!(debugfs(&disk, "cat /etc/second").contains("two"));
+    }
+}
