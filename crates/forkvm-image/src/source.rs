@@ -352,6 +352,8 @@ impl Source {
             return Ok(());
         };
         let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
+        // Buffered (a seek drops the buffer, so skipping still seeks).
+        let file = io::BufReader::with_capacity(1 << 20, file);
         let malformed = |e: io::Error| ImageError::Malformed {
             what: path.display().to_string(),
             reason: e.to_string(),

@@ -111,6 +111,8 @@ pub fn apply_layer(
         what: "the layer tar".into(),
         reason: e.to_string(),
     };
+    // Buffered: the tar reader asks for 512-byte headers one at a time.
+    let layer = io::BufReader::with_capacity(1 << 20, layer);
     let mut ar = tar::Archive::new(decompress(layer, compression).map_err(malformed)?);
     let mut ap = Applier {
         root,
