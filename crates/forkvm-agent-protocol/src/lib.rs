@@ -24,7 +24,9 @@
 //! Every request carries an `id` chosen by the host; every message the guest
 //! sends about that request echoes it. An exec produces any number of
 //! [`GuestMsg::Output`] frames followed by exactly one [`GuestMsg::Exited`] (or
-//! [`GuestMsg::Error`]). Every other request produces exactly one reply.
+//! [`GuestMsg::Error`]); a detached exec produces exactly one
+//! [`GuestMsg::Started`] (or `Error`). Every other request produces exactly
+//! one reply.
 //!
 //! Connection semantics: the host may disconnect and reconnect at any time
 //! (daemon restart). The guest then discards any partial frame it had read.
@@ -205,7 +207,7 @@ pub enum HostMsg {
         /// this byte offset of the existing file (a regular file exactly
         /// this long), after which its mode, owner and mtime are applied
         /// again. This is how a file bigger than [`MAX_PAYLOAD`] is sent;
-        /// see [`tar::split`].
+        /// see [`tar::split()`].
         #[serde(default)]
         append_at: Option<u64>,
     },

@@ -18,8 +18,9 @@
 //! existing directory is kept for a directory entry (its mode, owner and
 //! mtime are set from the entry) and is an error for any other kind. An
 //! existing symlink in a directory entry's place is kept if it leads to a
-//! directory inside the destination. The `./` entry (the destination
-//! itself) is counted but changes nothing.
+//! directory inside the destination (made if missing; the entry's metadata
+//! is then not applied). The `./` entry (the destination itself) is
+//! counted but changes nothing.
 //!
 //! Directory mtimes are set after all entries of the request are written
 //! (writing into a directory changes its mtime); a later request that adds
@@ -439,8 +440,9 @@ impl Dest {
                 match existing.as_ref().map(file_type) {
                     Some(libc::S_IFDIR) => {}
                     Some(libc::S_IFLNK) => {
-                        // Kept if it leads to a directory inside dest.
-                        self.dir(x.comps, false, &entry)?;
+                        // Kept if it leads to a directory inside dest (made
+                        // if missing, as for a parent).
+                        self.dir(x.comps, true, &entry)?;
                         return Ok(0);
                     }
                     other => {

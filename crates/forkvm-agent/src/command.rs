@@ -79,7 +79,7 @@ pub struct Program<'a> {
 #[derive(Debug)]
 pub struct Prepared {
     pub cmd: Command,
-    /// argv[0], for error messages.
+    /// `argv[0]`, for error messages.
     pub program: String,
     /// Who it runs as (None: as the agent, root).
     pub creds: Option<Credentials>,

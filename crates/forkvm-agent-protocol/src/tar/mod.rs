@@ -1,6 +1,6 @@
 //! The tar archives `put_archive` carries: a reader ([`entries`]), a small
 //! writer ([`Writer`]) and the splitter a host uses for archives bigger than
-//! one frame ([`split`]).
+//! one frame ([`split()`]).
 //!
 //! Host and agent share this code, so the splitter's idea of where an entry
 //! begins and ends is exactly the extractor's.
@@ -10,7 +10,7 @@
 //! An uncompressed tar stream of 512-byte blocks: each entry is a header
 //! block followed by its data, padded to a whole block. The archive ends at
 //! an all-zero block or, equally, at the end of the bytes when that falls
-//! on an entry boundary (the parts [`split`] makes carry no end marker).
+//! on an entry boundary (the parts [`split()`] makes carry no end marker).
 //!
 //! * Header flavours: POSIX ustar (with the `prefix` field), GNU (`ustar  `
 //!   magic; `L`/`K` long name and long link entries) and old V7 headers.
