@@ -182,9 +182,7 @@ impl Client {
             Some((b, ct)) => (b, Some(ct)),
             None => (Bytes::new(), None),
         };
-        let payload = Full::new(payload)
-            .map_err(|never| match never {})
-            .boxed();
+        let payload = Full::new(payload).map_err(|never| match never {}).boxed();
         self.open_body(method, path, payload, ct).await
     }
 

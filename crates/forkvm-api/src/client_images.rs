@@ -101,10 +101,11 @@ impl Client {
         file: &Path,
         on_event: impl FnMut(&ImageEvent),
     ) -> Result<Image, ClientError> {
-        let f = tokio::fs::File::open(file).await.map_err(|e| {
-            ClientError::Http(format!("cannot open {}: {e}", file.display()))
-        })?;
-        let stream = tokio_util::io::ReaderStream::with_capacity(f, 1 << 20).map(|r| r.map(Frame::data));
+        let f = tokio::fs::File::open(file)
+            .await
+            .map_err(|e| ClientError::Http(format!("cannot open {}: {e}", file.display())))?;
+        let stream =
+            tokio_util::io::ReaderStream::with_capacity(f, 1 << 20).map(|r| r.map(Frame::data));
         let body = BodyExt::boxed(StreamBody::new(stream));
         let resp = self
             .open_body(Method::POST, path, body, Some("application/x-tar"))

@@ -14,6 +14,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::ErrorDetail;
 
+/// The name under which the CLI and the SDKs put the Dockerfile's text in a
+/// build context tar (`dockerfile=` names it); it is not part of the
+/// context the build sees.
+pub const DOCKERFILE_IN_CONTEXT: &str = ".forkvm-dockerfile";
+
 /// An installed image.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Image {

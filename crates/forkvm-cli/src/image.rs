@@ -16,8 +16,7 @@ use forkvm_api::{BuildQuery, Client, Image, ImageEvent, ImportQuery, PullImage, 
 use crate::gc::human_bytes;
 use crate::print_json;
 
-/// The name the Dockerfile travels under in a build context tar.
-pub const DOCKERFILE_IN_CONTEXT: &str = ".forkvm-dockerfile";
+use forkvm_api::DOCKERFILE_IN_CONTEXT;
 
 #[derive(clap::Args, Clone, Default)]
 pub struct StartArgs {
@@ -171,7 +170,10 @@ pub async fn run(c: &Client, cmd: ImageCmd, json: bool) -> Result<ExitCode> {
             if json {
                 print_json(&l)?;
             } else {
-                println!("{:<24} {:<9} {:>10}  {:<20}  REFERENCE", "NAME", "SOURCE", "SIZE", "CREATED");
+                println!(
+                    "{:<24} {:<9} {:>10}  {:<20}  REFERENCE",
+                    "NAME", "SOURCE", "SIZE", "CREATED"
+                );
                 for i in &l.images {
                     println!(
                         "{:<24} {:<9} {:>10}  {:<20}  {}",
@@ -213,7 +215,9 @@ pub async fn run(c: &Client, cmd: ImageCmd, json: bool) -> Result<ExitCode> {
             let password = match password.as_deref() {
                 Some("-") => {
                     let mut p = String::new();
-                    std::io::stdin().read_line(&mut p).context("reading the password")?;
+                    std::io::stdin()
+                        .read_line(&mut p)
+                        .context("reading the password")?;
                     Some(p.trim_end_matches(['\n', '\r']).to_string())
                 }
                 _ => password,
@@ -285,8 +289,7 @@ pub async fn run(c: &Client, cmd: ImageCmd, json: bool) -> Result<ExitCode> {
             let q = BuildQuery {
                 tag,
                 dockerfile: Some(DOCKERFILE_IN_CONTEXT.into()),
-                build_args: (!args.is_empty())
-                    .then(|| serde_json::Value::Object(args).to_string()),
+                build_args: (!args.is_empty()).then(|| serde_json::Value::Object(args).to_string()),
                 no_cache: no_cache.then_some(true),
                 disk_size,
                 memory_mib: memory,
@@ -391,7 +394,9 @@ impl Renderer {
             )),
             ImageEvent::Log { line } => self.line(&format!("         {line}")),
             ImageEvent::Progress { item, done, total } => {
-                let short = item.strip_prefix("sha256:").map_or(item.as_str(), |h| &h[..h.len().min(12)]);
+                let short = item
+                    .strip_prefix("sha256:")
+                    .map_or(item.as_str(), |h| &h[..h.len().min(12)]);
                 let s = match total {
                     Some(n) if *n > 0 => format!(
                         "  {short}: {} / {} ({:.0}%)",

@@ -106,6 +106,8 @@ pub struct ExecSpec {
     pub timeout_ms: Option<u64>,
     /// Keep at most this many bytes of each stream.
     pub max_output: u64,
+    /// Run as this user (see [`AgentConn::exec_as`]); `None`: root.
+    pub user: Option<String>,
 }
 
 fn random_u64() -> u64 {
@@ -312,7 +314,8 @@ impl AgentConn {
         deadline: Duration,
         tap: Option<tokio::sync::mpsc::UnboundedSender<(proto::Stream, Vec<u8>)>>,
     ) -> Result<ExecOutcome, AgentError> {
-        self.exec_as(spec, None, deadline, tap).await
+        let user = spec.user.clone();
+        self.exec_as(spec, user.as_deref(), deadline, tap).await
     }
 
     /// [`AgentConn::exec_tapped`] as `user` (the OCI forms `name`, `uid`,
@@ -338,6 +341,7 @@ impl AgentConn {
             stdin,
             timeout_ms,
             max_output,
+            user: _,
         } = spec;
         let (id, mut rx) = self
             .start(

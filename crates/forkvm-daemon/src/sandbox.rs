@@ -33,8 +33,8 @@ use crate::agent::{self, AgentConn, AgentError};
 use crate::config::{Config, SandboxPaths};
 use crate::db::{Db, SandboxRow};
 use crate::error::ApiError;
-use crate::images::BootReq;
 use crate::failure::{console_tail, describe_status, died_while_booting, failure_reason};
+use crate::images::BootReq;
 use crate::util;
 
 /// Defaults for a spawn request.
@@ -432,10 +432,7 @@ impl Manager {
         }
         // The template's source only makes the template: it needs a NIC
         // (so its clones have one) but no way out.
-        let first = match self
-            .cold_boot(boot, &crate::net::NetRequest::none())
-            .await
-        {
+        let first = match self.cold_boot(boot, &crate::net::NetRequest::none()).await {
             Ok(f) => f,
             Err(e) => {
                 if let Ok(mut s) = self.templating.lock() {
@@ -640,7 +637,7 @@ impl Manager {
             boot.disk_size,
         )
         .await
-            .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
+        .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
         let netns = if self.net.available() {
             Some(self.net.create_ns(id).await?)
         } else {

@@ -119,6 +119,62 @@ fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
     Ok(())
 }
 
+/// The choices of an install beyond its source.
+#[derive(Debug, Clone, Default)]
+pub struct InstallOptions {
+    /// Root filesystem size (default: content plus room, see [`crate::ext4`]).
+    pub disk_size: Option<u64>,
+    /// Swap out an image of the same name (the caller makes sure nothing
+    /// uses it: its disk is deleted).
+    pub replace: bool,
+    /// The start command of the image's boot template.
+    pub start: Option<crate::meta::StartSpec>,
+}
+
+/// Install an image whose root disk is made by `fill` (given the path to
+/// write it to, it returns the filesystem's size), with `meta` as its
+/// `image.json` (`size_bytes` and `created_at` are filled in here). The
+/// same staging, fsync and atomic publication as [`install_image`]; a
+/// Dockerfile build exports its last step's disk this way.
+pub fn install_prepared(
+    images_dir: &Path,
+    mut meta: ImageMeta,
+    replace: bool,
+    fill: impl FnOnce(&Path) -> Result<u64, ImageError>,
+) -> Result<ImageMeta, ImageError> {
+    let name = meta.name.clone();
+    check_name(&name)?;
+    let dest = images_dir.join(&name);
+    if !replace && fs::symlink_metadata(&dest).is_ok() {
+        return Err(ImageError::Exists(name));
+    }
+    fs::create_dir_all(images_dir).map_err(io_err(format!("creating {}", images_dir.display())))?;
+    let staging = Scratch {
+        path: images_dir.join(hidden_name("tmp", &name)),
+    };
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&staging.path)
+        .map_err(io_err(format!("creating {}", staging.path.display())))?;
+    let disk = staging.path.join(ROOTFS);
+    meta.size_bytes = fill(&disk)?;
+    meta.created_at = rfc3339(now_secs());
+    fs::File::open(&disk)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err(format!("syncing {}", disk.display())))?;
+    fs::set_permissions(&disk, fs::Permissions::from_mode(0o444))
+        .map_err(io_err(format!("setting the mode of {}", disk.display())))?;
+    write_synced(&staging.path.join(IMAGE_JSON), &meta)?;
+    fs::set_permissions(&staging.path, fs::Permissions::from_mode(0o755)).map_err(io_err(
+        format!("setting the mode of {}", staging.path.display()),
+    ))?;
+    fsync_dir(&staging.path)?;
+    publish(&staging.path, &dest, &name, replace)?;
+    drop(staging);
+    fsync_dir(images_dir)?;
+    Ok(meta)
+}
+
 /// Make `images/<name>` from a resolved image whose layers are in the
 /// store (see the module doc). With `replace`, an existing image of that
 /// name is swapped out atomically and deleted; callers must make sure no
@@ -130,10 +186,10 @@ pub fn install_image(
     resolved: &ResolvedImage,
     store: &BlobStore,
     source: ImageSource,
-    disk_size: Option<u64>,
-    replace: bool,
+    opts: &InstallOptions,
     progress: &dyn Progress,
 ) -> Result<ImageMeta, ImageError> {
+    let (disk_size, replace) = (opts.disk_size, opts.replace);
     check_name(name)?;
     let dest = images_dir.join(name);
     if !replace && fs::symlink_metadata(&dest).is_ok() {
@@ -207,7 +263,7 @@ pub fn install_image(
         digest: resolved.manifest_digest.clone(),
         layers: resolved.layers.iter().map(|l| l.digest.clone()).collect(),
         config: resolved.config.clone(),
-        start: None,
+        start: opts.start.clone(),
         description: None,
     };
     write_synced(&staging.path.join(IMAGE_JSON), &meta)?;

@@ -60,8 +60,10 @@ impl Env {
                 format: "oci-layout".into(),
                 file: "/x".into(),
             },
-            None,
-            replace,
+            &InstallOptions {
+                replace,
+                ..Default::default()
+            },
             &NoProgress,
         )
     }
@@ -220,8 +222,10 @@ fn failures_leave_nothing() {
         &r,
         &e.store,
         ImageSource::Builtin,
-        Some(1 << 20),
-        false,
+        &InstallOptions {
+            disk_size: Some(1 << 20),
+            ..Default::default()
+        },
         &NoProgress,
     )
     .unwrap_err();

@@ -22,8 +22,8 @@
 //! ([`unpack`], confined by [`safepath`]) into a staging tree, makes the
 //! ext4 ([`ext4`]) and publishes `images/<name>`.
 
-pub mod auth;
 pub mod archive;
+pub mod auth;
 pub mod blobs;
 pub mod error;
 pub mod ext4;
@@ -37,6 +37,7 @@ mod source;
 pub mod unpack;
 
 pub use error::ImageError;
+pub use install::valid_image_name;
 
 #[cfg(test)]
 mod testutil;

@@ -15,7 +15,7 @@ use std::process::Command;
 use forkvm_image::archive::{import_source, import_source_ref, ArchiveFormat};
 use forkvm_image::blobs::BlobStore;
 use forkvm_image::ext4::find_tool;
-use forkvm_image::install::{install_image, list_images, ROOTFS};
+use forkvm_image::install::{install_image, list_images, InstallOptions, ROOTFS};
 use forkvm_image::meta::ImageSource;
 use forkvm_image::progress::NoProgress;
 
@@ -153,8 +153,7 @@ impl Env {
                 format: format.as_str().into(),
                 file: s(src).into(),
             },
-            None,
-            false,
+            &InstallOptions::default(),
             &NoProgress,
         )
         .unwrap();

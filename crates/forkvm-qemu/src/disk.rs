@@ -86,7 +86,7 @@ pub async fn backing_chain(image: &Path) -> Result<Vec<std::path::PathBuf>, Stri
         .collect())
 }
 
-fn qemu_img_binary() -> String {
+pub fn qemu_img_binary() -> String {
     std::env::var("FORKVM_QEMU_IMG").unwrap_or_else(|_| "qemu-img".to_string())
 }
 

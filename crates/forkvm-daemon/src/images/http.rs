@@ -8,9 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use forkvm_api::{
-    BuildQuery, ErrorBody, Image, ImageEvent, ImageList, ImportQuery, PullImage,
-};
+use forkvm_api::{BuildQuery, ErrorBody, Image, ImageEvent, ImageList, ImportQuery, PullImage};
 
 use crate::api::JsonBody;
 use crate::error::ApiError;

@@ -10,7 +10,6 @@ use forkvm_api::{codes, Image, ImageEvent, ImportQuery, PullImage};
 use forkvm_image::blobs::BlobStore;
 use forkvm_image::meta::{ImageSource, StartSpec};
 use forkvm_image::progress::Progress;
-use http_body_util::BodyExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
@@ -76,12 +75,32 @@ pub fn default_name(reference: &str) -> String {
 /// Map an image-library error to the API's codes.
 pub fn image_error(e: &forkvm_image::ImageError) -> ApiError {
     use axum::http::StatusCode;
-    let (status, code) = match e.kind() {
-        forkvm_image::ErrorKind::Invalid => (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_IMAGE),
-        forkvm_image::ErrorKind::Exists => (StatusCode::CONFLICT, codes::CONFLICT),
-        forkvm_image::ErrorKind::NoSpace => (StatusCode::INSUFFICIENT_STORAGE, codes::NO_SPACE),
-        forkvm_image::ErrorKind::BadRequest => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
-        forkvm_image::ErrorKind::Host => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
+    use forkvm_image::ImageError as E;
+    let nospace = |s: &std::io::Error| s.raw_os_error() == Some(libc::ENOSPC);
+    let (status, code) = match e {
+        E::Blob(b) | E::BlobContext { source: b, .. } => return blob_error(b),
+        E::Io { source, .. } | E::Entry { source, .. } if nospace(source) => {
+            (StatusCode::INSUFFICIENT_STORAGE, codes::NO_SPACE)
+        }
+        E::Malformed { .. }
+        | E::Unsupported { .. }
+        | E::NoPlatform { .. }
+        | E::UnknownFormat { .. }
+        | E::MissingBlob { .. }
+        | E::UnsafePath { .. }
+        | E::Ambiguous { .. }
+        | E::NoSuchImage { .. } => (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_IMAGE),
+        E::DiskTooSmall { .. } | E::BadName(_) => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
+        E::Exists(_) => (StatusCode::CONFLICT, codes::CONFLICT),
+        E::NotFound(_) => (StatusCode::NOT_FOUND, codes::IMAGE_NOT_FOUND),
+        E::ToolFailed { stderr, .. } if stderr.contains("No space left") => {
+            (StatusCode::INSUFFICIENT_STORAGE, codes::NO_SPACE)
+        }
+        E::Io { .. }
+        | E::Entry { .. }
+        | E::MissingTool { .. }
+        | E::ToolFailed { .. }
+        | E::Broken { .. } => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
     };
     ApiError::new(status, code, e.to_string())
 }
@@ -89,16 +108,63 @@ pub fn image_error(e: &forkvm_image::ImageError) -> ApiError {
 /// Map a pull error to the API's codes.
 pub fn pull_error(e: &forkvm_image::pull::PullError) -> ApiError {
     use axum::http::StatusCode;
-    use forkvm_image::pull::PullErrorKind as K;
-    let (status, code) = match e.kind() {
-        K::Auth => (StatusCode::FORBIDDEN, codes::REGISTRY_AUTH_FAILED),
-        K::NotFound => (StatusCode::NOT_FOUND, codes::IMAGE_NOT_FOUND),
-        K::Invalid => (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_IMAGE),
-        K::Unreachable => (StatusCode::BAD_GATEWAY, codes::REGISTRY_UNREACHABLE),
-        K::BadRequest => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
-        K::Host => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
+    use forkvm_image::pull::PullError as P;
+    let (status, code) = match e {
+        P::BadReference { .. } | P::DockerConfig { .. } | P::CaCert { .. } => {
+            (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST)
+        }
+        P::Auth { .. } | P::AuthRequired { .. } => {
+            (StatusCode::FORBIDDEN, codes::REGISTRY_AUTH_FAILED)
+        }
+        P::NotFound { .. } => (StatusCode::NOT_FOUND, codes::IMAGE_NOT_FOUND),
+        P::DigestMismatch { .. } | P::NoPlatform { .. } | P::Unsupported { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_IMAGE)
+        }
+        P::Unreachable { .. } | P::Tls { .. } | P::Network { .. } | P::Registry { .. } => {
+            (StatusCode::BAD_GATEWAY, codes::REGISTRY_UNREACHABLE)
+        }
+        P::Store(b) => return blob_error(b),
     };
     ApiError::new(status, code, e.to_string())
+}
+
+/// Map a blob store error: a full disk is 507, corruption 422.
+pub fn blob_error(e: &forkvm_image::blobs::BlobError) -> ApiError {
+    use axum::http::StatusCode;
+    use forkvm_image::blobs::BlobError as B;
+    match e {
+        B::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            codes::NO_SPACE,
+            format!("{e}: the disk holding FORKVM_HOME is full; free space and try again"),
+        ),
+        B::Mismatch { .. } | B::SizeMismatch { .. } => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::INVALID_IMAGE,
+            e.to_string(),
+        ),
+        _ => ApiError::internal(e.to_string()),
+    }
+}
+
+/// CA certificates for a registry host, the way Docker looks for them:
+/// `$FORKVM_HOME/certs.d/HOST[:PORT]/*.crt`, then
+/// `/etc/docker/certs.d/HOST[:PORT]/*.crt`.
+pub fn registry_cas(home: &std::path::Path, host: &str) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for base in [home.join("certs.d"), PathBuf::from("/etc/docker/certs.d")] {
+        let dir = base.join(host);
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            let mut files: Vec<PathBuf> = rd
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "crt"))
+                .collect();
+            files.sort();
+            v.extend(files);
+        }
+    }
+    v
 }
 
 impl Manager {
@@ -116,13 +182,18 @@ impl Manager {
                  (at most 64, starting with a letter or digit; not `import` or `build`)"
             )));
         }
-        if !replace && self.cfg.image_rootfs(name).exists() {
+        if !self.cfg.image_rootfs(name).exists() {
+            return Ok(());
+        }
+        if !replace {
             return Err(ApiError::conflict(format!(
                 "an image named {name:?} exists; choose another name or replace it \
                  (--replace, or `forkvm image rm {name}` first)"
             )));
         }
-        Ok(())
+        // Overlays and snapshots name the image's disk by path: it cannot
+        // change under them.
+        self.check_unused(name, "replace")
     }
 
     /// Take an uploaded body into a file under `$FORKVM_HOME/uploads`.
@@ -198,12 +269,22 @@ impl Manager {
 
     /// `POST /v1/images`: pull, then install.
     pub async fn pull_image(
-        &self,
+        self: &std::sync::Arc<Self>,
         plan: PullPlan,
         tx: mpsc::UnboundedSender<ImageEvent>,
     ) -> Result<Image, ApiError> {
+        let emit = std::sync::Arc::new(Emitter::new(tx, format!("image {}", plan.name)));
+        self.pull_with(plan, emit).await
+    }
+
+    /// A pull reporting to `emit` (a build pulls its base this way).
+    pub async fn pull_with(
+        self: &std::sync::Arc<Self>,
+        plan: PullPlan,
+        emit: std::sync::Arc<Emitter>,
+    ) -> Result<Image, ApiError> {
         let name = plan.name.clone();
-        let r = self.pull_inner(plan, tx).await;
+        let r = self.pull_inner(plan, emit).await;
         if let Err(e) = &r {
             tracing::warn!("image {name}: pull failed: {}", e.message);
         }
@@ -211,55 +292,72 @@ impl Manager {
     }
 
     async fn pull_inner(
-        &self,
+        self: &std::sync::Arc<Self>,
         plan: PullPlan,
-        tx: mpsc::UnboundedSender<ImageEvent>,
+        emit: std::sync::Arc<Emitter>,
     ) -> Result<Image, ApiError> {
         let store = self.blobs()?;
-        let emit = std::sync::Arc::new(Emitter::new(tx, format!("image {}", plan.name)));
         let req = &plan.req;
-        let host = forkvm_image::pull::registry_host(&req.reference)
-            .map_err(|e| pull_error(&e))?;
+        let host = forkvm_image::pull::parse_reference(&req.reference)
+            .map_err(|e| pull_error(&e))?
+            .registry()
+            .to_string();
         let explicit = req.username.clone().zip(req.password.clone());
-        let auth = forkvm_image::auth::credentials_for(&host, explicit, None)
-            .map_err(|e| pull_error(&e))?;
-        let mut opts = forkvm_image::pull::PullOptions::new(auth);
+        let auth = forkvm_image::auth::credentials_for(
+            &host,
+            explicit,
+            forkvm_image::auth::default_docker_config().as_deref(),
+        )
+        .map_err(|e| pull_error(&e))?;
+        let mut opts = forkvm_image::pull::PullOptions {
+            auth,
+            ca_certs: registry_cas(&self.cfg.home, &host),
+            ..Default::default()
+        };
         if req.insecure {
             opts.insecure_http.push(host.clone());
         }
         let pulled = forkvm_image::pull::pull(&req.reference, &opts, &store, emit.as_ref())
             .await
             .map_err(|e| pull_error(&e))?;
-        let resolved = forkvm_image::oci::ResolvedImage::from_pulled(&pulled)
+        let root = pulled
+            .index_digest
+            .clone()
+            .unwrap_or_else(|| pulled.manifest_digest.clone());
+        let s2 = store.clone();
+        let resolved = tokio::task::spawn_blocking(move || forkvm_image::oci::resolve(&s2, &root))
+            .await
+            .map_err(|e| ApiError::internal(format!("resolve task failed: {e}")))?
             .map_err(|e| image_error(&e))?;
         let source = ImageSource::Registry {
             reference: req.reference.clone(),
         };
-        self.install(plan.name, resolved, store, source, req.disk_size, plan.start, req.replace, emit)
+        let opts = forkvm_image::install::InstallOptions {
+            disk_size: req.disk_size,
+            replace: req.replace,
+            start: plan.start.clone(),
+        };
+        self.install(plan.name, resolved, store, source, opts, emit)
             .await
     }
 
     /// Install a resolved image (blocking work on a blocking thread).
-    #[allow(clippy::too_many_arguments)]
     async fn install(
-        &self,
+        self: &std::sync::Arc<Self>,
         name: String,
         resolved: forkvm_image::oci::ResolvedImage,
         store: BlobStore,
         source: ImageSource,
-        disk_size: Option<u64>,
-        start: Option<StartSpec>,
-        replace: bool,
+        opts: forkvm_image::install::InstallOptions,
         emit: std::sync::Arc<Emitter>,
     ) -> Result<Image, ApiError> {
+        // Checked again now that the work is done: a sandbox may have
+        // started on the old image meanwhile.
+        self.check_new_image_name(&name, opts.replace)?;
         let images = self.cfg.images_dir();
         let n = name.clone();
+        let replaced = opts.replace && self.cfg.image_rootfs(&name).exists();
         let meta = tokio::task::spawn_blocking(move || {
-            let opts = forkvm_image::install::InstallOptions {
-                disk_size,
-                start,
-                replace,
-            };
             forkvm_image::install::install_image(
                 &images,
                 &n,
@@ -273,6 +371,9 @@ impl Manager {
         .await
         .map_err(|e| ApiError::internal(format!("install task failed: {e}")))?
         .map_err(|e| image_error(&e))?;
+        if replaced {
+            self.drop_stale_templates(&name).await;
+        }
         tracing::info!(
             "image {name}: installed ({} layer(s), {} bytes)",
             meta.layers.len(),
@@ -283,7 +384,7 @@ impl Manager {
 
     /// `POST /v1/images/import`.
     pub async fn import_image(
-        &self,
+        self: &std::sync::Arc<Self>,
         q: ImportQuery,
         upload: Upload,
         tx: mpsc::UnboundedSender<ImageEvent>,
@@ -297,7 +398,7 @@ impl Manager {
     }
 
     async fn import_inner(
-        &self,
+        self: &std::sync::Arc<Self>,
         q: ImportQuery,
         upload: Upload,
         tx: mpsc::UnboundedSender<ImageEvent>,
@@ -306,7 +407,7 @@ impl Manager {
         let emit = std::sync::Arc::new(Emitter::new(tx, format!("image {}", q.name)));
         let (s2, e2) = (store.clone(), emit.clone());
         let (resolved, format) = tokio::task::spawn_blocking(move || {
-            let r = forkvm_image::archive::import_source(&upload.path, &s2, e2.as_ref());
+            let r = forkvm_image::archive::import_source_ref(&upload.path, None, &s2, e2.as_ref());
             drop(upload);
             r
         })
@@ -314,20 +415,16 @@ impl Manager {
         .map_err(|e| ApiError::internal(format!("import task failed: {e}")))?
         .map_err(|e| image_error(&e))?;
         let source = ImageSource::Import {
-            format,
+            format: format.as_str().to_string(),
             file: q.file.clone().unwrap_or_else(|| "upload".into()),
         };
-        self.install(
-            q.name,
-            resolved,
-            store,
-            source,
-            q.disk_size,
-            None,
-            q.replace.unwrap_or(false),
-            emit,
-        )
-        .await
+        let opts = forkvm_image::install::InstallOptions {
+            disk_size: q.disk_size,
+            replace: q.replace.unwrap_or(false),
+            start: None,
+        };
+        self.install(q.name, resolved, store, source, opts, emit)
+            .await
     }
 }
 

@@ -8,14 +8,17 @@
 //!
 //! * [`http`]: the REST handlers, each one typed call on the [`Manager`];
 //! * [`install`]: pull and import;
+//! * [`build`]: Dockerfile builds in a sandbox;
 //! * [`start`]: the image's part of a cold boot (disk growth, start command);
 //! * [`stream`]: progress of a long operation as NDJSON lines.
 
+pub mod build;
 pub mod http;
 pub mod install;
 pub mod start;
 pub mod stream;
 
+pub use forkvm_api::DOCKERFILE_IN_CONTEXT;
 pub use start::BootReq;
 
 use std::path::PathBuf;
@@ -71,9 +74,7 @@ pub fn view(meta: &ImageMeta) -> forkvm_api::Image {
 }
 
 /// The start command of a request, in the metadata's terms.
-pub fn start_spec(
-    s: &forkvm_api::StartCommand,
-) -> Result<forkvm_image::meta::StartSpec, ApiError> {
+pub fn start_spec(s: &forkvm_api::StartCommand) -> Result<forkvm_image::meta::StartSpec, ApiError> {
     if s.command.is_empty() || s.command[0].is_empty() {
         return Err(ApiError::invalid(
             "start.command must name a program, e.g. [\"python3\", \"-m\", \"http.server\", \"8000\"]",
@@ -105,6 +106,10 @@ pub fn start_spec(
         ready_timeout_secs: timeout,
     })
 }
+
+/// What uses an image: sandboxes, snapshots, and its boot templates and
+/// build caches (derived: removed with it).
+type Users = (Vec<String>, Vec<String>, Vec<String>);
 
 impl Manager {
     fn image_dir(&self, name: &str) -> PathBuf {
@@ -168,8 +173,8 @@ impl Manager {
             .collect()
     }
 
-    /// Sandboxes and (non-template) snapshots that use an image.
-    fn image_users(&self, name: &str) -> Result<(Vec<String>, Vec<String>, Vec<String>), ApiError> {
+    /// Sandboxes, snapshots (but templates) and templates of an image.
+    fn image_users(&self, name: &str) -> Result<Users, ApiError> {
         let sandboxes: Vec<String> = self
             .db
             .list()?
@@ -201,31 +206,47 @@ impl Manager {
         Ok(v)
     }
 
+    /// Refuse (409, naming them) while sandboxes or snapshots use an image.
+    pub(crate) fn check_unused(&self, name: &str, what: &str) -> Result<(), ApiError> {
+        let (sandboxes, snapshots, _) = self.image_users(name)?;
+        if sandboxes.is_empty() && snapshots.is_empty() {
+            return Ok(());
+        }
+        let mut parts = Vec::new();
+        if !sandboxes.is_empty() {
+            parts.push(format!("sandboxes {}", sandboxes.join(", ")));
+        }
+        if !snapshots.is_empty() {
+            parts.push(format!("snapshots {}", snapshots.join(", ")));
+        }
+        Err(ApiError::conflict(format!(
+            "cannot {what} image {name:?}: it is in use by {}; remove those first (`forkvm rm`, \
+             `forkvm snapshot rm`)",
+            parts.join(" and ")
+        )))
+    }
+
+    /// Remove an image's boot templates and build caches (after a replace
+    /// they describe a disk that is gone).
+    pub(crate) async fn drop_stale_templates(self: &std::sync::Arc<Self>, name: &str) {
+        if let Ok((_, _, templates)) = self.image_users(name) {
+            for t in templates {
+                if let Err(e) = self.remove_snapshot(&t, false).await {
+                    tracing::warn!("image {name}: could not remove template {t}: {}", e.message);
+                }
+            }
+        }
+    }
+
     /// `DELETE /v1/images/{name}`: refused (409, naming them) while
     /// sandboxes or snapshots use it; its boot templates go with it.
-    pub async fn remove_image(&self, name: &str) -> Result<(), ApiError> {
+    pub async fn remove_image(self: &std::sync::Arc<Self>, name: &str) -> Result<(), ApiError> {
         self.image_meta(name)?;
-        let (sandboxes, snapshots, templates) = self.image_users(name)?;
-        if !sandboxes.is_empty() || !snapshots.is_empty() {
-            let mut parts = Vec::new();
-            if !sandboxes.is_empty() {
-                parts.push(format!("sandboxes {}", sandboxes.join(", ")));
-            }
-            if !snapshots.is_empty() {
-                parts.push(format!("snapshots {}", snapshots.join(", ")));
-            }
-            return Err(ApiError::conflict(format!(
-                "image {name:?} is in use by {}; remove those first (`forkvm rm`, \
-                 `forkvm snapshot rm`)",
-                parts.join(" and ")
-            )));
-        }
-        for t in templates {
-            self.remove_snapshot(&t, false).await?;
-        }
+        self.check_unused(name, "remove")?;
+        self.drop_stale_templates(name).await;
         forkvm_image::install::remove_image(&self.cfg.images_dir(), name).map_err(|e| {
             tracing::warn!("image {name}: removal failed: {e}");
-            ApiError::internal(format!("removing image {name:?}: {e}"))
+            install::image_error(&e)
         })?;
         tracing::info!("image {name}: removed");
         Ok(())
@@ -243,8 +264,6 @@ impl Manager {
     /// The defaults an exec in a sandbox of `image` starts from. An image
     /// without metadata has none (the agent's PATH, `/`, root).
     pub fn exec_defaults(&self, image: &str) -> MetaConfig {
-        self.image_meta(image)
-            .map(|m| m.config)
-            .unwrap_or_default()
+        self.image_meta(image).map(|m| m.config).unwrap_or_default()
     }
 }

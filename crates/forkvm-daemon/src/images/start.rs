@@ -100,11 +100,15 @@ impl Manager {
             .await
             .map_err(|e| guest_err(id, "the agent", e))?;
         if boot.disk_size.is_some() {
-            let (old, new) = conn
+            let r = conn
                 .resize_rootfs(Duration::from_secs(60))
                 .await
                 .map_err(|e| guest_err(id, "growing the root filesystem", e))?;
-            tracing::info!("sandbox {id}: root filesystem grown from {old} to {new} bytes");
+            tracing::info!(
+                "sandbox {id}: root filesystem grown from {} to {} bytes",
+                r.old_bytes,
+                r.new_bytes
+            );
         }
         if let Some(s) = start {
             self.start_command(id, &conn, &boot.image, &s).await?;
@@ -120,18 +124,19 @@ impl Manager {
         s: &StartSpec,
     ) -> Result<(), ApiError> {
         let defaults = self.exec_defaults(image);
-        let spec = ExecSpec {
+        let spec = crate::agent::StartSpec {
             argv: s.command.clone(),
             env: defaults.env_map(),
             cwd: defaults.working_dir.clone(),
             user: defaults.user.clone(),
-            ..Default::default()
+            log_path: Some(START_LOG.to_string()),
         };
         let t = Instant::now();
         let pid = conn
-            .exec_detached(spec, Some(START_LOG.to_string()))
+            .start_detached(spec, Duration::from_secs(30))
             .await
-            .map_err(|e| guest_err(id, &format!("starting {:?}", s.command), e))?;
+            .map_err(|e| guest_err(id, &format!("starting {:?}", s.command), e))?
+            .pid;
         tracing::info!("sandbox {id}: start command {:?} is pid {pid}", s.command);
         let Some(ready) = &s.ready else {
             return Ok(());

@@ -165,6 +165,9 @@ mod tests {
     fn errors_end_the_stream_with_their_code() {
         let ev = last_event(Err(ApiError::conflict("in use")));
         let j = serde_json::to_string(&ev).unwrap();
-        assert!(j.contains(r#""type":"error""#) && j.contains("in use"), "{j}");
+        assert!(
+            j.contains(r#""type":"error""#) && j.contains("in use"),
+            "{j}"
+        );
     }
 }
