@@ -4,9 +4,10 @@
  * every schema has a wire type in src/types.ts with the same properties.
  */
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, test } from "node:test";
+import { after, describe, test } from "node:test";
 import ts from "typescript";
 import { Client, ForkvmError, NetworkUnavailableError, ServerError } from "forkvm";
 import { RecordingTransport } from "./helpers.js";
@@ -45,6 +46,15 @@ const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
 
 /** `list_sandboxes` → `listSandboxes`. */
 const methodName = (operationId: string): string => operationId.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+
+/** Files for the upload operations to send (the transport records, nothing is sent). */
+const scratch = mkdtempSync(join(tmpdir(), "forkvm-openapi-test-"));
+const archive = join(scratch, "rootfs.tar");
+writeFileSync(archive, new Uint8Array(1024));
+const context = join(scratch, "context");
+mkdirSync(context);
+writeFileSync(join(context, "Dockerfile"), "FROM default\n");
+after(() => rmSync(scratch, { recursive: true, force: true }));
 
 /**
  * How to call each operation's methods, so that together they send every
@@ -99,6 +109,27 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   pin_snapshot: [(c) => c.pinSnapshot("ID")],
   unpin_snapshot: [(c) => c.unpinSnapshot("ID")],
   prune_snapshots: [(c) => c.pruneSnapshots({ all: true, dry_run: true })],
+  list_images: [(c) => c.listImages()],
+  get_image: [(c) => c.getImage("NAME")],
+  delete_image: [(c) => c.deleteImage("NAME")],
+  pull_image: [
+    (c) =>
+      c.pullImage({
+        reference: "127.0.0.1:5000/x:1",
+        name: "x",
+        username: "u",
+        password: "p",
+        insecure: true,
+        disk_size: 1 << 30,
+        replace: true,
+        start: { command: ["sleep", "1d"], ready_port: 80 },
+      }),
+  ],
+  import_image: [(c) => c.importImage(archive, { name: "x", disk_size: 1 << 30, replace: true })],
+  build_image: [
+    (c) =>
+      c.buildImage(context, { tag: "x", build_args: { V: "1" }, no_cache: true, disk_size: 1 << 30, memory_mib: 1024 }),
+  ],
 };
 
 /** Parameters the document lists that the SDK leaves out on purpose. */
@@ -146,6 +177,11 @@ describe("the Client covers docs/openapi.json", () => {
           for (const key of Object.keys(JSON.parse(String(req.body)) as object)) sentFields.add(key);
         } else if (content["application/octet-stream"]) {
           assert.ok(req.body instanceof Uint8Array, `${op.operationId} sends raw bytes`);
+        } else if (content["application/x-tar"]) {
+          const body = req.body as AsyncIterable<Uint8Array> | undefined;
+          assert.ok(body && Symbol.asyncIterator in body, `${op.operationId} streams its tar`);
+          assert.equal(req.headers?.["content-type"], "application/x-tar");
+          assert.match(req.headers?.["content-length"] ?? "", /^\d+$/);
         } else {
           assert.equal(req.body, undefined, `${op.operationId} takes no body`);
         }
