@@ -306,12 +306,18 @@ impl Manager {
         let auth = forkvm_image::auth::credentials_for(
             &host,
             explicit,
-            forkvm_image::auth::default_docker_config().as_deref(),
+            forkvm_image::auth::default_docker_config()
+                .filter(|p| p.is_file())
+                .as_deref(),
         )
         .map_err(|e| pull_error(&e))?;
+        let ca_certs = registry_cas(&self.cfg.home, &host);
         let mut opts = forkvm_image::pull::PullOptions {
             auth,
-            ca_certs: registry_cas(&self.cfg.home, &host),
+            // A loopback registry is spoken to over plain HTTP, unless a CA
+            // was set up for it: then it serves HTTPS.
+            loopback_plain_http: ca_certs.is_empty(),
+            ca_certs,
             ..Default::default()
         };
         if req.insecure {
