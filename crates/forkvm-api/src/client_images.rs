@@ -108,7 +108,7 @@ impl Client {
             tokio_util::io::ReaderStream::with_capacity(f, 1 << 20).map(|r| r.map(Frame::data));
         let body = BodyExt::boxed(StreamBody::new(stream));
         let resp = self
-            .open_body(Method::POST, path, body, Some("application/x-tar"))
+            .open_body(Method::POST, path, body, Some("application/octet-stream"))
             .await?;
         read_events(resp, on_event).await
     }

@@ -4,7 +4,8 @@
 //! (import, build) the response is `application/x-ndjson`, one
 //! [`ImageEvent`] per line, ending with a `done` or an `error` event. The
 //! upload operations (import, build) take the archive or the build context
-//! as the raw request body (`application/x-tar`, optionally gzip'd), with
+//! as the raw request body (`application/octet-stream`: a tar, optionally
+//! compressed), with
 //! their parameters in the query string.
 
 use std::collections::BTreeMap;

@@ -334,6 +334,15 @@ enum Cmd {
         #[arg(long, value_name = "N", env = "FORKVM_DISK_CHAIN_MAX",
               default_value_t = forkvm_daemon::config::DEFAULT_DISK_CHAIN_MAX)]
         disk_chain_max: u32,
+        /// Pull only from these registries (`host[:port]`, comma-separated);
+        /// empty: any. Builds pull their base images through the same check.
+        #[arg(
+            long,
+            value_name = "HOSTS",
+            env = "FORKVM_ALLOWED_REGISTRIES",
+            value_delimiter = ','
+        )]
+        allowed_registries: Vec<String>,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -379,6 +388,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             gc_grace,
             gc_interval,
             disk_chain_max,
+            allowed_registries,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -393,6 +403,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.gc_grace = Duration::from_secs(gc_grace);
             cfg.gc_interval = (gc_interval > 0).then(|| Duration::from_secs(gc_interval));
             cfg.disk_chain_max = disk_chain_max;
+            cfg.allowed_registries = allowed_registries
+                .into_iter()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .collect();
             cfg.token = std::env::var(forkvm_api::ENV_TOKEN)
                 .ok()
                 .filter(|t| !t.is_empty());

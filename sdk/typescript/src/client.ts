@@ -442,7 +442,7 @@ export class Client {
         method: "POST",
         path,
         query,
-        headers: { "content-type": "application/x-tar", "content-length": String(upload.size) },
+        headers: { "content-type": "application/octet-stream", "content-length": String(upload.size) },
         body: fileChunks(upload.path),
         signal: opts?.signal,
       },

@@ -90,7 +90,7 @@ pub async fn pull_image(
 /// or zstd). Progress as NDJSON [`ImageEvent`]s, the last `done` or `error`.
 #[utoipa::path(post, path = "/v1/images/import", tag = "images",
     params(ImportQuery),
-    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "the archive"),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the archive (a tar, plain, gzip or zstd)"),
     responses((status = 200, description = "NDJSON ImageEvent lines", content_type = "application/x-ndjson", body = ImageEvent),
         (status = 409, body = ErrorBody, description = "an image of that name exists (use `replace`)"),
         (status = 507, body = ErrorBody, description = "no room for the upload")))]
@@ -112,8 +112,9 @@ pub async fn import_image(
 /// Each step is cached by its input. Progress as NDJSON [`ImageEvent`]s.
 #[utoipa::path(post, path = "/v1/images/build", tag = "images",
     params(BuildQuery),
-    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "the build context"),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the build context as a tar"),
     responses((status = 200, description = "NDJSON ImageEvent lines", content_type = "application/x-ndjson", body = ImageEvent),
+        (status = 409, body = ErrorBody, description = "an image of that name is in use by sandboxes or snapshots"),
         (status = 507, body = ErrorBody, description = "no room for the upload")))]
 pub async fn build_image(
     State(m): State<Arc<Manager>>,

@@ -302,6 +302,13 @@ impl Manager {
             .map_err(|e| pull_error(&e))?
             .registry()
             .to_string();
+        let allowed = &self.cfg.allowed_registries;
+        if !allowed.is_empty() && !allowed.iter().any(|a| a == &host) {
+            return Err(ApiError::invalid(format!(
+                "this daemon pulls only from {} (--allowed-registries), not from {host}",
+                allowed.join(", ")
+            )));
+        }
         let explicit = req.username.clone().zip(req.password.clone());
         let auth = forkvm_image::auth::credentials_for(
             &host,

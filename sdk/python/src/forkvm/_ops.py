@@ -271,7 +271,7 @@ def _upload(path: str, query: models.Model, tar: str) -> Request:
         path,
         params=query_params(query),
         upload=tar,
-        headers={"Content-Type": "application/x-tar", **_NDJSON},
+        headers={"Content-Type": "application/octet-stream", **_NDJSON},
         timeout=IMAGE_TIMEOUT,
     )
 
