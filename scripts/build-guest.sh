@@ -41,7 +41,7 @@ done
 
 # Bump a recipe version to force a rebuild of that artefact everywhere.
 KERNEL_RECIPE=1
-INITRAMFS_RECIPE=1
+INITRAMFS_RECIPE=2
 IMAGE_RECIPE=1
 
 GUEST_TARGET=x86_64-unknown-linux-gnu
@@ -358,6 +358,16 @@ else
         cpio -o -H newc --owner=0:0 --reproducible --quiet) | gzip -9 -n >"$tmp"
     listing=$(gzip -dc "$tmp" | cpio -t --quiet)
     [[ $'\n'"$listing"$'\n' == *$'\ninit\n'* ]] || die "the new initramfs does not contain /init."
+    # Pad with zeros to a whole number of 4 KiB pages. QEMU's microvm loads
+    # the initrd so that it ends just below the top of guest RAM, where the
+    # firmware has already put the ACPI tables (the last ~0x300 bytes): an
+    # initrd whose size is not page-aligned overwrites the DSDT with its
+    # tail, and the kernel then hangs checksumming a garbage table right
+    # after "ACPI: Core revision". Page-aligned, it ends a page lower.
+    # The kernel skips zero bytes between and after cpio archives.
+    size=$(stat -c %s "$tmp")
+    pad=$(( (4096 - size % 4096) % 4096 ))
+    (( pad == 0 )) || head -c "$pad" /dev/zero >>"$tmp"
     chmod 0644 "$tmp"
     mv -f "$tmp" "$INITRAMFS"
     stamp_write "$GUEST_DIR/.initramfs.stamp" "$INITRAMFS_HASH"

@@ -186,7 +186,7 @@ pub async fn run(json: bool) -> Result<ExitCode> {
             Some(SETUP),
         )),
     }
-    checks.push(file_check("guest initramfs", &cfg.initrd()));
+    checks.push(initrd_check(&cfg.initrd()));
     checks.push(file_check("default image", &cfg.image_rootfs("default")));
 
     // Host resources.
@@ -328,6 +328,20 @@ fn file_check(name: &'static str, p: &Path) -> Check {
             format!("{} is missing", p.display()),
             Some(SETUP),
         ),
+    }
+}
+
+/// The initramfs exists and is page-aligned (see
+/// `forkvm_qemu::spec::check_initrd_size`).
+fn initrd_check(p: &Path) -> Check {
+    let c = file_check("guest initramfs", p);
+    if !matches!(c.status, Status::Ok) {
+        return c;
+    }
+    let size = std::fs::metadata(p).map_or(0, |m| m.len());
+    match forkvm_qemu::spec::check_initrd_size(size) {
+        Ok(()) => c,
+        Err(e) => check("guest initramfs", Status::Fail, e, Some(SETUP)),
     }
 }
 

@@ -268,6 +268,8 @@ impl Manager {
                 )));
             }
         }
+        let initrd = std::fs::metadata(self.cfg.initrd()).map_or(0, |m| m.len());
+        forkvm_qemu::spec::check_initrd_size(initrd).map_err(ApiError::internal)?;
         if self.db.count()? >= l.max_sandboxes {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,

@@ -79,6 +79,30 @@ pub struct MemoryBackend {
 /// is the clocksource (as before). docs/boot.md has the evidence.
 pub const MACHINE: &str = "microvm,acpi=on,pic=off,pit=off";
 
+/// The initrd's size must be a whole number of 4 KiB pages.
+///
+/// [`MACHINE`] has ACPI tables, which the firmware puts in the last few
+/// hundred bytes of guest RAM below 4 GiB; QEMU's microvm then loads the
+/// initrd so that it ends as close to that top as page alignment of its
+/// start allows, without leaving room for the tables. An initrd whose size
+/// is not page-aligned therefore ends inside the tables, its tail replaces
+/// the DSDT, and the kernel hangs right after "ACPI: Core revision"
+/// checksumming a table whose length is whatever bytes landed there (or
+/// boots without its virtio devices, when they are zeros). A page-aligned
+/// one ends a full page lower. `scripts/build-guest.sh` pads with zeros,
+/// which the kernel skips. docs/boot.md has the evidence.
+pub fn check_initrd_size(size: u64) -> Result<(), String> {
+    if size % 4096 == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "the guest initramfs is {size} bytes, not a multiple of 4096: QEMU's microvm would load \
+         its tail over the ACPI tables at the top of guest RAM and the guest would hang in early \
+         boot. Rebuild it with scripts/setup.sh (which pads it), or pad it with zeros to a \
+         multiple of 4096"
+    ))
+}
+
 /// The machine options of snapshots made before [`MACHINE`]: a restore must
 /// recreate the devices its migration stream holds (the PIC and the PIT), so
 /// such snapshots keep restoring into this machine. Their guests are past
@@ -354,5 +378,22 @@ mod tests {
     fn accel_parses_and_rejects() {
         assert_eq!("kvm".parse::<Accel>().unwrap(), Accel::Kvm);
         assert!("xen".parse::<Accel>().unwrap_err().contains("kvm or tcg"));
+    }
+}
+
+#[cfg(test)]
+mod initrd_tests {
+    use super::check_initrd_size;
+
+    #[test]
+    fn initrd_sizes() {
+        assert!(check_initrd_size(0).is_ok());
+        assert!(check_initrd_size(1_773_568).is_ok());
+        let e = check_initrd_size(1_773_116).unwrap_err();
+        assert!(
+            e.contains("1773116") && e.contains("scripts/setup.sh"),
+            "{e}"
+        );
+        assert!(check_initrd_size(4097).is_err());
     }
 }
