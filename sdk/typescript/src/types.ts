@@ -122,9 +122,9 @@ export interface ErrorDetail {
 export interface ExecRequest {
   /**
    * Program and arguments; `argv[0]` is looked up on the guest's PATH.
-   * Empty: the image's default command (its `Entrypoint` and `Cmd`).
+   * Empty or omitted: the image's default command (its `Entrypoint` and `Cmd`).
    */
-  argv: string[];
+  argv?: string[];
   /** Extra environment variables, on top of the image's `Env` and the agent's. */
   env?: Record<string, string>;
   /** Working directory (default: the image's `WorkingDir`, else `/`). */

@@ -66,7 +66,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   info: [(c) => c.info()],
   list_sandboxes: [(c) => c.listSandboxes()],
   create_sandbox: [
-    (c) => c.createSandbox({ image: "default", memory_mib: 512, cpus: 1, use_template: false }),
+    (c) => c.createSandbox({ image: "default", memory_mib: 512, cpus: 1, use_template: false, disk_size: 1 << 31 }),
     (c) => c.createSandbox({ snapshot: "s", count: 2 }),
     (c) =>
       c.createSandbox({
@@ -88,6 +88,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
         argv: ["true"],
         env: { A: "1" },
         cwd: "/",
+        user: "1000:1000",
         stdin: "x",
         timeout_ms: 1,
         max_output_bytes: 1,

@@ -499,7 +499,7 @@ class ExecRequest(Model):
     of one result (``max_output_bytes`` and ``encoding`` do not apply then).
     """
 
-    argv: List[str]
+    argv: Optional[List[str]] = None
     env: Optional[Dict[str, str]] = None
     cwd: Optional[str] = None
     user: Optional[str] = None
