@@ -63,7 +63,7 @@ pub async fn delete_image(
     request_body = PullImage,
     responses((status = 201, body = Image),
         (status = 200, description = "with `stream`: NDJSON ImageEvent lines", content_type = "application/x-ndjson", body = ImageEvent),
-        (status = 401, body = ErrorBody, description = "the registry refused the credentials"),
+        (status = 403, body = ErrorBody, description = "the registry refused the credentials"),
         (status = 404, body = ErrorBody, description = "no such repository, tag or digest"),
         (status = 409, body = ErrorBody, description = "an image of that name exists (use `replace`)"),
         (status = 422, body = ErrorBody, description = "a blob failed verification, or no linux/amd64 image"),
