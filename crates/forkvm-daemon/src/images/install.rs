@@ -284,6 +284,7 @@ impl Manager {
         emit: std::sync::Arc<Emitter>,
     ) -> Result<Image, ApiError> {
         let name = plan.name.clone();
+        let _blobs = super::BLOBS_IN_USE.read().await;
         let r = self.pull_inner(plan, emit).await;
         if let Err(e) = &r {
             tracing::warn!("image {name}: pull failed: {}", e.message);
@@ -403,6 +404,7 @@ impl Manager {
         tx: mpsc::UnboundedSender<ImageEvent>,
     ) -> Result<Image, ApiError> {
         let name = q.name.clone();
+        let _blobs = super::BLOBS_IN_USE.read().await;
         let r = self.import_inner(q, upload, tx).await;
         if let Err(e) = &r {
             tracing::warn!("image {name}: import failed: {}", e.message);

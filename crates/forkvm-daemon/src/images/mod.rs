@@ -107,6 +107,11 @@ pub fn start_spec(s: &forkvm_api::StartCommand) -> Result<forkvm_image::meta::St
     })
 }
 
+/// Held (shared) by every pull, import and build while it runs; blob
+/// pruning takes it exclusively, so it never deletes a blob that an
+/// install in flight has fetched or found cached.
+pub(crate) static BLOBS_IN_USE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// What uses an image: sandboxes, snapshots, and its boot templates and
 /// build caches (derived: removed with it).
 type Users = (Vec<String>, Vec<String>, Vec<String>);
@@ -249,7 +254,46 @@ impl Manager {
             install::image_error(&e)
         })?;
         tracing::info!("image {name}: removed");
+        self.prune_blobs();
         Ok(())
+    }
+
+    /// Delete the blobs no installed image has as a layer (its manifests
+    /// and configs included: a later pull fetches those small documents
+    /// again). Skipped while a pull, import or build runs, since their
+    /// blobs belong to no image yet.
+    fn prune_blobs(&self) {
+        let Ok(_g) = BLOBS_IN_USE.try_write() else {
+            return;
+        };
+        let Ok(store) = self.blobs() else {
+            return;
+        };
+        let keep: std::collections::HashSet<String> = self
+            .cfg
+            .images()
+            .iter()
+            .filter_map(|n| self.image_meta(n).ok())
+            .flat_map(|m| m.layers)
+            .collect();
+        let (mut n, mut bytes) = (0, 0u64);
+        for d in store.list() {
+            if keep.contains(&d) {
+                continue;
+            }
+            let size = store
+                .path(&d)
+                .ok()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map_or(0, |m| m.len());
+            if store.remove(&d).is_ok() {
+                n += 1;
+                bytes += size;
+            }
+        }
+        if n > 0 {
+            tracing::info!("blobs: {n} no image uses removed ({bytes} bytes)");
+        }
     }
 
     /// The exec defaults of a sandbox's image.
