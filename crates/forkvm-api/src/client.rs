@@ -330,44 +330,19 @@ impl Client {
         )
         .await
         .map_err(|_| ClientError::Http(format!("no response within {:?}", self.timeout)))??;
-        let status = resp.status();
-        let mut body = resp.into_body();
-        if !status.is_success() {
-            let bytes = body
-                .collect()
-                .await
-                .map_err(|e| ClientError::Http(e.to_string()))?
-                .to_bytes();
-            return Err(api_error(status, &bytes));
-        }
-        let mut pending = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
-            let Some(data) = frame.data_ref() else {
-                continue;
-            };
-            pending.extend_from_slice(data);
-            while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=nl).collect();
-                let ev: ExecEvent = serde_json::from_slice(&line[..line.len() - 1])
-                    .map_err(|e| ClientError::Decode(format!("bad exec stream line: {e}")))?;
-                on_event(&ev);
-                match ev {
-                    ExecEvent::Exit { .. } => return Ok(ev),
-                    ExecEvent::Error { error } => {
-                        return Err(ClientError::Api {
-                            status: crate::codes::status_of(&error.code),
-                            code: error.code,
-                            message: error.message,
-                        })
-                    }
-                    _ => {}
-                }
+        read_ndjson(resp, "exec", |ev: ExecEvent| {
+            on_event(&ev);
+            match ev {
+                ExecEvent::Exit { .. } => Some(Ok(ev)),
+                ExecEvent::Error { error } => Some(Err(ClientError::Api {
+                    status: crate::codes::status_of(&error.code),
+                    code: error.code,
+                    message: error.message,
+                })),
+                _ => None,
             }
-        }
-        Err(ClientError::Http(
-            "the exec stream ended without an exit event".into(),
-        ))
+        })
+        .await
     }
 
     pub async fn write_file(
@@ -517,6 +492,46 @@ where
         .send_request(req)
         .await
         .map_err(|e| ClientError::Http(e.to_string()))
+}
+
+/// Read a newline-delimited JSON response line by line. `each` gets every
+/// line as a `T` and ends the stream by returning `Some`; a stream that
+/// ends first is an error naming `what`. A non-2xx status is the usual
+/// [`ClientError::Api`].
+pub(crate) async fn read_ndjson<T: DeserializeOwned, R>(
+    resp: hyper::Response<hyper::body::Incoming>,
+    what: &str,
+    mut each: impl FnMut(T) -> Option<Result<R, ClientError>>,
+) -> Result<R, ClientError> {
+    let status = resp.status();
+    let mut body = resp.into_body();
+    if !status.is_success() {
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_bytes();
+        return Err(api_error(status, &bytes));
+    }
+    let mut pending = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        pending.extend_from_slice(data);
+        while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=nl).collect();
+            let v: T = serde_json::from_slice(&line[..line.len() - 1])
+                .map_err(|e| ClientError::Decode(format!("bad {what} stream line: {e}")))?;
+            if let Some(r) = each(v) {
+                return r;
+            }
+        }
+    }
+    Err(ClientError::Http(format!(
+        "the {what} stream ended before its last event"
+    )))
 }
 
 /// The error a non-2xx response carries.

@@ -10,7 +10,7 @@ use hyper::body::Frame;
 use hyper::Method;
 use tokio_stream::StreamExt;
 
-use crate::client::{api_error, enc, Client, ClientError};
+use crate::client::{enc, read_ndjson, Client, ClientError};
 use crate::images::*;
 
 impl Client {
@@ -120,42 +120,17 @@ async fn read_events(
     resp: hyper::Response<hyper::body::Incoming>,
     mut on_event: impl FnMut(&ImageEvent),
 ) -> Result<Image, ClientError> {
-    let status = resp.status();
-    let mut body = resp.into_body();
-    if !status.is_success() {
-        let bytes = body
-            .collect()
-            .await
-            .map_err(|e| ClientError::Http(e.to_string()))?
-            .to_bytes();
-        return Err(api_error(status, &bytes));
-    }
-    let mut pending = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
-        let Some(data) = frame.data_ref() else {
-            continue;
-        };
-        pending.extend_from_slice(data);
-        while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=nl).collect();
-            let ev: ImageEvent = serde_json::from_slice(&line[..line.len() - 1])
-                .map_err(|e| ClientError::Decode(format!("bad progress line: {e}")))?;
-            on_event(&ev);
-            match ev {
-                ImageEvent::Done { image } => return Ok(*image),
-                ImageEvent::Error { error } => {
-                    return Err(ClientError::Api {
-                        status: crate::codes::status_of(&error.code),
-                        code: error.code,
-                        message: error.message,
-                    })
-                }
-                _ => {}
-            }
+    read_ndjson(resp, "progress", |ev: ImageEvent| {
+        on_event(&ev);
+        match ev {
+            ImageEvent::Done { image } => Some(Ok(*image)),
+            ImageEvent::Error { error } => Some(Err(ClientError::Api {
+                status: crate::codes::status_of(&error.code),
+                code: error.code,
+                message: error.message,
+            })),
+            _ => None,
         }
-    }
-    Err(ClientError::Http(
-        "the progress stream ended without a done or error line".into(),
-    ))
+    })
+    .await
 }
