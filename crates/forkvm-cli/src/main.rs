@@ -536,6 +536,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             image::run(&c, cmd, json).await
         }
         Cmd::Exec { id, exec } => {
+            // Unlike `run`, exec has no image default to fall back on:
+            // a missing command is a usage error, as for any other.
+            if exec.argv.is_empty() {
+                eprintln!(
+                    "error: forkvm exec needs a command\n\nUsage: forkvm exec [OPTIONS] <ID> -- <CMD>..."
+                );
+                return Ok(ExitCode::from(2));
+            }
             let c = client().await?;
             do_exec(&c, &id, &exec, json).await
         }
