@@ -33,6 +33,9 @@ Then, N times each, interleaved so that host noise spreads over all cases:
 
 One private daemon serves the whole run; its home's `guest` and
 `images/default` link to $FORKVM_ARTIFACTS, its blobs and images are its own.
+At the end (also on an error or SIGTERM) the registry and the daemon are
+stopped by their pids, the host nft table the daemon leaves is deleted, and
+the temp directory goes; only the cached rootfs tar stays.
 
 Outputs: results/images.csv, results/RESULTS.md, results/images.png.
 """
@@ -46,6 +49,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -486,13 +490,22 @@ def notes(rows, img: dict, profile: str) -> list[str]:
     ]
     if profile == "debug":
         L.append("- The forkvm binary is a debug build. Cargo.toml optimises its hashing and "
-                 "gzip/zstd crates even there, but the tar parsing and copying of the image "
-                 "code is unoptimised, so unpack is slower than a release build's.")
+                 "gzip/zstd crates even there, but not the image code's own tar parsing and "
+                 "copying; a release build may unpack faster (not measured here).")
     L.append("- `other_cpu_cores` in the CSV is the CPU other processes on the host used "
              "during each measurement (a QEMU the daemon started counts as other, so "
              "first_exec's is overstated). On this shared 2-core host it is the main source "
              "of spread between runs.")
     return L
+
+
+def qemu_lines(ctx: dict, runs: int, most: int = 5) -> list[str]:
+    """report.py's bullet about other QEMU processes, with at most `most` of
+    them listed (a busy host runs dozens)."""
+    lines = rp.other_qemu_lines(ctx["others"], ctx["busy"], runs)
+    if len(lines) > most + 1:
+        lines = lines[:most + 1] + [f"  - … and {len(lines) - most - 1} more"]
+    return lines
 
 
 def write_results(path: Path, rows, img: dict, ctx: dict, args) -> list[str]:
@@ -530,7 +543,7 @@ def write_results(path: Path, rows, img: dict, ctx: dict, args) -> list[str]:
         "The ext4 is made the size forkvm chose for the same image.",
         f"- Other processes used {rp.fmt(other['p50'], 2)} cores (p50; max "
         f"{rp.fmt(other['max'], 2)}) of the {machine['cores']} during the measurements.",
-        *rp.other_qemu_lines(ctx["others"], ctx["busy"], args.runs),
+        *qemu_lines(ctx, args.runs),
         "",
         "## Results",
         "",
@@ -553,7 +566,7 @@ def write_results(path: Path, rows, img: dict, ctx: dict, args) -> list[str]:
 
 def plot(rows, img: dict, path: Path) -> None:
     plt = rp.pyplot()
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [3, 1.3]})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 5.6), gridspec_kw={"width_ratios": [3, 1.3]})
     colours = {"copy_ms": "tab:blue", "unpack_ms": "tab:orange", "mkfs_ms": "tab:green",
                "install_ms": "tab:grey"}
     names = {"copy_ms": "copy / upload / fetch", "unpack_ms": "unpack", "mkfs_ms": "mkfs.ext4",
@@ -575,10 +588,13 @@ def plot(rows, img: dict, path: Path) -> None:
         if left == 0.0:  # no stages (first_exec): the total alone
             ax.barh(y, f["p50"] / 1000, color="tab:purple", label="boot + template + exec")
         ax.plot([f["p50"] / 1000, f["p90"] / 1000], [y, y], color="black", linewidth=1)
+        ax.plot(f["p50"] / 1000, y, "o", color="black", markersize=4,
+                label=None if "total" in seen else "total: p50 (dot) to p90 (bar)")
         ax.plot(f["p90"] / 1000, y, "|", color="black", markersize=10)
+        seen.add("total")
     ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
-    ax.set_xlabel("seconds: p50 of each stage, stacked; line to p90 of the total")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("seconds: p50 of each stage, stacked")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8)
     ax.set_title("Wall time", fontsize=10)
     cases = ["pull_a", "pull_b"]
     xs = range(len(cases))
@@ -588,7 +604,8 @@ def plot(rows, img: dict, path: Path) -> None:
                                    for c in cases], 0.4, color="grey", label="by hand")
     bx.set_xticks(list(xs), ["pull A (cold)", "pull B (after A)"])
     bx.set_ylabel("MiB fetched")
-    bx.legend(fontsize=8)
+    bx.set_ylim(0, 1.25 * max(p(rows, "naive_pull_a", "bytes_fetched")["p50"] / MiB, 1))
+    bx.legend(fontsize=8, loc="upper right")
     bx.set_title("Bytes fetched from the registry", fontsize=10)
     rp.save_figure(fig, path, title=f"~1 GiB image, {img['layers']} layers: forkvm against "
                    "skopeo + umoci + mkfs.ext4 by hand")
@@ -610,6 +627,19 @@ def tool_versions() -> str:
             out.append(argv[0])
     e2 = subprocess.run(["mkfs.ext4", "-V"], capture_output=True, text=True).stderr.split("\n")[0]
     return "; ".join(out + [e2.strip()])
+
+
+def drop_host_table(home: str) -> None:
+    """Delete the host nft table our daemon made (`inet forkvm-<hash of its
+    home>`, see forkvm-net's rules.rs): the daemon leaves it when it stops,
+    and the home it belongs to is gone. Only ours: the hash is of our home."""
+    name = "forkvm-" + fb.run_dir_for_home(home).name.removeprefix("forkvm-")
+    try:
+        if subprocess.run(["nft", "list", "table", "inet", name],
+                          capture_output=True).returncode == 0:
+            subprocess.run(["nft", "delete", "table", "inet", name], capture_output=True)
+    except OSError:
+        pass  # no nft: the daemon made no table either
 
 
 def private_artifacts(work: Path, artifacts: Path) -> Path:
@@ -653,11 +683,13 @@ def main() -> int:
     rows = []
     # Everything the run makes lives in `work` (on disk: /tmp may be small).
     work = Path(tempfile.mkdtemp(prefix="fvb-images-", dir="/var/tmp"))
+    daemon = None
     try:
         img = make_images(work, rootfs, args.layer_mib)
         with Registry(work / "registry") as reg, \
                 fb.Daemon(binary=args.binary, artifacts=str(private_artifacts(work, artifacts))) \
                 as d:
+            daemon = d
             print(f"==> registry on 127.0.0.1:{reg.port}: pushing A and B", flush=True)
             reg.push(img["oci"], "a", "bench/a")
             reg.push(img["oci"], "b", "bench/b")
@@ -670,6 +702,8 @@ def main() -> int:
                 ctx["busy"] += bool(others)
                 rows += one_run(run, cli, reg, img, work, meter)
     finally:
+        if daemon is not None and daemon.home:
+            drop_host_table(daemon.home)
         shutil.rmtree(work, ignore_errors=True)
     ctx["elapsed"] = time.monotonic() - t0
     rp.write_csv(out / "images.csv", rows, FIELDS)
@@ -681,6 +715,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM (e.g. from `timeout`) unwinds like an error, so the registry,
+    # the daemon and the temp files are still cleaned up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         sys.exit(main())
     except fb.BenchError as e:
