@@ -13,7 +13,8 @@
 //! 4. only then bind the socket, so a client never sees a half-started daemon.
 //!
 //! On SIGTERM/SIGINT the daemon stops serving and exits, leaving the VMs
-//! running; the next daemon re-attaches to them.
+//! running; the next daemon re-attaches to them. With no VM left running it
+//! also deletes its host nftables table.
 
 pub mod agent;
 pub mod api;
@@ -250,6 +251,12 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     }
     // Pooled QEMUs belong to no sandbox: they go with the daemon.
     mgr.drain_pools().await;
+    // Running sandboxes keep their host rules for the next daemon; with
+    // none, the table would only be left behind.
+    let running = mgr.live_map().len();
+    if running == 0 {
+        mgr.net.remove_host_table().await;
+    }
     let _ = std::fs::remove_file(&socket);
     Ok(())
 }
