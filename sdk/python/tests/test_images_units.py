@@ -338,7 +338,7 @@ def test_import_streams_a_file_as_it_is(tmp_path: Path, private_tmp: Path) -> No
     request = recorder.requests[0]
     assert (request.method, request.url.path) == ("POST", "/v1/images/import")
     assert recorder.query == {"name": ["tiny"], "file": ["rootfs.tar"], "replace": ["true"]}
-    assert request.headers["content-type"] == "application/x-tar"
+    assert request.headers["content-type"] == "application/octet-stream"
     assert request.headers["content-length"] == str(archive.stat().st_size)
     assert recorder.bodies[0] == archive.read_bytes()
     assert list(private_tmp.iterdir()) == []

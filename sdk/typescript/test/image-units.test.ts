@@ -473,7 +473,7 @@ describe("Client image methods", () => {
     const req = transport.requests[0]!;
     assert.equal(req.path, "/v1/images/import");
     assert.deepEqual(transport.query(), { name: "tiny", file: "rootfs.tar", replace: "true" });
-    assert.equal(req.headers?.["content-type"], "application/x-tar");
+    assert.equal(req.headers?.["content-type"], "application/octet-stream");
     assert.equal(req.headers?.["content-length"], String(bytes.length));
     assert.ok(transport.bodies[0]!.equals(bytes));
   });
@@ -617,7 +617,7 @@ describe("streamed bodies over the transports", () => {
     const res = await transport.request({
       method: "POST",
       path: "/echo",
-      headers: { "content-type": "application/x-tar", "content-length": String(payload.length) },
+      headers: { "content-type": "application/octet-stream", "content-length": String(payload.length) },
       body: chunks(),
     });
     assert.equal(res.status, 200);
