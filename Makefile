@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain
+.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -46,3 +46,6 @@ bench-network: build
 
 bench-chain: build
 	bash bench/chain/run.sh
+
+bench-images: build
+	bash bench/images/run.sh

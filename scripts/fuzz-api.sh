@@ -11,7 +11,8 @@
 #
 # The daemon gets a private home and `--max-sandboxes 3`, so generated spawn
 # requests (count up to 1000) are bounded by the documented 429 instead of
-# filling the host. It is stopped by PID at the end, and its sandboxes with it.
+# filling the host, and `--allowed-registries 127.0.0.1:9`, so generated
+# pulls never leave the machine. It is stopped by PID at the end, and its sandboxes with it.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,7 +34,12 @@ done
 
 HOME_DIR=$(mktemp -d /tmp/forkvm-fuzz.XXXXXX)
 ln -s "$ART/guest" "$HOME_DIR/guest"
-ln -s "$ART/images" "$HOME_DIR/images"
+# Images of its own (the built ones linked in), so generated imports,
+# builds and removals never touch the shared ones.
+mkdir "$HOME_DIR/images"
+for img in "$ART"/images/*/; do
+    ln -s "${img%/}" "$HOME_DIR/images/$(basename "$img")"
+done
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 DAEMON=
@@ -51,8 +57,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Generated pull references must not reach registries off this machine:
+# only a loopback port nothing listens on is allowed.
 FORKVM_TOKEN=$TOKEN "$BIN" serve --home "$HOME_DIR" --listen "127.0.0.1:$PORT" \
-    --max-sandboxes 3 >"$HOME_DIR/serve.log" 2>&1 &
+    --max-sandboxes 3 --allowed-registries "127.0.0.1:9" >"$HOME_DIR/serve.log" 2>&1 &
 DAEMON=$!
 for _ in $(seq 1 100); do
     curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/v1/health" >/dev/null && break

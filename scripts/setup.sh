@@ -34,12 +34,13 @@ mkdir -p "$LOG_DIR"
 
 # Packages from the main suite (bookworm). gcc + libc6-dev: linker and static
 # libc for the guest agent; file: binary checks. docker-registry, skopeo,
-# umoci, buildah, apache2-utils (htpasswd) and busybox-static: the image
+# umoci, buildah, apache2-utils (htpasswd), busybox-static and openssl (a
+# test CA for a TLS registry): the image
 # tests make and serve images with the field's own tools.
 MAIN_PKGS=(mmdebstrap debian-archive-keyring ca-certificates e2fsprogs zstd xz-utils
            kmod cpio sqlite3 nftables iproute2 iperf3 python3-venv python3-pip
            gcc libc6-dev file
-           docker-registry skopeo umoci buildah apache2-utils busybox-static)
+           docker-registry skopeo umoci buildah apache2-utils busybox-static openssl)
 # Packages from bookworm-backports (QEMU >= 10 is required).
 BPO_PKGS=(qemu-system-x86 qemu-utils)
 QEMU_MIN_MAJOR=10

@@ -24,7 +24,9 @@
 //! Every request carries an `id` chosen by the host; every message the guest
 //! sends about that request echoes it. An exec produces any number of
 //! [`GuestMsg::Output`] frames followed by exactly one [`GuestMsg::Exited`] (or
-//! [`GuestMsg::Error`]). Every other request produces exactly one reply.
+//! [`GuestMsg::Error`]); a detached exec produces exactly one
+//! [`GuestMsg::Started`] (or `Error`). Every other request produces exactly
+//! one reply.
 //!
 //! Connection semantics: the host may disconnect and reconnect at any time
 //! (daemon restart). The guest then discards any partial frame it had read.
@@ -34,6 +36,28 @@
 //! Compatibility rule: [`PROTOCOL_VERSION`] changes when a message changes
 //! meaning. New optional fields may be added without a bump (both sides ignore
 //! unknown fields in replies, and requests only gain fields with defaults).
+//! An agent answers a request type it does not know with an `Error` whose
+//! code is [`ERR_UNSUPPORTED`] (agents of protocol 1 used [`ERR_INVALID`]
+//! with serde's "unknown variant" message) and keeps serving.
+//!
+//! Because an old agent *ignores* unknown fields, a request field whose
+//! meaning an old agent would silently drop must come with a version bump,
+//! and the host must check the agent's version (from `pong`) before sending
+//! it. Protocol 2 added, and hosts must check for:
+//!
+//! * `exec.user`: run as another user (an old agent would run it as root);
+//! * `exec.detach` / `exec.log_path`: start a long-running process and answer
+//!   at once with `started` (an old agent would run it attached);
+//! * `put_archive.append_at` (with `put_archive` itself);
+//!
+//! and the new request types `port_probe`, `put_archive`, `resize_rootfs`
+//! and `sync`, which an old agent rejects by itself.
+//!
+//! The `put_archive` payload is an uncompressed tar stream; see [`tar`] for
+//! the accepted format and for how a host splits an archive bigger than
+//! [`MAX_PAYLOAD`] into several requests.
+
+pub mod tar;
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -51,8 +75,14 @@ pub const MAX_HEADER: u32 = 1 << 20;
 pub const MAX_PAYLOAD: u32 = 64 << 20;
 /// Size of the stdout/stderr chunks the agent sends.
 pub const OUTPUT_CHUNK: usize = 64 << 10;
-/// Protocol version reported by `pong`.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Protocol version reported by `pong` (see the compatibility rule above).
+pub const PROTOCOL_VERSION: u32 = 2;
+/// The first protocol version with `exec.user`, `exec.detach`, `port_probe`,
+/// `put_archive`, `resize_rootfs` and `sync`.
+pub const PROTOCOL_V2: u32 = 2;
+/// Where a detached exec's output goes when the request names no
+/// `log_path`: `start-<pid>.log` in this directory (a tmpfs in the VM).
+pub const DEFAULT_LOG_DIR: &str = "/run/forkvm";
 /// The virtio-serial port name the agent listens on.
 pub const PORT_NAME: &str = "org.forkvm.agent.0";
 
@@ -63,7 +93,12 @@ pub enum HostMsg {
     /// Liveness check. Answered by [`GuestMsg::Pong`].
     Ping { id: u64 },
     /// Run a program. The frame payload is the whole of its stdin (it is then
-    /// closed). Answered by `Output*` then `Exited`.
+    /// closed). Answered by `Output*` then `Exited`; with `detach`, by
+    /// `Started` alone.
+    ///
+    /// `env` is added to the agent's own environment (PATH, HOME=/root,
+    /// LANG); PATH from `env` is the one searched for `argv[0]`. A `cwd` that
+    /// does not exist is an `Error` (code [`ERR_SPAWN`]).
     Exec {
         id: u64,
         argv: Vec<String>,
@@ -72,8 +107,31 @@ pub enum HostMsg {
         #[serde(default)]
         cwd: Option<String>,
         /// Kill the process group after this long; `None` means no limit.
+        /// Not allowed with `detach`.
         #[serde(default)]
         timeout_ms: Option<u64>,
+        /// Run as this user, in the OCI forms `name`, `uid`, `name:group`,
+        /// `uid:gid`, `uid:group`, `name:gid`, resolved against the guest's
+        /// /etc/passwd and /etc/group. Without a group the user's primary
+        /// group and its memberships in /etc/group are used (initgroups);
+        /// with one, that group alone. HOME defaults to the user's home
+        /// directory ("/" for a uid with no passwd entry) unless `env` sets
+        /// it. `None`: root, as the agent. Protocol 2.
+        #[serde(default)]
+        user: Option<String>,
+        /// Start the process in its own session with stdin from /dev/null
+        /// and stdout and stderr appended to `log_path`, answer `Started` at
+        /// once and leave it running: it outlives the request and the host
+        /// connection, and the agent reaps it when it exits (appending a
+        /// line with its exit status to the log). The payload must be empty.
+        /// Protocol 2.
+        #[serde(default)]
+        detach: bool,
+        /// The log file of a detached process (created if missing, appended
+        /// to otherwise; its directory must exist). Default:
+        /// `/run/forkvm/start-<pid>.log` (see [`DEFAULT_LOG_DIR`]).
+        #[serde(default)]
+        log_path: Option<String>,
     },
     /// Write the payload to `path`, replacing it. Answered by `FileWritten`.
     WriteFile {
@@ -126,6 +184,39 @@ pub enum HostMsg {
         port: u16,
         timeout_ms: u32,
     },
+    /// Does a TCP server in the guest accept connections on `port` of
+    /// 127.0.0.1 (or, failing that, of ::1) right now? One attempt per
+    /// address, each bounded by `timeout_ms`; refused or timed out means
+    /// closed (unlike `NetProbe`). Answered by `PortOpen`. Protocol 2.
+    PortProbe { id: u64, port: u16, timeout_ms: u32 },
+    /// Extract the payload, an uncompressed tar stream (see [`tar`]), under
+    /// the directory `dest` (an absolute guest path, created with its
+    /// missing parents if needed). Entry paths are taken relative to `dest`
+    /// (a leading `/` is dropped); an entry with a `..` component, or whose
+    /// parent directory would be reached through a symlink leading out of
+    /// `dest`, is refused. Ownership is `owner` (the user forms of
+    /// `Exec::user`) for every entry, or else each header's numeric uid and
+    /// gid. Answered by `ArchiveWritten`. Protocol 2.
+    PutArchive {
+        id: u64,
+        dest: String,
+        #[serde(default)]
+        owner: Option<String>,
+        /// Continue a file a previous `PutArchive` began: the archive then
+        /// holds exactly one regular-file entry, whose data is written at
+        /// this byte offset of the existing file (a regular file exactly
+        /// this long), after which its mode, owner and mtime are applied
+        /// again. This is how a file bigger than [`MAX_PAYLOAD`] is sent;
+        /// see [`tar::split()`].
+        #[serde(default)]
+        append_at: Option<u64>,
+    },
+    /// Grow the mounted root ext4 filesystem online to the size of its
+    /// block device. A no-op when it already fills it. Answered by
+    /// `RootfsResized`. Protocol 2.
+    ResizeRootfs { id: u64 },
+    /// Flush every filesystem (sync(2)). Answered by `Synced`. Protocol 2.
+    Sync { id: u64 },
 }
 
 fn default_mode() -> u32 {
@@ -143,7 +234,11 @@ impl HostMsg {
             | HostMsg::Shutdown { id }
             | HostMsg::Identity { id, .. }
             | HostMsg::SetClock { id, .. }
-            | HostMsg::NetProbe { id, .. } => *id,
+            | HostMsg::NetProbe { id, .. }
+            | HostMsg::PortProbe { id, .. }
+            | HostMsg::PutArchive { id, .. }
+            | HostMsg::ResizeRootfs { id }
+            | HostMsg::Sync { id } => *id,
         }
     }
 }
@@ -207,6 +302,36 @@ pub enum GuestMsg {
         id: u64,
         took_us: u64,
     },
+    /// A detached exec is running as `pid`, its output going to
+    /// `log_path`.
+    Started {
+        id: u64,
+        pid: u32,
+        log_path: String,
+    },
+    /// The answer to `PortProbe`.
+    PortOpen {
+        id: u64,
+        open: bool,
+    },
+    /// `PutArchive` wrote `entries` entries (of every type) holding `bytes`
+    /// bytes of file data.
+    ArchiveWritten {
+        id: u64,
+        entries: u64,
+        bytes: u64,
+    },
+    /// The root filesystem's size before and after `ResizeRootfs` (equal
+    /// when there was nothing to do).
+    RootfsResized {
+        id: u64,
+        old_bytes: u64,
+        new_bytes: u64,
+    },
+    /// `Sync` finished.
+    Synced {
+        id: u64,
+    },
     /// The request failed. `code` is one of the `ERR_*` constants.
     Error {
         id: u64,
@@ -228,6 +353,11 @@ impl GuestMsg {
             | GuestMsg::IdentityAck { id, .. }
             | GuestMsg::ClockSet { id }
             | GuestMsg::NetReady { id, .. }
+            | GuestMsg::Started { id, .. }
+            | GuestMsg::PortOpen { id, .. }
+            | GuestMsg::ArchiveWritten { id, .. }
+            | GuestMsg::RootfsResized { id, .. }
+            | GuestMsg::Synced { id }
             | GuestMsg::Error { id, .. } => *id,
         }
     }
@@ -239,6 +369,15 @@ pub const ERR_SPAWN: &str = "spawn_failed";
 pub const ERR_TOO_LARGE: &str = "too_large";
 pub const ERR_IO: &str = "io";
 pub const ERR_INVALID: &str = "invalid";
+/// The agent does not know this request type (it is older than the host).
+pub const ERR_UNSUPPORTED: &str = "unsupported";
+
+/// Whether an `Error` reply means the agent does not know the request type:
+/// [`ERR_UNSUPPORTED`] from protocol 2 on, or protocol 1's [`ERR_INVALID`]
+/// carrying serde's "unknown variant" message.
+pub fn is_unsupported_error(code: &str, message: &str) -> bool {
+    code == ERR_UNSUPPORTED || (code == ERR_INVALID && message.contains("unknown variant"))
+}
 
 /// Why a frame could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -360,6 +499,9 @@ pub fn write_frame<M: Serialize, W: Write>(
 }
 
 #[cfg(test)]
+mod request_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -370,6 +512,9 @@ mod tests {
             env: BTreeMap::from([("A".into(), "b".into())]),
             cwd: Some("/tmp".into()),
             timeout_ms: Some(1000),
+            user: None,
+            detach: false,
+            log_path: None,
         }
     }
 

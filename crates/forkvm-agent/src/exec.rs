@@ -4,17 +4,17 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use forkvm_agent_protocol::{
-    GuestMsg, Stream, ERR_INVALID, ERR_IO, ERR_NOT_FOUND, ERR_SPAWN, OUTPUT_CHUNK,
-};
+use forkvm_agent_protocol::{GuestMsg, Stream, ERR_IO, ERR_SPAWN, OUTPUT_CHUNK};
 
+use crate::command::{self, err, spawn_error, Program};
 use crate::reaper;
 use crate::serve::{Outbox, ReqError};
 use crate::sys;
@@ -40,6 +40,8 @@ pub struct ExecRequest {
     pub cwd: Option<String>,
     pub timeout_ms: Option<u64>,
     pub stdin: Vec<u8>,
+    /// Run as this user (see [`crate::users`]).
+    pub user: Option<String>,
 }
 
 /// How the process ended (the fields of `GuestMsg::Exited`).
@@ -49,47 +51,6 @@ pub struct ExitReport {
     pub signal: Option<i32>,
     pub timed_out: bool,
     pub duration_ms: u64,
-}
-
-fn err(code: &'static str, message: impl Into<String>) -> ReqError {
-    ReqError {
-        code,
-        message: message.into(),
-    }
-}
-
-fn spawn_error(program: &str, e: &io::Error) -> ReqError {
-    match e.kind() {
-        io::ErrorKind::NotFound => err(ERR_NOT_FOUND, format!("executable not found: {program}")),
-        io::ErrorKind::PermissionDenied => err(
-            ERR_SPAWN,
-            format!("cannot execute {program}: permission denied"),
-        ),
-        _ => err(ERR_SPAWN, format!("cannot start {program}: {e}")),
-    }
-}
-
-fn check_cwd(cwd: &str) -> Result<(), ReqError> {
-    match std::fs::metadata(cwd) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(err(ERR_SPAWN, format!("cwd {cwd} is not a directory"))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            Err(err(ERR_SPAWN, format!("cwd {cwd} does not exist")))
-        }
-        Err(e) => Err(err(ERR_SPAWN, format!("cwd {cwd}: {e}"))),
-    }
-}
-
-fn check_env(env: &BTreeMap<String, String>) -> Result<(), ReqError> {
-    for (k, v) in env {
-        if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
-            return Err(err(
-                ERR_INVALID,
-                format!("invalid environment variable name or value: {k:?}"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Kills the process group on drop unless disarmed, so an early return or a
@@ -125,28 +86,22 @@ pub fn run(req: ExecRequest, out: &Arc<Outbox>) -> Result<ExitReport, ReqError> 
         cwd,
         timeout_ms,
         stdin,
+        user,
     } = req;
-    let Some(program) = argv.first() else {
-        return Err(err(ERR_INVALID, "argv is empty"));
-    };
-    if program.is_empty() || argv.iter().any(|a| a.contains('\0')) {
-        return Err(err(
-            ERR_INVALID,
-            "argv[0] is empty or an argument contains a NUL byte",
-        ));
-    }
-    check_env(&env)?;
-    let cwd = cwd
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "/".to_string());
-    check_cwd(&cwd)?;
-
-    let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
-        .envs(&env)
-        .current_dir(&cwd)
-        // Its own group, so a timeout kills the whole tree it started.
-        .process_group(0)
+    let command::Prepared {
+        mut cmd, program, ..
+    } = command::prepare(
+        &Program {
+            argv: &argv,
+            env: &env,
+            cwd: cwd.as_deref(),
+            user: user.as_deref(),
+        },
+        Path::new(command::ETC),
+        false,
+    )?;
+    // Its own group, so a timeout kills the whole tree it started.
+    cmd.process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -155,7 +110,7 @@ pub fn run(req: ExecRequest, out: &Arc<Outbox>) -> Result<ExitReport, ReqError> 
     let started = Instant::now();
     let (mut child, status_rx) = reaper
         .spawn(&mut cmd)
-        .map_err(|e| spawn_error(program, &e))?;
+        .map_err(|e| spawn_error(&program, &e))?;
     let pgid = libc::pid_t::try_from(child.id()).unwrap_or(0);
     let mut group = GroupGuard { pgid, armed: true };
 
@@ -341,7 +296,7 @@ fn pump(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use forkvm_agent_protocol::{decode, Frame};
+    use forkvm_agent_protocol::{decode, Frame, ERR_INVALID, ERR_NOT_FOUND};
     use std::sync::Mutex;
 
     /// A writer that records everything, shared with the test.
@@ -372,6 +327,7 @@ mod tests {
                 cwd: None,
                 timeout_ms,
                 stdin: stdin.to_vec(),
+                user: None,
             },
             &out,
         );

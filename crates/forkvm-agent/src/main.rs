@@ -45,15 +45,23 @@
 //! keeps reading. As pid 1 the agent also reaps orphaned processes; see
 //! [`reaper`] for how that coexists with exec's need for exit statuses.
 
+mod archive;
+mod at;
 mod boot;
 mod cmdline;
+mod command;
 mod exec;
 mod files;
+mod handlers;
 mod identity;
 mod port;
+mod probe;
 mod reaper;
+mod rootfs;
 mod serve;
+mod start;
 mod sys;
+mod users;
 
 use std::io::{self, Write};
 use std::panic;

@@ -54,7 +54,7 @@ fn binary_serves_a_unix_socket_and_exits_on_shutdown() {
         recv().msg,
         GuestMsg::Pong {
             id: 1,
-            protocol: 1,
+            protocol: forkvm_agent_protocol::PROTOCOL_VERSION,
             ..
         }
     ));
@@ -65,6 +65,9 @@ fn binary_serves_a_unix_socket_and_exits_on_shutdown() {
         env: BTreeMap::from([("X".into(), "from env".into())]),
         cwd: None,
         timeout_ms: Some(10_000),
+        user: None,
+        detach: false,
+        log_path: None,
     };
     write_frame(&mut w, &exec, b"hello\n").unwrap();
     let mut stdout = Vec::new();

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, StatusCode};
@@ -171,11 +172,27 @@ impl Client {
     }
 
     /// Send a request and return the response with its body unread.
-    async fn open(
+    pub(crate) async fn open(
         &self,
         method: Method,
         path: &str,
         body: Option<(Bytes, &str)>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+        let (payload, ct) = match body {
+            Some((b, ct)) => (b, Some(ct)),
+            None => (Bytes::new(), None),
+        };
+        let payload = Full::new(payload).map_err(|never| match never {}).boxed();
+        self.open_body(method, path, payload, ct).await
+    }
+
+    /// Send a request with any body (e.g. a file streamed from disk).
+    pub(crate) async fn open_body(
+        &self,
+        method: Method,
+        path: &str,
+        payload: BoxBody<Bytes, std::io::Error>,
+        content_type: Option<&str>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
         let connect_err = |source| ClientError::Connect {
             target: self.target.to_string(),
@@ -189,15 +206,11 @@ impl Client {
         if let Some(t) = &self.token {
             req = req.header(AUTHORIZATION, format!("Bearer {t}"));
         }
-        let payload = match body {
-            Some((b, ct)) => {
-                req = req.header(CONTENT_TYPE, ct);
-                b
-            }
-            None => Bytes::new(),
-        };
+        if let Some(ct) = content_type {
+            req = req.header(CONTENT_TYPE, ct);
+        }
         let req = req
-            .body(Full::new(payload))
+            .body(payload)
             .map_err(|e| ClientError::Http(e.to_string()))?;
         let resp = match &self.target {
             Target::Unix(p) => {
@@ -317,44 +330,19 @@ impl Client {
         )
         .await
         .map_err(|_| ClientError::Http(format!("no response within {:?}", self.timeout)))??;
-        let status = resp.status();
-        let mut body = resp.into_body();
-        if !status.is_success() {
-            let bytes = body
-                .collect()
-                .await
-                .map_err(|e| ClientError::Http(e.to_string()))?
-                .to_bytes();
-            return Err(api_error(status, &bytes));
-        }
-        let mut pending = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
-            let Some(data) = frame.data_ref() else {
-                continue;
-            };
-            pending.extend_from_slice(data);
-            while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=nl).collect();
-                let ev: ExecEvent = serde_json::from_slice(&line[..line.len() - 1])
-                    .map_err(|e| ClientError::Decode(format!("bad exec stream line: {e}")))?;
-                on_event(&ev);
-                match ev {
-                    ExecEvent::Exit { .. } => return Ok(ev),
-                    ExecEvent::Error { error } => {
-                        return Err(ClientError::Api {
-                            status: crate::codes::status_of(&error.code),
-                            code: error.code,
-                            message: error.message,
-                        })
-                    }
-                    _ => {}
-                }
+        read_ndjson(resp, "exec", |ev: ExecEvent| {
+            on_event(&ev);
+            match ev {
+                ExecEvent::Exit { .. } => Some(Ok(ev)),
+                ExecEvent::Error { error } => Some(Err(ClientError::Api {
+                    status: crate::codes::status_of(&error.code),
+                    code: error.code,
+                    message: error.message,
+                })),
+                _ => None,
             }
-        }
-        Err(ClientError::Http(
-            "the exec stream ended without an exit event".into(),
-        ))
+        })
+        .await
     }
 
     pub async fn write_file(
@@ -489,7 +477,7 @@ impl Client {
 
 async fn send<I>(
     io: I,
-    req: Request<Full<Bytes>>,
+    req: Request<BoxBody<Bytes, std::io::Error>>,
 ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -506,8 +494,48 @@ where
         .map_err(|e| ClientError::Http(e.to_string()))
 }
 
+/// Read a newline-delimited JSON response line by line. `each` gets every
+/// line as a `T` and ends the stream by returning `Some`; a stream that
+/// ends first is an error naming `what`. A non-2xx status is the usual
+/// [`ClientError::Api`].
+pub(crate) async fn read_ndjson<T: DeserializeOwned, R>(
+    resp: hyper::Response<hyper::body::Incoming>,
+    what: &str,
+    mut each: impl FnMut(T) -> Option<Result<R, ClientError>>,
+) -> Result<R, ClientError> {
+    let status = resp.status();
+    let mut body = resp.into_body();
+    if !status.is_success() {
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_bytes();
+        return Err(api_error(status, &bytes));
+    }
+    let mut pending = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        pending.extend_from_slice(data);
+        while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=nl).collect();
+            let v: T = serde_json::from_slice(&line[..line.len() - 1])
+                .map_err(|e| ClientError::Decode(format!("bad {what} stream line: {e}")))?;
+            if let Some(r) = each(v) {
+                return r;
+            }
+        }
+    }
+    Err(ClientError::Http(format!(
+        "the {what} stream ended before its last event"
+    )))
+}
+
 /// The error a non-2xx response carries.
-fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
+pub(crate) fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
     match serde_json::from_slice::<ErrorBody>(body) {
         Ok(e) => ClientError::Api {
             status: status.as_u16(),

@@ -16,6 +16,11 @@
 //! | `qemu_failed` | 500 | QEMU could not be started or died |
 //! | `network_failed` | 500 | the sandbox's network could not be set up |
 //! | `network_unavailable` | 503 | this host cannot give sandboxes a network (see `forkvm doctor`) |
+//! | `registry_auth_failed` | 403 | a registry refused the credentials |
+//! | `invalid_image` | 422 | an image's blobs fail verification, its archive or manifest is malformed, or it has no linux/amd64 variant |
+//! | `build_failed` | 422 | a Dockerfile is invalid or one of its steps failed |
+//! | `registry_unreachable` | 502 | a registry could not be reached or answered nonsense |
+//! | `no_space` | 507 | the host filesystem holding FORKVM_HOME is full |
 //! | `internal` | 500 | a bug or a host problem; the message says which |
 
 pub const INVALID_REQUEST: &str = "invalid_request";
@@ -33,6 +38,11 @@ pub const INTERNAL: &str = "internal";
 pub const SNAPSHOT_CORRUPT: &str = "snapshot_corrupt";
 pub const NETWORK_FAILED: &str = "network_failed";
 pub const NETWORK_UNAVAILABLE: &str = "network_unavailable";
+pub const REGISTRY_AUTH_FAILED: &str = "registry_auth_failed";
+pub const INVALID_IMAGE: &str = "invalid_image";
+pub const BUILD_FAILED: &str = "build_failed";
+pub const REGISTRY_UNREACHABLE: &str = "registry_unreachable";
+pub const NO_SPACE: &str = "no_space";
 
 /// The HTTP status a code is sent with (the table above). A streamed exec
 /// reports a late error as a code inside a 200 response; clients use this to
@@ -43,13 +53,15 @@ pub fn status_of(code: &str) -> u16 {
         UNAUTHORIZED => 401,
         NOT_FOUND | IMAGE_NOT_FOUND => 404,
         REQUEST_TIMEOUT => 408,
+        REGISTRY_AUTH_FAILED => 403,
         CONFLICT => 409,
         PAYLOAD_TOO_LARGE => 413,
-        SNAPSHOT_CORRUPT => 422,
+        SNAPSHOT_CORRUPT | INVALID_IMAGE | BUILD_FAILED => 422,
         LIMIT_EXCEEDED => 429,
-        GUEST_ERROR => 502,
+        GUEST_ERROR | REGISTRY_UNREACHABLE => 502,
         NETWORK_UNAVAILABLE => 503,
         GUEST_TIMEOUT => 504,
+        NO_SPACE => 507,
         _ => 500,
     }
 }

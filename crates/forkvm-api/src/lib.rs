@@ -3,6 +3,7 @@
 //! * [`types`]: request and response bodies (with OpenAPI schemas);
 //! * [`routes`]: the table of operations — the daemon builds its router from
 //!   it, and a test checks it against the checked-in OpenAPI document;
+//! * [`images`]: the bodies of the image operations;
 //! * [`codes`]: the machine-readable error codes;
 //! * [`client`]: a small HTTP/1.1 client for the unix socket and TCP.
 //!
@@ -13,12 +14,15 @@
 //! status.
 
 pub mod client;
+mod client_images;
 pub mod codes;
+pub mod images;
 pub mod routes;
 pub mod types;
 
 pub use client::{Client, ClientError, Target};
 pub use hyper::Method;
+pub use images::*;
 pub use types::*;
 
 /// The environment variable naming the daemon's address.

@@ -28,6 +28,12 @@ pub enum Op {
     PinSnapshot,
     UnpinSnapshot,
     PruneSnapshots,
+    ListImages,
+    GetImage,
+    DeleteImage,
+    PullImage,
+    ImportImage,
+    BuildImage,
 }
 
 /// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
@@ -55,4 +61,11 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     // A static segment: it shadows the snapshot tag `prune`, which is
     // therefore refused (see Manager::check_tag).
     (Op::PruneSnapshots, "POST", "/v1/snapshots/prune"),
+    (Op::ListImages, "GET", "/v1/images"),
+    (Op::GetImage, "GET", "/v1/images/{name}"),
+    (Op::DeleteImage, "DELETE", "/v1/images/{name}"),
+    (Op::PullImage, "POST", "/v1/images"),
+    // Static segments: image names `import` and `build` are refused.
+    (Op::ImportImage, "POST", "/v1/images/import"),
+    (Op::BuildImage, "POST", "/v1/images/build"),
 ];

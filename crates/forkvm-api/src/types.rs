@@ -52,6 +52,10 @@ pub struct CreateSandbox {
     /// has its identity; the network is set up either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_network: Option<bool>,
+    /// Root disk size in bytes (default: the image's). A larger size grows
+    /// the guest's root filesystem; a smaller one is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_size: Option<u64>,
 }
 
 /// A sandbox's network.
@@ -442,13 +446,20 @@ pub enum OutputEncoding {
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     /// Program and arguments; `argv[0]` is looked up on the guest's PATH.
+    /// Empty: the image's default command (its `Entrypoint` and `Cmd`).
+    #[serde(default)]
     pub argv: Vec<String>,
-    /// Extra environment variables, on top of the agent's.
+    /// Extra environment variables, on top of the image's `Env` and the
+    /// agent's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    /// Working directory (default `/`).
+    /// Working directory (default: the image's `WorkingDir`, else `/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// Run as this user: `name`, `uid`, `name:group` or `uid:gid`
+    /// (default: the image's `User`, else root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// Standard input as text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,

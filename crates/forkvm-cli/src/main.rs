@@ -12,6 +12,7 @@
 mod doctor;
 mod doctor_net;
 mod gc;
+mod image;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -54,6 +55,10 @@ struct SpawnArgs {
     /// Always cold-boot the image (do not use or create its boot template).
     #[arg(long)]
     no_template: bool,
+    /// Root disk size, e.g. 8G (default: the image's); a larger size grows
+    /// the filesystem.
+    #[arg(long, value_name = "SIZE", value_parser = image::parse_size)]
+    disk_size: Option<u64>,
     #[command(flatten)]
     net: NetArgs,
 }
@@ -128,8 +133,13 @@ struct ExecArgs {
     /// Kill the command after this many seconds.
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
-    /// The command and its arguments.
-    #[arg(required = true, last = true, value_name = "CMD")]
+    /// Run as this user (`name`, `uid`, `name:group`, `uid:gid`); default:
+    /// the image's `User`, else root.
+    #[arg(short = 'u', long = "user")]
+    user: Option<String>,
+    /// The command and its arguments; omitted: the image's default command
+    /// (its Entrypoint and Cmd).
+    #[arg(last = true, value_name = "CMD")]
     argv: Vec<String>,
 }
 
@@ -199,6 +209,11 @@ enum Cmd {
         spawn: SpawnArgs,
         #[command(flatten)]
         exec: ExecArgs,
+    },
+    /// Pull, import, build and manage images.
+    Image {
+        #[command(subcommand)]
+        cmd: image::ImageCmd,
     },
     /// Spawn sandboxes (from an image or a snapshot) and print their ids.
     Spawn {
@@ -319,6 +334,15 @@ enum Cmd {
         #[arg(long, value_name = "N", env = "FORKVM_DISK_CHAIN_MAX",
               default_value_t = forkvm_daemon::config::DEFAULT_DISK_CHAIN_MAX)]
         disk_chain_max: u32,
+        /// Pull only from these registries (`host[:port]`, comma-separated);
+        /// empty: any. Builds pull their base images through the same check.
+        #[arg(
+            long,
+            value_name = "HOSTS",
+            env = "FORKVM_ALLOWED_REGISTRIES",
+            value_delimiter = ','
+        )]
+        allowed_registries: Vec<String>,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -364,6 +388,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             gc_grace,
             gc_interval,
             disk_chain_max,
+            allowed_registries,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -378,6 +403,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.gc_grace = Duration::from_secs(gc_grace);
             cfg.gc_interval = (gc_interval > 0).then(|| Duration::from_secs(gc_interval));
             cfg.disk_chain_max = disk_chain_max;
+            cfg.allowed_registries = allowed_registries
+                .into_iter()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .collect();
             cfg.token = std::env::var(forkvm_api::ENV_TOKEN)
                 .ok()
                 .filter(|t| !t.is_empty());
@@ -501,7 +531,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let c = client().await?;
             snapshot_cmd(&c, cmd, id, tag, json).await
         }
+        Cmd::Image { cmd } => {
+            let c = client().await?;
+            image::run(&c, cmd, json).await
+        }
         Cmd::Exec { id, exec } => {
+            // Unlike `run`, exec has no image default to fall back on:
+            // a missing command is a usage error, as for any other.
+            if exec.argv.is_empty() {
+                eprintln!(
+                    "error: forkvm exec needs a command\n\nUsage: forkvm exec [OPTIONS] <ID> -- <CMD>..."
+                );
+                return Ok(ExitCode::from(2));
+            }
             let c = client().await?;
             do_exec(&c, &id, &exec, json).await
         }
@@ -631,6 +673,7 @@ fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
         ports: (!a.net.ports.is_empty()).then(|| a.net.ports.clone()),
         egress: (!a.net.allow.is_empty()).then(|| a.net.allow.clone()),
         wait_for_network: a.net.no_wait_network.then_some(false),
+        disk_size: a.disk_size,
         ..Default::default()
     }
 }
@@ -770,6 +813,7 @@ fn exec_req(a: &ExecArgs) -> Result<ExecRequest> {
         argv: a.argv.clone(),
         env,
         cwd: a.cwd.clone(),
+        user: a.user.clone(),
         timeout_ms,
         encoding: Some(OutputEncoding::Base64),
         ..Default::default()

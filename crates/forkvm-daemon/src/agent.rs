@@ -5,10 +5,24 @@
 //! request that owns its id. Ids start at a random point for every connection
 //! so that a reply written by the guest for a request from a previous daemon
 //! (delivered when we reconnect) can never be taken for a new request's reply.
+//!
+//! Agents live inside snapshots, so a sandbox can run an agent older than
+//! this daemon. A request type the agent does not know comes back as an
+//! error that [`AgentError::Unsupported`] names; a request *field* an old
+//! agent would silently ignore (`exec.user`, `exec.detach`) is only sent
+//! after checking the agent's protocol version (learnt from `pong`, asked
+//! for once per connection). The protocol-2 operations (start commands,
+//! port probes, archives, resizing the root filesystem) are in [`ops`].
+
+mod ops;
+#[cfg(test)]
+mod tests;
+
+pub use ops::{ArchiveSummary, RootfsSize, StartSpec, StartedProcess};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +45,25 @@ pub enum AgentError {
     Guest { code: String, message: String },
     #[error("protocol error on the agent channel: {0}")]
     Protocol(String),
+    #[error(
+        "this sandbox's guest agent is older than the daemon and cannot {what}; rebuild the template (a fresh boot of the current guest image carries the current agent) and start the sandbox from it"
+    )]
+    Unsupported { what: String },
+    #[error("the archive cannot be sent to the guest: {0}")]
+    InvalidArchive(String),
+}
+
+/// The error for an `Error` reply to a request that does `what` (e.g.
+/// "probe ports"): [`AgentError::Unsupported`] when the agent does not
+/// know the request type, [`AgentError::Guest`] otherwise.
+pub(crate) fn guest_error(code: String, message: String, what: &str) -> AgentError {
+    if proto::is_unsupported_error(&code, &message) {
+        AgentError::Unsupported {
+            what: what.to_string(),
+        }
+    } else {
+        AgentError::Guest { code, message }
+    }
 }
 
 type Routes = Arc<Mutex<HashMap<u64, mpsc::Sender<Frame<GuestMsg>>>>>;
@@ -43,6 +76,8 @@ pub struct AgentConn {
     closed: watch::Receiver<bool>,
     /// Set when a write timed out and the stream may be out of sync.
     broken: std::sync::atomic::AtomicBool,
+    /// The agent's protocol version from its last `pong`; 0 until then.
+    protocol: AtomicU32,
 }
 
 /// How long one request may take to be written to the guest.
@@ -71,6 +106,8 @@ pub struct ExecSpec {
     pub timeout_ms: Option<u64>,
     /// Keep at most this many bytes of each stream.
     pub max_output: u64,
+    /// Run as this user (see [`AgentConn::exec_as`]); `None`: root.
+    pub user: Option<String>,
 }
 
 fn random_u64() -> u64 {
@@ -135,6 +172,7 @@ impl AgentConn {
             next_id: AtomicU64::new(random_u64() >> 12),
             closed,
             broken: Default::default(),
+            protocol: AtomicU32::new(0),
         }))
     }
 
@@ -190,11 +228,14 @@ impl AgentConn {
         }
     }
 
+    /// Send a request that has exactly one reply. `what` names what it
+    /// does, for [`AgentError::Unsupported`].
     async fn one_reply(
         &self,
         make: impl FnOnce(u64) -> HostMsg,
         payload: &[u8],
         timeout: Duration,
+        what: &str,
     ) -> Result<Frame<GuestMsg>, AgentError> {
         let (id, mut rx) = self.start(make, payload).await?;
         let r = tokio::time::timeout(timeout, rx.recv()).await;
@@ -205,23 +246,53 @@ impl AgentConn {
             Ok(Some(Frame {
                 msg: GuestMsg::Error { code, message, .. },
                 ..
-            })) => Err(AgentError::Guest { code, message }),
+            })) => Err(guest_error(code, message, what)),
             Ok(Some(f)) => Ok(f),
         }
     }
 
-    /// Ping; returns the agent version.
+    /// Ping; returns the agent version (and records its protocol version).
     pub async fn ping(&self, timeout: Duration) -> Result<String, AgentError> {
         match self
-            .one_reply(|id| HostMsg::Ping { id }, b"", timeout)
+            .one_reply(|id| HostMsg::Ping { id }, b"", timeout, "answer a ping")
             .await?
             .msg
         {
-            GuestMsg::Pong { agent_version, .. } => Ok(agent_version),
+            GuestMsg::Pong {
+                agent_version,
+                protocol,
+                ..
+            } => {
+                self.protocol.store(protocol, Ordering::Relaxed);
+                Ok(agent_version)
+            }
             other => Err(AgentError::Protocol(format!(
                 "expected pong, got {other:?}"
             ))),
         }
+    }
+
+    /// The agent's protocol version, from the last pong or else from a ping
+    /// sent now (bounded by `timeout`).
+    pub async fn protocol(&self, timeout: Duration) -> Result<u32, AgentError> {
+        match self.protocol.load(Ordering::Relaxed) {
+            0 => {
+                self.ping(timeout).await?;
+                Ok(self.protocol.load(Ordering::Relaxed))
+            }
+            p => Ok(p),
+        }
+    }
+
+    /// Fail with [`AgentError::Unsupported`] unless the agent speaks at
+    /// least `min`: for request fields an older agent would silently ignore.
+    pub(crate) async fn require_protocol(&self, min: u32, what: &str) -> Result<(), AgentError> {
+        if self.protocol(Duration::from_secs(10)).await? < min {
+            return Err(AgentError::Unsupported {
+                what: what.to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Run a command to completion, keeping at most `max_output` bytes of each
@@ -243,6 +314,26 @@ impl AgentConn {
         deadline: Duration,
         tap: Option<tokio::sync::mpsc::UnboundedSender<(proto::Stream, Vec<u8>)>>,
     ) -> Result<ExecOutcome, AgentError> {
+        let user = spec.user.clone();
+        self.exec_as(spec, user.as_deref(), deadline, tap).await
+    }
+
+    /// [`AgentConn::exec_tapped`] as `user` (the OCI forms `name`, `uid`,
+    /// `name:group`, `uid:gid`, resolved in the guest; `None`: root). HOME
+    /// defaults to the user's home unless `spec.env` sets it. A user needs
+    /// a protocol-2 agent: an older one is refused before anything runs.
+    pub async fn exec_as(
+        &self,
+        spec: ExecSpec,
+        user: Option<&str>,
+        deadline: Duration,
+        tap: Option<tokio::sync::mpsc::UnboundedSender<(proto::Stream, Vec<u8>)>>,
+    ) -> Result<ExecOutcome, AgentError> {
+        if user.is_some() {
+            self.require_protocol(proto::PROTOCOL_V2, "run commands as another user")
+                .await?;
+        }
+        let user = user.map(str::to_string);
         let ExecSpec {
             argv,
             env,
@@ -250,6 +341,7 @@ impl AgentConn {
             stdin,
             timeout_ms,
             max_output,
+            user: _,
         } = spec;
         let (id, mut rx) = self
             .start(
@@ -259,6 +351,9 @@ impl AgentConn {
                     env,
                     cwd,
                     timeout_ms,
+                    user,
+                    detach: false,
+                    log_path: None,
                 },
                 &stdin,
             )
@@ -296,7 +391,7 @@ impl AgentConn {
                         return Ok(());
                     }
                     GuestMsg::Error { code, message, .. } => {
-                        return Err(AgentError::Guest { code, message })
+                        return Err(guest_error(code, message, "run commands"))
                     }
                     other => {
                         return Err(AgentError::Protocol(format!(
@@ -342,6 +437,7 @@ impl AgentConn {
                 },
                 entropy,
                 timeout,
+                "take an identity",
             )
             .await?;
         match f.msg {
@@ -366,6 +462,7 @@ impl AgentConn {
                 },
                 b"",
                 timeout,
+                "set the clock",
             )
             .await?
             .msg
@@ -395,6 +492,7 @@ impl AgentConn {
                 },
                 b"",
                 timeout + Duration::from_secs(10),
+                "probe the network",
             )
             .await?
             .msg
@@ -425,6 +523,7 @@ impl AgentConn {
                 },
                 data,
                 timeout,
+                "write files",
             )
             .await?;
         match f.msg {
@@ -452,6 +551,7 @@ impl AgentConn {
                 },
                 b"",
                 timeout,
+                "read files",
             )
             .await?;
         match f.msg {

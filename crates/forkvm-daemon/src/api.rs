@@ -57,9 +57,15 @@ type AppState = Arc<Manager>;
         flatten_snapshot,
         crate::gc::http::pin_snapshot,
         crate::gc::http::unpin_snapshot,
-        crate::gc::http::prune_snapshots
+        crate::gc::http::prune_snapshots,
+        crate::images::http::list_images,
+        crate::images::http::get_image,
+        crate::images::http::delete_image,
+        crate::images::http::pull_image,
+        crate::images::http::import_image,
+        crate::images::http::build_image
     ),
-    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch)),
+    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent)),
     modifiers(&CommonErrors)
 )]
 pub struct ApiDoc;
@@ -234,6 +240,12 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::PinSnapshot => put(crate::gc::http::pin_snapshot),
         Op::UnpinSnapshot => delete(crate::gc::http::unpin_snapshot),
         Op::PruneSnapshots => post(crate::gc::http::prune_snapshots),
+        Op::ListImages => get(crate::images::http::list_images),
+        Op::GetImage => get(crate::images::http::get_image),
+        Op::DeleteImage => delete(crate::images::http::delete_image),
+        Op::PullImage => post(crate::images::http::pull_image),
+        Op::ImportImage => post(crate::images::http::import_image),
+        Op::BuildImage => post(crate::images::http::build_image),
     }
 }
 
@@ -512,11 +524,28 @@ async fn exec(
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> Result<Response, ApiError> {
     let l = &m.cfg.limits;
-    if req.argv.is_empty() || req.argv[0].is_empty() {
+    // The image's config gives the defaults (docs/images.md).
+    let mut req = req;
+    let defaults = m.exec_defaults_of(&id)?;
+    if req.argv.is_empty() {
+        req.argv = defaults.default_argv();
+        if req.argv.is_empty() {
+            return Err(ApiError::invalid(
+                "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"] \
+                 (this sandbox's image has no default command: no Entrypoint or Cmd)",
+            ));
+        }
+    }
+    if req.argv[0].is_empty() {
         return Err(ApiError::invalid(
             "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"]",
         ));
     }
+    let mut env = defaults.env_map();
+    env.append(&mut req.env);
+    req.env = env;
+    req.cwd = req.cwd.or(defaults.working_dir);
+    req.user = req.user.or(defaults.user);
     let stdin = match (req.stdin, req.stdin_base64) {
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid("give stdin or stdin_base64, not both"))
@@ -558,6 +587,7 @@ async fn exec(
         argv: req.argv,
         env: req.env,
         cwd: req.cwd,
+        user: req.user,
         stdin,
         timeout_ms: Some(timeout_ms),
         max_output,

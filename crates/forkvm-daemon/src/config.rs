@@ -7,7 +7,11 @@
 //!   state.db                         SQLite state (see db.rs)
 //!   guest/vmlinux                    ELF kernel for PVH boot      } built by
 //!   guest/initramfs.img              modules + the guest agent   } scripts/setup.sh
-//!   images/<name>/rootfs.ext4        read-only root image        }
+//!   images/<name>/rootfs.ext4        read-only root image (see docs/images.md)
+//!   images/<name>/image.json         its metadata
+//!   blobs/sha256/<hex>               image layers, configs, manifests by digest
+//!   uploads/                         archives and build contexts being received
+//!   certs.d/<host[:port]>/*.crt      CAs of private registries
 //!   sandboxes/<id>/disk.qcow2        copy-on-write root disk
 //!   sandboxes/<id>/{qmp,agent}.sock  QEMU sockets
 //!   sandboxes/<id>/console.log       the serial console
@@ -55,6 +59,9 @@ pub struct Config {
     /// a snapshot has them streamed into its top (`--disk-chain-max`); 0
     /// never streams (see crate::compact).
     pub disk_chain_max: u32,
+    /// Registries pulls may use (`host[:port]`); empty: any
+    /// (`--allowed-registries`).
+    pub allowed_registries: Vec<String>,
 }
 
 /// `serve --gc-grace` by default: ten minutes, long enough for a client to
@@ -101,6 +108,7 @@ impl Config {
             gc_grace: Duration::from_secs(DEFAULT_GC_GRACE_SECS),
             gc_interval: Some(Duration::from_secs(DEFAULT_GC_INTERVAL_SECS)),
             disk_chain_max: DEFAULT_DISK_CHAIN_MAX,
+            allowed_registries: Vec::new(),
         }
     }
 

@@ -13,7 +13,8 @@
 //! 4. only then bind the socket, so a client never sees a half-started daemon.
 //!
 //! On SIGTERM/SIGINT the daemon stops serving and exits, leaving the VMs
-//! running; the next daemon re-attaches to them.
+//! running; the next daemon re-attaches to them. With no VM left running it
+//! also deletes its host nftables table.
 
 pub mod agent;
 pub mod api;
@@ -23,6 +24,7 @@ pub mod db;
 pub mod error;
 pub mod failure;
 pub mod gc;
+pub mod images;
 pub mod net;
 pub mod sandbox;
 pub mod snapshot;
@@ -141,6 +143,13 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     std::fs::create_dir_all(cfg.sandboxes_dir())
         .map_err(|e| setup("cannot create sandboxes dir", &e))?;
     let _lock = lock_home(&cfg.home)?;
+    // Leftovers of a crash while images were uploaded or installed: never
+    // complete, never listed (see the forkvm-image crate).
+    let _ = std::fs::remove_dir_all(cfg.home.join("uploads"));
+    forkvm_image::install::clean_leftovers(&cfg.images_dir());
+    if let Ok(b) = forkvm_image::blobs::BlobStore::open(cfg.home.join("blobs")) {
+        b.clean_ingest();
+    }
 
     if cfg.tcp.is_some() && cfg.token.as_deref().is_none_or(str::is_empty) {
         return Err(StartError::Setup(
@@ -242,6 +251,12 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     }
     // Pooled QEMUs belong to no sandbox: they go with the daemon.
     mgr.drain_pools().await;
+    // Running sandboxes keep their host rules for the next daemon; with
+    // none, the table would only be left behind.
+    let running = mgr.live_map().len();
+    if running == 0 {
+        mgr.net.remove_host_table().await;
+    }
     let _ = std::fs::remove_file(&socket);
     Ok(())
 }

@@ -179,6 +179,18 @@ impl Net {
         self.status.is_ok()
     }
 
+    /// Delete this daemon's host table (at shutdown, when no sandbox is
+    /// left running that its rules serve; the next daemon makes it again).
+    pub async fn remove_host_table(&self) {
+        if self.status.is_err() {
+            return;
+        }
+        let script = format!("delete table inet {}\n", self.table);
+        if let Err(e) = ns::nft(None, &script).await {
+            tracing::debug!("removing the host table {}: {e}", self.table);
+        }
+    }
+
     pub fn info(&self) -> NetInfo {
         NetInfo {
             available: self.available(),

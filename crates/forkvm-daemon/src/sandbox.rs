@@ -34,6 +34,7 @@ use crate::config::{Config, SandboxPaths};
 use crate::db::{Db, SandboxRow};
 use crate::error::ApiError;
 use crate::failure::{console_tail, describe_status, died_while_booting, failure_reason};
+use crate::images::BootReq;
 use crate::util;
 
 /// Defaults for a spawn request.
@@ -223,12 +224,12 @@ impl Manager {
     }
 
     /// Check a spawn request against the limits and the installed images.
-    fn validate(&self, req: &CreateSandbox) -> Result<(String, u32, u32), ApiError> {
+    fn validate(&self, req: &CreateSandbox) -> Result<BootReq, ApiError> {
         let l = &self.cfg.limits;
         let image = req.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into());
-        if !util::valid_id(&image) {
+        if !forkvm_image::valid_image_name(&image) {
             return Err(ApiError::invalid(format!(
-                "image name {image:?} is not valid: use letters, digits, '-' and '_'"
+                "image name {image:?} is not valid: use letters, digits, '.', '-' and '_'"
             )));
         }
         let memory = req.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
@@ -279,7 +280,13 @@ impl Manager {
                 ),
             ));
         }
-        Ok((image, memory, cpus))
+        let disk_size = self.check_disk_size(&image, req.disk_size)?;
+        Ok(BootReq {
+            image,
+            memory_mib: memory,
+            cpus,
+            disk_size,
+        })
     }
 
     /// Handle `POST /v1/sandboxes`: from a snapshot, from the image's boot
@@ -311,9 +318,14 @@ impl Manager {
             ));
         }
         let sandboxes = if let Some(snap_ref) = &req.snapshot {
-            if req.image.is_some() || req.memory_mib.is_some() || req.cpus.is_some() {
+            if req.image.is_some()
+                || req.memory_mib.is_some()
+                || req.cpus.is_some()
+                || req.disk_size.is_some()
+            {
                 return Err(ApiError::invalid(
-                    "a snapshot fixes the image, memory and cpus: omit image, memory_mib and cpus",
+                    "a snapshot fixes the image, memory, cpus and disk: omit image, memory_mib, \
+                     cpus and disk_size",
                 ));
             }
             let row = self.snapshot_row(snap_ref)?;
@@ -324,17 +336,16 @@ impl Manager {
             let net = self.net_request(&req, nic, n)?;
             self.spawn_clones(&snap, n, &net).await?
         } else {
-            let (image, memory_mib, cpus) = self.validate(&req)?;
+            let boot = self.validate(&req)?;
             let net = self.net_request(&req, self.net.available(), n)?;
             if req.use_template == Some(false) {
                 let mut v = Vec::new();
                 for _ in 0..n {
-                    v.push(self.cold_boot(&image, memory_mib, cpus, &net).await?);
+                    v.push(self.cold_boot(&boot, &net).await?);
                 }
                 v
             } else {
-                self.spawn_via_template(&image, memory_mib, cpus, n, &net)
-                    .await?
+                self.spawn_via_template(&boot, n, &net).await?
             }
         };
         Ok(match req.count {
@@ -371,13 +382,12 @@ impl Manager {
     /// first time.
     async fn spawn_via_template(
         self: &Arc<Self>,
-        image: &str,
-        memory_mib: u32,
-        cpus: u32,
+        boot: &BootReq,
         n: u32,
         net: &crate::net::NetRequest,
     ) -> Result<Vec<Sandbox>, ApiError> {
-        let key = crate::snapshot::template_key(self, image, memory_mib, cpus);
+        let image = boot.image.as_str();
+        let key = crate::snapshot::template_key(self, boot);
         if let Some(t) = self.db.snapshot_by_template(&key)? {
             match self.open_verified(&t.id).await {
                 Ok(snap) => return self.spawn_clones(&snap, n, net).await,
@@ -418,16 +428,13 @@ impl Manager {
             }
             let mut v = Vec::new();
             for _ in 0..n {
-                v.push(self.cold_boot(image, memory_mib, cpus, net).await?);
+                v.push(self.cold_boot(boot, net).await?);
             }
             return Ok(v);
         }
         // The template's source only makes the template: it needs a NIC
         // (so its clones have one) but no way out.
-        let first = match self
-            .cold_boot(image, memory_mib, cpus, &crate::net::NetRequest::none())
-            .await
-        {
+        let first = match self.cold_boot(boot, &crate::net::NetRequest::none()).await {
             Ok(f) => f,
             Err(e) => {
                 if let Ok(mut s) = self.templating.lock() {
@@ -491,7 +498,7 @@ impl Manager {
                 let first = self.get(&first.id)?;
                 let mut v = vec![first];
                 for _ in 1..n {
-                    v.push(self.cold_boot(image, memory_mib, cpus, net).await?);
+                    v.push(self.cold_boot(boot, net).await?);
                 }
                 Ok(v)
             }
@@ -501,11 +508,10 @@ impl Manager {
     /// Boot a new sandbox from its image and wait until its agent answers.
     pub async fn cold_boot(
         self: &Arc<Self>,
-        image: &str,
-        memory_mib: u32,
-        cpus: u32,
+        boot: &BootReq,
         net: &crate::net::NetRequest,
     ) -> Result<Sandbox, ApiError> {
+        let (image, memory_mib, cpus) = (boot.image.as_str(), boot.memory_mib, boot.cpus);
         let t0 = Instant::now();
         let id = util::new_id("sb");
         let paths = self.cfg.sandbox_paths(&id);
@@ -525,7 +531,9 @@ impl Manager {
         };
         self.db.insert(&row)?;
         let r = async {
-            let mut t = self.boot(&id, image, memory_mib, cpus, &paths, t0).await?;
+            let mut t = self.boot(&id, boot, &paths, t0).await?;
+            // The image's disk size and start command (crate::images::start).
+            self.after_boot(&id, boot).await?;
             let (setup_ms, ready_ms) = self.connect_booted(&id, net).await?;
             t.network_ms = setup_ms;
             t.network_ready_ms = ready_ms;
@@ -613,12 +621,11 @@ impl Manager {
     async fn boot(
         self: &Arc<Self>,
         id: &str,
-        image: &str,
-        memory_mib: u32,
-        cpus: u32,
+        boot: &BootReq,
         paths: &SandboxPaths,
         t0: Instant,
     ) -> Result<SpawnTimings, ApiError> {
+        let (image, memory_mib, cpus) = (boot.image.as_str(), boot.memory_mib, boot.cpus);
         let io = |what: &str, e: std::io::Error| {
             ApiError::internal(format!(
                 "cannot create {what}: {e}; check free space and permissions"
@@ -626,9 +633,13 @@ impl Manager {
         };
         std::fs::create_dir_all(&paths.dir).map_err(|e| io("the sandbox directory", e))?;
         std::fs::create_dir_all(&self.cfg.run_dir).map_err(|e| io("the RAM directory", e))?;
-        forkvm_qemu::disk::create_overlay(&self.cfg.image_rootfs(image), &paths.disk)
-            .await
-            .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
+        forkvm_qemu::disk::create_overlay_sized(
+            &self.cfg.image_rootfs(image),
+            &paths.disk,
+            boot.disk_size,
+        )
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
         let netns = if self.net.available() {
             Some(self.net.create_ns(id).await?)
         } else {

@@ -291,16 +291,24 @@ fn hex_random(bytes: usize) -> String {
 /// identity (size and mtime) of every boot artefact, so that rebuilding the
 /// kernel, initramfs or image makes a new template instead of reusing one
 /// that no longer matches.
-pub fn template_key(m: &Manager, image: &str, memory_mib: u32, cpus: u32) -> String {
+pub fn template_key(m: &Manager, boot: &crate::images::BootReq) -> String {
     use std::os::unix::fs::MetadataExt;
+    let (image, memory_mib, cpus) = (boot.image.as_str(), boot.memory_mib, boot.cpus);
     // Whether sandboxes get a NIC is part of the machine: a template made
-    // without one cannot give its clones a network.
+    // without one cannot give its clones a network. The disk size and the
+    // image's metadata (its start command) shape the template too.
     let mut s = format!(
-        "{image}|{memory_mib}|{cpus}|{}|nic={}",
+        "{image}|{memory_mib}|{cpus}|{}|nic={}|disk={:?}",
         m.accel.accel,
-        m.net.available()
+        m.net.available(),
+        boot.disk_size
     );
-    for p in [m.cfg.kernel(), m.cfg.initrd(), m.cfg.image_rootfs(image)] {
+    for p in [
+        m.cfg.kernel(),
+        m.cfg.initrd(),
+        m.cfg.image_rootfs(image),
+        m.cfg.images_dir().join(image).join("image.json"),
+    ] {
         let (len, mtime) = std::fs::metadata(&p)
             .map(|md| (md.len(), md.mtime_nsec() + md.mtime() * 1_000_000_000))
             .unwrap_or((0, 0));

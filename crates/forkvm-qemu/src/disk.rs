@@ -24,6 +24,20 @@ pub async fn create_overlay(base: &Path, overlay: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Like [`create_overlay`], with a larger virtual size when `size` is
+/// given (the guest sees a bigger disk; its filesystem is grown online).
+pub async fn create_overlay_sized(
+    base: &Path,
+    overlay: &Path,
+    size: Option<u64>,
+) -> Result<(), String> {
+    let Some(size) = size else {
+        return create_overlay(base, overlay).await;
+    };
+    let fmt = image_format(base).map_err(|e| format!("cannot read {}: {e}", base.display()))?;
+    create_overlay_unchecked(base, fmt, overlay, size).await
+}
+
 /// Create a qcow2 overlay naming `backing` (of format `fmt`) without opening
 /// it: the backing file may not exist yet (it is about to be published).
 pub async fn create_overlay_unchecked(
@@ -72,7 +86,7 @@ pub async fn backing_chain(image: &Path) -> Result<Vec<std::path::PathBuf>, Stri
         .collect())
 }
 
-fn qemu_img_binary() -> String {
+pub fn qemu_img_binary() -> String {
     std::env::var("FORKVM_QEMU_IMG").unwrap_or_else(|_| "qemu-img".to_string())
 }
 

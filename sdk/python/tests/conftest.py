@@ -3,8 +3,10 @@
 Unless ``FORKVM_URL`` is set, the session starts its own daemon:
 
 * the binary is ``$FORKVM_BIN`` (default ``<repo>/target/debug/forkvm``);
-* its home is a temporary directory whose ``guest`` and ``images`` link to
-  those of ``$FORKVM_IMAGES_HOME`` (default ``/var/lib/forkvm``);
+* its home is a temporary directory whose ``guest`` links to that of
+  ``$FORKVM_IMAGES_HOME`` (default ``/var/lib/forkvm``), and whose own
+  ``images`` directory links to each image there (images the tests import
+  land in the temporary home, never in the shared directory);
 * it serves the unix socket and, with a random token, TCP on a free port.
 
 At the end, the sandboxes and snapshots the session created are removed and
@@ -87,8 +89,13 @@ def _start_daemon() -> Daemon:
             pytest.exit(f"{images_home / sub} is missing: run scripts/setup.sh or set FORKVM_IMAGES_HOME", returncode=2)
 
     home = Path(tempfile.mkdtemp(prefix="forkvm-pytest-"))
-    for sub in ("guest", "images"):
-        (home / sub).symlink_to(images_home / sub)
+    (home / "guest").symlink_to(images_home / "guest")
+    # Images: a directory of this daemon's own with the built ones linked in,
+    # so that the images the tests import stay in its home.
+    (home / "images").mkdir()
+    for image in sorted((images_home / "images").iterdir()):
+        if not image.name.startswith("."):
+            (home / "images" / image.name).symlink_to(image)
     token = secrets.token_hex(16)
     port = _free_port()
     env = dict(os.environ, FORKVM_HOME=str(home), FORKVM_TOKEN=token)

@@ -6,6 +6,20 @@
  */
 import { ForkvmError, ProtocolError, StreamingUnsupportedError } from "./errors.js";
 import {
+  buildQuery,
+  discard,
+  fileChunks,
+  importQuery,
+  prepareBuild,
+  prepareImport,
+  queryParams,
+  readImageEvents,
+  type BuildImageParams,
+  type ImageEventCallback,
+  type ImportImageParams,
+  type Upload,
+} from "./images.js";
+import {
   FetchTransport,
   parseEndpoint,
   UnixSocketTransport,
@@ -25,10 +39,13 @@ import type {
   FileWritten,
   FlattenRequest,
   Health,
+  Image,
+  ImageList,
   Info,
   PortForward,
   PruneRequest,
   PruneResult,
+  PullImage,
   Sandbox,
   SandboxBatch,
   SandboxList,
@@ -75,6 +92,15 @@ export interface DeleteSnapshotOptions extends RequestOptions {
   /** Also remove the sandboxes and snapshots that depend on it. */
   force?: boolean | undefined;
 }
+
+/** Options of the image operations that report progress (pull, import, build). */
+export interface ImageOptions extends RequestOptions {
+  /** Called with each event of the progress stream, the last `done` or `error` included. */
+  onEvent?: ImageEventCallback | undefined;
+}
+
+/** `POST /v1/images`: what to pull (`stream` is set by {@link Client.pullImage}). */
+export type PullImageParams = Omit<PullImage, "stream">;
 
 /** A streamed-exec event other than `error` (errors are thrown). */
 export type ExecStreamFrame = Exclude<ExecEvent, { type: "error" }>;
@@ -336,6 +362,107 @@ export class Client {
    */
   pruneSnapshots(req: PruneRequest = {}, opts?: RequestOptions): Promise<PruneResult> {
     return this.#json({ method: "POST", path: "/v1/snapshots/prune", ...jsonBody(req), signal: opts?.signal });
+  }
+
+  // ---- images ---------------------------------------------------------
+
+  /** `GET /v1/images` (operation `list_images`): the installed images. */
+  listImages(opts?: RequestOptions): Promise<ImageList> {
+    return this.#json({ method: "GET", path: "/v1/images", signal: opts?.signal });
+  }
+
+  /** `GET /v1/images/{name}` (operation `get_image`), with the sandboxes and snapshots that use it. */
+  getImage(name: string, opts?: RequestOptions): Promise<Image> {
+    return this.#json({ method: "GET", path: `/v1/images/${seg(name)}`, signal: opts?.signal });
+  }
+
+  /**
+   * `DELETE /v1/images/{name}` (operation `delete_image`): remove an image and
+   * its boot templates; a {@link ConflictError} (naming them) while sandboxes
+   * or snapshots use it.
+   */
+  async deleteImage(name: string, opts?: RequestOptions): Promise<void> {
+    await this.#empty({ method: "DELETE", path: `/v1/images/${seg(name)}`, signal: opts?.signal });
+  }
+
+  /**
+   * `POST /v1/images` with `"stream": true` (operation `pull_image`): pull an
+   * image from an OCI registry. `onEvent` sees the progress; resolves with
+   * the image, or rejects with the error of the stream's `error` line
+   * (`RegistryAuthFailedError`, `RegistryUnreachableError`, `InvalidImageError`…).
+   */
+  pullImage(req: PullImageParams, opts?: ImageOptions): Promise<Image> {
+    return this.#imageStream(
+      { method: "POST", path: "/v1/images", ...jsonBody({ ...req, stream: true }), signal: opts?.signal },
+      opts?.onEvent,
+    );
+  }
+
+  /**
+   * `POST /v1/images/import` (operation `import_image`): install the archive
+   * at `path` (a `docker save` tar, an OCI layout tar or a root filesystem
+   * tarball, streamed from disk; or an OCI layout directory, packed into a
+   * temporary tar first) as the image `req.name`.
+   */
+  async importImage(path: string, req: ImportImageParams, opts?: ImageOptions): Promise<Image> {
+    const query = importQuery(path, req);
+    const upload = await prepareImport(path);
+    try {
+      return await this.#upload("/v1/images/import", queryParams(query), upload, opts);
+    } finally {
+      await discard(upload);
+    }
+  }
+
+  /**
+   * `POST /v1/images/build` (operation `build_image`): build the image
+   * `req.tag` from a Dockerfile (default `<context>/Dockerfile`). The context
+   * directory is packed into a temporary tar with the Dockerfile and
+   * uploaded; the steps run in a sandbox of the base image. A failed step
+   * rejects with a `BuildFailedError` (its output came as `log` events).
+   */
+  async buildImage(context: string, req: BuildImageParams, opts?: ImageOptions): Promise<Image> {
+    const query = buildQuery(req);
+    const upload = await prepareBuild(context, req.dockerfile);
+    try {
+      return await this.#upload("/v1/images/build", queryParams(query), upload, opts);
+    } finally {
+      await discard(upload);
+    }
+  }
+
+  #upload(
+    path: string,
+    query: Record<string, string | undefined>,
+    upload: Upload,
+    opts: ImageOptions | undefined,
+  ): Promise<Image> {
+    return this.#imageStream(
+      {
+        method: "POST",
+        path,
+        query,
+        headers: { "content-type": "application/octet-stream", "content-length": String(upload.size) },
+        body: fileChunks(upload.path),
+        signal: opts?.signal,
+      },
+      opts?.onEvent,
+    );
+  }
+
+  /** Send an image operation and read its progress stream to the image (see `images.ts`). */
+  async #imageStream(req: TransportRequest, onEvent: ImageEventCallback | undefined): Promise<Image> {
+    const res = await this.#send({ ...req, headers: { ...req.headers, accept: "application/x-ndjson" } });
+    let finished = false;
+    try {
+      const image = (res.header("content-type") ?? "").includes("ndjson")
+        ? await readImageEvents(ndjsonLines(res.body()), res.status, onEvent)
+        : await parseJson<Image>(res); // the image itself, from a daemon that did not stream
+      finished = true;
+      return image;
+    } finally {
+      if (!finished) res.cancel();
+    }
   }
 
   // ---- plumbing -------------------------------------------------------

@@ -23,6 +23,11 @@ export type ErrorCode =
   | "internal"
   | "guest_error"
   | "guest_timeout"
+  | "registry_auth_failed"
+  | "invalid_image"
+  | "build_failed"
+  | "registry_unreachable"
+  | "no_space"
   | "connection_failed"
   | "protocol_error"
   | "snapshot_failed"
@@ -67,6 +72,14 @@ export class InvalidRequestError extends ForkvmError {
 export class UnauthorizedError extends ForkvmError {
   override name = "UnauthorizedError";
 }
+/** 403: refused for lack of rights (see {@link RegistryAuthFailedError}). */
+export class ForbiddenError extends ForkvmError {
+  override name = "ForbiddenError";
+}
+/** 403 `registry_auth_failed`: a registry refused the credentials of a pull. */
+export class RegistryAuthFailedError extends ForbiddenError {
+  override name = "RegistryAuthFailedError";
+}
 /** 404: no such sandbox, snapshot, image, route, guest file or executable. */
 export class NotFoundError extends ForkvmError {
   override name = "NotFoundError";
@@ -79,9 +92,24 @@ export class ConflictError extends ForkvmError {
 export class PayloadTooLargeError extends ForkvmError {
   override name = "PayloadTooLargeError";
 }
-/** 422: a snapshot file fails its size or SHA-256 check. */
-export class SnapshotCorruptError extends ForkvmError {
+/** 422: the request is well-formed, but what it names or carries is unusable. */
+export class UnprocessableError extends ForkvmError {
+  override name = "UnprocessableError";
+}
+/** 422 `snapshot_corrupt`: a snapshot file fails its size or SHA-256 check. */
+export class SnapshotCorruptError extends UnprocessableError {
   override name = "SnapshotCorruptError";
+}
+/**
+ * 422 `invalid_image`: an image's blobs fail verification, its archive or
+ * manifest is malformed, or it has no linux/amd64 variant.
+ */
+export class InvalidImageError extends UnprocessableError {
+  override name = "InvalidImageError";
+}
+/** 422 `build_failed`: a Dockerfile is invalid or one of its steps failed (its output came as `log` events). */
+export class BuildFailedError extends UnprocessableError {
+  override name = "BuildFailedError";
 }
 /** 408: the request body did not arrive in time. */
 export class RequestTimeoutError extends ForkvmError {
@@ -101,6 +129,14 @@ export class ServerError extends ForkvmError {
  */
 export class NetworkUnavailableError extends ServerError {
   override name = "NetworkUnavailableError";
+}
+/** 502 `registry_unreachable`: a registry could not be reached or answered nonsense. */
+export class RegistryUnreachableError extends ServerError {
+  override name = "RegistryUnreachableError";
+}
+/** 507 `no_space`: the filesystem holding the daemon's home is full. */
+export class NoSpaceError extends ServerError {
+  override name = "NoSpaceError";
 }
 /** 502: the guest agent went away (the VM died). */
 export class GuestError extends ForkvmError {
@@ -147,6 +183,11 @@ const BY_CODE: Record<string, ErrorClass> = {
   internal: ServerError,
   guest_error: GuestError,
   guest_timeout: GuestTimeoutError,
+  registry_auth_failed: RegistryAuthFailedError,
+  invalid_image: InvalidImageError,
+  build_failed: BuildFailedError,
+  registry_unreachable: RegistryUnreachableError,
+  no_space: NoSpaceError,
 };
 
 const STATUS_OF_CODE: Record<string, number> = {
@@ -165,20 +206,27 @@ const STATUS_OF_CODE: Record<string, number> = {
   internal: 500,
   guest_error: 502,
   guest_timeout: 504,
+  registry_auth_failed: 403,
+  invalid_image: 422,
+  build_failed: 422,
+  registry_unreachable: 502,
+  no_space: 507,
 };
 
 const BY_STATUS: Record<number, ErrorClass> = {
   400: InvalidRequestError,
   401: UnauthorizedError,
+  403: ForbiddenError,
   404: NotFoundError,
   405: InvalidRequestError,
   408: RequestTimeoutError,
   409: ConflictError,
   413: PayloadTooLargeError,
-  422: SnapshotCorruptError,
+  422: UnprocessableError,
   429: LimitExceededError,
   500: ServerError,
   502: GuestError,
   503: ServerError,
   504: GuestTimeoutError,
+  507: NoSpaceError,
 };

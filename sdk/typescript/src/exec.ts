@@ -6,7 +6,11 @@
 import type { Client, ExecParams, ExecStreamFrame, ExecStreamParams } from "./client.js";
 import type { ExecResult } from "./types.js";
 
-/** A command: a shell line (run with `/bin/sh -c`) or an argv array (run directly). */
+/**
+ * A command: a shell line (run with `/bin/sh -c`) or an argv array (run
+ * directly); an empty array runs the image's default command (its
+ * `Entrypoint` and `Cmd`).
+ */
 export type Command = string | readonly string[];
 
 /** Options of `Sandbox.exec` and `Sandbox.execStream`. */
@@ -15,8 +19,10 @@ export interface ExecOptions {
   stdin?: string | Uint8Array | undefined;
   /** Extra environment variables. */
   env?: Record<string, string> | undefined;
-  /** Working directory (default `/`). */
+  /** Working directory (default: the image's `WorkingDir`, else `/`). */
   cwd?: string | undefined;
+  /** Run as this user: `name`, `uid`, `name:group` or `uid:gid` (default: the image's `User`, else root). */
+  user?: string | undefined;
   /** Kill the command (its whole process group) after this many milliseconds. */
   timeoutMs?: number | undefined;
   /** Keep at most this many bytes of each of stdout and stderr. */
@@ -84,10 +90,10 @@ export function execStreamParams(cmd: Command, opts: ExecStreamOptions = {}): Ex
   return params;
 }
 
-/** The argv of a command. */
+/** The argv of a command (empty: the image's default command). */
 export function argvOf(cmd: Command): string[] {
   if (typeof cmd === "string") return ["/bin/sh", "-c", cmd];
-  if (cmd.length === 0) throw new TypeError("the command is empty: give a shell line or a non-empty argv");
+  if (!Array.isArray(cmd)) throw new TypeError(`a command is a shell line or an argv array, not ${JSON.stringify(cmd)}`);
   return [...cmd];
 }
 
@@ -98,6 +104,7 @@ export function execParams(cmd: Command, opts: ExecOptions = {}, binary = false)
   else if (opts.stdin !== undefined) params.stdin_base64 = Buffer.from(opts.stdin).toString("base64");
   if (opts.env !== undefined) params.env = opts.env;
   if (opts.cwd !== undefined) params.cwd = opts.cwd;
+  if (opts.user !== undefined) params.user = opts.user;
   if (opts.timeoutMs !== undefined) params.timeout_ms = opts.timeoutMs;
   if (opts.maxOutputBytes !== undefined) params.max_output_bytes = opts.maxOutputBytes;
   if (binary) params.encoding = "base64";

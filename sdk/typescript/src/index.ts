@@ -29,6 +29,8 @@ export {
   setDefaultClient,
   type ClientOptions,
   type DeleteSnapshotOptions,
+  type ImageOptions,
+  type PullImageParams,
   type ExecParams,
   type ExecStreamParams,
   type ExecStreamFrame,
@@ -36,22 +38,38 @@ export {
   type WriteFileOptions,
 } from "./client.js";
 export {
+  DOCKERFILE_IN_CONTEXT,
+  parseImageEvent,
+  readImageEvents,
+  type BuildImageParams,
+  type ImageEventCallback,
+  type ImportImageParams,
+} from "./images.js";
+export { headerBlocks, packDirectory, paxRecord, TarWriter, type ExtraFile, type TarEntry } from "./tar.js";
+export {
+  BuildFailedError,
   ConflictError,
   ConnectionError,
+  ForbiddenError,
   ForkvmError,
   GuestError,
   GuestTimeoutError,
+  InvalidImageError,
   InvalidRequestError,
   LimitExceededError,
   NetworkUnavailableError,
+  NoSpaceError,
   NotFoundError,
   PayloadTooLargeError,
   ProtocolError,
+  RegistryAuthFailedError,
+  RegistryUnreachableError,
   RequestTimeoutError,
   ServerError,
   SnapshotCorruptError,
   StreamingUnsupportedError,
   UnauthorizedError,
+  UnprocessableError,
   type ErrorCode,
 } from "./errors.js";
 export {
@@ -66,4 +84,4 @@ export {
 } from "./transport.js";
 /** The wire types of the REST API, one per OpenAPI schema: `api.Sandbox`, `api.ExecResult`, … */
 export type * as api from "./types.js";
-export type { Sandbox as SandboxInfo, Snapshot as SnapshotInfo } from "./types.js";
+export type { Image as ImageInfo, Sandbox as SandboxInfo, Snapshot as SnapshotInfo } from "./types.js";

@@ -35,6 +35,8 @@ export interface SandboxCreateOptions extends NetworkOptions, RequestOptions {
   snapshot?: string | undefined;
   /** `false` forces a cold boot instead of using the image's boot template. */
   useTemplate?: boolean | undefined;
+  /** Root disk size in bytes (default: the image's); a larger one grows the guest's root filesystem. */
+  diskSize?: number | undefined;
   /** The daemon to use (default: from the environment). */
   client?: Client | undefined;
 }
@@ -131,6 +133,7 @@ export class Sandbox implements AsyncDisposable {
     if (opts.cpus !== undefined) req.cpus = opts.cpus;
     if (opts.snapshot !== undefined) req.snapshot = opts.snapshot;
     if (opts.useTemplate !== undefined) req.use_template = opts.useTemplate;
+    if (opts.diskSize !== undefined) req.disk_size = opts.diskSize;
     Object.assign(req, networkFields(opts));
     return new Sandbox(client, await client.createSandbox(req, opts));
   }

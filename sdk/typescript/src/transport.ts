@@ -5,6 +5,8 @@
  * @module
  */
 import * as http from "node:http";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import { ConnectionError } from "./errors.js";
 
 /** One HTTP request, relative to the daemon's base URL. */
@@ -14,8 +16,17 @@ export interface TransportRequest {
   path: string;
   query?: Record<string, string | undefined>;
   headers?: Record<string, string>;
-  body?: Uint8Array | string;
+  /**
+   * The body: bytes, text, or a stream of bytes sent as it is produced
+   * (e.g. a file read from disk; give its `content-length` in `headers`).
+   */
+  body?: Uint8Array | string | AsyncIterable<Uint8Array>;
   signal?: AbortSignal;
+}
+
+/** A body that is a stream rather than bytes or text. */
+export function isStreamBody(body: TransportRequest["body"]): body is AsyncIterable<Uint8Array> {
+  return body !== undefined && typeof body !== "string" && !(body instanceof Uint8Array);
 }
 
 /** A response whose body has not been read yet. */
@@ -96,12 +107,16 @@ export class FetchTransport implements Transport {
   async request(req: TransportRequest): Promise<TransportResponse> {
     let res: Response;
     try {
-      res = await this.#fetch(this.url + buildPath(req), {
+      const streaming = isStreamBody(req.body);
+      const init: RequestInit & { duplex?: "half" } = {
         method: req.method,
         headers: baseHeaders(this.#opts, req),
-        body: req.body ?? null,
+        // Node's fetch takes an async iterable as a streamed body (with duplex "half").
+        body: (req.body ?? null) as RequestInit["body"],
         signal: req.signal ?? null,
-      });
+      };
+      if (streaming) init.duplex = "half";
+      res = await this.#fetch(this.url + buildPath(req), init);
     } catch (err) {
       if (isAbort(err)) throw err;
       throw unreachable(this.url, err instanceof Error && err.cause ? err.cause : err);
@@ -149,7 +164,7 @@ export class UnixSocketTransport implements Transport {
   request(req: TransportRequest): Promise<TransportResponse> {
     const headers = baseHeaders(this.#opts, req);
     const body = typeof req.body === "string" ? Buffer.from(req.body) : req.body;
-    if (body) headers["content-length"] = String(body.byteLength);
+    if (body instanceof Uint8Array) headers["content-length"] = String(body.byteLength);
     return new Promise((resolve, reject) => {
       const outgoing = http.request(
         {
@@ -179,8 +194,26 @@ export class UnixSocketTransport implements Transport {
           });
         },
       );
-      outgoing.on("error", (err) => reject(isAbort(err) ? err : unreachable(this.url, err)));
-      outgoing.end(body);
+      // A failure of a streamed body's source (a file that cannot be read) is
+      // the caller's, not a connection problem: remember it to say so.
+      let sourceError: unknown;
+      outgoing.on("error", (err) => reject(sourceError ?? (isAbort(err) ? err : unreachable(this.url, err))));
+      if (isStreamBody(body)) {
+        const source = async function* (): AsyncGenerator<Uint8Array> {
+          try {
+            yield* body;
+          } catch (err) {
+            sourceError = err;
+            throw err;
+          }
+        };
+        // Sent as it is read, with backpressure. A failure destroys the
+        // request, which rejects above; one after the response arrived (the
+        // daemon answered early, e.g. 409) changes nothing.
+        pipeline(Readable.from(source()), outgoing).catch(() => {});
+      } else {
+        outgoing.end(body);
+      }
     });
   }
 

@@ -86,6 +86,11 @@ export interface CreateSandbox {
    * identity; the network is set up either way.
    */
   wait_for_network?: boolean | null;
+  /**
+   * Root disk size in bytes (default: the image's). A larger size grows the
+   * guest's root filesystem; a smaller one is refused.
+   */
+  disk_size?: number | null;
 }
 
 /** `POST /v1/sandboxes/{id}/snapshot`. */
@@ -115,12 +120,17 @@ export interface ErrorDetail {
 
 /** `POST /v1/sandboxes/{id}/exec`: run a command. */
 export interface ExecRequest {
-  /** Program and arguments; `argv[0]` is looked up on the guest's PATH. */
-  argv: string[];
-  /** Extra environment variables, on top of the agent's. */
+  /**
+   * Program and arguments; `argv[0]` is looked up on the guest's PATH.
+   * Empty or omitted: the image's default command (its `Entrypoint` and `Cmd`).
+   */
+  argv?: string[];
+  /** Extra environment variables, on top of the image's `Env` and the agent's. */
   env?: Record<string, string>;
-  /** Working directory (default `/`). */
+  /** Working directory (default: the image's `WorkingDir`, else `/`). */
   cwd?: string | null;
+  /** Run as this user: `name`, `uid`, `name:group` or `uid:gid` (default: the image's `User`, else root). */
+  user?: string | null;
   /** Standard input as text. */
   stdin?: string | null;
   /** Standard input as base64 bytes (instead of `stdin`). */
@@ -202,6 +212,21 @@ export interface FlattenRequest {
   tag?: string | null;
 }
 
+/** Query of `POST /v1/images/build` (the body is the build context as a tar). */
+export interface BuildQuery {
+  /** The image's name. */
+  tag: string;
+  /** The Dockerfile's path inside the context (default `Dockerfile`). */
+  dockerfile?: string | null;
+  /** `--build-arg`s as a JSON object, e.g. `{"V":"1"}`. */
+  build_args?: string | null;
+  /** Run every step again, ignoring the cache. */
+  no_cache?: boolean | null;
+  disk_size?: number | null;
+  /** Guest RAM of the build sandbox in MiB. */
+  memory_mib?: number | null;
+}
+
 /** Garbage collection of branch points, as `GET /v1/info` shows it. */
 export interface GcInfo {
   /** Whether the daemon collects in the background (`serve --gc-interval`, 0 turns it off). */
@@ -217,6 +242,111 @@ export interface Health {
   /** Always `ok` when the daemon answers. */
   status: string;
   version: string;
+}
+
+/** An installed image. */
+export interface Image {
+  name: string;
+  /** `ext4`. */
+  format: string;
+  /** Size of its root filesystem (a sandbox may ask for a larger `disk_size`). */
+  size_bytes: number;
+  created_at: string;
+  /** `builtin`, `registry`, `import` or `build`. */
+  source: string;
+  /** The registry reference, archive name or base image it came from. */
+  reference?: string | null;
+  /** The manifest digest, when it came with one. */
+  digest?: string | null;
+  /** Layer digests, bottom first. */
+  layers?: string[];
+  config: ImageConfig;
+  /** The process its boot template starts, if any. */
+  start?: StartCommand | null;
+  /** Sandboxes that use the image (on `GET /v1/images/{name}`); while any exist it cannot be deleted. */
+  sandboxes?: string[];
+  /** Snapshots made from it (on `GET /v1/images/{name}`). */
+  snapshots?: string[];
+}
+
+/**
+ * The defaults of every exec in a sandbox of the image (from the OCI image
+ * config), and what an exec with an empty `argv` runs.
+ */
+export interface ImageConfig {
+  /** `KEY=value` strings. */
+  env?: string[];
+  working_dir?: string | null;
+  /** `name`, `uid`, `name:group` or `uid:gid`. */
+  user?: string | null;
+  entrypoint?: string[];
+  cmd?: string[];
+  /** `8080/tcp` style. */
+  exposed_ports?: string[];
+  labels?: Record<string, string>;
+}
+
+/**
+ * One line of an image operation's NDJSON progress stream (pull, import,
+ * build); the last one is `done` or `error`.
+ */
+export type ImageEvent =
+  | {
+      /** A phase starts (`resolving`, `fetching`, `unpacking`, `mkfs`, …). */
+      type: "phase";
+      phase: string;
+    }
+  | {
+      /** Bytes of one item (a blob, a layer) done so far. */
+      type: "progress";
+      item: string;
+      done: number;
+      total?: number | null;
+    }
+  | {
+      /** An item needed no work: a blob already present, a cached build step. */
+      type: "cached";
+      item: string;
+    }
+  | {
+      /** A build step starts. */
+      type: "step";
+      index: number;
+      total: number;
+      text: string;
+      cached: boolean;
+    }
+  | {
+      /** A line of output or a note. */
+      type: "log";
+      line: string;
+    }
+  | {
+      /** The operation finished: the installed image. */
+      type: "done";
+      image: Image;
+    }
+  | {
+      /** The operation failed; nothing was installed. */
+      type: "error";
+      error: ErrorDetail;
+    };
+
+/** `GET /v1/images`. */
+export interface ImageList {
+  images: Image[];
+}
+
+/** Query of `POST /v1/images/import` (the body is the archive). */
+export interface ImportQuery {
+  /** The image's name. */
+  name: string;
+  /** The archive's file name, for the record and the error messages. */
+  file?: string | null;
+  /** Root filesystem size in bytes (default: content plus room). */
+  disk_size?: number | null;
+  /** Replace an image of the same name. */
+  replace?: boolean | null;
 }
 
 /** `GET /v1/info`. */
@@ -326,6 +456,27 @@ export interface PortForward {
   guest: number;
   /** The host loopback port; 0 (or omitted) picks a free one, reported back. */
   host?: number;
+}
+
+/** `POST /v1/images`: pull an image from an OCI Distribution registry. */
+export interface PullImage {
+  /** e.g. `registry.example:5000/team/py:3.12` or `ubuntu@sha256:…`. */
+  reference: string;
+  /** The local name (default: the repository's last part and the tag, e.g. `py-3.12`). */
+  name?: string | null;
+  /** Registry user name (with `password`); default: from the daemon host's `~/.docker/config.json`, else anonymous. */
+  username?: string | null;
+  password?: string | null;
+  /** Speak plain HTTP to the registry (loopback registries always may). */
+  insecure?: boolean;
+  /** Root filesystem size in bytes (default: content plus room). */
+  disk_size?: number | null;
+  /** Replace an image of the same name. */
+  replace?: boolean;
+  /** A start command for the image's boot template. */
+  start?: StartCommand | null;
+  /** Stream progress as NDJSON {@link ImageEvent}s (`Client.pullImage` sets it). */
+  stream?: boolean;
 }
 
 /** A snapshot a prune chose but could not remove. */
@@ -479,6 +630,20 @@ export interface SnapshotTimings {
   /** Hashing and publishing, after the source resumed. */
   publish_ms: number;
   total_ms: number;
+}
+
+/**
+ * A process the image's boot template starts before it is captured, so that
+ * every spawn resumes with it already running.
+ */
+export interface StartCommand {
+  command: string[];
+  /** Ready when this TCP port in the guest accepts connections. */
+  ready_port?: number | null;
+  /** Ready when this command exits 0 (instead of a port). */
+  ready_command?: string[] | null;
+  /** How long the check may take (default 60 s). */
+  ready_timeout_secs?: number | null;
 }
 
 /** Where the time of a spawn went, in milliseconds. */

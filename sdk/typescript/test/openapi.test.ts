@@ -4,13 +4,17 @@
  * every schema has a wire type in src/types.ts with the same properties.
  */
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, test } from "node:test";
+import { after, describe, test } from "node:test";
 import ts from "typescript";
 import { Client, ForkvmError, NetworkUnavailableError, ServerError } from "forkvm";
 import { RecordingTransport } from "./helpers.js";
 import { OPENAPI_PATH, SDK_ROOT } from "./paths.js";
+
+/** Operations whose octet-stream body is a file streamed from disk. */
+const STREAMED_UPLOADS = new Set(["import_image", "build_image"]);
 
 interface Parameter {
   name: string;
@@ -46,6 +50,15 @@ const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
 /** `list_sandboxes` → `listSandboxes`. */
 const methodName = (operationId: string): string => operationId.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
 
+/** Files for the upload operations to send (the transport records, nothing is sent). */
+const scratch = mkdtempSync(join(tmpdir(), "forkvm-openapi-test-"));
+const archive = join(scratch, "rootfs.tar");
+writeFileSync(archive, new Uint8Array(1024));
+const context = join(scratch, "context");
+mkdirSync(context);
+writeFileSync(join(context, "Dockerfile"), "FROM default\n");
+after(() => rmSync(scratch, { recursive: true, force: true }));
+
 /**
  * How to call each operation's methods, so that together they send every
  * parameter and body field. A new operation in docs/openapi.json fails the
@@ -56,7 +69,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   info: [(c) => c.info()],
   list_sandboxes: [(c) => c.listSandboxes()],
   create_sandbox: [
-    (c) => c.createSandbox({ image: "default", memory_mib: 512, cpus: 1, use_template: false }),
+    (c) => c.createSandbox({ image: "default", memory_mib: 512, cpus: 1, use_template: false, disk_size: 1 << 31 }),
     (c) => c.createSandbox({ snapshot: "s", count: 2 }),
     (c) =>
       c.createSandbox({
@@ -78,6 +91,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
         argv: ["true"],
         env: { A: "1" },
         cwd: "/",
+        user: "1000:1000",
         stdin: "x",
         timeout_ms: 1,
         max_output_bytes: 1,
@@ -99,6 +113,27 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   pin_snapshot: [(c) => c.pinSnapshot("ID")],
   unpin_snapshot: [(c) => c.unpinSnapshot("ID")],
   prune_snapshots: [(c) => c.pruneSnapshots({ all: true, dry_run: true })],
+  list_images: [(c) => c.listImages()],
+  get_image: [(c) => c.getImage("NAME")],
+  delete_image: [(c) => c.deleteImage("NAME")],
+  pull_image: [
+    (c) =>
+      c.pullImage({
+        reference: "127.0.0.1:5000/x:1",
+        name: "x",
+        username: "u",
+        password: "p",
+        insecure: true,
+        disk_size: 1 << 30,
+        replace: true,
+        start: { command: ["sleep", "1d"], ready_port: 80 },
+      }),
+  ],
+  import_image: [(c) => c.importImage(archive, { name: "x", disk_size: 1 << 30, replace: true })],
+  build_image: [
+    (c) =>
+      c.buildImage(context, { tag: "x", build_args: { V: "1" }, no_cache: true, disk_size: 1 << 30, memory_mib: 1024 }),
+  ],
 };
 
 /** Parameters the document lists that the SDK leaves out on purpose. */
@@ -144,6 +179,12 @@ describe("the Client covers docs/openapi.json", () => {
         }
         if (ref) {
           for (const key of Object.keys(JSON.parse(String(req.body)) as object)) sentFields.add(key);
+        } else if (content["application/octet-stream"] && STREAMED_UPLOADS.has(op.operationId)) {
+          // Archives and build contexts are streamed from disk, never held whole.
+          const body = req.body as AsyncIterable<Uint8Array> | undefined;
+          assert.ok(body && Symbol.asyncIterator in body, `${op.operationId} streams its upload`);
+          assert.equal(req.headers?.["content-type"], "application/octet-stream");
+          assert.match(req.headers?.["content-length"] ?? "", /^\d+$/);
         } else if (content["application/octet-stream"]) {
           assert.ok(req.body instanceof Uint8Array, `${op.operationId} sends raw bytes`);
         } else {

@@ -5,14 +5,25 @@
  *
  *   FORKVM_URL            use this daemon instead of starting one
  *   FORKVM_BIN            the daemon binary (default <repo>/target/debug/forkvm)
- *   FORKVM_IMAGES_HOME    where guest/ and images/ are (default /var/lib/forkvm)
+ *   FORKVM_IMAGES_HOME    where guest/ and images/ are (default /var/lib/forkvm); the
+ *                         daemon's home links guest/ and each image (in an images/ of its own)
  *   FORKVM_TEST_KEEP=1    keep the temporary FORKVM_HOME
  *
  * Arguments are passed to `node --test` (e.g. a test file, or --test-name-pattern).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+} from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -22,12 +33,14 @@ import { REPO_ROOT, SDK_ROOT } from "./paths.js";
 
 const TEST_FILES = [
   "openapi.test.js",
+  "image-units.test.js",
   "transport.test.js",
   "api.test.js",
   "sandbox.test.js",
   "stream.test.js",
   "network.test.js",
   "quickstart.test.js",
+  "images.test.js",
 ];
 
 interface Daemon {
@@ -63,7 +76,12 @@ async function startDaemon(): Promise<Daemon> {
   }
   const home = mkdtempSync(join(tmpdir(), "forkvm-ts-"));
   symlinkSync(join(artefacts, "guest"), join(home, "guest"));
-  symlinkSync(join(artefacts, "images"), join(home, "images"));
+  // Images: a directory of this daemon's own with the built ones linked in,
+  // so that the images the tests import stay in its home.
+  mkdirSync(join(home, "images"));
+  for (const image of readdirSync(join(artefacts, "images")).sort()) {
+    if (!image.startsWith(".")) symlinkSync(join(artefacts, "images", image), join(home, "images", image));
+  }
   const port = await freePort();
   const token = randomBytes(16).toString("hex");
   const log = openSync(join(home, "serve.log"), "a");

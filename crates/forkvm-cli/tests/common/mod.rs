@@ -97,10 +97,25 @@ impl Daemon {
             }
             None => dir.path().to_path_buf(),
         };
-        for sub in ["guest", "images"] {
-            // A test may bring its own (e.g. a broken initramfs).
-            if !home.join(sub).exists() {
-                std::os::unix::fs::symlink(artifacts().join(sub), home.join(sub)).expect("symlink");
+        // A test may bring its own (e.g. a broken initramfs).
+        if !home.join("guest").exists() {
+            std::os::unix::fs::symlink(artifacts().join("guest"), home.join("guest"))
+                .expect("symlink");
+        }
+        // Images: a directory of this daemon's own, so images a test pulls,
+        // imports or builds stay in its home, with the built ones linked in.
+        if !home.join("images").exists() {
+            std::fs::create_dir_all(home.join("images")).expect("images dir");
+            for e in std::fs::read_dir(artifacts().join("images"))
+                .expect("read images")
+                .flatten()
+            {
+                let name = e.file_name();
+                if name.to_string_lossy().starts_with('.') {
+                    continue;
+                }
+                std::os::unix::fs::symlink(e.path(), home.join("images").join(&name))
+                    .expect("symlink");
             }
         }
         let mut d = Daemon {

@@ -6,6 +6,7 @@ themselves are one async source and its generated sync rewrite)."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Dict, Optional, Union
 
 import httpx
@@ -65,9 +66,17 @@ class _BaseClient:
                 kwargs["content"] = self._chunks(body)
             else:
                 kwargs["content"] = body
+        elif request.upload is not None:
+            # Streamed from disk with its length known up front, so an archive of
+            # gigabytes never sits in memory and the daemon can tell a cut-off upload.
+            headers["Content-Length"] = str(os.path.getsize(request.upload))
+            kwargs["content"] = self._file_chunks(request.upload)
         return kwargs
 
     def _chunks(self, body: bytes) -> Any:
+        raise NotImplementedError
+
+    def _file_chunks(self, path: str) -> Any:
         raise NotImplementedError
 
     def _transport_error(self, request: _ops.Request, exc: httpx.TransportError) -> ForkvmError:

@@ -37,6 +37,8 @@ class Request:
     params: Optional[Dict[str, str]] = None
     json: Any = None
     content: Optional[bytes] = None
+    #: A file sent as the body, streamed from disk (never read whole).
+    upload: Optional[str] = None
     headers: Dict[str, str] = field(default_factory=dict)
     #: ``None`` means the client's default timeout; otherwise an httpx timeout.
     timeout: Optional[httpx.Timeout] = None
@@ -99,6 +101,22 @@ def _file_mode(mode: Union[int, str, None]) -> Optional[str]:
     if isinstance(mode, int):
         return format(mode, "o")
     return mode
+
+
+#: The HTTP timeout of the image operations: they take as long as a pull, an
+#: upload or a build does (the daemon reports progress meanwhile).
+IMAGE_TIMEOUT = httpx.Timeout(None, connect=10.0)
+
+#: How the NDJSON progress streams are asked for.
+_NDJSON = {"Accept": "application/x-ndjson"}
+
+
+def query_params(query: models.Model) -> Dict[str, str]:
+    """A query model as query-string parameters: unset fields left out, booleans as ``true``/``false``."""
+    out: Dict[str, str] = {}
+    for key, value in query.to_dict().items():
+        out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
 
 
 def exec_timeout(timeout_ms: Optional[int], default_read: Optional[float] = None) -> httpx.Timeout:
@@ -230,6 +248,44 @@ def prune_snapshots(body: models.PruneRequest) -> Request:
     return Request("POST", "/v1/snapshots/prune", _model(models.PruneResult), json=body.to_dict())
 
 
+def list_images() -> Request:
+    return Request("GET", "/v1/images", _model(models.ImageList))
+
+
+def get_image(name: str) -> Request:
+    return Request("GET", f"/v1/images/{_seg(name)}", _model(models.Image))
+
+
+def delete_image(name: str) -> Request:
+    return Request("DELETE", f"/v1/images/{_seg(name)}")
+
+
+def pull_image(body: models.PullImage) -> Request:
+    body.stream = True
+    return Request("POST", "/v1/images", json=body.to_dict(), headers=dict(_NDJSON), timeout=IMAGE_TIMEOUT)
+
+
+def _upload(path: str, query: models.Model, tar: str) -> Request:
+    return Request(
+        "POST",
+        path,
+        params=query_params(query),
+        upload=tar,
+        headers={"Content-Type": "application/octet-stream", **_NDJSON},
+        timeout=IMAGE_TIMEOUT,
+    )
+
+
+def import_image(query: models.ImportQuery, archive: str) -> Request:
+    """Import the archive file ``archive`` (streamed as the body)."""
+    return _upload("/v1/images/import", query, archive)
+
+
+def build_image(query: models.BuildQuery, context_tar: str) -> Request:
+    """Build from the context tar file ``context_tar`` (streamed as the body)."""
+    return _upload("/v1/images/build", query, context_tar)
+
+
 # --------------------------------------------------------------------------
 # Helpers for building network fields from friendly arguments.
 
@@ -315,6 +371,7 @@ def create_request(
     ports: Optional[Iterable[PortSpec]] = None,
     egress: Optional[Iterable[EgressSpec]] = None,
     wait_for_network: Optional[bool] = None,
+    disk_size: Optional[int] = None,
 ) -> models.CreateSandbox:
     """Build a :class:`~forkvm.models.CreateSandbox` from friendly arguments."""
     return models.CreateSandbox(
@@ -328,6 +385,7 @@ def create_request(
         ports=port_forwards(ports),
         egress=egress_rules(egress),
         wait_for_network=wait_for_network,
+        disk_size=disk_size,
     )
 
 
@@ -360,6 +418,7 @@ def exec_request(
     *,
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[str] = None,
+    user: Optional[str] = None,
     stdin: Union[str, bytes, None] = None,
     stdin_base64: Optional[str] = None,
     timeout_ms: Optional[int] = None,
@@ -368,7 +427,8 @@ def exec_request(
 ) -> models.ExecRequest:
     """Build an :class:`~forkvm.models.ExecRequest`.
 
-    A string command runs through ``sh -c``; bytes ``stdin`` is sent as base64.
+    A string command runs through ``sh -c``; an empty list runs the image's
+    default command; bytes ``stdin`` is sent as base64.
     """
     if isinstance(argv, str):
         args = ["sh", "-c", argv]
@@ -383,6 +443,7 @@ def exec_request(
         argv=args,
         env=dict(env) if env is not None else None,
         cwd=cwd,
+        user=user,
         stdin=stdin,
         stdin_base64=stdin_base64,
         timeout_ms=timeout_ms,

@@ -88,7 +88,8 @@ class AsyncSandbox:
     given one; ``egress=["10.0.0.0/8", {"cidr": "1.2.3.4", "ports": [443]}]``
     allows connections only to those destinations.
     ``wait_for_network=False`` returns before the guest's network is proven
-    to work.
+    to work. ``disk_size`` (bytes) gives it a root disk larger than its
+    image's.
 
     To wrap a sandbox that already exists, use :meth:`AsyncSandbox.get`.
     """
@@ -105,6 +106,7 @@ class AsyncSandbox:
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        disk_size: Optional[int] = None,
         client: Optional[AsyncClient] = None,
     ) -> None:
         self._spec = _ops.create_request(
@@ -117,6 +119,7 @@ class AsyncSandbox:
             ports=ports,
             egress=egress,
             wait_for_network=wait_for_network,
+            disk_size=disk_size,
         )
         self._client = client
         self._info: Optional[models.Sandbox] = None
@@ -136,6 +139,7 @@ class AsyncSandbox:
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        disk_size: Optional[int] = None,
         client: Optional[AsyncClient] = None,
     ) -> "AsyncSandbox":
         """Spawn a sandbox and return it."""
@@ -149,6 +153,7 @@ class AsyncSandbox:
             ports=ports,
             egress=egress,
             wait_for_network=wait_for_network,
+            disk_size=disk_size,
             client=client,
         )
         return await sandbox.start()
@@ -167,6 +172,7 @@ class AsyncSandbox:
                 ports=spec.ports,
                 egress=spec.egress,
                 wait_for_network=spec.wait_for_network,
+                disk_size=spec.disk_size,
             )
             assert isinstance(info, models.Sandbox)
             self._info = info
@@ -275,6 +281,7 @@ class AsyncSandbox:
         stdin: Union[str, bytes, None] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        user: Optional[str] = None,
         timeout: Optional[float] = None,
         encoding: Union[models.OutputEncoding, str, None] = None,
         max_output_bytes: Optional[int] = None,
@@ -284,7 +291,10 @@ class AsyncSandbox:
     ) -> models.ExecResult:
         """Run ``cmd`` and wait for it.
 
-        ``cmd`` is an argv list, or a string run with ``sh -c``. ``stdin`` is
+        ``cmd`` is an argv list, or a string run with ``sh -c``; an empty
+        list runs the image's default command (``Entrypoint`` + ``Cmd``).
+        ``user`` runs it as another user (``name``, ``uid``, ``name:group``
+        or ``uid:gid``; default: the image's). ``stdin`` is
         text or bytes; ``timeout`` is in seconds (the command is killed and
         ``timed_out`` set). With ``on_stdout``/``on_stderr``, output is
         streamed to the callbacks as text while the command runs (against a
@@ -296,11 +306,13 @@ class AsyncSandbox:
             if encoding is not None or max_output_bytes is not None:
                 raise ValueError("encoding and max_output_bytes cannot be combined with output callbacks")
             try:
-                result = await self.exec_stream(cmd, stdin=stdin, env=env, cwd=cwd, timeout=timeout).collect(
-                    on_stdout, on_stderr
-                )
+                result = await self.exec_stream(
+                    cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout
+                ).collect(on_stdout, on_stderr)
             except StreamingUnsupported:
-                result = await self.client.exec(self.id, cmd, stdin=stdin, env=env, cwd=cwd, timeout_ms=timeout_ms)
+                result = await self.client.exec(
+                    self.id, cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout_ms=timeout_ms
+                )
                 if on_stdout is not None and result.stdout:
                     await _call(on_stdout, result.stdout)
                 if on_stderr is not None and result.stderr:
@@ -312,6 +324,7 @@ class AsyncSandbox:
                 stdin=stdin,
                 env=env,
                 cwd=cwd,
+                user=user,
                 timeout_ms=timeout_ms,
                 encoding=encoding,
                 max_output_bytes=max_output_bytes,
@@ -325,6 +338,7 @@ class AsyncSandbox:
         stdin: Union[str, bytes, None] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        user: Optional[str] = None,
         timeout: Optional[float] = None,
     ) -> AsyncExecStream:
         """Run ``cmd``, yielding :class:`~forkvm.OutputEvent` chunks and a final :class:`~forkvm.ExitEvent`.
@@ -336,7 +350,7 @@ class AsyncSandbox:
                     print(event.text, end="")
         """
         return self.client.exec_stream(
-            self.id, cmd, stdin=stdin, env=env, cwd=cwd, timeout_ms=_ops.seconds_to_ms(timeout)
+            self.id, cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout_ms=_ops.seconds_to_ms(timeout)
         )
 
     async def logs(self) -> str:

@@ -19,16 +19,22 @@ the blocking module from the asyncio one.
 
 from __future__ import annotations
 
+import asyncio  # async-only
+import os
 from typing import Any, AsyncIterator, Iterable, List, Mapping, Optional, Sequence, Union
 
 import httpx
 
-from . import _ops, models
+from . import _images, _ops, models
 from ._base import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
 from ._default import default_async_client
+from ._images import ImageEventCallback
 from ._ops import EgressSpec, PortSpec
 from .errors import error_from_response
-from .streaming import AsyncExecStream
+from .streaming import AsyncExecStream, _is_json
+
+# After .streaming, which loads this module at its end (they import each other).
+from ._async_stream import _settle  # noqa: E402, I001
 
 __all__ = ["AsyncClient", "default_async_client"]
 
@@ -74,6 +80,15 @@ class AsyncClient(_BaseClient):
         for start in range(0, len(body), _CHUNK):
             yield bytes(view[start : start + _CHUNK])
 
+    async def _file_chunks(self, path: str) -> AsyncIterator[bytes]:
+        with open(path, "rb") as f:
+            while True:
+                chunk = await asyncio.to_thread(f.read, _CHUNK)  # async-only
+                # sync-only: chunk = f.read(_CHUNK)
+                if not chunk:
+                    return
+                yield chunk
+
     def _build(self, request: _ops.Request) -> httpx.Request:
         return self._http.build_request(
             request.method,
@@ -101,6 +116,26 @@ class AsyncClient(_BaseClient):
                 await response.aclose()
             raise _streaming_refused(error_from_response(response))
         return response
+
+    async def _image_stream(self, request: _ops.Request, on_event: Optional[ImageEventCallback]) -> models.Image:
+        """Send an image operation and read its progress stream to the image (see :mod:`forkvm._images`)."""
+        response = await self._open_stream(request)
+        try:
+            if _is_json(response):  # the image itself, from a daemon that did not stream
+                await response.aread()
+                return _ops._model(models.Image)(response)
+            async for line in response.aiter_lines():
+                event = _images.parse_image_event(line)
+                if event is None:
+                    continue
+                if on_event is not None:
+                    await _settle(on_event(event))
+                image = _images.image_outcome(event)
+                if image is not None:
+                    return image
+            raise _images.stream_ended()
+        finally:
+            await response.aclose()
 
     # -- daemon ------------------------------------------------------------
 
@@ -131,6 +166,7 @@ class AsyncClient(_BaseClient):
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        disk_size: Optional[int] = None,
     ) -> Union[models.Sandbox, models.SandboxBatch]:
         """``POST /v1/sandboxes``: start a sandbox, or ``count`` of them.
 
@@ -144,7 +180,8 @@ class AsyncClient(_BaseClient):
         see ``network.ports`` of the answer). ``egress`` allows connections
         only to these destinations: ``["10.0.0.0/8", {"cidr": "1.2.3.4",
         "ports": [443]}]``. Both need ``nat``. ``wait_for_network=False``
-        answers before the guest's network is proven to work.
+        answers before the guest's network is proven to work. ``disk_size``
+        (bytes) gives the sandbox a root disk larger than its image's.
         """
         body = _ops.create_request(
             image=image,
@@ -157,6 +194,7 @@ class AsyncClient(_BaseClient):
             ports=ports,
             egress=egress,
             wait_for_network=wait_for_network,
+            disk_size=disk_size,
         )
         return await self._send(_ops.create_sandbox(body))
 
@@ -197,6 +235,7 @@ class AsyncClient(_BaseClient):
         *,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        user: Optional[str] = None,
         stdin: Union[str, bytes, None] = None,
         stdin_base64: Optional[str] = None,
         timeout_ms: Optional[int] = None,
@@ -205,13 +244,16 @@ class AsyncClient(_BaseClient):
     ) -> models.ExecResult:
         """``POST /v1/sandboxes/{id}/exec``: run a command and wait for it.
 
-        ``argv`` is a list, or a string run with ``sh -c``. Bytes ``stdin`` is
-        sent as ``stdin_base64``.
+        ``argv`` is a list, or a string run with ``sh -c``; an empty list runs
+        the image's default command (its ``Entrypoint`` and ``Cmd``). ``user``
+        is ``name``, ``uid``, ``name:group`` or ``uid:gid`` (default: the
+        image's ``User``, else root). Bytes ``stdin`` is sent as ``stdin_base64``.
         """
         body = _ops.exec_request(
             argv,
             env=env,
             cwd=cwd,
+            user=user,
             stdin=stdin,
             stdin_base64=stdin_base64,
             timeout_ms=timeout_ms,
@@ -227,6 +269,7 @@ class AsyncClient(_BaseClient):
         *,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        user: Optional[str] = None,
         stdin: Union[str, bytes, None] = None,
         stdin_base64: Optional[str] = None,
         timeout_ms: Optional[int] = None,
@@ -236,7 +279,9 @@ class AsyncClient(_BaseClient):
         Raises :class:`~forkvm.StreamingUnsupported` (when iterated) against a
         daemon without streaming exec.
         """
-        body = _ops.exec_request(argv, env=env, cwd=cwd, stdin=stdin, stdin_base64=stdin_base64, timeout_ms=timeout_ms)
+        body = _ops.exec_request(
+            argv, env=env, cwd=cwd, user=user, stdin=stdin, stdin_base64=stdin_base64, timeout_ms=timeout_ms
+        )
         return AsyncExecStream(self, _ops.exec_stream(id, body))
 
     async def read_file(self, id: str, path: str) -> bytes:
@@ -302,3 +347,115 @@ class AsyncClient(_BaseClient):
         """``POST /v1/snapshots/prune``: remove the branch points nothing needs, past the grace
         period (or however young, with ``all``); ``dry_run`` only lists them."""
         return await self._send(_ops.prune_snapshots(models.PruneRequest(all=all, dry_run=dry_run)))
+
+    # -- images ------------------------------------------------------------
+
+    async def list_images(self) -> models.ImageList:
+        """``GET /v1/images``: the installed images."""
+        return await self._send(_ops.list_images())
+
+    async def get_image(self, name: str) -> models.Image:
+        """``GET /v1/images/{name}``: one image, with the sandboxes and snapshots that use it."""
+        return await self._send(_ops.get_image(name))
+
+    async def delete_image(self, name: str) -> None:
+        """``DELETE /v1/images/{name}``: remove an image and its boot templates.
+
+        Raises :class:`~forkvm.Conflict` (naming them) while sandboxes or
+        snapshots use it.
+        """
+        await self._send(_ops.delete_image(name))
+
+    async def pull_image(
+        self,
+        reference: str,
+        *,
+        name: Optional[str] = None,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        insecure: Optional[bool] = None,
+        disk_size: Optional[int] = None,
+        replace: Optional[bool] = None,
+        start: Union[models.StartCommand, Mapping[str, Any], Sequence[str], None] = None,
+        on_event: Optional[ImageEventCallback] = None,
+    ) -> models.Image:
+        """``POST /v1/images`` (streamed): pull ``reference`` from an OCI registry and return the image.
+
+        ``on_event`` is called with each :class:`~forkvm.models.ImageEvent`
+        of the progress stream (phases, bytes per blob, the last ``done``
+        or ``error``). A failure is raised as its
+        :class:`~forkvm.ForkvmError` subclass (:class:`~forkvm.RegistryAuthFailed`,
+        :class:`~forkvm.RegistryUnreachable`, :class:`~forkvm.InvalidImage`...).
+        ``start`` is the command the image's boot template starts: a
+        :class:`~forkvm.models.StartCommand`, its fields as a dict, or an argv.
+        """
+        body = models.PullImage(
+            reference=reference,
+            name=name,
+            username=username,
+            password=password,
+            insecure=insecure,
+            disk_size=disk_size,
+            replace=replace,
+            start=_images.start_command(start),
+        )
+        return await self._image_stream(_ops.pull_image(body), on_event)
+
+    async def import_image(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        name: str,
+        *,
+        disk_size: Optional[int] = None,
+        replace: bool = False,
+        on_event: Optional[ImageEventCallback] = None,
+    ) -> models.Image:
+        """``POST /v1/images/import``: install the archive at ``path`` as the image ``name``.
+
+        ``path`` is a ``docker save`` tar, an OCI image layout (a tar, or a
+        directory, which is packed into a temporary tar first) or a root
+        filesystem tarball (plain, gzip or zstd); a file is streamed from
+        disk. ``disk_size`` is the root filesystem's size in bytes (default:
+        its content plus room); ``replace`` replaces an image of that name
+        (else :class:`~forkvm.Conflict`). ``on_event`` sees the progress, as
+        for :meth:`pull_image`.
+        """
+        query = _images.import_query(path, name, disk_size=disk_size, replace=replace)
+        file, temporary = await asyncio.to_thread(_images.prepare_import, path)  # async-only
+        # sync-only: file, temporary = _images.prepare_import(path)
+        try:
+            return await self._image_stream(_ops.import_image(query, file), on_event)
+        finally:
+            _images.remove_temporary(temporary)
+
+    async def build_image(
+        self,
+        context: Union[str, "os.PathLike[str]"],
+        tag: str,
+        *,
+        dockerfile: Union[str, "os.PathLike[str]", None] = None,
+        build_args: Optional[Mapping[str, str]] = None,
+        no_cache: bool = False,
+        disk_size: Optional[int] = None,
+        memory_mib: Optional[int] = None,
+        on_event: Optional[ImageEventCallback] = None,
+    ) -> models.Image:
+        """``POST /v1/images/build``: build the image ``tag`` from a Dockerfile.
+
+        The directory ``context`` is packed into a temporary tar with the
+        Dockerfile (default ``context/Dockerfile``; ``dockerfile`` is a path
+        on this machine) and uploaded; the steps run in a sandbox of the
+        base image. ``build_args`` are the ``ARG`` values, ``no_cache`` runs
+        every step again, ``memory_mib`` sizes the build sandbox. A failed
+        step raises :class:`~forkvm.BuildFailed` (its output came as ``log``
+        events to ``on_event``).
+        """
+        query = _images.build_query(
+            tag, build_args=build_args, no_cache=no_cache, disk_size=disk_size, memory_mib=memory_mib
+        )
+        tar = await asyncio.to_thread(_images.prepare_build, context, dockerfile)  # async-only
+        # sync-only: tar = _images.prepare_build(context, dockerfile)
+        try:
+            return await self._image_stream(_ops.build_image(query, tar), on_event)
+        finally:
+            _images.remove_temporary(tar)

@@ -21,16 +21,21 @@ the blocking module from the asyncio one.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator, Iterable, List, Mapping, Optional, Sequence, Union
 
 import httpx
 
-from . import _ops, models
+from . import _images, _ops, models
 from ._base import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
 from ._default import default_client
+from ._images import ImageEventCallback
 from ._ops import EgressSpec, PortSpec
 from .errors import error_from_response
-from .streaming import ExecStream
+from .streaming import ExecStream, _is_json
+
+# After .streaming, which loads this module at its end (they import each other).
+from ._stream import _settle  # noqa: E402, I001
 
 __all__ = ["Client", "default_client"]
 
@@ -76,6 +81,14 @@ class Client(_BaseClient):
         for start in range(0, len(body), _CHUNK):
             yield bytes(view[start : start + _CHUNK])
 
+    def _file_chunks(self, path: str) -> Iterator[bytes]:
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    return
+                yield chunk
+
     def _build(self, request: _ops.Request) -> httpx.Request:
         return self._http.build_request(
             request.method,
@@ -103,6 +116,26 @@ class Client(_BaseClient):
                 response.close()
             raise _streaming_refused(error_from_response(response))
         return response
+
+    def _image_stream(self, request: _ops.Request, on_event: Optional[ImageEventCallback]) -> models.Image:
+        """Send an image operation and read its progress stream to the image (see :mod:`forkvm._images`)."""
+        response = self._open_stream(request)
+        try:
+            if _is_json(response):  # the image itself, from a daemon that did not stream
+                response.read()
+                return _ops._model(models.Image)(response)
+            for line in response.iter_lines():
+                event = _images.parse_image_event(line)
+                if event is None:
+                    continue
+                if on_event is not None:
+                    _settle(on_event(event))
+                image = _images.image_outcome(event)
+                if image is not None:
+                    return image
+            raise _images.stream_ended()
+        finally:
+            response.close()
 
     # -- daemon ------------------------------------------------------------
 
@@ -133,6 +166,7 @@ class Client(_BaseClient):
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        disk_size: Optional[int] = None,
     ) -> Union[models.Sandbox, models.SandboxBatch]:
         """``POST /v1/sandboxes``: start a sandbox, or ``count`` of them.
 
@@ -146,7 +180,8 @@ class Client(_BaseClient):
         see ``network.ports`` of the answer). ``egress`` allows connections
         only to these destinations: ``["10.0.0.0/8", {"cidr": "1.2.3.4",
         "ports": [443]}]``. Both need ``nat``. ``wait_for_network=False``
-        answers before the guest's network is proven to work.
+        answers before the guest's network is proven to work. ``disk_size``
+        (bytes) gives the sandbox a root disk larger than its image's.
         """
         body = _ops.create_request(
             image=image,
@@ -159,6 +194,7 @@ class Client(_BaseClient):
             ports=ports,
             egress=egress,
             wait_for_network=wait_for_network,
+            disk_size=disk_size,
         )
         return self._send(_ops.create_sandbox(body))
 
@@ -199,6 +235,7 @@ class Client(_BaseClient):
         *,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        user: Optional[str] = None,
         stdin: Union[str, bytes, None] = None,
         stdin_base64: Optional[str] = None,
         timeout_ms: Optional[int] = None,
@@ -207,13 +244,16 @@ class Client(_BaseClient):
     ) -> models.ExecResult:
         """``POST /v1/sandboxes/{id}/exec``: run a command and wait for it.
 
-        ``argv`` is a list, or a string run with ``sh -c``. Bytes ``stdin`` is
-        sent as ``stdin_base64``.
+        ``argv`` is a list, or a string run with ``sh -c``; an empty list runs
+        the image's default command (its ``Entrypoint`` and ``Cmd``). ``user``
+        is ``name``, ``uid``, ``name:group`` or ``uid:gid`` (default: the
+        image's ``User``, else root). Bytes ``stdin`` is sent as ``stdin_base64``.
         """
         body = _ops.exec_request(
             argv,
             env=env,
             cwd=cwd,
+            user=user,
             stdin=stdin,
             stdin_base64=stdin_base64,
             timeout_ms=timeout_ms,
@@ -229,6 +269,7 @@ class Client(_BaseClient):
         *,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        user: Optional[str] = None,
         stdin: Union[str, bytes, None] = None,
         stdin_base64: Optional[str] = None,
         timeout_ms: Optional[int] = None,
@@ -238,7 +279,9 @@ class Client(_BaseClient):
         Raises :class:`~forkvm.StreamingUnsupported` (when iterated) against a
         daemon without streaming exec.
         """
-        body = _ops.exec_request(argv, env=env, cwd=cwd, stdin=stdin, stdin_base64=stdin_base64, timeout_ms=timeout_ms)
+        body = _ops.exec_request(
+            argv, env=env, cwd=cwd, user=user, stdin=stdin, stdin_base64=stdin_base64, timeout_ms=timeout_ms
+        )
         return ExecStream(self, _ops.exec_stream(id, body))
 
     def read_file(self, id: str, path: str) -> bytes:
@@ -304,3 +347,113 @@ class Client(_BaseClient):
         """``POST /v1/snapshots/prune``: remove the branch points nothing needs, past the grace
         period (or however young, with ``all``); ``dry_run`` only lists them."""
         return self._send(_ops.prune_snapshots(models.PruneRequest(all=all, dry_run=dry_run)))
+
+    # -- images ------------------------------------------------------------
+
+    def list_images(self) -> models.ImageList:
+        """``GET /v1/images``: the installed images."""
+        return self._send(_ops.list_images())
+
+    def get_image(self, name: str) -> models.Image:
+        """``GET /v1/images/{name}``: one image, with the sandboxes and snapshots that use it."""
+        return self._send(_ops.get_image(name))
+
+    def delete_image(self, name: str) -> None:
+        """``DELETE /v1/images/{name}``: remove an image and its boot templates.
+
+        Raises :class:`~forkvm.Conflict` (naming them) while sandboxes or
+        snapshots use it.
+        """
+        self._send(_ops.delete_image(name))
+
+    def pull_image(
+        self,
+        reference: str,
+        *,
+        name: Optional[str] = None,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        insecure: Optional[bool] = None,
+        disk_size: Optional[int] = None,
+        replace: Optional[bool] = None,
+        start: Union[models.StartCommand, Mapping[str, Any], Sequence[str], None] = None,
+        on_event: Optional[ImageEventCallback] = None,
+    ) -> models.Image:
+        """``POST /v1/images`` (streamed): pull ``reference`` from an OCI registry and return the image.
+
+        ``on_event`` is called with each :class:`~forkvm.models.ImageEvent`
+        of the progress stream (phases, bytes per blob, the last ``done``
+        or ``error``). A failure is raised as its
+        :class:`~forkvm.ForkvmError` subclass (:class:`~forkvm.RegistryAuthFailed`,
+        :class:`~forkvm.RegistryUnreachable`, :class:`~forkvm.InvalidImage`...).
+        ``start`` is the command the image's boot template starts: a
+        :class:`~forkvm.models.StartCommand`, its fields as a dict, or an argv.
+        """
+        body = models.PullImage(
+            reference=reference,
+            name=name,
+            username=username,
+            password=password,
+            insecure=insecure,
+            disk_size=disk_size,
+            replace=replace,
+            start=_images.start_command(start),
+        )
+        return self._image_stream(_ops.pull_image(body), on_event)
+
+    def import_image(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        name: str,
+        *,
+        disk_size: Optional[int] = None,
+        replace: bool = False,
+        on_event: Optional[ImageEventCallback] = None,
+    ) -> models.Image:
+        """``POST /v1/images/import``: install the archive at ``path`` as the image ``name``.
+
+        ``path`` is a ``docker save`` tar, an OCI image layout (a tar, or a
+        directory, which is packed into a temporary tar first) or a root
+        filesystem tarball (plain, gzip or zstd); a file is streamed from
+        disk. ``disk_size`` is the root filesystem's size in bytes (default:
+        its content plus room); ``replace`` replaces an image of that name
+        (else :class:`~forkvm.Conflict`). ``on_event`` sees the progress, as
+        for :meth:`pull_image`.
+        """
+        query = _images.import_query(path, name, disk_size=disk_size, replace=replace)
+        file, temporary = _images.prepare_import(path)
+        try:
+            return self._image_stream(_ops.import_image(query, file), on_event)
+        finally:
+            _images.remove_temporary(temporary)
+
+    def build_image(
+        self,
+        context: Union[str, "os.PathLike[str]"],
+        tag: str,
+        *,
+        dockerfile: Union[str, "os.PathLike[str]", None] = None,
+        build_args: Optional[Mapping[str, str]] = None,
+        no_cache: bool = False,
+        disk_size: Optional[int] = None,
+        memory_mib: Optional[int] = None,
+        on_event: Optional[ImageEventCallback] = None,
+    ) -> models.Image:
+        """``POST /v1/images/build``: build the image ``tag`` from a Dockerfile.
+
+        The directory ``context`` is packed into a temporary tar with the
+        Dockerfile (default ``context/Dockerfile``; ``dockerfile`` is a path
+        on this machine) and uploaded; the steps run in a sandbox of the
+        base image. ``build_args`` are the ``ARG`` values, ``no_cache`` runs
+        every step again, ``memory_mib`` sizes the build sandbox. A failed
+        step raises :class:`~forkvm.BuildFailed` (its output came as ``log``
+        events to ``on_event``).
+        """
+        query = _images.build_query(
+            tag, build_args=build_args, no_cache=no_cache, disk_size=disk_size, memory_mib=memory_mib
+        )
+        tar = _images.prepare_build(context, dockerfile)
+        try:
+            return self._image_stream(_ops.build_image(query, tar), on_event)
+        finally:
+            _images.remove_temporary(tar)

@@ -30,12 +30,17 @@ __all__ = [
     "MethodNotAllowed",
     "StreamingUnsupported",
     "Unauthorized",
+    "Forbidden",
+    "RegistryAuthFailed",
     "NotFound",
     "ImageNotFound",
     "Conflict",
     "RequestTimeout",
     "PayloadTooLarge",
+    "Unprocessable",
     "SnapshotCorrupt",
+    "InvalidImage",
+    "BuildFailed",
     "LimitExceeded",
     "ServerError",
     "QemuFailed",
@@ -43,6 +48,8 @@ __all__ = [
     "NetworkUnavailable",
     "GuestError",
     "GuestTimeout",
+    "RegistryUnreachable",
+    "NoSpace",
     "DaemonUnreachable",
     "ClientTimeout",
     "ProtocolError",
@@ -91,6 +98,14 @@ class Unauthorized(ForkvmError):
     """401: TCP without the right bearer token (set ``FORKVM_TOKEN``)."""
 
 
+class Forbidden(ForkvmError):
+    """403: refused for lack of rights (see :class:`RegistryAuthFailed`)."""
+
+
+class RegistryAuthFailed(Forbidden):
+    """403 ``registry_auth_failed``: a registry refused the credentials of a pull."""
+
+
 class NotFound(ForkvmError):
     """404: no such sandbox, snapshot, route, guest file or executable."""
 
@@ -111,8 +126,22 @@ class PayloadTooLarge(ForkvmError):
     """413: body, stdin or file over the limit."""
 
 
-class SnapshotCorrupt(ForkvmError):
-    """422: a snapshot file fails its size or SHA-256 check."""
+class Unprocessable(ForkvmError):
+    """422: the request is well-formed but what it names or carries is unusable."""
+
+
+class SnapshotCorrupt(Unprocessable):
+    """422 ``snapshot_corrupt``: a snapshot file fails its size or SHA-256 check."""
+
+
+class InvalidImage(Unprocessable):
+    """422 ``invalid_image``: an image's blobs fail verification, its archive or
+    manifest is malformed, or it has no linux/amd64 variant."""
+
+
+class BuildFailed(Unprocessable):
+    """422 ``build_failed``: a Dockerfile is invalid or one of its steps failed
+    (the ``log`` events of the build show its output)."""
 
 
 class LimitExceeded(ForkvmError):
@@ -146,6 +175,14 @@ class GuestTimeout(ServerError):
     """504: the guest did not boot, or did not answer."""
 
 
+class RegistryUnreachable(ServerError):
+    """502 ``registry_unreachable``: a registry could not be reached or answered nonsense."""
+
+
+class NoSpace(ServerError):
+    """507 ``no_space``: the filesystem holding the daemon's home is full."""
+
+
 class DaemonUnreachable(ForkvmError):
     """The daemon could not be reached (no socket, connection refused...)."""
 
@@ -177,17 +214,19 @@ class CommandFailed(ForkvmError):
 _BY_STATUS: Dict[int, Type[ForkvmError]] = {
     400: InvalidRequest,
     401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     405: MethodNotAllowed,
     408: RequestTimeout,
     409: Conflict,
     413: PayloadTooLarge,
-    422: SnapshotCorrupt,
+    422: Unprocessable,
     429: LimitExceeded,
     500: ServerError,
     502: GuestError,
     503: ServerError,
     504: GuestTimeout,
+    507: NoSpace,
 }
 
 _BY_CODE: Dict[str, Type[ForkvmError]] = {
@@ -206,6 +245,18 @@ _BY_CODE: Dict[str, Type[ForkvmError]] = {
     "internal": ServerError,
     "guest_error": GuestError,
     "guest_timeout": GuestTimeout,
+    "registry_auth_failed": RegistryAuthFailed,
+    "invalid_image": InvalidImage,
+    "build_failed": BuildFailed,
+    "registry_unreachable": RegistryUnreachable,
+    "no_space": NoSpace,
+}
+
+# The status the daemon sends each code with (crates/forkvm-api/src/codes.rs),
+# for the codes that share a status with a class they are not a subclass of
+# (502 is GuestError's, but registry_unreachable is no guest's fault).
+_STATUS_OF_CODE: Dict[str, int] = {
+    "registry_unreachable": 502,
 }
 
 
@@ -216,8 +267,9 @@ def _error_class(status: Optional[int], code: str) -> Type[ForkvmError]:
     by_status = _BY_STATUS.get(status)
     if by_status is None:
         by_status = ServerError if status >= 500 else ForkvmError
-    # The code may name a more precise class than the status (404 + image_not_found).
-    if by_code is not None and issubclass(by_code, by_status):
+    # The code may name a more precise class than the status (404 + image_not_found),
+    # or a sibling of the status's class that the daemon sends with that status.
+    if by_code is not None and (issubclass(by_code, by_status) or _STATUS_OF_CODE.get(code) == status):
         return by_code
     return by_status
 

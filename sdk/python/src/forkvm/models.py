@@ -28,6 +28,7 @@ __all__ = [
     "BranchMode",
     "BranchRequest",
     "BranchResult",
+    "BuildQuery",
     "CreateSandbox",
     "CreateSnapshot",
     "DiskChain",
@@ -41,6 +42,11 @@ __all__ = [
     "FlattenRequest",
     "GcInfo",
     "Health",
+    "Image",
+    "ImageConfig",
+    "ImageEvent",
+    "ImageList",
+    "ImportQuery",
     "Info",
     "Limits",
     "MemoryUsage",
@@ -55,6 +61,7 @@ __all__ = [
     "PruneRequest",
     "PruneResult",
     "PrunedSnapshot",
+    "PullImage",
     "QemuInfo",
     "Sandbox",
     "SandboxBatch",
@@ -65,6 +72,7 @@ __all__ = [
     "SnapshotSizes",
     "SnapshotTimings",
     "SpawnTimings",
+    "StartCommand",
 ]
 
 M = TypeVar("M", bound="Model")
@@ -471,6 +479,8 @@ class CreateSandbox(Model):
     ports: Optional[List[PortForward]] = None
     egress: Optional[List[EgressRule]] = None
     wait_for_network: Optional[bool] = None
+    #: Root disk size in bytes (default: the image's); a larger one grows the guest's root filesystem.
+    disk_size: Optional[int] = None
 
 
 # --------------------------------------------------------------------------
@@ -481,13 +491,18 @@ class CreateSandbox(Model):
 class ExecRequest(Model):
     """``POST /v1/sandboxes/{id}/exec``: run a command.
 
+    An empty ``argv`` runs the image's default command (its ``Entrypoint``
+    and ``Cmd``). ``user`` is ``name``, ``uid``, ``name:group`` or
+    ``uid:gid`` (default: the image's ``User``, else root); ``env`` and
+    ``cwd`` add to and override the image's ``Env`` and ``WorkingDir``.
     ``stream`` asks for an NDJSON stream of :class:`ExecEvent` lines instead
     of one result (``max_output_bytes`` and ``encoding`` do not apply then).
     """
 
-    argv: List[str]
+    argv: Optional[List[str]] = None
     env: Optional[Dict[str, str]] = None
     cwd: Optional[str] = None
+    user: Optional[str] = None
     stdin: Optional[str] = None
     stdin_base64: Optional[str] = None
     timeout_ms: Optional[int] = None
@@ -731,3 +746,19 @@ class PruneResult(Model):
     snapshots: List[PrunedSnapshot]
     freed_bytes: int
     failed: List[PruneFailure]
+
+
+# --------------------------------------------------------------------------
+# Images: in a module of their own (re-exported here), after the base
+# classes they use.
+
+from ._image_models import (  # noqa: E402
+    BuildQuery,
+    Image,
+    ImageConfig,
+    ImageEvent,
+    ImageList,
+    ImportQuery,
+    PullImage,
+    StartCommand,
+)

@@ -82,7 +82,8 @@ class Sandbox:
     given one; ``egress=["10.0.0.0/8", {"cidr": "1.2.3.4", "ports": [443]}]``
     allows connections only to those destinations.
     ``wait_for_network=False`` returns before the guest's network is proven
-    to work.
+    to work. ``disk_size`` (bytes) gives it a root disk larger than its
+    image's.
 
     To wrap a sandbox that already exists, use :meth:`Sandbox.get`.
     """
@@ -99,6 +100,7 @@ class Sandbox:
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        disk_size: Optional[int] = None,
         client: Optional[Client] = None,
     ) -> None:
         self._spec = _ops.create_request(
@@ -111,6 +113,7 @@ class Sandbox:
             ports=ports,
             egress=egress,
             wait_for_network=wait_for_network,
+            disk_size=disk_size,
         )
         self._client = client
         self._info: Optional[models.Sandbox] = None
@@ -130,6 +133,7 @@ class Sandbox:
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        disk_size: Optional[int] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
         """Spawn a sandbox and return it."""
@@ -143,6 +147,7 @@ class Sandbox:
             ports=ports,
             egress=egress,
             wait_for_network=wait_for_network,
+            disk_size=disk_size,
             client=client,
         )
         return sandbox.start()
@@ -161,6 +166,7 @@ class Sandbox:
                 ports=spec.ports,
                 egress=spec.egress,
                 wait_for_network=spec.wait_for_network,
+                disk_size=spec.disk_size,
             )
             assert isinstance(info, models.Sandbox)
             self._info = info
@@ -267,6 +273,7 @@ class Sandbox:
         stdin: Union[str, bytes, None] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        user: Optional[str] = None,
         timeout: Optional[float] = None,
         encoding: Union[models.OutputEncoding, str, None] = None,
         max_output_bytes: Optional[int] = None,
@@ -276,7 +283,10 @@ class Sandbox:
     ) -> models.ExecResult:
         """Run ``cmd`` and wait for it.
 
-        ``cmd`` is an argv list, or a string run with ``sh -c``. ``stdin`` is
+        ``cmd`` is an argv list, or a string run with ``sh -c``; an empty
+        list runs the image's default command (``Entrypoint`` + ``Cmd``).
+        ``user`` runs it as another user (``name``, ``uid``, ``name:group``
+        or ``uid:gid``; default: the image's). ``stdin`` is
         text or bytes; ``timeout`` is in seconds (the command is killed and
         ``timed_out`` set). With ``on_stdout``/``on_stderr``, output is
         streamed to the callbacks as text while the command runs (against a
@@ -288,11 +298,13 @@ class Sandbox:
             if encoding is not None or max_output_bytes is not None:
                 raise ValueError("encoding and max_output_bytes cannot be combined with output callbacks")
             try:
-                result = self.exec_stream(cmd, stdin=stdin, env=env, cwd=cwd, timeout=timeout).collect(
-                    on_stdout, on_stderr
-                )
+                result = self.exec_stream(
+                    cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout
+                ).collect(on_stdout, on_stderr)
             except StreamingUnsupported:
-                result = self.client.exec(self.id, cmd, stdin=stdin, env=env, cwd=cwd, timeout_ms=timeout_ms)
+                result = self.client.exec(
+                    self.id, cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout_ms=timeout_ms
+                )
                 if on_stdout is not None and result.stdout:
                     _call(on_stdout, result.stdout)
                 if on_stderr is not None and result.stderr:
@@ -304,6 +316,7 @@ class Sandbox:
                 stdin=stdin,
                 env=env,
                 cwd=cwd,
+                user=user,
                 timeout_ms=timeout_ms,
                 encoding=encoding,
                 max_output_bytes=max_output_bytes,
@@ -317,6 +330,7 @@ class Sandbox:
         stdin: Union[str, bytes, None] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        user: Optional[str] = None,
         timeout: Optional[float] = None,
     ) -> ExecStream:
         """Run ``cmd``, yielding :class:`~forkvm.OutputEvent` chunks and a final :class:`~forkvm.ExitEvent`.
@@ -328,7 +342,7 @@ class Sandbox:
                     print(event.text, end="")
         """
         return self.client.exec_stream(
-            self.id, cmd, stdin=stdin, env=env, cwd=cwd, timeout_ms=_ops.seconds_to_ms(timeout)
+            self.id, cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout_ms=_ops.seconds_to_ms(timeout)
         )
 
     def logs(self) -> str:

@@ -1,0 +1,461 @@
+//! The actions that install an image: pull from a registry and import from
+//! an uploaded archive. Both end in `forkvm_image::install::install_image`,
+//! which publishes the image atomically; on any failure nothing is left but
+//! blobs that verified (they are reused by the next attempt).
+
+use std::path::PathBuf;
+
+use axum::body::Body;
+use forkvm_api::{codes, Image, ImageEvent, ImportQuery, PullImage};
+use forkvm_image::blobs::BlobStore;
+use forkvm_image::meta::{ImageSource, StartSpec};
+use forkvm_image::progress::Progress;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use super::stream::Emitter;
+use crate::error::ApiError;
+use crate::sandbox::Manager;
+
+/// A checked pull request.
+pub struct PullPlan {
+    pub name: String,
+    pub req: PullImage,
+    pub start: Option<StartSpec>,
+}
+
+/// An uploaded file, removed when dropped.
+pub struct Upload {
+    pub path: PathBuf,
+    pub bytes: u64,
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The local name a reference gets by default: the repository's last part,
+/// plus the tag unless it is `latest`, plus the digest's first 12 digits for
+/// a digest reference (`127.0.0.1:5000/team/py:3.12` → `py-3.12`).
+pub fn default_name(reference: &str) -> String {
+    let (rest, digest) = match reference.split_once('@') {
+        Some((r, d)) => (r, Some(d.rsplit(':').next().unwrap_or(d))),
+        None => (reference, None),
+    };
+    let last = rest.rsplit('/').next().unwrap_or(rest);
+    let (repo, tag) = match last.split_once(':') {
+        Some((r, t)) => (r, Some(t)),
+        None => (last, None),
+    };
+    let mut n = repo.to_string();
+    if let Some(t) = tag.filter(|t| *t != "latest") {
+        n.push('-');
+        n.push_str(t);
+    }
+    if let Some(d) = digest {
+        n.push('-');
+        n.push_str(&d[..d.len().min(12)]);
+    }
+    let n: String = n
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    n.trim_start_matches(['.', '-', '_']).to_string()
+}
+
+/// Map an image-library error to the API's codes.
+pub fn image_error(e: &forkvm_image::ImageError) -> ApiError {
+    use axum::http::StatusCode;
+    use forkvm_image::ImageError as E;
+    let nospace = |s: &std::io::Error| s.raw_os_error() == Some(libc::ENOSPC);
+    let (status, code) = match e {
+        E::Blob(b) | E::BlobContext { source: b, .. } => return blob_error(b),
+        E::Io { source, .. } | E::Entry { source, .. } if nospace(source) => {
+            (StatusCode::INSUFFICIENT_STORAGE, codes::NO_SPACE)
+        }
+        E::Malformed { .. }
+        | E::Unsupported { .. }
+        | E::NoPlatform { .. }
+        | E::UnknownFormat { .. }
+        | E::MissingBlob { .. }
+        | E::UnsafePath { .. }
+        | E::Ambiguous { .. }
+        | E::NoSuchImage { .. } => (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_IMAGE),
+        E::DiskTooSmall { .. } | E::BadName(_) => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
+        E::Exists(_) => (StatusCode::CONFLICT, codes::CONFLICT),
+        E::NotFound(_) => (StatusCode::NOT_FOUND, codes::IMAGE_NOT_FOUND),
+        E::ToolFailed { stderr, .. } if stderr.contains("No space left") => {
+            (StatusCode::INSUFFICIENT_STORAGE, codes::NO_SPACE)
+        }
+        E::Io { .. }
+        | E::Entry { .. }
+        | E::MissingTool { .. }
+        | E::ToolFailed { .. }
+        | E::Broken { .. } => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
+    };
+    ApiError::new(status, code, e.to_string())
+}
+
+/// Map a pull error to the API's codes.
+pub fn pull_error(e: &forkvm_image::pull::PullError) -> ApiError {
+    use axum::http::StatusCode;
+    use forkvm_image::pull::PullError as P;
+    let (status, code) = match e {
+        P::BadReference { .. } | P::DockerConfig { .. } | P::CaCert { .. } => {
+            (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST)
+        }
+        P::Auth { .. } | P::AuthRequired { .. } => {
+            (StatusCode::FORBIDDEN, codes::REGISTRY_AUTH_FAILED)
+        }
+        P::NotFound { .. } => (StatusCode::NOT_FOUND, codes::IMAGE_NOT_FOUND),
+        P::DigestMismatch { .. } | P::NoPlatform { .. } | P::Unsupported { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_IMAGE)
+        }
+        P::Unreachable { .. } | P::Tls { .. } | P::Network { .. } | P::Registry { .. } => {
+            (StatusCode::BAD_GATEWAY, codes::REGISTRY_UNREACHABLE)
+        }
+        P::Store(b) => return blob_error(b),
+    };
+    ApiError::new(status, code, e.to_string())
+}
+
+/// Map a blob store error: a full disk is 507, corruption 422.
+pub fn blob_error(e: &forkvm_image::blobs::BlobError) -> ApiError {
+    use axum::http::StatusCode;
+    use forkvm_image::blobs::BlobError as B;
+    match e {
+        B::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            codes::NO_SPACE,
+            format!("{e}: the disk holding FORKVM_HOME is full; free space and try again"),
+        ),
+        B::Mismatch { .. } | B::SizeMismatch { .. } => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::INVALID_IMAGE,
+            e.to_string(),
+        ),
+        _ => ApiError::internal(e.to_string()),
+    }
+}
+
+/// CA certificates for a registry host, the way Docker looks for them:
+/// `$FORKVM_HOME/certs.d/HOST[:PORT]/*.crt`, then
+/// `/etc/docker/certs.d/HOST[:PORT]/*.crt`.
+pub fn registry_cas(home: &std::path::Path, host: &str) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for base in [home.join("certs.d"), PathBuf::from("/etc/docker/certs.d")] {
+        let dir = base.join(host);
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            let mut files: Vec<PathBuf> = rd
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "crt"))
+                .collect();
+            files.sort();
+            v.extend(files);
+        }
+    }
+    v
+}
+
+impl Manager {
+    /// The shared blob store.
+    pub fn blobs(&self) -> Result<BlobStore, ApiError> {
+        BlobStore::open(self.cfg.home.join("blobs"))
+            .map_err(|e| ApiError::internal(format!("the blob store: {e}")))
+    }
+
+    /// Refuse a bad name, or an existing image unless it may be replaced.
+    pub fn check_new_image_name(&self, name: &str, replace: bool) -> Result<(), ApiError> {
+        if !forkvm_image::valid_image_name(name) || name == "import" || name == "build" {
+            return Err(ApiError::invalid(format!(
+                "image name {name:?} is not valid: use letters, digits, '.', '-' and '_' \
+                 (at most 64, starting with a letter or digit; not `import` or `build`)"
+            )));
+        }
+        if !self.cfg.image_rootfs(name).exists() {
+            return Ok(());
+        }
+        if !replace {
+            return Err(ApiError::conflict(format!(
+                "an image named {name:?} exists; choose another name or replace it \
+                 (--replace, or `forkvm image rm {name}` first)"
+            )));
+        }
+        // Overlays and snapshots name the image's disk by path: it cannot
+        // change under them.
+        self.check_unused(name, "replace")
+    }
+
+    /// Take an uploaded body into a file under `$FORKVM_HOME/uploads`.
+    pub async fn receive_upload(&self, body: Body, what: &str) -> Result<Upload, ApiError> {
+        let dir = self.cfg.home.join("uploads");
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| ApiError::internal(format!("creating {}: {e}", dir.display())))?;
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let path = dir.join(format!(
+            "{what}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let mut up = Upload { path, bytes: 0 };
+        let mut f = tokio::fs::File::create(&up.path)
+            .await
+            .map_err(|e| ApiError::internal(format!("creating {}: {e}", up.path.display())))?;
+        let mut body = body.into_data_stream();
+        use tokio_stream::StreamExt;
+        while let Some(chunk) = body.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::invalid(format!("the upload broke off: {e}")))?;
+            if let Err(e) = f.write_all(&chunk).await {
+                return Err(if e.raw_os_error() == Some(libc::ENOSPC) {
+                    ApiError::new(
+                        axum::http::StatusCode::INSUFFICIENT_STORAGE,
+                        codes::NO_SPACE,
+                        format!(
+                            "the disk holding {} is full; free space and try again",
+                            self.cfg.home.display()
+                        ),
+                    )
+                } else {
+                    ApiError::internal(format!("writing the upload: {e}"))
+                });
+            }
+            up.bytes += chunk.len() as u64;
+        }
+        f.flush()
+            .await
+            .map_err(|e| ApiError::internal(format!("writing the upload: {e}")))?;
+        if up.bytes == 0 {
+            return Err(ApiError::invalid(
+                "the request body is empty: send the archive (or build context) as the body",
+            ));
+        }
+        Ok(up)
+    }
+
+    /// Check a pull request before anything is fetched.
+    pub fn check_pull(&self, req: &PullImage) -> Result<PullPlan, ApiError> {
+        if req.reference.trim().is_empty() {
+            return Err(ApiError::invalid(
+                "reference must name an image, e.g. 127.0.0.1:5000/team/py:3.12",
+            ));
+        }
+        if req.username.is_some() != req.password.is_some() {
+            return Err(ApiError::invalid("give username and password together"));
+        }
+        let name = req
+            .name
+            .clone()
+            .unwrap_or_else(|| default_name(&req.reference));
+        self.check_new_image_name(&name, req.replace)?;
+        let start = req.start.as_ref().map(super::start_spec).transpose()?;
+        Ok(PullPlan {
+            name,
+            req: req.clone(),
+            start,
+        })
+    }
+
+    /// `POST /v1/images`: pull, then install.
+    pub async fn pull_image(
+        self: &std::sync::Arc<Self>,
+        plan: PullPlan,
+        tx: mpsc::UnboundedSender<ImageEvent>,
+    ) -> Result<Image, ApiError> {
+        let emit = std::sync::Arc::new(Emitter::new(tx, format!("image {}", plan.name)));
+        self.pull_with(plan, emit).await
+    }
+
+    /// A pull reporting to `emit` (a build pulls its base this way).
+    pub async fn pull_with(
+        self: &std::sync::Arc<Self>,
+        plan: PullPlan,
+        emit: std::sync::Arc<Emitter>,
+    ) -> Result<Image, ApiError> {
+        let name = plan.name.clone();
+        let _blobs = super::BLOBS_IN_USE.read().await;
+        let r = self.pull_inner(plan, emit).await;
+        if let Err(e) = &r {
+            tracing::warn!("image {name}: pull failed: {}", e.message);
+        }
+        r
+    }
+
+    async fn pull_inner(
+        self: &std::sync::Arc<Self>,
+        plan: PullPlan,
+        emit: std::sync::Arc<Emitter>,
+    ) -> Result<Image, ApiError> {
+        let store = self.blobs()?;
+        let req = &plan.req;
+        let host = forkvm_image::pull::parse_reference(&req.reference)
+            .map_err(|e| pull_error(&e))?
+            .registry()
+            .to_string();
+        let allowed = &self.cfg.allowed_registries;
+        if !allowed.is_empty() && !allowed.iter().any(|a| a == &host) {
+            return Err(ApiError::invalid(format!(
+                "this daemon pulls only from {} (--allowed-registries), not from {host}",
+                allowed.join(", ")
+            )));
+        }
+        let explicit = req.username.clone().zip(req.password.clone());
+        let auth = forkvm_image::auth::credentials_for(
+            &host,
+            explicit,
+            forkvm_image::auth::default_docker_config()
+                .filter(|p| p.is_file())
+                .as_deref(),
+        )
+        .map_err(|e| pull_error(&e))?;
+        let ca_certs = registry_cas(&self.cfg.home, &host);
+        let mut opts = forkvm_image::pull::PullOptions {
+            auth,
+            // A loopback registry is spoken to over plain HTTP, unless a CA
+            // was set up for it: then it serves HTTPS.
+            loopback_plain_http: ca_certs.is_empty(),
+            ca_certs,
+            ..Default::default()
+        };
+        if req.insecure {
+            opts.insecure_http.push(host.clone());
+        }
+        let pulled = forkvm_image::pull::pull(&req.reference, &opts, &store, emit.as_ref())
+            .await
+            .map_err(|e| pull_error(&e))?;
+        let root = pulled
+            .index_digest
+            .clone()
+            .unwrap_or_else(|| pulled.manifest_digest.clone());
+        let s2 = store.clone();
+        let resolved = tokio::task::spawn_blocking(move || forkvm_image::oci::resolve(&s2, &root))
+            .await
+            .map_err(|e| ApiError::internal(format!("resolve task failed: {e}")))?
+            .map_err(|e| image_error(&e))?;
+        let source = ImageSource::Registry {
+            reference: req.reference.clone(),
+        };
+        let opts = forkvm_image::install::InstallOptions {
+            disk_size: req.disk_size,
+            replace: req.replace,
+            start: plan.start.clone(),
+        };
+        self.install(plan.name, resolved, store, source, opts, emit)
+            .await
+    }
+
+    /// Install a resolved image (blocking work on a blocking thread).
+    async fn install(
+        self: &std::sync::Arc<Self>,
+        name: String,
+        resolved: forkvm_image::oci::ResolvedImage,
+        store: BlobStore,
+        source: ImageSource,
+        opts: forkvm_image::install::InstallOptions,
+        emit: std::sync::Arc<Emitter>,
+    ) -> Result<Image, ApiError> {
+        // Checked again now that the work is done: a sandbox may have
+        // started on the old image meanwhile.
+        self.check_new_image_name(&name, opts.replace)?;
+        let images = self.cfg.images_dir();
+        let n = name.clone();
+        let replaced = opts.replace && self.cfg.image_rootfs(&name).exists();
+        let meta = tokio::task::spawn_blocking(move || {
+            forkvm_image::install::install_image(
+                &images,
+                &n,
+                &resolved,
+                &store,
+                source,
+                &opts,
+                emit.as_ref() as &dyn Progress,
+            )
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("install task failed: {e}")))?
+        .map_err(|e| image_error(&e))?;
+        if replaced {
+            self.drop_stale_templates(&name).await;
+        }
+        tracing::info!(
+            "image {name}: installed ({} layer(s), {} bytes)",
+            meta.layers.len(),
+            meta.size_bytes
+        );
+        Ok(super::view(&meta))
+    }
+
+    /// `POST /v1/images/import`.
+    pub async fn import_image(
+        self: &std::sync::Arc<Self>,
+        q: ImportQuery,
+        upload: Upload,
+        tx: mpsc::UnboundedSender<ImageEvent>,
+    ) -> Result<Image, ApiError> {
+        let name = q.name.clone();
+        let _blobs = super::BLOBS_IN_USE.read().await;
+        let r = self.import_inner(q, upload, tx).await;
+        if let Err(e) = &r {
+            tracing::warn!("image {name}: import failed: {}", e.message);
+        }
+        r
+    }
+
+    async fn import_inner(
+        self: &std::sync::Arc<Self>,
+        q: ImportQuery,
+        upload: Upload,
+        tx: mpsc::UnboundedSender<ImageEvent>,
+    ) -> Result<Image, ApiError> {
+        let store = self.blobs()?;
+        let emit = std::sync::Arc::new(Emitter::new(tx, format!("image {}", q.name)));
+        let (s2, e2) = (store.clone(), emit.clone());
+        let (resolved, format) = tokio::task::spawn_blocking(move || {
+            let r = forkvm_image::archive::import_source_ref(&upload.path, None, &s2, e2.as_ref());
+            drop(upload);
+            r
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("import task failed: {e}")))?
+        .map_err(|e| image_error(&e))?;
+        let source = ImageSource::Import {
+            format: format.as_str().to_string(),
+            file: q.file.clone().unwrap_or_else(|| "upload".into()),
+        };
+        let opts = forkvm_image::install::InstallOptions {
+            disk_size: q.disk_size,
+            replace: q.replace.unwrap_or(false),
+            start: None,
+        };
+        self.install(q.name, resolved, store, source, opts, emit)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_names() {
+        assert_eq!(default_name("127.0.0.1:5000/team/py:3.12"), "py-3.12");
+        assert_eq!(default_name("ubuntu"), "ubuntu");
+        assert_eq!(default_name("ubuntu:latest"), "ubuntu");
+        assert_eq!(
+            default_name(&format!("ubuntu@sha256:{}", "ab".repeat(32))),
+            "ubuntu-abababababab"
+        );
+        assert_eq!(default_name("localhost:5000/a/b:v1+x"), "b-v1-x");
+    }
+}
