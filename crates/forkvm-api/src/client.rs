@@ -243,7 +243,7 @@ impl Client {
         Err(api_error(r.status, &r.body))
     }
 
-    async fn json<T: DeserializeOwned>(
+    pub(crate) async fn json<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,

@@ -4,6 +4,7 @@
 //! * [`routes`]: the table of operations — the daemon builds its router from
 //!   it, and a test checks it against the checked-in OpenAPI document;
 //! * [`images`]: the bodies of the image operations;
+//! * [`lifecycle`]: timeouts, pause and resume;
 //! * [`codes`]: the machine-readable error codes;
 //! * [`client`]: a small HTTP/1.1 client for the unix socket and TCP.
 //!
@@ -15,14 +16,17 @@
 
 pub mod client;
 mod client_images;
+mod client_lifecycle;
 pub mod codes;
 pub mod images;
+pub mod lifecycle;
 pub mod routes;
 pub mod types;
 
 pub use client::{Client, ClientError, Target};
 pub use hyper::Method;
 pub use images::*;
+pub use lifecycle::*;
 pub use types::*;
 
 /// The environment variable naming the daemon's address.

@@ -34,6 +34,9 @@ pub enum Op {
     PullImage,
     ImportImage,
     BuildImage,
+    SetTimeout,
+    Pause,
+    Resume,
 }
 
 /// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
@@ -68,4 +71,7 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     // Static segments: image names `import` and `build` are refused.
     (Op::ImportImage, "POST", "/v1/images/import"),
     (Op::BuildImage, "POST", "/v1/images/build"),
+    (Op::SetTimeout, "PUT", "/v1/sandboxes/{id}/timeout"),
+    (Op::Pause, "POST", "/v1/sandboxes/{id}/pause"),
+    (Op::Resume, "POST", "/v1/sandboxes/{id}/resume"),
 ];

@@ -56,6 +56,25 @@ pub struct CreateSandbox {
     /// the guest's root filesystem; a smaller one is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_size: Option<u64>,
+    /// Labels (up to 64 pairs; keys of letters, digits and `._-/:`, up to 64
+    /// bytes; values up to 512 bytes), listed and filterable with
+    /// `GET /v1/sandboxes?metadata.KEY=VALUE`. A branch's children inherit
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Environment variables every exec in the sandbox starts with (over the
+    /// image's `Env`; an exec's own `env` wins). A branch's children inherit
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Seconds until the sandbox is removed, or paused with `on_timeout:
+    /// pause` (1 to 2,592,000). Omitted: it lives until removed.
+    /// `PUT /v1/sandboxes/{id}/timeout` changes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// What happens when the timeout runs out (default `kill`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<crate::OnTimeout>,
 }
 
 /// A sandbox's network.
@@ -134,6 +153,9 @@ pub enum SandboxState {
     Running,
     /// QEMU exited or the guest died; `failure` says why.
     Failed,
+    /// Saved to disk with no QEMU running (`POST .../pause`, or its timeout
+    /// with `on_timeout: pause`); `POST .../resume` brings it back.
+    Paused,
 }
 
 /// Where the time of a spawn went, in milliseconds.
@@ -224,6 +246,17 @@ pub struct Sandbox {
     /// Its network; absent for a sandbox without a NIC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkInfo>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// The default environment of its execs (from the spawn's `env`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Its timeout, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<crate::Lifetime>,
+    /// Its saved state while `paused`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::PauseInfo>,
 }
 
 /// The response to `POST /v1/sandboxes` with `count`.

@@ -13,6 +13,7 @@ mod doctor;
 mod doctor_net;
 mod gc;
 mod image;
+mod lifetime;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -61,6 +62,8 @@ struct SpawnArgs {
     disk_size: Option<u64>,
     #[command(flatten)]
     net: NetArgs,
+    #[command(flatten)]
+    life: lifetime::LifeArgs,
 }
 
 #[derive(clap::Args, Clone)]
@@ -270,7 +273,13 @@ enum Cmd {
         no_wait_network: bool,
     },
     /// List sandboxes.
-    Ps,
+    Ps {
+        /// Only sandboxes with this metadata label (repeatable).
+        #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = lifetime::parse_pair)]
+        metadata: Vec<(String, String)>,
+    },
+    #[command(flatten)]
+    Life(lifetime::LifeCmd),
     /// Remove sandboxes.
     Rm {
         #[arg(required = true)]
@@ -559,9 +568,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             r
         }
-        Cmd::Ps => {
+        Cmd::Life(cmd) => lifetime::run(&client().await?, cmd, json).await,
+        Cmd::Ps { metadata } => {
             let c = client().await?;
-            let l = c.list_sandboxes().await?;
+            let l = c.list_sandboxes_by(&lifetime::filters(&metadata)).await?;
             if json {
                 print_json(&l)?;
             } else {
@@ -661,7 +671,7 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
 }
 
 fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
-    CreateSandbox {
+    let mut req = CreateSandbox {
         image: Some(a.image.clone()),
         memory_mib: a.memory,
         cpus: a.cpus,
@@ -675,7 +685,9 @@ fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
         wait_for_network: a.net.no_wait_network.then_some(false),
         disk_size: a.disk_size,
         ..Default::default()
-    }
+    };
+    a.life.apply(&mut req);
+    req
 }
 
 async fn snapshot_cmd(

@@ -58,6 +58,9 @@ type AppState = Arc<Manager>;
         crate::gc::http::pin_snapshot,
         crate::gc::http::unpin_snapshot,
         crate::gc::http::prune_snapshots,
+        crate::lifetime::http::set_timeout,
+        crate::lifetime::http::pause,
+        crate::lifetime::http::resume,
         crate::images::http::list_images,
         crate::images::http::get_image,
         crate::images::http::delete_image,
@@ -246,6 +249,9 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::PullImage => post(crate::images::http::pull_image),
         Op::ImportImage => post(crate::images::http::import_image),
         Op::BuildImage => post(crate::images::http::build_image),
+        Op::SetTimeout => put(crate::lifetime::http::set_timeout),
+        Op::Pause => post(crate::lifetime::http::pause),
+        Op::Resume => post(crate::lifetime::http::resume),
     }
 }
 
@@ -437,12 +443,31 @@ enum CreatedSandbox {
     Batch(SandboxBatch),
 }
 
-/// All sandboxes, in any state.
+/// All sandboxes, in any state; `?metadata.KEY=VALUE` (repeatable) lists
+/// only those with every given pair.
 #[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes",
-    responses((status = 200, body = SandboxList)))]
-async fn list_sandboxes(State(m): State<AppState>) -> Result<Json<SandboxList>, ApiError> {
+    params(("metadata.KEY" = Option<String>, Query,
+        description = "only sandboxes whose metadata KEY is this value (repeatable, e.g. `metadata.team=a`)")),
+    responses((status = 200, body = SandboxList), (status = 400, body = ErrorBody)))]
+async fn list_sandboxes(
+    State(m): State<AppState>,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Json<SandboxList>, ApiError> {
+    let mut filters = std::collections::BTreeMap::new();
+    for (k, v) in q {
+        match k.strip_prefix(METADATA_QUERY_PREFIX) {
+            Some(key) if !key.is_empty() => {
+                filters.insert(key.to_string(), v);
+            }
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "unknown query parameter {k:?}: filter with metadata.KEY=VALUE"
+                )))
+            }
+        }
+    }
     Ok(Json(SandboxList {
-        sandboxes: m.list()?,
+        sandboxes: m.list(&filters)?,
     }))
 }
 
@@ -541,7 +566,9 @@ async fn exec(
             "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"]",
         ));
     }
+    // The image's Env, then the sandbox's own, then the request's.
     let mut env = defaults.env_map();
+    env.append(&mut m.get(&id)?.env);
     env.append(&mut req.env);
     req.env = env;
     req.cwd = req.cwd.or(defaults.working_dir);

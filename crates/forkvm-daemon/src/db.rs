@@ -15,6 +15,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use forkvm_api::{SandboxState, SpawnTimings};
 
+mod lifecycle;
+pub use lifecycle::LifecycleRow;
+
 /// A stored sandbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxRow {
@@ -70,6 +73,9 @@ pub enum Origin {
     Template,
     /// `POST /v1/snapshots/{id}/flatten`.
     Flatten,
+    /// A paused sandbox's saved state (removed with the sandbox, never
+    /// collected while it lives).
+    Pause,
 }
 
 impl Origin {
@@ -80,6 +86,7 @@ impl Origin {
             Origin::Snapshot => "snapshot",
             Origin::Template => "template",
             Origin::Flatten => "flatten",
+            Origin::Pause => "pause",
         }
     }
 
@@ -91,6 +98,7 @@ impl Origin {
             Some("snapshot") => Origin::Snapshot,
             Some("template") => Origin::Template,
             Some("flatten") => Origin::Flatten,
+            Some("pause") => Origin::Pause,
             _ => Origin::Unknown,
         }
     }
@@ -110,13 +118,14 @@ pub struct Db {
     conn: Mutex<Connection>,
 }
 
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 fn state_str(s: SandboxState) -> &'static str {
     match s {
         SandboxState::Starting => "starting",
         SandboxState::Running => "running",
         SandboxState::Failed => "failed",
+        SandboxState::Paused => "paused",
     }
 }
 
@@ -125,6 +134,7 @@ fn parse_state(s: &str) -> Result<SandboxState, DbError> {
         "starting" => SandboxState::Starting,
         "running" => SandboxState::Running,
         "failed" => SandboxState::Failed,
+        "paused" => SandboxState::Paused,
         other => return Err(DbError::Corrupt(format!("unknown state {other:?}"))),
     })
 }
@@ -233,7 +243,13 @@ impl Db {
                  COMMIT;",
             )?;
         }
-        debug_assert_eq!(SCHEMA_VERSION, 5);
+        if v < 6 {
+            // Metadata, default environment, timeouts and pauses
+            // (see db/lifecycle.rs).
+            conn.execute_batch(lifecycle::CREATE)?;
+            conn.pragma_update(None, "user_version", 6)?;
+        }
+        debug_assert_eq!(SCHEMA_VERSION, 6);
         Ok(())
     }
 
@@ -306,10 +322,9 @@ impl Db {
     }
 
     pub fn delete(&self, id: &str) -> Result<bool, DbError> {
-        Ok(self
-            .lock()
-            .execute("DELETE FROM sandboxes WHERE id=?1", params![id])?
-            > 0)
+        let conn = self.lock();
+        self.delete_lifecycle(&conn, id)?;
+        Ok(conn.execute("DELETE FROM sandboxes WHERE id=?1", params![id])? > 0)
     }
 
     pub fn get(&self, id: &str) -> Result<Option<SandboxRow>, DbError> {

@@ -25,6 +25,7 @@ pub mod error;
 pub mod failure;
 pub mod gc;
 pub mod images;
+pub mod lifetime;
 pub mod net;
 pub mod sandbox;
 pub mod snapshot;
@@ -195,6 +196,9 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     }
     mgr.reconcile_snapshots();
     mgr.collect_layers().await;
+    // Timeouts that ran out while no daemon ran are acted on at the first
+    // sweep (crate::lifetime).
+    mgr.start_sweeper();
     for r in mgr.db.snapshots().unwrap_or_default() {
         mgr.refill_pool(&r.id);
     }

@@ -68,6 +68,8 @@ pub struct Live {
     /// One stream task at a time, from its first block-graph query to its
     /// clean-up (crate::compact).
     pub(crate) stream_lock: tokio::sync::Mutex<()>,
+    /// A pause is saving it: the snapshot leaves the guest stopped.
+    pub(crate) keep_stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
@@ -181,7 +183,15 @@ impl Manager {
             (true, SandboxState::Running) => self.disk_chain(&r.id),
             _ => None,
         };
+        let life = self.db.lifecycle(&r.id).unwrap_or_else(|e| {
+            tracing::error!(sandbox = %r.id, "cannot read the lifecycle of {}: {e}", r.id);
+            Default::default()
+        });
         Sandbox {
+            lifetime: crate::lifetime::lifetime_view(&life),
+            metadata: life.metadata,
+            env: life.env,
+            paused: life.pause,
             disk,
             id: r.id,
             state: r.state,
@@ -214,12 +224,21 @@ impl Manager {
         Ok(self.view(self.row(id)?, true))
     }
 
-    pub fn list(&self) -> Result<Vec<Sandbox>, ApiError> {
+    /// Every sandbox with all the given metadata pairs.
+    pub fn list(
+        &self,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<Sandbox>, ApiError> {
         Ok(self
             .db
             .list()?
             .into_iter()
             .map(|r| self.view(r, false))
+            .filter(|s| {
+                metadata
+                    .iter()
+                    .all(|(k, v)| s.metadata.get(k).is_some_and(|have| have == v))
+            })
             .collect())
     }
 
@@ -293,6 +312,8 @@ impl Manager {
     /// template, or by a cold boot.
     pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Created, ApiError> {
         let t0 = Instant::now();
+        // Checked first: a bad label or timeout creates nothing.
+        let life = crate::lifetime::from_request(&req)?;
         let n = match req.count {
             None => 1,
             Some(c) if (1..=1000).contains(&c) => c,
@@ -348,6 +369,23 @@ impl Manager {
                 self.spawn_via_template(&boot, n, &net).await?
             }
         };
+        let ids: Vec<String> = sandboxes.iter().map(|s| s.id.clone()).collect();
+        if let Err(e) = self.start_lifecycle(&ids, &life) {
+            for id in &ids {
+                let _ = self.remove(id).await;
+            }
+            return Err(e);
+        }
+        let sandboxes = sandboxes
+            .into_iter()
+            .map(|s| match self.db.get(&s.id) {
+                Ok(Some(r)) => Sandbox {
+                    timings: s.timings.clone(),
+                    ..self.view(r, false)
+                },
+                _ => s,
+            })
+            .collect::<Vec<_>>();
         Ok(match req.count {
             None => Created::One(Box::new(
                 sandboxes
@@ -794,6 +832,7 @@ impl Manager {
             cmdline,
             streaming: std::sync::atomic::AtomicBool::new(false),
             stream_lock: tokio::sync::Mutex::new(()),
+            keep_stopped: std::sync::atomic::AtomicBool::new(false),
         });
         self.live_map().insert(id.to_string(), live.clone());
         let me = self.clone();
@@ -838,7 +877,7 @@ impl Manager {
     }
 
     /// Remove a sandbox: kill its VM and delete its files and record.
-    pub async fn remove(&self, id: &str) -> Result<(), ApiError> {
+    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), ApiError> {
         let row = self.row(id)?;
         if let Some(live) = self.live(id) {
             match live.set_phase(Phase::Removing) {
@@ -883,6 +922,8 @@ impl Manager {
         self.net.teardown(id, row.network.as_ref()).await;
         self.cfg.sandbox_paths(id).remove_all();
         self.db.delete(id)?;
+        // The saved states of its pauses go with it.
+        self.drop_pause_snapshots(id).await;
         // Its disk files may have been the last to name a removed snapshot's
         // layer.
         self.collect_layers().await;
@@ -904,6 +945,9 @@ impl Manager {
             SandboxState::Failed => Err(ApiError::conflict(format!(
                 "sandbox {id} has failed ({}); remove it with `forkvm rm {id}`",
                 row.failure.unwrap_or_default()
+            ))),
+            SandboxState::Paused => Err(ApiError::conflict(format!(
+                "sandbox {id} is paused; resume it first (`forkvm resume {id}`)"
             ))),
         }
     }
@@ -941,6 +985,14 @@ impl Manager {
                         cmdline,
                     );
                 }
+                (SandboxState::Starting, pid) if self.resuming(&row.id) => {
+                    // A resume died with the old daemon: the sandbox is
+                    // still paused, its saved state untouched.
+                    if let Some(pid) = pid.filter(|_| alive) {
+                        process::kill(pid, libc::SIGKILL);
+                    }
+                    self.back_to_paused(&row.id, &paths).await;
+                }
                 (SandboxState::Starting, pid) => {
                     // The spawn request died with the old daemon; its caller
                     // never got an id, so nobody can use this sandbox.
@@ -958,6 +1010,7 @@ impl Manager {
                     paths.remove_runtime();
                 }
                 (SandboxState::Failed, _) => paths.remove_runtime(),
+                (SandboxState::Paused, _) => {}
             }
         }
         self.reap_orphans();

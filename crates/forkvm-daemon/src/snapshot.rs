@@ -648,18 +648,25 @@ impl Manager {
                 None
             }
         };
-        let resumed = resume(&qmp).await;
-        // The pause as the VM saw it: QEMU's own timestamps of the STOP and
-        // RESUME events, not our clock (which adds scheduling and QMP
-        // round-trips). Fall back to our clock if an event is missing.
-        timings.pause_ms = match pause_from_events(&mut events).await {
-            Some(us) => us as f64 / 1000.0,
-            None => ms(t_stop.elapsed()),
-        };
-        if let Err(e) = resumed {
-            tracing::error!("could not resume sandbox {id} after a snapshot: {e}");
+        // A pause (crate::lifetime::pause) keeps a saved guest stopped: QEMU
+        // is about to go, and the guest must not run past its saved state.
+        let hold = paused.is_ok() && live.keep_stopped.load(std::sync::atomic::Ordering::SeqCst);
+        if hold {
+            timings.pause_ms = ms(t_stop.elapsed());
+        } else {
+            let resumed = resume(&qmp).await;
+            // The pause as the VM saw it: QEMU's own timestamps of the STOP
+            // and RESUME events, not our clock (which adds scheduling and QMP
+            // round-trips). Fall back to our clock if an event is missing.
+            timings.pause_ms = match pause_from_events(&mut events).await {
+                Some(us) => us as f64 / 1000.0,
+                None => ms(t_stop.elapsed()),
+            };
+            if let Err(e) = resumed {
+                tracing::error!("could not resume sandbox {id} after a snapshot: {e}");
+            }
         }
-        if frozen.load(std::sync::atomic::Ordering::SeqCst) {
+        if frozen.load(std::sync::atomic::Ordering::SeqCst) && !hold {
             // The guest writes to `new_top` now; GET reads the chain's depth
             // from it, and the stream pulls the frozen layers into it.
             if let Err(e) = crate::compact::set_top_layer(&paths, &new_top) {
@@ -1050,9 +1057,21 @@ impl Manager {
         id: &str,
         req: forkvm_api::BranchRequest,
     ) -> Result<forkvm_api::BranchResult, ApiError> {
-        let r = self.branch_unlogged(id, req).await;
-        if let Err(e) = &r {
-            tracing::warn!(sandbox = %id, code = e.code, "branch of sandbox {id} failed: {}", e.message);
+        let mut r = self.branch_unlogged(id, req).await;
+        match &mut r {
+            Err(e) => {
+                tracing::warn!(sandbox = %id, code = e.code, "branch of sandbox {id} failed: {}", e.message)
+            }
+            Ok(b) => {
+                // Children carry the source's metadata, env and timeout.
+                let ids: Vec<String> = b.children.iter().map(|c| c.id.clone()).collect();
+                self.inherit_lifecycle(id, &ids);
+                for c in &mut b.children {
+                    if let Ok(v) = self.get(&c.id) {
+                        *c = forkvm_api::Sandbox { timings: c.timings.take(), ..v };
+                    }
+                }
+            }
         }
         r
     }
@@ -1670,20 +1689,23 @@ impl Manager {
                 Some(p) => p,
                 None => self.prepare_restore(snap, &id).await?,
             };
-            self.finish_restore(p, snap, from_pool, t0, net).await
+            self.finish_restore(p, snap, from_pool, t0, net, true).await
         }
         .await;
         self.conclude_spawn(&id, r).await
     }
 
-    /// Load the state, resume, and give the clone its identity.
-    async fn finish_restore(
+    /// Load the state, resume, and give the clone its identity. A resume
+    /// of a paused sandbox (`fresh_identity: false`) keeps the identity it
+    /// had and only has its clock set.
+    pub(crate) async fn finish_restore(
         self: &Arc<Self>,
         p: Prepared,
         snap: &StoredSnapshot,
         from_pool: bool,
         t0: Instant,
         net: &crate::net::NetRequest,
+        fresh_identity: bool,
     ) -> Result<SpawnTimings, ApiError> {
         let Prepared {
             id,
@@ -1759,14 +1781,21 @@ impl Manager {
             format!("{id}-{}", hex_random(4)),
             entropy(64),
         );
-        let ident = conn.identity(
-            &id,
-            now_ns,
-            &machine_id,
-            &instance_id,
-            &seed,
-            Duration::from_secs(60),
-        );
+        let ident = async {
+            if fresh_identity {
+                conn.identity(
+                    &id,
+                    now_ns,
+                    &machine_id,
+                    &instance_id,
+                    &seed,
+                    Duration::from_secs(60),
+                )
+                .await
+            } else {
+                conn.set_clock(Duration::from_secs(60)).await.map(|_| 0)
+            }
+        };
         let guest_us = tokio::select! {
             r = ident => { r.map_err(|e| match e {
                 AgentError::Timeout(_) => ApiError::new(

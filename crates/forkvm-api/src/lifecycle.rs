@@ -1,0 +1,101 @@
+//! Bodies of the lifetime operations: timeouts, pause and resume.
+//!
+//! A sandbox may carry a timeout (seconds). When it runs out the daemon
+//! removes the sandbox, or pauses it when `on_timeout` is `pause`. A paused
+//! sandbox is saved to disk (a snapshot of origin `pause`) and holds no RAM
+//! and no QEMU; `resume` brings it back with the same id, network and
+//! published ports. Time spent paused does not count against the timeout.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// What happens when a sandbox's timeout runs out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    /// Remove the sandbox and everything it had (the default).
+    #[default]
+    Kill,
+    /// Pause it: it can be resumed later with its memory and disk.
+    Pause,
+}
+
+/// `PUT /v1/sandboxes/{id}/timeout`: a new timeout, counted from now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetTimeout {
+    /// Seconds from now (1 to 2,592,000, 30 days); `null` removes the
+    /// timeout. On a paused sandbox it is the time it will have once resumed.
+    pub timeout: Option<u64>,
+    /// Also change what happens on expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<OnTimeout>,
+}
+
+/// `POST /v1/sandboxes/{id}/resume`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeRequest {
+    /// A new timeout in seconds from the resume. Omitted: the time the
+    /// sandbox had left when it was paused, or, when it was paused because
+    /// its timeout ran out, its whole timeout again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+}
+
+/// A sandbox's timeout as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Lifetime {
+    /// The timeout last set, in seconds.
+    pub timeout: u64,
+    pub on_timeout: OnTimeout,
+    /// RFC 3339 time the timeout runs out; absent while paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// Seconds left: counts down while the sandbox runs, frozen while it is
+    /// paused.
+    pub remaining_s: f64,
+}
+
+/// A paused sandbox's saved state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PauseInfo {
+    /// The snapshot holding it (origin `pause`; removed with the sandbox).
+    pub snapshot: String,
+    /// RFC 3339 time of the pause.
+    pub paused_at: String,
+    /// Why: `request` or `timeout`.
+    pub reason: String,
+    /// Memory bytes the pause stored: for a clone only the pages it changed
+    /// since its snapshot.
+    pub memory_bytes: u64,
+    /// Disk bytes the pause stored (its frozen top layer).
+    pub disk_bytes: u64,
+    /// How long the vCPUs were stopped before QEMU went away.
+    pub pause_ms: f64,
+}
+
+/// Metadata filters are query parameters `metadata.KEY=VALUE`
+/// (`GET /v1/sandboxes?metadata.team=a&metadata.run=7`); a sandbox is listed
+/// when it has every pair.
+pub const METADATA_QUERY_PREFIX: &str = "metadata.";
+
+/// Longest timeout a sandbox may have, in seconds (30 days).
+pub const MAX_TIMEOUT_S: u64 = 30 * 24 * 3600;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_timeout_null_clears_and_unknown_fields_fail() {
+        let s: SetTimeout = serde_json::from_str(r#"{"timeout":null}"#).unwrap();
+        assert_eq!(s.timeout, None);
+        let s: SetTimeout = serde_json::from_str(r#"{"timeout":5,"on_timeout":"pause"}"#).unwrap();
+        assert_eq!((s.timeout, s.on_timeout), (Some(5), Some(OnTimeout::Pause)));
+        assert!(serde_json::from_str::<SetTimeout>(r#"{"timeout":5,"x":1}"#).is_err());
+        assert!(serde_json::from_str::<SetTimeout>(r#"{"timeout":5,"on_timeout":"stop"}"#).is_err());
+        let r: ResumeRequest = serde_json::from_str("{}").unwrap();
+        assert_eq!(r, ResumeRequest::default());
+    }
+}

@@ -1,0 +1,161 @@
+//! `forkvm pause`, `resume` and `timeout`, and the spawn flags for
+//! metadata, environment and timeouts.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+use forkvm_api::{Client, OnTimeout, ResumeRequest, Sandbox, SetTimeout};
+
+/// Spawn flags for what a sandbox carries through its life.
+#[derive(clap::Args, Clone, Default)]
+pub struct LifeArgs {
+    /// A metadata label KEY=VALUE (repeatable); `forkvm ps --metadata`
+    /// filters by it.
+    #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub metadata: Vec<(String, String)>,
+    /// An environment variable every exec starts with (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_pair)]
+    pub env: Vec<(String, String)>,
+    /// Remove the sandbox after this many seconds (or pause it, with
+    /// --on-timeout pause).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// What happens when the timeout runs out.
+    #[arg(long, value_parser = parse_on_timeout, requires = "timeout")]
+    pub on_timeout: Option<OnTimeout>,
+}
+
+impl LifeArgs {
+    pub fn apply(&self, req: &mut forkvm_api::CreateSandbox) {
+        if !self.metadata.is_empty() {
+            req.metadata = Some(self.metadata.iter().cloned().collect());
+        }
+        if !self.env.is_empty() {
+            req.env = Some(self.env.iter().cloned().collect());
+        }
+        req.timeout = self.timeout;
+        req.on_timeout = self.on_timeout;
+    }
+}
+
+pub fn parse_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
+}
+
+fn parse_on_timeout(s: &str) -> Result<OnTimeout, String> {
+    match s {
+        "kill" => Ok(OnTimeout::Kill),
+        "pause" => Ok(OnTimeout::Pause),
+        _ => Err(format!("{s:?}: use kill or pause")),
+    }
+}
+
+fn parse_timeout(s: &str) -> Result<Option<u64>, String> {
+    if s == "none" {
+        return Ok(None);
+    }
+    s.parse::<u64>()
+        .map(Some)
+        .map_err(|_| format!("{s:?} is not a number of seconds (or `none`)"))
+}
+
+/// The lifetime commands.
+#[derive(Subcommand)]
+pub enum LifeCmd {
+    /// Save a running sandbox to disk and free its RAM and QEMU.
+    Pause { id: String },
+    /// Bring a paused sandbox back (same id, memory, disk, ports).
+    Resume {
+        id: String,
+        /// A new timeout in seconds (default: what it had left).
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+    },
+    /// Set a sandbox's timeout, from now: SECS, or `none` to clear it.
+    Timeout {
+        id: String,
+        #[arg(value_parser = parse_timeout, value_name = "SECS|none")]
+        secs: Option<u64>,
+        /// Also change what happens when it runs out.
+        #[arg(long, value_parser = parse_on_timeout)]
+        on_timeout: Option<OnTimeout>,
+    },
+}
+
+fn summary(s: &Sandbox) -> String {
+    let state = serde_json::to_value(s.state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut out = format!("{} {state}", s.id);
+    if let Some(p) = &s.paused {
+        out += &format!(
+            " (saved {} memory + {} disk bytes as {}, stopped {:.1} ms)",
+            p.memory_bytes, p.disk_bytes, p.snapshot, p.pause_ms
+        );
+    }
+    if let Some(l) = &s.lifetime {
+        out += &format!(
+            " timeout {} s, {:.0} s left, then {}",
+            l.timeout,
+            l.remaining_s,
+            if l.on_timeout == OnTimeout::Pause { "pause" } else { "kill" }
+        );
+    }
+    out
+}
+
+pub async fn run(c: &Client, cmd: LifeCmd, json: bool) -> Result<ExitCode> {
+    let s = match cmd {
+        LifeCmd::Pause { id } => c.pause(&id).await?,
+        LifeCmd::Resume { id, timeout } => c.resume(&id, &ResumeRequest { timeout }).await?,
+        LifeCmd::Timeout {
+            id,
+            secs,
+            on_timeout,
+        } => {
+            c.set_timeout(
+                &id,
+                &SetTimeout {
+                    timeout: secs,
+                    on_timeout,
+                },
+            )
+            .await?
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        println!("{}", summary(&s));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `forkvm ps --metadata K=V` filters.
+pub fn filters(pairs: &[(String, String)]) -> BTreeMap<String, String> {
+    pairs.iter().cloned().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_and_timeouts_parse() {
+        assert_eq!(parse_pair("a=b=c").unwrap(), ("a".into(), "b=c".into()));
+        assert_eq!(parse_pair("a=").unwrap(), ("a".into(), String::new()));
+        assert!(parse_pair("=b").is_err());
+        assert!(parse_pair("ab").is_err());
+        assert_eq!(parse_timeout("none").unwrap(), None);
+        assert_eq!(parse_timeout("30").unwrap(), Some(30));
+        assert!(parse_timeout("-1").is_err());
+        assert_eq!(parse_on_timeout("pause").unwrap(), OnTimeout::Pause);
+        assert!(parse_on_timeout("stop").is_err());
+    }
+}

@@ -1,0 +1,70 @@
+//! The REST handlers of timeouts, pause and resume: each parses its request
+//! and calls one typed action of the [`Manager`] (see the parent module).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use forkvm_api::{ErrorBody, ResumeRequest, Sandbox, SetTimeout};
+
+use crate::api::{JsonBody, OptJsonBody};
+use crate::error::ApiError;
+use crate::sandbox::Manager;
+
+/// Set, change or clear a sandbox's timeout, counted from now (on a paused
+/// sandbox: from its resume).
+#[utoipa::path(put, path = "/v1/sandboxes/{id}/timeout", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    request_body = SetTimeout,
+    responses((status = 200, body = Sandbox),
+        (status = 400, body = ErrorBody, description = "a timeout out of range"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "the sandbox is still starting")))]
+pub async fn set_timeout(
+    State(m): State<Arc<Manager>>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<SetTimeout>,
+) -> Result<Json<Sandbox>, ApiError> {
+    m.set_timeout(&id, req).map(Json)
+}
+
+/// Save a running sandbox to disk and free its RAM and QEMU. A clone stores
+/// only the pages it changed since its snapshot.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 200, body = Sandbox, description = "the sandbox, `paused`"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "not running, or busy with a snapshot"),
+        (status = 500, body = ErrorBody, description = "saving failed; the sandbox runs on"),
+        (status = 507, body = ErrorBody, description = "no space for the saved state; the sandbox runs on")))]
+pub async fn pause(
+    State(m): State<Arc<Manager>>,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
+    tokio::spawn(async move { m.pause(&id, "request").await })
+        .await
+        .map_err(|e| ApiError::internal(format!("pause task failed: {e}")))?
+        .map(Json)
+}
+
+/// Bring a paused sandbox back with the same id, memory, disk, network and
+/// published ports.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    request_body = ResumeRequest,
+    responses((status = 200, body = Sandbox, description = "the sandbox, `running`"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "not paused, or a published host port is taken now"),
+        (status = 422, body = ErrorBody, description = "its saved state is corrupted"),
+        (status = 500, body = ErrorBody, description = "QEMU failed; the sandbox stays paused"),
+        (status = 502, body = ErrorBody, description = "the guest did not come back; it stays paused")))]
+pub async fn resume(
+    State(m): State<Arc<Manager>>,
+    Path(id): Path<String>,
+    OptJsonBody(req): OptJsonBody<ResumeRequest>,
+) -> Result<Json<Sandbox>, ApiError> {
+    tokio::spawn(async move { m.resume(&id, req).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("resume task failed: {e}")))?
+        .map(Json)
+}

@@ -1,0 +1,248 @@
+//! Pause and resume with the same id.
+//!
+//! A pause is a snapshot that keeps the guest stopped, followed by the end
+//! of its QEMU:
+//!
+//! 1. `freeze` in `diff` mode (only the pages a clone changed since its
+//!    snapshot; a sandbox that owns its RAM saves it whole), with
+//!    [`Live::keep_stopped`](crate::sandbox::Live) set so the guest is not
+//!    resumed past what was saved;
+//! 2. the snapshot is published (origin `pause`), and becomes the sandbox's
+//!    `snapshot`, which keeps it from being removed while the sandbox exists;
+//! 3. QEMU is killed, its network torn down (the ports and egress rules are
+//!    kept in the lifecycle record), its runtime files removed; the row says
+//!    `paused`, and the time left on its timeout is frozen.
+//!
+//! A resume restores that snapshot into the same id, sets the same network
+//! up again (the same host ports), keeps the guest's identity and only sets
+//! its clock. A failed resume leaves the sandbox paused as it was. Removing
+//! a paused (or resumed) sandbox removes its pause snapshots.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use forkvm_api::{ResumeRequest, Sandbox, SandboxState};
+use forkvm_qemu::process;
+
+use crate::config::SandboxPaths;
+use crate::db::Origin;
+use crate::error::ApiError;
+use crate::sandbox::{Manager, Phase};
+use crate::snapshot::Save;
+
+impl Manager {
+    /// `POST /v1/sandboxes/{id}/pause`, and a timeout with `on_timeout:
+    /// pause`. `reason` is `request` or `timeout`.
+    pub async fn pause(self: &Arc<Self>, id: &str, reason: &str) -> Result<Sandbox, ApiError> {
+        let r = self.pause_unlogged(id, reason).await;
+        match &r {
+            Ok(s) => tracing::info!(sandbox = %id, reason, "sandbox {id} paused ({} bytes of memory saved)",
+                s.paused.as_ref().map_or(0, |p| p.memory_bytes)),
+            Err(e) => tracing::warn!(sandbox = %id, code = e.code, "pause of sandbox {id} failed: {}", e.message),
+        }
+        r
+    }
+
+    async fn pause_unlogged(self: &Arc<Self>, id: &str, reason: &str) -> Result<Sandbox, ApiError> {
+        let live = self.running(id)?;
+        let row = self.db.get(id)?.ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        if live.keep_stopped.swap(true, Ordering::SeqCst) {
+            return Err(ApiError::conflict(format!("sandbox {id} is already being paused")));
+        }
+        let mut frozen = match self.freeze(id, None, None, Some(0), Save::Diff).await {
+            Ok(f) => f,
+            Err(e) => {
+                // freeze resumed the guest: it runs on as before.
+                live.keep_stopped.store(false, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        frozen.srow.origin = Origin::Pause;
+        let pause_ms = frozen.timings.pause_ms;
+        let snap = match self.publish_frozen(frozen).await {
+            Ok(s) => s,
+            Err(e) => {
+                // Nothing was saved: the guest carries on where it stopped.
+                live.keep_stopped.store(false, Ordering::SeqCst);
+                self.cont(&live.paths).await;
+                return Err(e);
+            }
+        };
+        if live.set_phase(Phase::Removing) != Phase::Running {
+            // A removal got there first; it takes the sandbox, and this
+            // snapshot goes with it (its source is this sandbox).
+            return Err(ApiError::conflict(format!("sandbox {id} is being removed")));
+        }
+        process::kill(live.pid, libc::SIGKILL);
+        if !live.wait_exit(Duration::from_secs(15)).await {
+            return Err(ApiError::internal(format!(
+                "QEMU (pid {}) of sandbox {id} did not exit after SIGKILL",
+                live.pid
+            )));
+        }
+        self.live_map().remove(id);
+        self.net.teardown(id, row.network.as_ref()).await;
+        live.paths.remove_all();
+        let mut l = self.db.lifecycle(id)?;
+        l.remaining_ms = l
+            .deadline_ms
+            .map(|d| (d - super::now_ms()).max(0))
+            .or(l.remaining_ms);
+        l.deadline_ms = None;
+        let sizes = &snap.sizes;
+        l.pause = Some(forkvm_api::PauseInfo {
+            snapshot: snap.id.clone(),
+            paused_at: crate::util::now_rfc3339(),
+            reason: reason.to_string(),
+            memory_bytes: match snap.kind.as_str() {
+                "diff" => sizes.memory_diff_bytes,
+                "shared" => sizes.memory_allocated_bytes,
+                // `stream`: the RAM travels inside the device state.
+                _ => sizes.device_state_bytes,
+            },
+            disk_bytes: sizes.disk_bytes,
+            pause_ms,
+        });
+        l.paused_net = row.network.clone();
+        self.db.set_lifecycle(id, &l)?;
+        self.db.set_network(id, None)?;
+        self.db.set_snapshot(id, &snap.id)?;
+        self.db.set_paused(id)?;
+        self.get(id)
+    }
+
+    /// Resume a guest a failed pause left stopped.
+    async fn cont(&self, paths: &SandboxPaths) {
+        match forkvm_qemu::Qmp::connect(&paths.qmp, Duration::from_secs(5)).await {
+            Ok(q) => {
+                if let Err(e) = q.execute("cont", None).await {
+                    tracing::error!("cannot resume a guest after a failed pause: {e}");
+                }
+            }
+            Err(e) => tracing::error!("cannot resume a guest after a failed pause: {e}"),
+        }
+    }
+
+    /// `POST /v1/sandboxes/{id}/resume`.
+    pub async fn resume(self: &Arc<Self>, id: &str, req: ResumeRequest) -> Result<Sandbox, ApiError> {
+        let r = self.resume_unlogged(id, req).await;
+        match &r {
+            Ok(_) => tracing::info!(sandbox = %id, "sandbox {id} resumed"),
+            Err(e) => tracing::warn!(sandbox = %id, code = e.code, "resume of sandbox {id} failed: {}", e.message),
+        }
+        r
+    }
+
+    async fn resume_unlogged(
+        self: &Arc<Self>,
+        id: &str,
+        req: ResumeRequest,
+    ) -> Result<Sandbox, ApiError> {
+        if let Some(t) = req.timeout {
+            super::check_timeout(t)?;
+        }
+        let row = self.get(id)?;
+        if row.state != SandboxState::Paused {
+            return Err(ApiError::conflict(format!(
+                "sandbox {id} is {}, not paused",
+                serde_json::to_value(row.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            )));
+        }
+        let mut l = self.db.lifecycle(id)?;
+        let info = l.pause.clone().ok_or_else(|| {
+            ApiError::internal(format!("sandbox {id} is paused but has no saved state on record"))
+        })?;
+        let snap = self.open_verified(&info.snapshot).await?;
+        let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
+        let net = match &l.paused_net {
+            Some(n) => self.net.validate(
+                Some(n.mode),
+                Some(&n.ports),
+                n.egress.as_deref(),
+                Some(true),
+                nic,
+                1,
+            )?,
+            None => self.net.validate(None, None, None, Some(true), nic, 1)?,
+        };
+        // `starting` claims it: a second resume, a removal or the sweeper
+        // leave it alone until this one ends.
+        if !self.db.claim_paused(id)? {
+            return Err(ApiError::conflict(format!("sandbox {id} is already being resumed")));
+        }
+        let t0 = Instant::now();
+        let r = async {
+            let p = self.prepare_restore(&snap, id).await?;
+            self.finish_restore(p, &snap, false, t0, &net, false).await
+        }
+        .await;
+        if let Err(e) = r {
+            self.back_to_paused(id, &self.cfg.sandbox_paths(id)).await;
+            return Err(e);
+        }
+        let now = super::now_ms();
+        l.deadline_ms = match (req.timeout, l.timeout_s, l.remaining_ms) {
+            (Some(t), _, _) => Some(now + t as i64 * 1000),
+            (None, None, _) => None,
+            // Paused by its timeout: it gets the whole timeout again.
+            (None, Some(t), Some(0) | None) => Some(now + t as i64 * 1000),
+            (None, Some(_), Some(r)) => Some(now + r),
+        };
+        if let Some(t) = req.timeout {
+            l.timeout_s = Some(t);
+        }
+        l.remaining_ms = None;
+        l.pause = None;
+        l.paused_net = None;
+        self.db.set_lifecycle(id, &l)?;
+        self.get(id)
+    }
+
+    /// Undo a resume that did not finish: no QEMU, no network, no runtime
+    /// files; the row `paused` again with its saved state.
+    pub(crate) async fn back_to_paused(&self, id: &str, paths: &SandboxPaths) {
+        let live = self.live_map().remove(id);
+        if let Some(live) = live {
+            live.set_phase(Phase::Removing);
+            process::kill(live.pid, libc::SIGKILL);
+            live.wait_exit(Duration::from_secs(10)).await;
+        }
+        let net = self.db.get(id).ok().flatten().and_then(|r| r.network);
+        self.net.teardown(id, net.as_ref()).await;
+        paths.remove_all();
+        let _ = self.db.set_network(id, None);
+        if let Err(e) = self.db.set_paused(id) {
+            tracing::error!(sandbox = %id, "cannot mark sandbox {id} paused again: {e}");
+        }
+    }
+
+    /// Is this `starting` row a resume (it has a saved state)?
+    pub(crate) fn resuming(&self, id: &str) -> bool {
+        self.db.lifecycle(id).is_ok_and(|l| l.pause.is_some())
+    }
+
+    /// Remove the pause snapshots a removed sandbox left (its source),
+    /// newest first, as long as nothing else uses them.
+    pub(crate) async fn drop_pause_snapshots(self: &Arc<Self>, id: &str) {
+        let Ok(all) = self.db.snapshots() else { return };
+        let mut mine: Vec<_> = all
+            .into_iter()
+            .filter(|s| s.origin == Origin::Pause && s.source == id)
+            .collect();
+        mine.reverse();
+        for s in mine {
+            let in_use = !self.db.sandboxes_of_snapshot(&s.id).unwrap_or_default().is_empty()
+                || !self.db.child_snapshots(&s.id).unwrap_or_default().is_empty();
+            if in_use {
+                continue;
+            }
+            if let Err(e) = Box::pin(self.remove_snapshot(&s.id, false)).await {
+                tracing::warn!(sandbox = %id, "pause snapshot {} of sandbox {id} stays: {}", s.id, e.message);
+            }
+        }
+    }
+}
