@@ -79,8 +79,8 @@ pub enum LifeCmd {
     /// Set a sandbox's timeout, from now: SECS, or `none` to clear it.
     Timeout {
         id: String,
-        #[arg(value_parser = parse_timeout, value_name = "SECS|none")]
-        secs: Option<u64>,
+        #[arg(value_name = "SECS|none")]
+        secs: String,
         /// Also change what happens when it runs out.
         #[arg(long, value_parser = parse_on_timeout)]
         on_timeout: Option<OnTimeout>,
@@ -119,10 +119,11 @@ pub async fn run(c: &Client, cmd: LifeCmd, json: bool) -> Result<ExitCode> {
             secs,
             on_timeout,
         } => {
+            let timeout = parse_timeout(&secs).map_err(anyhow::Error::msg)?;
             c.set_timeout(
                 &id,
                 &SetTimeout {
-                    timeout: secs,
+                    timeout,
                     on_timeout,
                 },
             )

@@ -1,0 +1,251 @@
+//! End-to-end tests of lifetimes against a real daemon and real microVMs:
+//! metadata and default environments, timeouts (kill and pause), pause and
+//! resume with the same id, across a daemon SIGKILL. Run with `make test`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A Python process whose counter lives only in its memory: it writes the
+/// value out, so a resume that lost memory would start again from 0 (or not
+/// run at all).
+const COUNTER: &str = r#"
+import os, time
+n = 0
+while True:
+    n += 1
+    open('/tmp/count.tmp', 'w').write(f"{os.getpid()} {n}")
+    os.rename('/tmp/count.tmp', '/tmp/count')
+    time.sleep(0.05)
+"#;
+
+fn counter(d: &Daemon, id: &str) -> (u64, u64) {
+    let s = try_sh(d, id, "cat /tmp/count 2>/dev/null");
+    let mut it = s.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+fn start_counter(d: &Daemon, id: &str) -> (u64, u64) {
+    start_python(d, id, "/tmp/counter.py", "/dev/null", COUNTER);
+    assert!(wait_until(Duration::from_secs(60), || counter(d, id).1 > 3));
+    counter(d, id)
+}
+
+fn state(d: &Daemon, id: &str) -> Option<serde_json::Value> {
+    let o = d.run(&["--json", "inspect", id]);
+    o.status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).expect("inspect json"))
+}
+
+fn gone(d: &Daemon, id: &str, pid: u32) -> bool {
+    state(d, id).is_none() && !alive(pid) && d.sandbox_files(id).is_empty()
+}
+
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn metadata_env_and_timeouts() {
+    let d = shared();
+    // Bad input creates nothing.
+    for bad in [
+        vec!["spawn", "--timeout", "0"],
+        vec!["spawn", "--metadata", "bad key=1"],
+        vec!["spawn", "--env", "1X=2"],
+    ] {
+        let o = d.run(&bad);
+        assert!(!o.status.success(), "{bad:?} was accepted");
+        assert!(stderr(&o).contains("invalid_request") || stderr(&o).contains("timeout"), "{}", stderr(&o));
+    }
+
+    let a = d
+        .ok(&["spawn", "--metadata", "team=a", "--metadata", "run=7", "--env", "GREETING=hello", "--timeout", "6"])
+        .trim()
+        .to_string();
+    let b = d
+        .ok(&["spawn", "--metadata", "team=b", "--timeout", "6"])
+        .trim()
+        .to_string();
+    let t_spawned = Instant::now();
+    let pid_a = d.json(&["inspect", &a])["pid"].as_u64().unwrap() as u32;
+    // Extended: outlives its first timeout.
+    let v = d.json(&["timeout", &b, "300"]);
+    assert_eq!(v["lifetime"]["timeout"], 300);
+
+    // Listed and filtered by metadata.
+    let only_a = d.json(&["ps", "--metadata", "team=a"]);
+    assert_eq!(ids(&only_a["sandboxes"]), vec![a.clone()]);
+    assert_eq!(only_a["sandboxes"][0]["metadata"]["run"], "7");
+    let both = d.json(&["ps", "--metadata", "team=a", "--metadata", "run=8"]);
+    assert!(both["sandboxes"].as_array().unwrap().is_empty());
+
+    // The spawn's env is every exec's default; an exec's own env wins.
+    assert_eq!(sh(d, &a, "echo $GREETING").trim(), "hello");
+    let o = d.ok(&["exec", "-e", "GREETING=bye", &a, "--", "sh", "-c", "echo $GREETING"]);
+    assert_eq!(o.trim(), "bye");
+
+    // `a` is gone after about 6 s with everything released; `b` is not.
+    let v = d.json(&["inspect", &a]);
+    let left = v["lifetime"]["remaining_s"].as_f64().unwrap();
+    assert!(left > 0.0 && left <= 6.0, "{v}");
+    assert!(
+        wait_until(Duration::from_secs(30), || gone(d, &a, pid_a)),
+        "sandbox {a} outlived its timeout: {:?}",
+        state(d, &a)
+    );
+    let took = t_spawned.elapsed();
+    assert!(took >= Duration::from_secs(5), "removed too early: {took:?}");
+    eprintln!("a 6 s timeout removed the sandbox {took:?} after the spawn returned");
+    assert!(d.log().contains(&format!("timeout of sandbox {a} ran out")), "the daemon logs the expiry");
+    assert_eq!(d.json(&["inspect", &b])["state"], "running");
+    // A cleared timeout.
+    let v = d.json(&["timeout", &b, "none"]);
+    assert!(v.get("lifetime").is_none(), "{v}");
+    d.ok(&["rm", &b]);
+}
+
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn pause_and_resume_keep_id_memory_disk_and_ports() {
+    let d = shared();
+    let id = d
+        .ok(&["spawn", "--port", "8000", "--timeout", "600"])
+        .trim()
+        .to_string();
+    let sb = Sandbox { d, id: id.clone() };
+    let host_port = d.json(&["inspect", &id])["network"]["ports"][0]["host"]
+        .as_u64()
+        .unwrap();
+    sh(d, &id, "echo on-disk > /root/kept.txt && sync");
+    sh(
+        d,
+        &id,
+        "cd /root && setsid python3 -m http.server 8000 >/dev/null 2>&1 </dev/null &",
+    );
+    let fetch = |port: u64| {
+        std::process::Command::new("python3")
+            .args([
+                "-c",
+                &format!("import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:{port}/kept.txt', timeout=5).read().decode())"),
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    assert!(wait_until(Duration::from_secs(60), || fetch(host_port) == "on-disk"));
+    let (pid, n0) = start_counter(d, &id);
+    let qemu = sb.pid();
+
+    let v = d.json(&["pause", &id]);
+    assert_eq!(v["state"], "paused", "{v}");
+    let p = &v["paused"];
+    assert_eq!(p["reason"], "request");
+    let mem = p["memory_bytes"].as_u64().unwrap();
+    // A clone of the boot template: only the pages it changed are stored.
+    let ram = v["memory_mib"].as_u64().unwrap() << 20;
+    eprintln!(
+        "paused clone of {} MiB: {mem} bytes of memory, {} bytes of disk, vCPUs stopped {} ms",
+        ram >> 20,
+        p["disk_bytes"],
+        p["pause_ms"]
+    );
+    assert!(mem > 0 && mem < ram / 2, "a paused clone stored {mem} of {ram} bytes");
+    assert!(wait_until(Duration::from_secs(15), || !alive(qemu)), "QEMU runs on");
+    assert!(d.sandbox_files(&id).is_empty(), "{:?}", d.sandbox_files(&id));
+    assert!(v.get("pid").is_none());
+    // Paused: exec is refused with a clear error, the timeout is frozen.
+    let o = d.run(&["exec", &id, "--", "true"]);
+    assert!(!o.status.success() && stderr(&o).contains("paused"), "{}", stderr(&o));
+    let left0 = v["lifetime"]["remaining_s"].as_f64().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let left1 = d.json(&["inspect", &id])["lifetime"]["remaining_s"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(left0, left1, "paused time counted against the timeout");
+    // Its saved state cannot be removed under it.
+    let o = d.run(&["snapshot", "rm", p["snapshot"].as_str().unwrap()]);
+    assert!(!o.status.success(), "the pause snapshot was removable");
+
+    let v = d.json(&["resume", &id]);
+    assert_eq!((v["id"].as_str(), v["state"].as_str()), (Some(id.as_str()), Some("running")), "{v}");
+    assert_eq!(v["network"]["ports"][0]["host"].as_u64(), Some(host_port));
+    // Memory: the same process, its counter going on from where it was.
+    let (pid2, n1) = counter(d, &id);
+    assert_eq!(pid2, pid, "a different process");
+    assert!(n1 >= n0, "the counter went back: {n0} -> {n1}");
+    assert!(wait_until(Duration::from_secs(30), || counter(d, &id).1 > n1), "the counter stopped");
+    // Disk and the published port.
+    assert_eq!(sh(d, &id, "cat /root/kept.txt").trim(), "on-disk");
+    assert!(wait_until(Duration::from_secs(30), || fetch(host_port) == "on-disk"));
+    // A second pause of the resumed sandbox, then removal while paused:
+    // everything goes, its pause snapshots too.
+    let v = d.json(&["pause", &id]);
+    let snap2 = v["paused"]["snapshot"].as_str().unwrap().to_string();
+    drop(sb);
+    assert!(state(d, &id).is_none());
+    let snaps = d.json(&["snapshot", "ls"]);
+    assert!(
+        !snaps.to_string().contains(&snap2) && !snaps.to_string().contains(&p["snapshot"].as_str().unwrap().to_string()),
+        "pause snapshots outlived their sandbox: {snaps}"
+    );
+    // Resume and pause answer clearly on bad targets.
+    let o = d.run(&["resume", "sb-nosuch"]);
+    assert!(!o.status.success() && stderr(&o).contains("not_found"), "{}", stderr(&o));
+}
+
+/// `on_timeout: pause`, and timeouts across a daemon SIGKILL.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn timeouts_pause_and_survive_a_daemon_kill() {
+    let mut d = Daemon::start();
+    let p = d
+        .ok(&["spawn", "--timeout", "600", "--on-timeout", "pause"])
+        .trim()
+        .to_string();
+    let (pid, n0) = start_counter(&d, &p);
+    // Shortened once the counter runs (an exec under TCG takes a while).
+    d.json(&["timeout", &p, "3"]);
+    assert!(
+        wait_until(Duration::from_secs(30), || state(&d, &p).is_some_and(|v| v["state"] == "paused")),
+        "not paused on timeout: {:?}",
+        state(&d, &p)
+    );
+    assert_eq!(state(&d, &p).unwrap()["paused"]["reason"], "timeout");
+    // Resumed, it gets its whole timeout again and its memory is intact.
+    let v = d.json(&["resume", &p]);
+    assert_eq!(v["lifetime"]["timeout"], 3, "{v}");
+    assert!(v["lifetime"]["remaining_s"].as_f64().unwrap() > 2.0, "{v}");
+    d.json(&["timeout", &p, "600"]);
+    let (pid2, n1) = counter(&d, &p);
+    assert_eq!(pid2, pid);
+    assert!(n1 >= n0);
+
+    // Across a SIGKILL of the daemon: one removed, one paused, one extended.
+    let k = d.ok(&["spawn", "--timeout", "5"]).trim().to_string();
+    let q = d
+        .ok(&["spawn", "--timeout", "5", "--on-timeout", "pause"])
+        .trim()
+        .to_string();
+    let k_pid = d.json(&["inspect", &k])["pid"].as_u64().unwrap() as u32;
+    d.stop(libc::SIGKILL);
+    std::thread::sleep(Duration::from_secs(6));
+    d.spawn_process();
+    assert!(
+        wait_until(Duration::from_secs(30), || gone(&d, &k, k_pid)),
+        "{k} outlived its timeout across a restart: {:?}",
+        state(&d, &k)
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || state(&d, &q).is_some_and(|v| v["state"] == "paused")),
+        "{q} not paused after a restart: {:?}",
+        state(&d, &q)
+    );
+    assert_eq!(state(&d, &p).unwrap()["state"], "running");
+    let v = d.json(&["resume", &q]);
+    assert_eq!(v["state"], "running");
+    for id in [&p, &q] {
+        d.ok(&["rm", id]);
+    }
+    assert!(d.json(&["ps"])["sandboxes"].as_array().unwrap().is_empty());
+}
