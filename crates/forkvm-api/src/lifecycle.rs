@@ -94,7 +94,9 @@ mod tests {
         let s: SetTimeout = serde_json::from_str(r#"{"timeout":5,"on_timeout":"pause"}"#).unwrap();
         assert_eq!((s.timeout, s.on_timeout), (Some(5), Some(OnTimeout::Pause)));
         assert!(serde_json::from_str::<SetTimeout>(r#"{"timeout":5,"x":1}"#).is_err());
-        assert!(serde_json::from_str::<SetTimeout>(r#"{"timeout":5,"on_timeout":"stop"}"#).is_err());
+        assert!(
+            serde_json::from_str::<SetTimeout>(r#"{"timeout":5,"on_timeout":"stop"}"#).is_err()
+        );
         let r: ResumeRequest = serde_json::from_str("{}").unwrap();
         assert_eq!(r, ResumeRequest::default());
     }

@@ -104,7 +104,11 @@ fn summary(s: &Sandbox) -> String {
             " timeout {} s, {:.0} s left, then {}",
             l.timeout,
             l.remaining_s,
-            if l.on_timeout == OnTimeout::Pause { "pause" } else { "kill" }
+            if l.on_timeout == OnTimeout::Pause {
+                "pause"
+            } else {
+                "kill"
+            }
         );
     }
     out

@@ -56,11 +56,25 @@ fn metadata_env_and_timeouts() {
     ] {
         let o = d.run(&bad);
         assert!(!o.status.success(), "{bad:?} was accepted");
-        assert!(stderr(&o).contains("invalid_request") || stderr(&o).contains("timeout"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("invalid_request") || stderr(&o).contains("timeout"),
+            "{}",
+            stderr(&o)
+        );
     }
 
     let a = d
-        .ok(&["spawn", "--metadata", "team=a", "--metadata", "run=7", "--env", "GREETING=hello", "--timeout", "6"])
+        .ok(&[
+            "spawn",
+            "--metadata",
+            "team=a",
+            "--metadata",
+            "run=7",
+            "--env",
+            "GREETING=hello",
+            "--timeout",
+            "6",
+        ])
         .trim()
         .to_string();
     let b = d
@@ -82,7 +96,16 @@ fn metadata_env_and_timeouts() {
 
     // The spawn's env is every exec's default; an exec's own env wins.
     assert_eq!(sh(d, &a, "echo $GREETING").trim(), "hello");
-    let o = d.ok(&["exec", "-e", "GREETING=bye", &a, "--", "sh", "-c", "echo $GREETING"]);
+    let o = d.ok(&[
+        "exec",
+        "-e",
+        "GREETING=bye",
+        &a,
+        "--",
+        "sh",
+        "-c",
+        "echo $GREETING",
+    ]);
     assert_eq!(o.trim(), "bye");
 
     // `a` is gone after about 6 s with everything released; `b` is not.
@@ -95,9 +118,15 @@ fn metadata_env_and_timeouts() {
         state(d, &a)
     );
     let took = t_spawned.elapsed();
-    assert!(took >= Duration::from_secs(5), "removed too early: {took:?}");
+    assert!(
+        took >= Duration::from_secs(5),
+        "removed too early: {took:?}"
+    );
     eprintln!("a 6 s timeout removed the sandbox {took:?} after the spawn returned");
-    assert!(d.log().contains(&format!("timeout of sandbox {a} ran out")), "the daemon logs the expiry");
+    assert!(
+        d.log().contains(&format!("timeout of sandbox {a} ran out")),
+        "the daemon logs the expiry"
+    );
     assert_eq!(d.json(&["inspect", &b])["state"], "running");
     // A cleared timeout.
     let v = d.json(&["timeout", &b, "none"]);
@@ -150,13 +179,27 @@ fn pause_and_resume_keep_id_memory_disk_and_ports() {
         p["disk_bytes"],
         p["pause_ms"]
     );
-    assert!(mem > 0 && mem < ram / 2, "a paused clone stored {mem} of {ram} bytes");
-    assert!(wait_until(Duration::from_secs(15), || !alive(qemu)), "QEMU runs on");
-    assert!(d.sandbox_files(&id).is_empty(), "{:?}", d.sandbox_files(&id));
+    assert!(
+        mem > 0 && mem < ram / 2,
+        "a paused clone stored {mem} of {ram} bytes"
+    );
+    assert!(
+        wait_until(Duration::from_secs(15), || !alive(qemu)),
+        "QEMU runs on"
+    );
+    assert!(
+        d.sandbox_files(&id).is_empty(),
+        "{:?}",
+        d.sandbox_files(&id)
+    );
     assert!(v.get("pid").is_none());
     // Paused: exec is refused with a clear error, the timeout is frozen.
     let o = d.run(&["exec", &id, "--", "true"]);
-    assert!(!o.status.success() && stderr(&o).contains("paused"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("paused"),
+        "{}",
+        stderr(&o)
+    );
     let left0 = v["lifetime"]["remaining_s"].as_f64().unwrap();
     std::thread::sleep(Duration::from_secs(2));
     let left1 = d.json(&["inspect", &id])["lifetime"]["remaining_s"]
@@ -168,13 +211,20 @@ fn pause_and_resume_keep_id_memory_disk_and_ports() {
     assert!(!o.status.success(), "the pause snapshot was removable");
 
     let v = d.json(&["resume", &id]);
-    assert_eq!((v["id"].as_str(), v["state"].as_str()), (Some(id.as_str()), Some("running")), "{v}");
+    assert_eq!(
+        (v["id"].as_str(), v["state"].as_str()),
+        (Some(id.as_str()), Some("running")),
+        "{v}"
+    );
     assert_eq!(v["network"]["ports"][0]["host"].as_u64(), Some(host_port));
     // Memory: the same process, its counter going on from where it was.
     let (pid2, n1) = counter(d, &id);
     assert_eq!(pid2, pid, "a different process");
     assert!(n1 >= n0, "the counter went back: {n0} -> {n1}");
-    assert!(wait_until(Duration::from_secs(30), || counter(d, &id).1 > n1), "the counter stopped");
+    assert!(
+        wait_until(Duration::from_secs(30), || counter(d, &id).1 > n1),
+        "the counter stopped"
+    );
     // Disk and the published port.
     assert_eq!(sh(d, &id, "cat /root/kept.txt").trim(), "on-disk");
     assert!(wait_until(Duration::from_secs(30), || fetch(host_port) == "on-disk"));
@@ -186,12 +236,19 @@ fn pause_and_resume_keep_id_memory_disk_and_ports() {
     assert!(state(d, &id).is_none());
     let snaps = d.json(&["snapshot", "ls"]);
     assert!(
-        !snaps.to_string().contains(&snap2) && !snaps.to_string().contains(&p["snapshot"].as_str().unwrap().to_string()),
+        !snaps.to_string().contains(&snap2)
+            && !snaps
+                .to_string()
+                .contains(&p["snapshot"].as_str().unwrap().to_string()),
         "pause snapshots outlived their sandbox: {snaps}"
     );
     // Resume and pause answer clearly on bad targets.
     let o = d.run(&["resume", "sb-nosuch"]);
-    assert!(!o.status.success() && stderr(&o).contains("not_found"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("not_found"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// `on_timeout: pause`, and timeouts across a daemon SIGKILL.
@@ -207,7 +264,8 @@ fn timeouts_pause_and_survive_a_daemon_kill() {
     // Shortened once the counter runs (an exec under TCG takes a while).
     d.json(&["timeout", &p, "3"]);
     assert!(
-        wait_until(Duration::from_secs(30), || state(&d, &p).is_some_and(|v| v["state"] == "paused")),
+        wait_until(Duration::from_secs(30), || state(&d, &p)
+            .is_some_and(|v| v["state"] == "paused")),
         "not paused on timeout: {:?}",
         state(&d, &p)
     );
@@ -237,7 +295,8 @@ fn timeouts_pause_and_survive_a_daemon_kill() {
         state(&d, &k)
     );
     assert!(
-        wait_until(Duration::from_secs(60), || state(&d, &q).is_some_and(|v| v["state"] == "paused")),
+        wait_until(Duration::from_secs(60), || state(&d, &q)
+            .is_some_and(|v| v["state"] == "paused")),
         "{q} not paused after a restart: {:?}",
         state(&d, &q)
     );

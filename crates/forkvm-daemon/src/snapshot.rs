@@ -1068,7 +1068,10 @@ impl Manager {
                 self.inherit_lifecycle(id, &ids);
                 for c in &mut b.children {
                     if let Ok(v) = self.get(&c.id) {
-                        *c = forkvm_api::Sandbox { timings: c.timings.take(), ..v };
+                        *c = forkvm_api::Sandbox {
+                            timings: c.timings.take(),
+                            ..v
+                        };
                     }
                 }
             }

@@ -70,8 +70,9 @@ fn on_timeout_str(o: OnTimeout) -> &'static str {
 fn json_map(id: &str, what: &str, s: Option<String>) -> Result<BTreeMap<String, String>, DbError> {
     match s {
         None => Ok(BTreeMap::new()),
-        Some(s) => serde_json::from_str(&s)
-            .map_err(|e| DbError::Corrupt(format!("{what} of {id}: {e}"))),
+        Some(s) => {
+            serde_json::from_str(&s).map_err(|e| DbError::Corrupt(format!("{what} of {id}: {e}")))
+        }
     }
 }
 
@@ -185,7 +186,11 @@ impl Db {
         Ok(v)
     }
 
-    pub(super) fn delete_lifecycle(&self, conn: &rusqlite::Connection, id: &str) -> Result<(), DbError> {
+    pub(super) fn delete_lifecycle(
+        &self,
+        conn: &rusqlite::Connection,
+        id: &str,
+    ) -> Result<(), DbError> {
         conn.execute("DELETE FROM lifecycles WHERE id=?1", params![id])?;
         Ok(())
     }
@@ -253,7 +258,10 @@ mod tests {
         });
         db.set_lifecycle("sb-x", &l).unwrap();
         assert_eq!(db.lifecycle("sb-x").unwrap(), l);
-        assert!(db.expired(i64::MAX).unwrap().is_empty(), "a paused sandbox has no deadline");
+        assert!(
+            db.expired(i64::MAX).unwrap().is_empty(),
+            "a paused sandbox has no deadline"
+        );
     }
 
     #[test]

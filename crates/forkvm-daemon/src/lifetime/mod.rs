@@ -179,16 +179,20 @@ impl Manager {
     /// A branch's children inherit the source's metadata, environment and
     /// timeout (counted afresh from their start).
     pub(crate) fn inherit_lifecycle(&self, source: &str, children: &[String]) {
-        let r = self.db.lifecycle(source).map_err(ApiError::from).and_then(|l| {
-            let l = LifecycleRow {
-                metadata: l.metadata,
-                env: l.env,
-                timeout_s: l.timeout_s,
-                on_timeout: l.on_timeout,
-                ..Default::default()
-            };
-            self.start_lifecycle(children, &l)
-        });
+        let r = self
+            .db
+            .lifecycle(source)
+            .map_err(ApiError::from)
+            .and_then(|l| {
+                let l = LifecycleRow {
+                    metadata: l.metadata,
+                    env: l.env,
+                    timeout_s: l.timeout_s,
+                    on_timeout: l.on_timeout,
+                    ..Default::default()
+                };
+                self.start_lifecycle(children, &l)
+            });
         if let Err(e) = r {
             tracing::warn!(sandbox = %source, "children of sandbox {source} did not get its metadata and timeout: {}", e.message);
         }
@@ -327,7 +331,10 @@ mod tests {
         };
         let l = from_request(&req).unwrap();
         assert_eq!((l.timeout_s, l.on_timeout), (Some(5), OnTimeout::Pause));
-        assert_eq!(l.deadline_ms, None, "the clock starts when the sandbox runs");
+        assert_eq!(
+            l.deadline_ms, None,
+            "the clock starts when the sandbox runs"
+        );
     }
 
     #[test]

@@ -37,18 +37,27 @@ impl Manager {
     pub async fn pause(self: &Arc<Self>, id: &str, reason: &str) -> Result<Sandbox, ApiError> {
         let r = self.pause_unlogged(id, reason).await;
         match &r {
-            Ok(s) => tracing::info!(sandbox = %id, reason, "sandbox {id} paused ({} bytes of memory saved)",
-                s.paused.as_ref().map_or(0, |p| p.memory_bytes)),
-            Err(e) => tracing::warn!(sandbox = %id, code = e.code, "pause of sandbox {id} failed: {}", e.message),
+            Ok(s) => {
+                tracing::info!(sandbox = %id, reason, "sandbox {id} paused ({} bytes of memory saved)",
+                s.paused.as_ref().map_or(0, |p| p.memory_bytes))
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, code = e.code, "pause of sandbox {id} failed: {}", e.message)
+            }
         }
         r
     }
 
     async fn pause_unlogged(self: &Arc<Self>, id: &str, reason: &str) -> Result<Sandbox, ApiError> {
         let live = self.running(id)?;
-        let row = self.db.get(id)?.ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        let row = self
+            .db
+            .get(id)?
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
         if live.keep_stopped.swap(true, Ordering::SeqCst) {
-            return Err(ApiError::conflict(format!("sandbox {id} is already being paused")));
+            return Err(ApiError::conflict(format!(
+                "sandbox {id} is already being paused"
+            )));
         }
         let mut frozen = match self.freeze(id, None, None, Some(0), Save::Diff).await {
             Ok(f) => f,
@@ -125,11 +134,17 @@ impl Manager {
     }
 
     /// `POST /v1/sandboxes/{id}/resume`.
-    pub async fn resume(self: &Arc<Self>, id: &str, req: ResumeRequest) -> Result<Sandbox, ApiError> {
+    pub async fn resume(
+        self: &Arc<Self>,
+        id: &str,
+        req: ResumeRequest,
+    ) -> Result<Sandbox, ApiError> {
         let r = self.resume_unlogged(id, req).await;
         match &r {
             Ok(_) => tracing::info!(sandbox = %id, "sandbox {id} resumed"),
-            Err(e) => tracing::warn!(sandbox = %id, code = e.code, "resume of sandbox {id} failed: {}", e.message),
+            Err(e) => {
+                tracing::warn!(sandbox = %id, code = e.code, "resume of sandbox {id} failed: {}", e.message)
+            }
         }
         r
     }
@@ -154,7 +169,9 @@ impl Manager {
         }
         let mut l = self.db.lifecycle(id)?;
         let info = l.pause.clone().ok_or_else(|| {
-            ApiError::internal(format!("sandbox {id} is paused but has no saved state on record"))
+            ApiError::internal(format!(
+                "sandbox {id} is paused but has no saved state on record"
+            ))
         })?;
         let snap = self.open_verified(&info.snapshot).await?;
         let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
@@ -172,7 +189,9 @@ impl Manager {
         // `starting` claims it: a second resume, a removal or the sweeper
         // leave it alone until this one ends.
         if !self.db.claim_paused(id)? {
-            return Err(ApiError::conflict(format!("sandbox {id} is already being resumed")));
+            return Err(ApiError::conflict(format!(
+                "sandbox {id} is already being resumed"
+            )));
         }
         let t0 = Instant::now();
         let r = async {
@@ -235,8 +254,16 @@ impl Manager {
             .collect();
         mine.reverse();
         for s in mine {
-            let in_use = !self.db.sandboxes_of_snapshot(&s.id).unwrap_or_default().is_empty()
-                || !self.db.child_snapshots(&s.id).unwrap_or_default().is_empty();
+            let in_use = !self
+                .db
+                .sandboxes_of_snapshot(&s.id)
+                .unwrap_or_default()
+                .is_empty()
+                || !self
+                    .db
+                    .child_snapshots(&s.id)
+                    .unwrap_or_default()
+                    .is_empty();
             if in_use {
                 continue;
             }
