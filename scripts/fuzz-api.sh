@@ -12,7 +12,11 @@
 # The daemon gets a private home and `--max-sandboxes 3`, so generated spawn
 # requests (count up to 1000) are bounded by the documented 429 instead of
 # filling the host, and `--allowed-registries 127.0.0.1:9`, so generated
-# pulls never leave the machine. It is stopped by PID at the end, and its sandboxes with it.
+# pulls never leave the machine, and `--memory-commit-mib` far above any
+# request, since a generated spawn cannot know the host's capacity and
+# admission's 503 would read as a server error (admission has its own VM
+# test, crates/forkvm-cli/tests/lifetime.rs). It is stopped by PID at the
+# end, and its sandboxes with it.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,7 +64,7 @@ trap cleanup EXIT
 # Generated pull references must not reach registries off this machine:
 # only a loopback port nothing listens on is allowed.
 FORKVM_TOKEN=$TOKEN "$BIN" serve --home "$HOME_DIR" --listen "127.0.0.1:$PORT" \
-    --max-sandboxes 3 --allowed-registries "127.0.0.1:9" >"$HOME_DIR/serve.log" 2>&1 &
+    --max-sandboxes 3 --allowed-registries "127.0.0.1:9" --memory-commit-mib 100000000 >"$HOME_DIR/serve.log" 2>&1 &
 DAEMON=$!
 for _ in $(seq 1 100); do
     curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/v1/health" >/dev/null && break

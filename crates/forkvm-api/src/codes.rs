@@ -20,7 +20,8 @@
 //! | `invalid_image` | 422 | an image's blobs fail verification, its archive or manifest is malformed, or it has no linux/amd64 variant |
 //! | `build_failed` | 422 | a Dockerfile is invalid or one of its steps failed |
 //! | `registry_unreachable` | 502 | a registry could not be reached or answered nonsense |
-//! | `no_space` | 507 | the host filesystem holding FORKVM_HOME is full |
+//! | `no_space` | 507 | the host filesystem holding FORKVM_HOME is full (or under the daemon's reserve) |
+//! | `capacity_exceeded` | 503 | the spawn, branch or resume would pass the host's memory commitment |
 //! | `internal` | 500 | a bug or a host problem; the message says which |
 
 pub const INVALID_REQUEST: &str = "invalid_request";
@@ -43,6 +44,7 @@ pub const INVALID_IMAGE: &str = "invalid_image";
 pub const BUILD_FAILED: &str = "build_failed";
 pub const REGISTRY_UNREACHABLE: &str = "registry_unreachable";
 pub const NO_SPACE: &str = "no_space";
+pub const CAPACITY_EXCEEDED: &str = "capacity_exceeded";
 
 /// The HTTP status a code is sent with (the table above). A streamed exec
 /// reports a late error as a code inside a 200 response; clients use this to
@@ -59,7 +61,7 @@ pub fn status_of(code: &str) -> u16 {
         SNAPSHOT_CORRUPT | INVALID_IMAGE | BUILD_FAILED => 422,
         LIMIT_EXCEEDED => 429,
         GUEST_ERROR | REGISTRY_UNREACHABLE => 502,
-        NETWORK_UNAVAILABLE => 503,
+        NETWORK_UNAVAILABLE | CAPACITY_EXCEEDED => 503,
         GUEST_TIMEOUT => 504,
         NO_SPACE => 507,
         _ => 500,

@@ -75,6 +75,25 @@ pub struct PauseInfo {
     pub pause_ms: f64,
 }
 
+/// Memory and disk capacity (`GET /v1/info`), as admission control counts
+/// them (docs/lifetimes.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Capacity {
+    /// The memory sandboxes may use in all (`serve --memory-commit-mib`).
+    pub memory_commit_mib: u64,
+    /// What running sandboxes use now: the sum of their QEMUs' PSS.
+    pub memory_used_mib: u64,
+    /// Held for spawns, branches and resumes still starting.
+    pub memory_reserved_mib: u64,
+    pub memory_left_mib: u64,
+    /// Sandboxes whose memory was counted.
+    pub counted_sandboxes: u32,
+    /// Free space on the filesystem holding the daemon's home.
+    pub disk_free_mib: u64,
+    /// Below this much free space, new work is refused (`--disk-reserve-mib`).
+    pub disk_reserve_mib: u64,
+}
+
 /// Metadata filters are query parameters `metadata.KEY=VALUE`
 /// (`GET /v1/sandboxes?metadata.team=a&metadata.run=7`); a sandbox is listed
 /// when it has every pair.

@@ -634,6 +634,9 @@ pub struct Info {
     pub network: NetInfo,
     /// Garbage collection of branch points ([`GcInfo`]).
     pub gc: GcInfo,
+    /// Memory and disk capacity as admission control sees it.
+    #[serde(default)]
+    pub capacity: crate::Capacity,
 }
 
 /// The body of every error response.

@@ -352,6 +352,15 @@ enum Cmd {
             value_delimiter = ','
         )]
         allowed_registries: Vec<String>,
+        /// The memory sandboxes may use in all, in MiB; spawns, branches and
+        /// resumes that would pass it are refused (default: host RAM less a
+        /// tenth, at least 512 MiB).
+        #[arg(long, value_name = "MiB", env = "FORKVM_MEMORY_COMMIT_MIB")]
+        memory_commit_mib: Option<u64>,
+        /// Refuse new work when the home's filesystem has less free space.
+        #[arg(long, value_name = "MiB", env = "FORKVM_DISK_RESERVE_MIB",
+              default_value_t = forkvm_daemon::config::DEFAULT_DISK_RESERVE_MIB)]
+        disk_reserve_mib: u64,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -398,6 +407,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             gc_interval,
             disk_chain_max,
             allowed_registries,
+            memory_commit_mib,
+            disk_reserve_mib,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -412,6 +423,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.gc_grace = Duration::from_secs(gc_grace);
             cfg.gc_interval = (gc_interval > 0).then(|| Duration::from_secs(gc_interval));
             cfg.disk_chain_max = disk_chain_max;
+            if let Some(m) = memory_commit_mib {
+                cfg.memory_commit_mib = m;
+            }
+            cfg.disk_reserve_mib = disk_reserve_mib;
             cfg.allowed_registries = allowed_registries
                 .into_iter()
                 .map(|h| h.trim().to_string())
@@ -444,6 +459,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 println!("home:        {}", i.home);
                 println!("images:      {}", i.images.join(", "));
                 println!("sandboxes:   {}", i.sandboxes);
+                let c = &i.capacity;
+                println!(
+                    "capacity:    memory {} MiB used + {} starting of {} MiB committed ({} left, {} sandboxes counted); disk {} MiB free (reserve {} MiB)",
+                    c.memory_used_mib,
+                    c.memory_reserved_mib,
+                    c.memory_commit_mib,
+                    c.memory_left_mib,
+                    c.counted_sandboxes,
+                    c.disk_free_mib,
+                    c.disk_reserve_mib
+                );
                 println!("{}", gc::info_line(&i.gc));
                 let l = &i.limits;
                 println!(

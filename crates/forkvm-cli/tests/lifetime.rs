@@ -308,3 +308,65 @@ fn timeouts_pause_and_survive_a_daemon_kill() {
     }
     assert!(d.json(&["ps"])["sandboxes"].as_array().unwrap().is_empty());
 }
+
+/// Admission control: past the memory commitment a spawn or branch is
+/// refused with 503 and leaves nothing; removing a sandbox admits it again.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn admission_refuses_past_the_memory_commitment() {
+    let d = Daemon::start_env(&[("FORKVM_MEMORY_COMMIT_MIB", "1024")]);
+    let a = d
+        .ok(&["spawn", "--no-template", "--memory", "256"])
+        .trim()
+        .to_string();
+    let cap = &d.json(&["info"])["capacity"];
+    assert_eq!(cap["memory_commit_mib"], 1024, "{cap}");
+    assert!(cap["memory_used_mib"].as_u64().unwrap() > 0, "{cap}");
+    assert_eq!(cap["counted_sandboxes"], 1, "{cap}");
+    let files_before = std::fs::read_dir(d.run_dir()).unwrap().count();
+
+    // A 1000 MiB cold boot does not fit beside `a`.
+    let o = d.run(&["spawn", "--no-template", "--memory", "1000"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("capacity_exceeded") && e.contains("--memory-commit-mib"),
+        "{e}"
+    );
+    assert_eq!(
+        ids(&d.json(&["ps"])["sandboxes"]),
+        vec![a.clone()],
+        "a refused spawn left a sandbox"
+    );
+    assert_eq!(
+        std::fs::read_dir(d.run_dir()).unwrap().count(),
+        files_before,
+        "a refused spawn left a RAM file"
+    );
+    assert!(
+        d.log().contains("spawn refused"),
+        "the daemon logs the refusal"
+    );
+
+    // Neither do ten children of a branch of `a`; `a` runs on untouched.
+    let o = d.run(&["branch", &a, "--count", "10"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("capacity_exceeded"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(d.json(&["inspect", &a])["state"], "running");
+    assert!(d.json(&["snapshot", "ls"])["snapshots"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    // Removing `a` admits it again.
+    d.ok(&["rm", &a]);
+    let b = d
+        .ok(&["spawn", "--no-template", "--memory", "1000"])
+        .trim()
+        .to_string();
+    assert_eq!(sh(&d, &b, "echo ok").trim(), "ok");
+    d.ok(&["rm", &b]);
+}

@@ -399,6 +399,7 @@ async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
         default_pool_size: m.default_pool_size,
         pools: m.pool_infos(),
         gc: m.gc_info(),
+        capacity: m.capacity(),
     }))
 }
 
@@ -417,8 +418,9 @@ async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
         (status = 429, body = ErrorBody, description = "sandbox limit reached, or the address pool is exhausted"),
         (status = 500, body = ErrorBody, description = "QEMU failed, or the network could not be set up"),
         (status = 502, body = ErrorBody, description = "the guest agent failed, or the guest's network did not come up"),
-        (status = 503, body = ErrorBody, description = "`network: nat` asked for on a host that cannot give sandboxes a network"),
-        (status = 504, body = ErrorBody, description = "the guest did not boot in time")))]
+        (status = 503, body = ErrorBody, description = "`capacity_exceeded`: the host's memory commitment would be passed; or `network: nat` asked for on a host that cannot give sandboxes a network"),
+        (status = 504, body = ErrorBody, description = "the guest did not boot in time"),
+        (status = 507, body = ErrorBody, description = "the daemon's filesystem is under its free-space reserve")))]
 async fn create_sandbox(
     State(m): State<AppState>,
     JsonBody(req): JsonBody<CreateSandbox>,
@@ -878,8 +880,9 @@ async fn snapshot_sandbox(
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "not running, another snapshot of it is in progress, or a requested host port is taken"),
         (status = 422, body = ErrorBody, description = "a snapshot of its chain is corrupted"),
         (status = 500, body = ErrorBody), (status = 502, body = ErrorBody, description = "a child's guest agent failed, or its network did not come up"),
-        (status = 503, body = ErrorBody, description = "networking became unavailable"),
-        (status = 504, body = ErrorBody, description = "a child did not resume in time")))]
+        (status = 503, body = ErrorBody, description = "`capacity_exceeded`: the children would pass the host's memory commitment; or networking became unavailable"),
+        (status = 504, body = ErrorBody, description = "a child did not resume in time"),
+        (status = 507, body = ErrorBody, description = "the daemon's filesystem is under its free-space reserve")))]
 async fn branch_sandbox(
     State(m): State<AppState>,
     Path(id): Path<String>,

@@ -62,6 +62,20 @@ pub struct Config {
     /// Registries pulls may use (`host[:port]`); empty: any
     /// (`--allowed-registries`).
     pub allowed_registries: Vec<String>,
+    /// The memory sandboxes may use in all, MiB (`--memory-commit-mib`;
+    /// see crate::admission).
+    pub memory_commit_mib: u64,
+    /// New work is refused below this much free disk (`--disk-reserve-mib`).
+    pub disk_reserve_mib: u64,
+}
+
+/// `serve --disk-reserve-mib` by default.
+pub const DEFAULT_DISK_RESERVE_MIB: u64 = 512;
+
+/// `serve --memory-commit-mib` by default: the host's RAM less what the
+/// host itself needs (a tenth, at least 512 MiB).
+pub fn default_memory_commit_mib(host_mib: u64) -> u64 {
+    host_mib.saturating_sub((host_mib / 10).max(512)).max(256)
 }
 
 /// `serve --gc-grace` by default: ten minutes, long enough for a client to
@@ -109,6 +123,8 @@ impl Config {
             gc_interval: Some(Duration::from_secs(DEFAULT_GC_INTERVAL_SECS)),
             disk_chain_max: DEFAULT_DISK_CHAIN_MAX,
             allowed_registries: Vec::new(),
+            memory_commit_mib: default_memory_commit_mib(host_mib),
+            disk_reserve_mib: DEFAULT_DISK_RESERVE_MIB,
         }
     }
 

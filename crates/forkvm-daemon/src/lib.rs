@@ -16,6 +16,7 @@
 //! running; the next daemon re-attaches to them. With no VM left running it
 //! also deletes its host nftables table.
 
+pub mod admission;
 pub mod agent;
 pub mod api;
 pub mod compact;

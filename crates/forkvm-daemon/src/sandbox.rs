@@ -131,6 +131,8 @@ pub struct Manager {
     pub net: crate::net::Net,
     /// Garbage collection of branch points: leases and the collector.
     pub(crate) gc: crate::gc::Gc,
+    /// Memory held by admissions still starting (crate::admission).
+    pub(crate) admissions: crate::admission::Reservations,
 }
 
 /// What a spawn request produced.
@@ -162,6 +164,7 @@ impl Manager {
             default_pool_size,
             net,
             gc: Default::default(),
+            admissions: Default::default(),
         })
     }
 
@@ -350,6 +353,11 @@ impl Manager {
                 ));
             }
             let row = self.snapshot_row(snap_ref)?;
+            let v = self.snapshot_view(&row)?;
+            let _admitted = self.admit(
+                u64::from(n) * crate::admission::clone_estimate_mib(&v.sizes, &v.kind),
+                "spawn",
+            )?;
             // Held until the sandbox rows exist: they keep it from then on.
             let _lease = self.gc_lease(&row.id)?;
             let snap = self.open_verified(&row.id).await?;
@@ -359,6 +367,20 @@ impl Manager {
         } else {
             let boot = self.validate(&req)?;
             let net = self.net_request(&req, self.net.available(), n)?;
+            // A clone of an existing boot template maps what the template
+            // touched; a cold boot (or the template's own) may touch it all.
+            let template = match req.use_template {
+                Some(false) => None,
+                _ => self
+                    .db
+                    .snapshot_by_template(&crate::snapshot::template_key(self, &boot))?
+                    .and_then(|t| self.snapshot_view(&t).ok()),
+            };
+            let each = match &template {
+                Some(v) => crate::admission::clone_estimate_mib(&v.sizes, &v.kind),
+                None => u64::from(boot.memory_mib),
+            };
+            let _admitted = self.admit(u64::from(n) * each, "spawn")?;
             if req.use_template == Some(false) {
                 let mut v = Vec::new();
                 for _ in 0..n {

@@ -1108,6 +1108,12 @@ impl Manager {
                 ),
             ));
         }
+        // Each child starts mapping what the source has touched.
+        let each = self
+            .live(id)
+            .and_then(|l| util::memory_usage(l.pid))
+            .map_or(1, |m| (m.pss_kib >> 10).max(1));
+        let _admitted = self.admit(u64::from(count) * each, &format!("branch of sandbox {id}"))?;
         let how = match mode {
             BranchMode::Live => Save::Live,
             BranchMode::Diff => Save::Diff,

@@ -57,7 +57,9 @@ pub async fn pause(
         (status = 409, body = ErrorBody, description = "not paused, or a published host port is taken now"),
         (status = 422, body = ErrorBody, description = "its saved state is corrupted"),
         (status = 500, body = ErrorBody, description = "QEMU failed; the sandbox stays paused"),
-        (status = 502, body = ErrorBody, description = "the guest did not come back; it stays paused")))]
+        (status = 502, body = ErrorBody, description = "the guest did not come back; it stays paused"),
+        (status = 503, body = ErrorBody, description = "`capacity_exceeded`: the host's memory commitment would be passed"),
+        (status = 507, body = ErrorBody, description = "the daemon's filesystem is under its free-space reserve")))]
 pub async fn resume(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,

@@ -173,6 +173,11 @@ impl Manager {
                 "sandbox {id} is paused but has no saved state on record"
             ))
         })?;
+        let v = self.snapshot_by_ref(&info.snapshot)?;
+        let _admitted = self.admit(
+            crate::admission::clone_estimate_mib(&v.sizes, &v.kind),
+            &format!("resume of sandbox {id}"),
+        )?;
         let snap = self.open_verified(&info.snapshot).await?;
         let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
         let net = match &l.paused_net {
