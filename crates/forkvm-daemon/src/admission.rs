@@ -47,6 +47,7 @@ impl Drop for Admitted<'_> {
 /// Free MiB on the filesystem holding `path`.
 pub fn disk_free_mib(path: &std::path::Path) -> Option<u64> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data; all-zero bytes are a valid value.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: statvfs writes into the struct we own; the path is NUL-terminated.
     if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
