@@ -75,6 +75,21 @@ pub struct PauseInfo {
     pub pause_ms: f64,
 }
 
+/// What a running sandbox has used (`GET /v1/sandboxes/{id}`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Usage {
+    /// CPU time its QEMU has used (user + system), since it started.
+    pub cpu_ms: u64,
+    /// Host disk its own files take (allocated bytes of its disk overlays,
+    /// logs and sockets; shared snapshot layers not included).
+    pub disk_bytes: u64,
+    /// Bytes the guest received and sent on its NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_rx_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_tx_bytes: Option<u64>,
+}
+
 /// Memory and disk capacity (`GET /v1/info`), as admission control counts
 /// them (docs/lifetimes.md).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]

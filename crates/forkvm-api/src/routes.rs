@@ -37,6 +37,7 @@ pub enum Op {
     SetTimeout,
     Pause,
     Resume,
+    Metrics,
 }
 
 /// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
@@ -74,4 +75,6 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     (Op::SetTimeout, "PUT", "/v1/sandboxes/{id}/timeout"),
     (Op::Pause, "POST", "/v1/sandboxes/{id}/pause"),
     (Op::Resume, "POST", "/v1/sandboxes/{id}/resume"),
+    // Where Prometheus looks by default; behind the same auth as the API.
+    (Op::Metrics, "GET", "/metrics"),
 ];

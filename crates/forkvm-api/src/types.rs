@@ -257,6 +257,10 @@ pub struct Sandbox {
     /// Its saved state while `paused`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<crate::PauseInfo>,
+    /// CPU, disk and network use; on `GET /v1/sandboxes/{id}` while QEMU
+    /// runs (memory is in `memory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::Usage>,
 }
 
 /// The response to `POST /v1/sandboxes` with `count`.

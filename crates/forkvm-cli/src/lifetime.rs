@@ -76,6 +76,8 @@ pub enum LifeCmd {
         #[arg(long, value_name = "SECS")]
         timeout: Option<u64>,
     },
+    /// Print the daemon's Prometheus metrics.
+    Metrics,
     /// Set a sandbox's timeout, from now: SECS, or `none` to clear it.
     Timeout {
         id: String,
@@ -116,6 +118,11 @@ fn summary(s: &Sandbox) -> String {
 
 pub async fn run(c: &Client, cmd: LifeCmd, json: bool) -> Result<ExitCode> {
     let s = match cmd {
+        LifeCmd::Metrics => {
+            let b = c.call(forkvm_api::Method::GET, "/metrics", None).await?;
+            print!("{}", String::from_utf8_lossy(&b));
+            return Ok(ExitCode::SUCCESS);
+        }
         LifeCmd::Pause { id } => c.pause(&id).await?,
         LifeCmd::Resume { id, timeout } => c.resume(&id, &ResumeRequest { timeout }).await?,
         LifeCmd::Timeout {

@@ -370,3 +370,41 @@ fn admission_refuses_past_the_memory_commitment() {
     assert_eq!(sh(&d, &b, "echo ok").trim(), "ok");
     d.ok(&["rm", &b]);
 }
+
+/// Usage figures on GET and the Prometheus metrics.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn usage_and_metrics() {
+    let d = shared();
+    let sb = d.spawn();
+    sh(
+        d,
+        &sb.id,
+        "dd if=/dev/urandom of=/root/blob bs=1M count=8 2>/dev/null; sync",
+    );
+    let v = d.json(&["inspect", &sb.id]);
+    let u = &v["usage"];
+    assert!(u["cpu_ms"].as_u64().unwrap() > 0, "{v}");
+    assert!(u["disk_bytes"].as_u64().unwrap() >= 8 << 20, "{v}");
+    if v.get("network").is_some() {
+        // The network probe at spawn already moved packets.
+        assert!(u["net_rx_bytes"].as_u64().unwrap() > 0, "{v}");
+        assert!(u["net_tx_bytes"].as_u64().unwrap() > 0, "{v}");
+    }
+    let m = d.ok(&["metrics"]);
+    for want in [
+        "forkvm_spawns_total{result=\"ok\"}",
+        "forkvm_spawn_seconds_bucket",
+        "forkvm_sandboxes{state=\"running\"}",
+        &format!("forkvm_sandbox_memory_pss_bytes{{sandbox=\"{}\"}}", sb.id),
+        "forkvm_memory_commit_mib",
+        "# EOF",
+    ] {
+        assert!(m.contains(want), "no {want} in\n{m}");
+    }
+    // A refused request is counted by its code.
+    let _ = d.run(&["exec", "sb-nosuch", "--", "true"]);
+    assert!(d
+        .ok(&["metrics"])
+        .contains("forkvm_errors_total{code=\"not_found\"}"));
+}

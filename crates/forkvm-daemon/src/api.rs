@@ -61,6 +61,7 @@ type AppState = Arc<Manager>;
         crate::lifetime::http::set_timeout,
         crate::lifetime::http::pause,
         crate::lifetime::http::resume,
+        crate::lifetime::http::metrics,
         crate::images::http::list_images,
         crate::images::http::get_image,
         crate::images::http::delete_image,
@@ -252,6 +253,7 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::SetTimeout => put(crate::lifetime::http::set_timeout),
         Op::Pause => post(crate::lifetime::http::pause),
         Op::Resume => post(crate::lifetime::http::resume),
+        Op::Metrics => get(crate::lifetime::http::metrics),
     }
 }
 

@@ -49,6 +49,7 @@ impl From<crate::db::DbError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        crate::metrics::METRICS.error(self.code);
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code.to_string(),

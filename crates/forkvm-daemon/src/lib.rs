@@ -27,9 +27,11 @@ pub mod failure;
 pub mod gc;
 pub mod images;
 pub mod lifetime;
+pub mod metrics;
 pub mod net;
 pub mod sandbox;
 pub mod snapshot;
+pub mod usage;
 pub mod util;
 
 use std::os::unix::fs::PermissionsExt;

@@ -186,6 +186,14 @@ impl Manager {
             (true, SandboxState::Running) => self.disk_chain(&r.id),
             _ => None,
         };
+        let usage = match (with_memory, r.state, r.pid) {
+            (true, SandboxState::Running, Some(pid)) => crate::usage::usage(
+                pid,
+                &self.cfg.sandbox_paths(&r.id).dir,
+                r.network.as_ref().map(|_| forkvm_net::TAP_NAME),
+            ),
+            _ => None,
+        };
         let life = self.db.lifecycle(&r.id).unwrap_or_else(|e| {
             tracing::error!(sandbox = %r.id, "cannot read the lifecycle of {}: {e}", r.id);
             Default::default()
@@ -195,6 +203,7 @@ impl Manager {
             metadata: life.metadata,
             env: life.env,
             paused: life.pause,
+            usage,
             disk,
             id: r.id,
             state: r.state,
@@ -314,6 +323,14 @@ impl Manager {
     /// Handle `POST /v1/sandboxes`: from a snapshot, from the image's boot
     /// template, or by a cold boot.
     pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Created, ApiError> {
+        let t0 = Instant::now();
+        let n = u64::from(req.count.unwrap_or(1));
+        let r = self.create_unmetered(req).await;
+        crate::metrics::METRICS.spawned(n, r.is_ok(), t0.elapsed().as_secs_f64());
+        r
+    }
+
+    async fn create_unmetered(self: &Arc<Self>, req: CreateSandbox) -> Result<Created, ApiError> {
         let t0 = Instant::now();
         // Checked first: a bad label or timeout creates nothing.
         let life = crate::lifetime::from_request(&req)?;

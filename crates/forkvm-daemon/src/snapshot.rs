@@ -1057,7 +1057,12 @@ impl Manager {
         id: &str,
         req: forkvm_api::BranchRequest,
     ) -> Result<forkvm_api::BranchResult, ApiError> {
+        let mode = serde_json::to_value(req.mode.unwrap_or_default())
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
         let mut r = self.branch_unlogged(id, req).await;
+        crate::metrics::METRICS.branched(&mode, r.is_ok(), r.as_ref().ok().map(|b| b.pause_ms));
         match &mut r {
             Err(e) => {
                 tracing::warn!(sandbox = %id, code = e.code, "branch of sandbox {id} failed: {}", e.message)

@@ -11,6 +11,24 @@ use crate::api::{JsonBody, OptJsonBody};
 use crate::error::ApiError;
 use crate::sandbox::Manager;
 
+/// Prometheus metrics: spawns, branches, pauses, resumes, timeouts, errors
+/// by code, sandboxes by state, per-sandbox memory and CPU, warm pools and
+/// capacity (docs/lifetimes.md lists them).
+#[utoipa::path(get, path = "/metrics", tag = "daemon",
+    responses((status = 200, content_type = "text/plain", body = String,
+        description = "the Prometheus text exposition format")))]
+pub async fn metrics(State(m): State<Arc<Manager>>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        m.metrics_text(),
+    )
+        .into_response()
+}
+
 /// Set, change or clear a sandbox's timeout, counted from now (on a paused
 /// sandbox: from its resume).
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/timeout", tag = "sandboxes",

@@ -257,6 +257,7 @@ impl Manager {
             }
             let pause = l.on_timeout == OnTimeout::Pause && row.state == SandboxState::Running;
             tracing::info!(sandbox = %id, "timeout of sandbox {id} ran out: {}", if pause { "pausing it" } else { "removing it" });
+            crate::metrics::METRICS.timed_out(if pause { "pause" } else { "kill" });
             let r = if pause {
                 self.pause(&id, "timeout").await.map(drop)
             } else {

@@ -36,6 +36,7 @@ impl Manager {
     /// pause`. `reason` is `request` or `timeout`.
     pub async fn pause(self: &Arc<Self>, id: &str, reason: &str) -> Result<Sandbox, ApiError> {
         let r = self.pause_unlogged(id, reason).await;
+        crate::metrics::METRICS.paused(reason, r.is_ok());
         match &r {
             Ok(s) => {
                 tracing::info!(sandbox = %id, reason, "sandbox {id} paused ({} bytes of memory saved)",
@@ -140,6 +141,7 @@ impl Manager {
         req: ResumeRequest,
     ) -> Result<Sandbox, ApiError> {
         let r = self.resume_unlogged(id, req).await;
+        crate::metrics::METRICS.resumed(r.is_ok());
         match &r {
             Ok(_) => tracing::info!(sandbox = %id, "sandbox {id} resumed"),
             Err(e) => {
