@@ -75,6 +75,53 @@ pub struct PauseInfo {
     pub pause_ms: f64,
 }
 
+/// Resource limits of one sandbox, set at spawn and inherited by a branch's
+/// children unless the branch overrides them (field by field). Omitted
+/// fields are unlimited. See docs/limits.md for how each is enforced.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxLimits {
+    /// CPU time its QEMU may use, in percent of one host core (50: half a
+    /// core; 200: two cores), whatever its vCPU count (cgroup `cpu.max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_percent: Option<u32>,
+    /// Memory QEMU may use beyond the guest's RAM, MiB (cgroup
+    /// `memory.max` = RAM + this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_overhead_mib: Option<u32>,
+    /// Disk operations per second, reads and writes together (QEMU block
+    /// throttling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_iops: Option<u64>,
+    /// Disk bytes per second, reads and writes together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bps: Option<u64>,
+    /// Network rate in each direction, kbit/s (tc on its link).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_kbps: Option<u64>,
+    /// Processes and threads its QEMU may have (cgroup `pids.max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u32>,
+}
+
+impl SandboxLimits {
+    /// These limits with every field `over` sets replacing this one's.
+    pub fn merged(&self, over: &SandboxLimits) -> SandboxLimits {
+        SandboxLimits {
+            cpu_percent: over.cpu_percent.or(self.cpu_percent),
+            memory_overhead_mib: over.memory_overhead_mib.or(self.memory_overhead_mib),
+            disk_iops: over.disk_iops.or(self.disk_iops),
+            disk_bps: over.disk_bps.or(self.disk_bps),
+            net_kbps: over.net_kbps.or(self.net_kbps),
+            pids: over.pids.or(self.pids),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == SandboxLimits::default()
+    }
+}
+
 /// What a running sandbox has used (`GET /v1/sandboxes/{id}`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Usage {
@@ -132,6 +179,23 @@ mod tests {
             serde_json::from_str::<SetTimeout>(r#"{"timeout":5,"on_timeout":"stop"}"#).is_err()
         );
         let r: ResumeRequest = serde_json::from_str("{}").unwrap();
+        let base = SandboxLimits {
+            cpu_percent: Some(50),
+            disk_iops: Some(100),
+            ..Default::default()
+        };
+        let over = SandboxLimits {
+            disk_iops: Some(10),
+            pids: Some(64),
+            ..Default::default()
+        };
+        let m = base.merged(&over);
+        assert_eq!(
+            (m.cpu_percent, m.disk_iops, m.pids, m.net_kbps),
+            (Some(50), Some(10), Some(64), None)
+        );
+        assert!(SandboxLimits::default().is_empty() && !m.is_empty());
+        assert!(serde_json::from_str::<SandboxLimits>(r#"{"cpu":1}"#).is_err());
         assert_eq!(r, ResumeRequest::default());
     }
 }

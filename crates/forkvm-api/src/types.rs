@@ -75,6 +75,10 @@ pub struct CreateSandbox {
     /// What happens when the timeout runs out (default `kill`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_timeout: Option<crate::OnTimeout>,
+    /// CPU quota, QEMU memory overhead, disk IOPS and bandwidth, network
+    /// rate and pids (docs/limits.md). A branch's children inherit them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::SandboxLimits>,
 }
 
 /// A sandbox's network.
@@ -257,6 +261,9 @@ pub struct Sandbox {
     /// Its saved state while `paused`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<crate::PauseInfo>,
+    /// Its resource limits, when it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::SandboxLimits>,
     /// CPU, disk and network use; on `GET /v1/sandboxes/{id}` while QEMU
     /// runs (memory is in `memory`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -718,6 +725,9 @@ pub struct BranchRequest {
     /// As for `POST /v1/sandboxes` (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_network: Option<bool>,
+    /// Limits for the children, field by field over the source's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::SandboxLimits>,
 }
 
 /// The result of a branch.

@@ -8,6 +8,44 @@ use anyhow::Result;
 use clap::Subcommand;
 use forkvm_api::{Client, OnTimeout, ResumeRequest, Sandbox, SetTimeout};
 
+/// Resource limit flags (docs/limits.md); omitted ones are unlimited (or,
+/// on a branch, the source's).
+#[derive(clap::Args, Clone, Default)]
+pub struct LimitArgs {
+    /// CPU time QEMU may use, in percent of one host core (50 = half a core).
+    #[arg(long, value_name = "PERCENT")]
+    pub cpu_percent: Option<u32>,
+    /// Memory QEMU may use beyond the guest's RAM, in MiB.
+    #[arg(long, value_name = "MiB")]
+    pub memory_overhead: Option<u32>,
+    /// Disk operations per second (reads and writes together).
+    #[arg(long, value_name = "N")]
+    pub disk_iops: Option<u64>,
+    /// Disk bandwidth per second, e.g. 20M.
+    #[arg(long, value_name = "SIZE", value_parser = crate::image::parse_size)]
+    pub disk_bps: Option<u64>,
+    /// Network rate in each direction, kbit/s.
+    #[arg(long, value_name = "KBIT")]
+    pub net_kbps: Option<u64>,
+    /// Processes and threads QEMU may have.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u32>,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> Option<forkvm_api::SandboxLimits> {
+        let l = forkvm_api::SandboxLimits {
+            cpu_percent: self.cpu_percent,
+            memory_overhead_mib: self.memory_overhead,
+            disk_iops: self.disk_iops,
+            disk_bps: self.disk_bps,
+            net_kbps: self.net_kbps,
+            pids: self.pids,
+        };
+        (!l.is_empty()).then_some(l)
+    }
+}
+
 /// Spawn flags for what a sandbox carries through its life.
 #[derive(clap::Args, Clone, Default)]
 pub struct LifeArgs {
@@ -25,6 +63,8 @@ pub struct LifeArgs {
     /// What happens when the timeout runs out.
     #[arg(long, value_parser = parse_on_timeout, requires = "timeout")]
     pub on_timeout: Option<OnTimeout>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 impl LifeArgs {
@@ -37,6 +77,7 @@ impl LifeArgs {
         }
         req.timeout = self.timeout;
         req.on_timeout = self.on_timeout;
+        req.limits = self.limits.limits();
     }
 }
 

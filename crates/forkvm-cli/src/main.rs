@@ -271,6 +271,8 @@ enum Cmd {
         /// Return without proving each child's network works first.
         #[arg(long)]
         no_wait_network: bool,
+        #[command(flatten)]
+        limits: lifetime::LimitArgs,
     },
     /// List sandboxes.
     Ps {
@@ -522,6 +524,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             no_wait,
             ports,
             no_wait_network,
+            limits,
         } => {
             let c = client().await?;
             let mode = match mode.as_str() {
@@ -539,6 +542,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         wait: no_wait.then_some(false),
                         ports: (!ports.is_empty()).then_some(ports),
                         wait_for_network: no_wait_network.then_some(false),
+                        limits: limits.limits(),
                     },
                 )
                 .await?;

@@ -27,6 +27,7 @@ pub mod failure;
 pub mod gc;
 pub mod images;
 pub mod lifetime;
+pub mod limits;
 pub mod metrics;
 pub mod net;
 pub mod sandbox;

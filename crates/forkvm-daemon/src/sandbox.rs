@@ -203,6 +203,7 @@ impl Manager {
             metadata: life.metadata,
             env: life.env,
             paused: life.pause,
+            limits: (!life.limits.is_empty()).then_some(life.limits),
             usage,
             disk,
             id: r.id,
@@ -332,8 +333,9 @@ impl Manager {
 
     async fn create_unmetered(self: &Arc<Self>, req: CreateSandbox) -> Result<Created, ApiError> {
         let t0 = Instant::now();
-        // Checked first: a bad label or timeout creates nothing.
+        // Checked first: a bad label, timeout or limit creates nothing.
         let life = crate::lifetime::from_request(&req)?;
+        crate::limits::check(&life.limits, self.cfg.limits.max_cpus)?;
         let n = match req.count {
             None => 1,
             Some(c) if (1..=1000).contains(&c) => c,
@@ -409,7 +411,7 @@ impl Manager {
             }
         };
         let ids: Vec<String> = sandboxes.iter().map(|s| s.id.clone()).collect();
-        if let Err(e) = self.start_lifecycle(&ids, &life) {
+        if let Err(e) = self.start_lifecycle(&ids, &life).await {
             for id in &ids {
                 let _ = self.remove(id).await;
             }

@@ -1057,6 +1057,10 @@ impl Manager {
         id: &str,
         req: forkvm_api::BranchRequest,
     ) -> Result<forkvm_api::BranchResult, ApiError> {
+        let over = req.limits.clone();
+        if let Some(o) = &over {
+            crate::limits::check(o, self.cfg.limits.max_cpus)?;
+        }
         let mode = serde_json::to_value(req.mode.unwrap_or_default())
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
@@ -1068,9 +1072,16 @@ impl Manager {
                 tracing::warn!(sandbox = %id, code = e.code, "branch of sandbox {id} failed: {}", e.message)
             }
             Ok(b) => {
-                // Children carry the source's metadata, env and timeout.
+                // Children carry the source's metadata, env, timeout and
+                // limits; a child that cannot be limited does not stay.
                 let ids: Vec<String> = b.children.iter().map(|c| c.id.clone()).collect();
-                self.inherit_lifecycle(id, &ids);
+                if let Err(e) = self.inherit_lifecycle(id, &ids, over.as_ref()).await {
+                    tracing::warn!(sandbox = %id, "children of sandbox {id} did not get its lifecycle: {}", e.message);
+                    for c in &ids {
+                        let _ = self.remove(c).await;
+                    }
+                    return Err(e);
+                }
                 for c in &mut b.children {
                     if let Ok(v) = self.get(&c.id) {
                         *c = forkvm_api::Sandbox {

@@ -11,8 +11,9 @@
 //!                                paused or without a timeout
 //!            remaining_ms INTEGER time left, kept while paused
 //!            pause TEXT          JSON PauseInfo while paused
-//!            net TEXT)           JSON network (ports, egress) to set up
+//!            net TEXT            JSON network (ports, egress) to set up
 //!                                again on resume, while paused
+//!            limits TEXT)        JSON SandboxLimits
 //! ```
 //!
 //! Deadlines are absolute times, so a timeout keeps running across a daemon
@@ -38,6 +39,7 @@ pub struct LifecycleRow {
     pub pause: Option<PauseInfo>,
     /// The network a paused sandbox gets back on resume.
     pub paused_net: Option<crate::net::SandboxNet>,
+    pub limits: forkvm_api::SandboxLimits,
 }
 
 impl LifecycleRow {
@@ -56,7 +58,8 @@ pub(super) const CREATE: &str = "CREATE TABLE IF NOT EXISTS lifecycles (
     deadline_ms INTEGER,
     remaining_ms INTEGER,
     pause TEXT,
-    net TEXT
+    net TEXT,
+    limits TEXT
 );
 CREATE INDEX IF NOT EXISTS lifecycles_deadline ON lifecycles(deadline_ms);";
 
@@ -85,6 +88,7 @@ type RawLife = (
     Option<i64>,
     Option<String>,
     Option<String>,
+    Option<String>,
 );
 
 fn finish(id: &str, r: RawLife) -> Result<LifecycleRow, DbError> {
@@ -105,6 +109,11 @@ fn finish(id: &str, r: RawLife) -> Result<LifecycleRow, DbError> {
                     .map_err(|e| DbError::Corrupt(format!("pause record of {id}: {e}")))?,
             ),
         },
+        limits: match r.8 {
+            None => Default::default(),
+            Some(l) => serde_json::from_str(&l)
+                .map_err(|e| DbError::Corrupt(format!("limits of {id}: {e}")))?,
+        },
         paused_net: match r.7 {
             None => None,
             Some(n) => Some(
@@ -123,8 +132,8 @@ impl Db {
         };
         self.lock().execute(
             "INSERT OR REPLACE INTO lifecycles
-                (id, metadata, env, timeout_s, on_timeout, deadline_ms, remaining_ms, pause, net)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                (id, metadata, env, timeout_s, on_timeout, deadline_ms, remaining_ms, pause, net, limits)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 id,
                 map(&l.metadata),
@@ -139,6 +148,7 @@ impl Db {
                 l.paused_net
                     .as_ref()
                     .map(|n| serde_json::to_string(n).unwrap_or_default()),
+                (!l.limits.is_empty()).then(|| serde_json::to_string(&l.limits).unwrap_or_default()),
             ],
         )?;
         Ok(())
@@ -149,7 +159,7 @@ impl Db {
         let conn = self.lock();
         let raw = conn
             .query_row(
-                "SELECT metadata, env, timeout_s, on_timeout, deadline_ms, remaining_ms, pause, net
+                "SELECT metadata, env, timeout_s, on_timeout, deadline_ms, remaining_ms, pause, net, limits
                  FROM lifecycles WHERE id=?1",
                 params![id],
                 |r| {
@@ -162,6 +172,7 @@ impl Db {
                         r.get(5)?,
                         r.get(6)?,
                         r.get(7)?,
+                        r.get(8)?,
                     ))
                 },
             )
@@ -241,6 +252,10 @@ mod tests {
             remaining_ms: None,
             pause: None,
             paused_net: None,
+            limits: forkvm_api::SandboxLimits {
+                cpu_percent: Some(50),
+                ..Default::default()
+            },
         };
         db.set_lifecycle("sb-x", &l).unwrap();
         assert_eq!(db.lifecycle("sb-x").unwrap(), l);

@@ -132,6 +132,7 @@ pub fn from_request(req: &CreateSandbox) -> Result<LifecycleRow, ApiError> {
         env,
         timeout_s: req.timeout,
         on_timeout: req.on_timeout.unwrap_or_default(),
+        limits: req.limits.clone().unwrap_or_default(),
         ..Default::default()
     })
 }
@@ -161,9 +162,13 @@ pub fn matches(l: &LifecycleRow, filters: &BTreeMap<String, String>) -> bool {
 }
 
 impl Manager {
-    /// Give freshly spawned sandboxes their lifecycle: the timeout starts
-    /// now, when they answer.
-    pub(crate) fn start_lifecycle(&self, ids: &[String], l: &LifecycleRow) -> Result<(), ApiError> {
+    /// Give freshly spawned sandboxes their lifecycle and limits: the
+    /// timeout starts now, when they answer.
+    pub(crate) async fn start_lifecycle(
+        &self,
+        ids: &[String],
+        l: &LifecycleRow,
+    ) -> Result<(), ApiError> {
         if l.is_empty() {
             return Ok(());
         }
@@ -172,30 +177,33 @@ impl Manager {
             let mut l = l.clone();
             l.deadline_ms = l.timeout_s.map(|t| now + (t as i64) * 1000);
             self.db.set_lifecycle(id, &l)?;
+            self.apply_limits(id, &l.limits).await?;
         }
         Ok(())
     }
 
-    /// A branch's children inherit the source's metadata, environment and
-    /// timeout (counted afresh from their start).
-    pub(crate) fn inherit_lifecycle(&self, source: &str, children: &[String]) {
-        let r = self
-            .db
-            .lifecycle(source)
-            .map_err(ApiError::from)
-            .and_then(|l| {
-                let l = LifecycleRow {
-                    metadata: l.metadata,
-                    env: l.env,
-                    timeout_s: l.timeout_s,
-                    on_timeout: l.on_timeout,
-                    ..Default::default()
-                };
-                self.start_lifecycle(children, &l)
-            });
-        if let Err(e) = r {
-            tracing::warn!(sandbox = %source, "children of sandbox {source} did not get its metadata and timeout: {}", e.message);
-        }
+    /// A branch's children inherit the source's metadata, environment,
+    /// timeout (counted afresh from their start) and limits, the latter
+    /// field by field under the branch's own.
+    pub(crate) async fn inherit_lifecycle(
+        &self,
+        source: &str,
+        children: &[String],
+        limits: Option<&forkvm_api::SandboxLimits>,
+    ) -> Result<(), ApiError> {
+        let l = self.db.lifecycle(source)?;
+        let l = LifecycleRow {
+            limits: match limits {
+                Some(over) => l.limits.merged(over),
+                None => l.limits,
+            },
+            metadata: l.metadata,
+            env: l.env,
+            timeout_s: l.timeout_s,
+            on_timeout: l.on_timeout,
+            ..Default::default()
+        };
+        self.start_lifecycle(children, &l).await
     }
 
     /// `PUT /v1/sandboxes/{id}/timeout`.

@@ -206,6 +206,11 @@ impl Manager {
             self.finish_restore(p, &snap, false, t0, &net, false).await
         }
         .await;
+        // Limits live in QEMU and the namespace, which are new.
+        let r = match r {
+            Ok(_) => self.apply_limits(id, &l.limits).await,
+            Err(e) => Err(e),
+        };
         if let Err(e) = r {
             self.back_to_paused(id, &self.cfg.sandbox_paths(id)).await;
             return Err(e);
