@@ -149,8 +149,9 @@ impl Manager {
                 .await
                 .map_err(|e| ApiError::internal(format!("cannot run tc (iproute2): {e}")))?;
             // A sandbox with `network: none` has a tap but no uplink.
-            let missing = String::from_utf8_lossy(&out.stderr).contains("Cannot find device");
-            if !out.status.success() && !(missing && dev == forkvm_net::UPLINK_NAME) {
+            let no_uplink = dev == forkvm_net::UPLINK_NAME
+                && String::from_utf8_lossy(&out.stderr).contains("Cannot find device");
+            if !out.status.success() && !no_uplink {
                 return Err(ApiError::internal(format!(
                     "tc {}: {}",
                     args.join(" "),
