@@ -95,7 +95,8 @@ def test_bad_lifetimes_are_invalid_requests(client: Client, labelled: Sandbox) -
 
 def test_pause_and_resume_keep_a_running_process(labelled: Sandbox) -> None:
     labelled.files.write("/root/counter.py", COUNTER)
-    pid = labelled.exec("nohup python3 /root/counter.py >/dev/null 2>&1 & echo $!", check=True).stdout.strip()
+    start = "setsid nohup python3 /root/counter.py >/dev/null 2>&1 </dev/null & echo $!"
+    pid = labelled.exec(start, check=True).stdout.strip()
 
     def counter() -> int:
         text = labelled.exec("cat /tmp/counter 2>/dev/null || echo 0").stdout.strip()

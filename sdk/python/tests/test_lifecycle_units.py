@@ -55,12 +55,14 @@ def test_a_sandbox_without_lifetime_fields() -> None:
 
 
 def test_request_bodies() -> None:
-    body = _ops.create_request(metadata={"team": "a"}, env={"A": 1}, timeout=30, on_timeout="pause")  # type: ignore[dict-item]
+    env = {"A": 1}  # values become strings
+    body = _ops.create_request(metadata={"team": "a"}, env=env, timeout=30, on_timeout="pause")  # type: ignore[arg-type]
     assert body.to_dict() == {"metadata": {"team": "a"}, "env": {"A": "1"}, "timeout": 30, "on_timeout": "pause"}
     assert models.SetTimeout().to_dict() == {"timeout": None}  # null clears, it is not left out
     assert models.SetTimeout(5, models.OnTimeout.KILL).to_dict() == {"timeout": 5, "on_timeout": "kill"}
     assert models.ResumeRequest().to_dict() == {}
-    assert _ops.metadata_query({"team": "a", "run": 7}) == {"metadata.team": "a", "metadata.run": "7"}  # type: ignore[dict-item]
+    query = _ops.metadata_query({"team": "a", "run": 7})  # type: ignore[dict-item]
+    assert query == {"metadata.team": "a", "metadata.run": "7"}
     assert _ops.metadata_query({}) is None
     with pytest.raises(TypeError):
         _ops.create_request(env=["A=1"])  # type: ignore[arg-type]

@@ -84,7 +84,7 @@ describe("lifetimes", { timeout: VM_TIMEOUT }, () => {
 
   test("pause() and resume() keep a running process: same pid, its counter goes on", async () => {
     await sb.files.write("/root/counter.py", COUNTER);
-    const started = await sb.exec("nohup python3 /root/counter.py >/dev/null 2>&1 & echo $!");
+    const started = await sb.exec("setsid nohup python3 /root/counter.py >/dev/null 2>&1 </dev/null & echo $!");
     const pid = started.stdout.trim();
     assert.match(pid, /^\d+$/);
     const counter = async (): Promise<number> => Number((await sb.exec("cat /tmp/counter 2>/dev/null || echo 0")).stdout.trim() || 0);
