@@ -55,8 +55,8 @@ def test_a_sandbox_without_lifetime_fields() -> None:
 
 
 def test_request_bodies() -> None:
-    env = {"A": 1}  # values become strings
-    body = _ops.create_request(metadata={"team": "a"}, env=env, timeout=30, on_timeout="pause")  # type: ignore[arg-type]
+    env: dict = {"A": 1}  # values become strings
+    body = _ops.create_request(metadata={"team": "a"}, env=env, timeout=30, on_timeout="pause")
     assert body.to_dict() == {"metadata": {"team": "a"}, "env": {"A": "1"}, "timeout": 30, "on_timeout": "pause"}
     assert models.SetTimeout().to_dict() == {"timeout": None}  # null clears, it is not left out
     assert models.SetTimeout(5, models.OnTimeout.KILL).to_dict() == {"timeout": 5, "on_timeout": "kill"}
