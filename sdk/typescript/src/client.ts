@@ -46,9 +46,11 @@ import type {
   PruneRequest,
   PruneResult,
   PullImage,
+  ResumeRequest,
   Sandbox,
   SandboxBatch,
   SandboxList,
+  SetTimeout,
   Snapshot,
   SnapshotList,
 } from "./types.js";
@@ -79,6 +81,12 @@ export interface ClientOptions {
 export interface RequestOptions {
   /** Abort the request (the promise rejects with an `AbortError`). */
   signal?: AbortSignal | undefined;
+}
+
+/** `GET /v1/sandboxes` options. */
+export interface ListSandboxesOptions extends RequestOptions {
+  /** Only the sandboxes with every one of these metadata pairs (`?metadata.KEY=VALUE`). */
+  metadata?: Record<string, string> | undefined;
 }
 
 /** `PUT /v1/sandboxes/{id}/files` options. */
@@ -156,9 +164,12 @@ export class Client {
 
   // ---- sandboxes ------------------------------------------------------
 
-  /** `GET /v1/sandboxes` (operation `list_sandboxes`). */
-  listSandboxes(opts?: RequestOptions): Promise<SandboxList> {
-    return this.#json({ method: "GET", path: "/v1/sandboxes", signal: opts?.signal });
+  /**
+   * `GET /v1/sandboxes` (operation `list_sandboxes`): every sandbox, in any
+   * state; with `metadata`, only those that have every given pair.
+   */
+  listSandboxes(opts?: ListSandboxesOptions): Promise<SandboxList> {
+    return this.#json({ method: "GET", path: "/v1/sandboxes", query: metadataQuery(opts?.metadata), signal: opts?.signal });
   }
 
   /**
@@ -181,6 +192,35 @@ export class Client {
   /** `DELETE /v1/sandboxes/{id}` (operation `delete_sandbox`). */
   async deleteSandbox(id: string, opts?: RequestOptions): Promise<void> {
     await this.#empty({ method: "DELETE", path: `/v1/sandboxes/${seg(id)}`, signal: opts?.signal });
+  }
+
+  /**
+   * `PUT /v1/sandboxes/{id}/timeout` (operation `set_timeout`): a new timeout
+   * in seconds, counted from now (`timeout: null` removes it); `on_timeout`
+   * also changes what happens when it runs out. On a paused sandbox it is
+   * the time the sandbox will have once resumed.
+   */
+  setTimeout(id: string, req: SetTimeout, opts?: RequestOptions): Promise<Sandbox> {
+    // `timeout: null` clears the timeout: send it rather than leave it out.
+    const body = { ...req, timeout: req.timeout ?? null };
+    return this.#json({ method: "PUT", path: `/v1/sandboxes/${seg(id)}/timeout`, ...jsonBody(body), signal: opts?.signal });
+  }
+
+  /**
+   * `POST /v1/sandboxes/{id}/pause` (operation `pause`): save a running
+   * sandbox to disk and free its RAM and QEMU. Resolves with it `paused`.
+   */
+  pause(id: string, opts?: RequestOptions): Promise<Sandbox> {
+    return this.#json({ method: "POST", path: `/v1/sandboxes/${seg(id)}/pause`, signal: opts?.signal });
+  }
+
+  /**
+   * `POST /v1/sandboxes/{id}/resume` (operation `resume`): bring a paused
+   * sandbox back, `running`, with the same id, memory, disk and network.
+   * Without `timeout` it gets the time it had left.
+   */
+  resume(id: string, req: ResumeRequest = {}, opts?: RequestOptions): Promise<Sandbox> {
+    return this.#json({ method: "POST", path: `/v1/sandboxes/${seg(id)}/resume`, ...jsonBody(req), signal: opts?.signal });
   }
 
   /** `POST /v1/sandboxes/{id}/branch` (operation `branch_sandbox`). */
@@ -481,6 +521,14 @@ export class Client {
   async #empty(req: TransportRequest): Promise<void> {
     await (await this.#send(req)).bytes();
   }
+}
+
+/** A metadata filter as query parameters: `{ team: "a" }` → `metadata.team=a`. */
+function metadataQuery(metadata: Record<string, string> | undefined): Record<string, string> | undefined {
+  if (!metadata) return undefined;
+  const query: Record<string, string> = {};
+  for (const [key, value] of Object.entries(metadata)) query[`metadata.${key}`] = String(value);
+  return query;
 }
 
 function jsonBody(value: object): Pick<TransportRequest, "body" | "headers"> {

@@ -9,7 +9,16 @@
  *
  * @module
  */
-export { Sandbox, SandboxFiles, type Branch, type BranchOptions, type SandboxCreateOptions } from "./sandbox.js";
+export {
+  lifetimeFields,
+  Sandbox,
+  SandboxFiles,
+  type Branch,
+  type BranchOptions,
+  type LifetimeOptions,
+  type SandboxCreateOptions,
+} from "./sandbox.js";
+export { MAX_TIMEOUT_S, type Lifetime, type OnTimeout, type PauseInfo } from "./lifecycle.js";
 export { Snapshot } from "./snapshot.js";
 export { egressRule, portForward, type EgressSpec, type NetworkOptions, type PortSpec } from "./network.js";
 export {
@@ -30,6 +39,7 @@ export {
   type ClientOptions,
   type DeleteSnapshotOptions,
   type ImageOptions,
+  type ListSandboxesOptions,
   type PullImageParams,
   type ExecParams,
   type ExecStreamParams,

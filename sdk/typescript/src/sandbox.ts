@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { defaultClient, type Client, type RequestOptions } from "./client.js";
+import { defaultClient, type Client, type ListSandboxesOptions, type RequestOptions } from "./client.js";
 import { NotFoundError } from "./errors.js";
 import {
   commandResult,
@@ -20,11 +20,34 @@ import { networkFields, type NetworkOptions, type PortSpec } from "./network.js"
 import { Snapshot } from "./snapshot.js";
 import type * as api from "./types.js";
 
+/** The lifetime of a new sandbox (every field is optional): labels, default env, timeout. */
+export interface LifetimeOptions {
+  /** Labels, e.g. `{ team: "a" }`: `Sandbox.list({ metadata })` filters by them. A branch's children inherit them. */
+  metadata?: Record<string, string> | undefined;
+  /** Environment variables every exec starts with (an exec's own `env` wins). A branch's children inherit them. */
+  env?: Record<string, string> | undefined;
+  /** Seconds (1 to 2,592,000) until it is removed, or paused with `onTimeout: "pause"`. */
+  timeout?: number | undefined;
+  /** What happens when `timeout` runs out: `kill` (the default) or `pause`. */
+  onTimeout?: api.OnTimeout | undefined;
+}
+
+/** The wire fields of {@link LifetimeOptions}. */
+export function lifetimeFields(opts: LifetimeOptions): Pick<api.CreateSandbox, "metadata" | "env" | "timeout" | "on_timeout"> {
+  const req: Pick<api.CreateSandbox, "metadata" | "env" | "timeout" | "on_timeout"> = {};
+  if (opts.metadata !== undefined) req.metadata = opts.metadata;
+  if (opts.env !== undefined) req.env = opts.env;
+  if (opts.timeout !== undefined) req.timeout = opts.timeout;
+  if (opts.onTimeout !== undefined) req.on_timeout = opts.onTimeout;
+  return req;
+}
+
 /**
  * Options of {@link Sandbox.create}. The network ones (`network`, `ports`,
- * `egress`, `waitForNetwork`) are described in {@link NetworkOptions}.
+ * `egress`, `waitForNetwork`) are described in {@link NetworkOptions}, the
+ * lifetime ones (`metadata`, `env`, `timeout`, `onTimeout`) in {@link LifetimeOptions}.
  */
-export interface SandboxCreateOptions extends NetworkOptions, RequestOptions {
+export interface SandboxCreateOptions extends NetworkOptions, LifetimeOptions, RequestOptions {
   /** Image name (default `default`). Ignored with `snapshot`. */
   image?: string | undefined;
   /** Guest RAM in MiB (default 512). */
@@ -134,7 +157,7 @@ export class Sandbox implements AsyncDisposable {
     if (opts.snapshot !== undefined) req.snapshot = opts.snapshot;
     if (opts.useTemplate !== undefined) req.use_template = opts.useTemplate;
     if (opts.diskSize !== undefined) req.disk_size = opts.diskSize;
-    Object.assign(req, networkFields(opts));
+    Object.assign(req, networkFields(opts), lifetimeFields(opts));
     return new Sandbox(client, await client.createSandbox(req, opts));
   }
 
@@ -144,16 +167,26 @@ export class Sandbox implements AsyncDisposable {
     return new Sandbox(client, await client.getSandbox(id, opts));
   }
 
-  /** Every sandbox the daemon knows, in any state. */
-  static async list(opts: { client?: Client | undefined } & RequestOptions = {}): Promise<Sandbox[]> {
+  /** Every sandbox the daemon knows, in any state; with `metadata`, those with every given pair. */
+  static async list(opts: { client?: Client | undefined } & ListSandboxesOptions = {}): Promise<Sandbox[]> {
     const client = opts.client ?? defaultClient();
     const { sandboxes } = await client.listSandboxes(opts);
     return sandboxes.map((info) => new Sandbox(client, info));
   }
 
-  /** `starting`, `running` or `failed`, as last seen. */
+  /** `starting`, `running`, `paused` or `failed`, as last seen. */
   get state(): api.SandboxState {
     return this.info.state;
+  }
+
+  /** Its labels, as last seen. */
+  get metadata(): Record<string, string> {
+    return this.info.metadata ?? {};
+  }
+
+  /** Its timeout as last seen (undefined without one). */
+  get lifetime(): api.Lifetime | undefined {
+    return this.info.lifetime ?? undefined;
   }
 
   /** Whether {@link close} has removed it. */
@@ -266,6 +299,40 @@ export class Sandbox implements AsyncDisposable {
   /** Its serial console (the last 1 MiB). */
   logs(opts?: RequestOptions): Promise<string> {
     return this.client.logs(this.id, opts);
+  }
+
+  /**
+   * Remove it (or with `onTimeout: "pause"`, pause it) `timeout` seconds
+   * from now; `null` removes the timeout. See {@link lifetime}.
+   */
+  async setTimeout(
+    timeout: number | null,
+    opts: { onTimeout?: api.OnTimeout | undefined } & RequestOptions = {},
+  ): Promise<Sandbox> {
+    const req: api.SetTimeout = { timeout };
+    if (opts.onTimeout !== undefined) req.on_timeout = opts.onTimeout;
+    this.info = await this.client.setTimeout(this.id, req, opts);
+    return this;
+  }
+
+  /**
+   * Save it to disk and free its RAM and QEMU: `state` becomes `paused` and
+   * `info.paused` says what was stored. Its timeout stops counting.
+   */
+  async pause(opts?: RequestOptions): Promise<Sandbox> {
+    this.info = await this.client.pause(this.id, opts);
+    return this;
+  }
+
+  /**
+   * Bring it back from {@link pause} with the same id, memory, processes
+   * and network. `timeout` sets a new timeout in seconds; without it, it
+   * gets the time it had left.
+   */
+  async resume(opts: { timeout?: number | undefined } & RequestOptions = {}): Promise<Sandbox> {
+    const req: api.ResumeRequest = opts.timeout === undefined ? {} : { timeout: opts.timeout };
+    this.info = await this.client.resume(this.id, req, opts);
+    return this;
   }
 
   /** Kill it and delete everything it had. Closing twice, or a sandbox already gone, is fine. */

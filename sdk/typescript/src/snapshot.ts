@@ -6,7 +6,7 @@
 import { defaultClient, type Client, type RequestOptions } from "./client.js";
 import { ForkvmError } from "./errors.js";
 import { networkFields, type NetworkOptions } from "./network.js";
-import { Sandbox } from "./sandbox.js";
+import { lifetimeFields, Sandbox, type LifetimeOptions } from "./sandbox.js";
 import type * as api from "./types.js";
 
 /** A snapshot of a sandbox: memory, devices and disk at one instant. */
@@ -59,11 +59,13 @@ export class Snapshot {
 
   /**
    * Spawn `count` (default 1) sandboxes from it, concurrently; all or nothing.
-   * The network options are those of `Sandbox.create`; with `count` above 1,
+   * The network and lifetime options are those of `Sandbox.create`; with `count` above 1,
    * published ports need host port 0 (one is allocated for each).
    */
-  async spawn(opts: { count?: number | undefined } & NetworkOptions & RequestOptions = {}): Promise<Sandbox[]> {
-    const req = { snapshot: this.id, count: opts.count ?? 1, ...networkFields(opts) };
+  async spawn(
+    opts: { count?: number | undefined } & NetworkOptions & LifetimeOptions & RequestOptions = {},
+  ): Promise<Sandbox[]> {
+    const req = { snapshot: this.id, count: opts.count ?? 1, ...networkFields(opts), ...lifetimeFields(opts) };
     const batch = await this.client.createSandbox(req, opts);
     return batch.sandboxes.map((info) => new Sandbox(this.client, info));
   }

@@ -8,6 +8,10 @@
  *
  * @module
  */
+import type { Lifetime, OnTimeout, PauseInfo } from "./lifecycle.js";
+
+/** The lifetime schemas live in `lifecycle.ts`. */
+export type { Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout } from "./lifecycle.js";
 
 /** The accelerator in use and why it was chosen. */
 export interface AccelInfo {
@@ -91,6 +95,17 @@ export interface CreateSandbox {
    * guest's root filesystem; a smaller one is refused.
    */
   disk_size?: number | null;
+  /**
+   * Labels (up to 64 pairs), listed and filterable with
+   * `GET /v1/sandboxes?metadata.KEY=VALUE`. A branch's children inherit them.
+   */
+  metadata?: Record<string, string> | null;
+  /** Environment variables every exec starts with (an exec's own `env` wins); children inherit them. */
+  env?: Record<string, string> | null;
+  /** Seconds until the sandbox is removed, or paused with `on_timeout: "pause"` (1 to 2,592,000). */
+  timeout?: number | null;
+  /** What happens when the timeout runs out (default `kill`; needs `timeout`). */
+  on_timeout?: OnTimeout | null;
 }
 
 /** `POST /v1/sandboxes/{id}/snapshot`. */
@@ -547,6 +562,14 @@ export interface Sandbox {
   snapshot?: string | null;
   /** Its network; absent for a sandbox without a NIC. */
   network?: NetworkInfo | null;
+  /** Its labels (absent when it has none). */
+  metadata?: Record<string, string>;
+  /** The default environment of its execs, from the spawn's `env` (absent when empty). */
+  env?: Record<string, string>;
+  /** Its timeout, when it has one. */
+  lifetime?: Lifetime | null;
+  /** Its saved state while `paused`. */
+  paused?: PauseInfo | null;
 }
 
 /** The response to `POST /v1/sandboxes` with `count`. */
@@ -562,7 +585,7 @@ export interface SandboxList {
 }
 
 /** Lifecycle state of a sandbox. */
-export type SandboxState = "starting" | "running" | "failed";
+export type SandboxState = "starting" | "running" | "failed" | "paused";
 
 /** A snapshot as the API shows it. */
 export interface Snapshot {

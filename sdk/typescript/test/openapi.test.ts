@@ -67,7 +67,8 @@ after(() => rmSync(scratch, { recursive: true, force: true }));
 const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   health: [(c) => c.health()],
   info: [(c) => c.info()],
-  list_sandboxes: [(c) => c.listSandboxes()],
+  // The document names the metadata filter's parameters `metadata.KEY`.
+  list_sandboxes: [(c) => c.listSandboxes({ metadata: { KEY: "v" } })],
   create_sandbox: [
     (c) => c.createSandbox({ image: "default", memory_mib: 512, cpus: 1, use_template: false, disk_size: 1 << 31 }),
     (c) => c.createSandbox({ snapshot: "s", count: 2 }),
@@ -78,7 +79,11 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
         egress: [{ cidr: "10.0.0.0/8" }, { cidr: "1.2.3.4", ports: [443] }],
         wait_for_network: false,
       }),
+    (c) => c.createSandbox({ metadata: { team: "a" }, env: { A: "1" }, timeout: 60, on_timeout: "pause" }),
   ],
+  set_timeout: [(c) => c.setTimeout("ID", { timeout: 60, on_timeout: "kill" }), (c) => c.setTimeout("ID", { timeout: null })],
+  pause: [(c) => c.pause("ID")],
+  resume: [(c) => c.resume("ID", { timeout: 60 }), (c) => c.resume("ID")],
   get_sandbox: [(c) => c.getSandbox("ID")],
   delete_sandbox: [(c) => c.deleteSandbox("ID")],
   branch_sandbox: [
@@ -233,14 +238,20 @@ describe("errors", () => {
   });
 });
 
-/** The exported interfaces and type aliases of src/types.ts. */
+/** The modules of the wire types: src/types.ts and those it re-exports. */
+const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts"];
+
+/** The exported interfaces and type aliases of the wire-type modules. */
 function declaredTypes(): Map<string, ts.InterfaceDeclaration | ts.TypeAliasDeclaration> {
-  const file = join(SDK_ROOT, "src/types.ts");
-  const source = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.Latest, true);
   const types = new Map<string, ts.InterfaceDeclaration | ts.TypeAliasDeclaration>();
-  for (const node of source.statements) {
-    if ((ts.isInterfaceDeclaration(node) || ts.isTypeAliasDeclaration(node)) && node.modifiers?.some((m) => m.kind === ts.SyntaxKind.ExportKeyword)) {
-      types.set(node.name.text, node);
+  for (const module of TYPE_MODULES) {
+    const file = join(SDK_ROOT, module);
+    const source = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.Latest, true);
+    for (const node of source.statements) {
+      if ((ts.isInterfaceDeclaration(node) || ts.isTypeAliasDeclaration(node)) && node.modifiers?.some((m) => m.kind === ts.SyntaxKind.ExportKeyword)) {
+        assert.ok(!types.has(node.name.text), `${node.name.text} is declared twice`);
+        types.set(node.name.text, node);
+      }
     }
   }
   return types;
@@ -280,12 +291,12 @@ function assertProperties(name: string, schema: Schema, node: ts.Node): void {
   }
 }
 
-describe("src/types.ts covers every schema of docs/openapi.json", () => {
+describe("src/types.ts (with src/lifecycle.ts) covers every schema of docs/openapi.json", () => {
   const types = declaredTypes();
   for (const [name, schema] of Object.entries(doc.components.schemas)) {
     test(`schema ${name}`, () => {
       const node = types.get(name);
-      assert.ok(node, `src/types.ts has no exported type ${name}`);
+      assert.ok(node, `${TYPE_MODULES.join(" and ")} export no type ${name}`);
       const body = ts.isTypeAliasDeclaration(node) ? node.type : node;
       if (schema.enum) {
         assert.ok(ts.isUnionTypeNode(body), `${name} is a union of literals`);

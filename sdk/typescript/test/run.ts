@@ -37,6 +37,7 @@ const TEST_FILES = [
   "transport.test.js",
   "api.test.js",
   "sandbox.test.js",
+  "lifecycle.test.js",
   "stream.test.js",
   "network.test.js",
   "quickstart.test.js",

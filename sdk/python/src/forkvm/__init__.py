@@ -59,7 +59,16 @@ from .errors import (
     Unauthorized,
     Unprocessable,
 )
-from .models import BranchMode, EgressRule, ExecResult, NetworkMode, OutputEncoding, PortForward, SandboxState
+from .models import (
+    BranchMode,
+    EgressRule,
+    ExecResult,
+    NetworkMode,
+    OnTimeout,
+    OutputEncoding,
+    PortForward,
+    SandboxState,
+)
 from .sandbox import Branch, Sandbox, SandboxFiles, Snapshot
 from .streaming import AsyncExecStream, ExecEvent, ExecStream, ExitEvent, OutputEvent
 
@@ -88,6 +97,7 @@ __all__ = [
     "EgressRule",
     "OutputEncoding",
     "SandboxState",
+    "OnTimeout",
     "ExecStream",
     "AsyncExecStream",
     "ExecEvent",

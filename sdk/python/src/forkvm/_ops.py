@@ -137,8 +137,21 @@ def info() -> Request:
     return Request("GET", "/v1/info", _model(models.Info))
 
 
-def list_sandboxes() -> Request:
-    return Request("GET", "/v1/sandboxes", _model(models.SandboxList))
+#: The query parameters of a metadata filter are ``metadata.KEY=VALUE``.
+METADATA_QUERY_PREFIX = "metadata."
+
+
+def metadata_query(metadata: Optional[Mapping[str, str]]) -> Optional[Dict[str, str]]:
+    """A metadata filter as query parameters (``{"team": "a"}`` -> ``{"metadata.team": "a"}``)."""
+    if not metadata:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata is a mapping of strings, e.g. {{'team': 'a'}}, not {metadata!r}")
+    return {METADATA_QUERY_PREFIX + str(k): str(v) for k, v in metadata.items()}
+
+
+def list_sandboxes(metadata: Optional[Mapping[str, str]] = None) -> Request:
+    return Request("GET", "/v1/sandboxes", _model(models.SandboxList), params=metadata_query(metadata))
 
 
 def create_sandbox(body: models.CreateSandbox) -> Request:
@@ -155,6 +168,18 @@ def delete_sandbox(id: str) -> Request:
 
 def branch_sandbox(id: str, body: models.BranchRequest) -> Request:
     return Request("POST", f"/v1/sandboxes/{_seg(id)}/branch", _model(models.BranchResult), json=body.to_dict())
+
+
+def set_timeout(id: str, body: models.SetTimeout) -> Request:
+    return Request("PUT", f"/v1/sandboxes/{_seg(id)}/timeout", _model(models.Sandbox), json=body.to_dict())
+
+
+def pause(id: str) -> Request:
+    return Request("POST", f"/v1/sandboxes/{_seg(id)}/pause", _model(models.Sandbox))
+
+
+def resume(id: str, body: models.ResumeRequest) -> Request:
+    return Request("POST", f"/v1/sandboxes/{_seg(id)}/resume", _model(models.Sandbox), json=body.to_dict())
 
 
 def exec_(id: str, body: models.ExecRequest) -> Request:
@@ -359,6 +384,19 @@ def network_mode(mode: Union[models.NetworkMode, str, None]) -> Optional[models.
     return models.NetworkMode(mode) if mode is not None else None
 
 
+def on_timeout_mode(mode: Union[models.OnTimeout, str, None]) -> Optional[models.OnTimeout]:
+    return models.OnTimeout(mode) if mode is not None else None
+
+
+def string_map(name: str, value: Optional[Mapping[str, str]]) -> Optional[Dict[str, str]]:
+    """``metadata`` or ``env`` as a dict of strings (``None`` stays ``None``)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} is a mapping of strings, e.g. {{'KEY': 'value'}}, not {value!r}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
 def create_request(
     *,
     image: Optional[str] = None,
@@ -372,6 +410,10 @@ def create_request(
     egress: Optional[Iterable[EgressSpec]] = None,
     wait_for_network: Optional[bool] = None,
     disk_size: Optional[int] = None,
+    metadata: Optional[Mapping[str, str]] = None,
+    env: Optional[Mapping[str, str]] = None,
+    timeout: Optional[int] = None,
+    on_timeout: Union[models.OnTimeout, str, None] = None,
 ) -> models.CreateSandbox:
     """Build a :class:`~forkvm.models.CreateSandbox` from friendly arguments."""
     return models.CreateSandbox(
@@ -386,6 +428,10 @@ def create_request(
         egress=egress_rules(egress),
         wait_for_network=wait_for_network,
         disk_size=disk_size,
+        metadata=string_map("metadata", metadata),
+        env=string_map("env", env),
+        timeout=timeout,
+        on_timeout=on_timeout_mode(on_timeout),
     )
 
 

@@ -91,6 +91,11 @@ class AsyncSandbox:
     to work. ``disk_size`` (bytes) gives it a root disk larger than its
     image's.
 
+    Lifetime: ``metadata={"team": "a"}`` labels it (see :meth:`list`);
+    ``env`` is the default environment of its execs; ``timeout`` (seconds)
+    removes it when it runs out, or with ``on_timeout="pause"`` pauses it
+    (see :meth:`pause`, :meth:`resume`, :meth:`set_timeout`).
+
     To wrap a sandbox that already exists, use :meth:`AsyncSandbox.get`.
     """
 
@@ -107,6 +112,10 @@ class AsyncSandbox:
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
         disk_size: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        on_timeout: Union[models.OnTimeout, str, None] = None,
         client: Optional[AsyncClient] = None,
     ) -> None:
         self._spec = _ops.create_request(
@@ -120,6 +129,10 @@ class AsyncSandbox:
             egress=egress,
             wait_for_network=wait_for_network,
             disk_size=disk_size,
+            metadata=metadata,
+            env=env,
+            timeout=timeout,
+            on_timeout=on_timeout,
         )
         self._client = client
         self._info: Optional[models.Sandbox] = None
@@ -140,6 +153,10 @@ class AsyncSandbox:
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
         disk_size: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        on_timeout: Union[models.OnTimeout, str, None] = None,
         client: Optional[AsyncClient] = None,
     ) -> "AsyncSandbox":
         """Spawn a sandbox and return it."""
@@ -154,6 +171,10 @@ class AsyncSandbox:
             egress=egress,
             wait_for_network=wait_for_network,
             disk_size=disk_size,
+            metadata=metadata,
+            env=env,
+            timeout=timeout,
+            on_timeout=on_timeout,
             client=client,
         )
         return await sandbox.start()
@@ -173,6 +194,10 @@ class AsyncSandbox:
                 egress=spec.egress,
                 wait_for_network=spec.wait_for_network,
                 disk_size=spec.disk_size,
+                metadata=spec.metadata,
+                env=spec.env,
+                timeout=spec.timeout,
+                on_timeout=spec.on_timeout,
             )
             assert isinstance(info, models.Sandbox)
             self._info = info
@@ -198,10 +223,12 @@ class AsyncSandbox:
         return cls._wrap(client, await client.get_sandbox(id))
 
     @classmethod
-    async def list(cls, *, client: Optional[AsyncClient] = None) -> List["AsyncSandbox"]:
-        """Every sandbox the daemon knows, in any state."""
+    async def list(
+        cls, *, metadata: Optional[Mapping[str, str]] = None, client: Optional[AsyncClient] = None
+    ) -> List["AsyncSandbox"]:
+        """Every sandbox the daemon knows, in any state; with ``metadata``, those with every given pair."""
         client = client or default_async_client()
-        return [cls._wrap(client, info) for info in (await client.list_sandboxes()).sandboxes]
+        return [cls._wrap(client, info) for info in (await client.list_sandboxes(metadata=metadata)).sandboxes]
 
     # -- state -------------------------------------------------------------
 
@@ -239,6 +266,16 @@ class AsyncSandbox:
     def network(self) -> Optional[models.NetworkInfo]:
         """Its network as last seen: mode, addresses, published ports (``None`` without a NIC)."""
         return self.info.network
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """Its labels, as last seen."""
+        return self.info.metadata
+
+    @property
+    def lifetime(self) -> Optional[models.Lifetime]:
+        """Its timeout as last seen (``None`` without one)."""
+        return self.info.lifetime
 
     async def refresh(self) -> models.Sandbox:
         """Fetch the sandbox again (with its memory use) and return it."""
@@ -398,6 +435,33 @@ class AsyncSandbox:
 
     # -- lifetime ----------------------------------------------------------
 
+    async def set_timeout(
+        self, timeout: Optional[int], on_timeout: Union[models.OnTimeout, str, None] = None
+    ) -> "AsyncSandbox":
+        """Remove it (or with ``on_timeout="pause"``, pause it) ``timeout`` seconds from now.
+
+        ``None`` removes the timeout. See :attr:`lifetime`.
+        """
+        self._info = await self.client.set_timeout(self.id, timeout, on_timeout=on_timeout)
+        return self
+
+    async def pause(self) -> "AsyncSandbox":
+        """Save it to disk and free its RAM and QEMU; :attr:`state` becomes ``paused``.
+
+        ``info.paused`` says what was stored. Its timeout stops counting.
+        """
+        self._info = await self.client.pause(self.id)
+        return self
+
+    async def resume(self, timeout: Optional[int] = None) -> "AsyncSandbox":
+        """Bring it back from :meth:`pause`, with the same id, memory, processes and network.
+
+        ``timeout`` sets a new timeout in seconds; without it the sandbox
+        gets the time it had left.
+        """
+        self._info = await self.client.resume(self.id, timeout=timeout)
+        return self
+
     async def close(self) -> None:
         """Remove the sandbox (stop QEMU, delete its files). Safe to call twice."""
         if self._closed or self._info is None:
@@ -498,11 +562,16 @@ class AsyncSnapshot:
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        on_timeout: Union[models.OnTimeout, str, None] = None,
     ) -> List[AsyncSandbox]:
         """Spawn ``count`` sandboxes from this snapshot (all or nothing).
 
-        The network arguments are those of :class:`AsyncSandbox`; with ``count``
-        above 1, published ports need host port 0 (one allocated for each).
+        The network and lifetime arguments are those of :class:`AsyncSandbox`;
+        with ``count`` above 1, published ports need host port 0 (one
+        allocated for each).
         """
         batch = await self.client.create_sandbox(
             snapshot=self.id,
@@ -511,6 +580,10 @@ class AsyncSnapshot:
             ports=ports,
             egress=egress,
             wait_for_network=wait_for_network,
+            metadata=metadata,
+            env=env,
+            timeout=timeout,
+            on_timeout=on_timeout,
         )
         assert isinstance(batch, models.SandboxBatch)
         return [AsyncSandbox._wrap(self.client, info) for info in batch.sandboxes]

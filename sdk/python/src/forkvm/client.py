@@ -149,9 +149,13 @@ class Client(_BaseClient):
 
     # -- sandboxes ---------------------------------------------------------
 
-    def list_sandboxes(self) -> models.SandboxList:
-        """``GET /v1/sandboxes``: all sandboxes, in any state."""
-        return self._send(_ops.list_sandboxes())
+    def list_sandboxes(self, *, metadata: Optional[Mapping[str, str]] = None) -> models.SandboxList:
+        """``GET /v1/sandboxes``: all sandboxes, in any state.
+
+        With ``metadata`` (``{"team": "a"}``: ``?metadata.team=a``), only
+        those that have every given pair.
+        """
+        return self._send(_ops.list_sandboxes(metadata))
 
     def create_sandbox(
         self,
@@ -167,6 +171,10 @@ class Client(_BaseClient):
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
         disk_size: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        on_timeout: Union[models.OnTimeout, str, None] = None,
     ) -> Union[models.Sandbox, models.SandboxBatch]:
         """``POST /v1/sandboxes``: start a sandbox, or ``count`` of them.
 
@@ -182,6 +190,11 @@ class Client(_BaseClient):
         "ports": [443]}]``. Both need ``nat``. ``wait_for_network=False``
         answers before the guest's network is proven to work. ``disk_size``
         (bytes) gives the sandbox a root disk larger than its image's.
+
+        ``metadata`` labels the sandbox (see :meth:`list_sandboxes`); ``env``
+        is the default environment of every exec in it (an exec's own ``env``
+        wins). ``timeout`` (seconds, 1 to 2,592,000) removes it when it runs
+        out, or pauses it with ``on_timeout="pause"``.
         """
         body = _ops.create_request(
             image=image,
@@ -195,6 +208,10 @@ class Client(_BaseClient):
             egress=egress,
             wait_for_network=wait_for_network,
             disk_size=disk_size,
+            metadata=metadata,
+            env=env,
+            timeout=timeout,
+            on_timeout=on_timeout,
         )
         return self._send(_ops.create_sandbox(body))
 
@@ -205,6 +222,34 @@ class Client(_BaseClient):
     def delete_sandbox(self, id: str) -> None:
         """``DELETE /v1/sandboxes/{id}``: stop it and delete everything it had."""
         self._send(_ops.delete_sandbox(id))
+
+    def set_timeout(
+        self, id: str, timeout: Optional[int], *, on_timeout: Union[models.OnTimeout, str, None] = None
+    ) -> models.Sandbox:
+        """``PUT /v1/sandboxes/{id}/timeout``: a new timeout in seconds, counted from now.
+
+        ``None`` removes the timeout. ``on_timeout`` (``"kill"`` or
+        ``"pause"``) also changes what happens when it runs out. On a paused
+        sandbox it is the time the sandbox will have once resumed.
+        """
+        body = models.SetTimeout(timeout=timeout, on_timeout=_ops.on_timeout_mode(on_timeout))
+        return self._send(_ops.set_timeout(id, body))
+
+    def pause(self, id: str) -> models.Sandbox:
+        """``POST /v1/sandboxes/{id}/pause``: save a running sandbox to disk and free its RAM and QEMU.
+
+        The answer is the sandbox, ``paused``, with ``paused`` saying what was stored.
+        """
+        return self._send(_ops.pause(id))
+
+    def resume(self, id: str, *, timeout: Optional[int] = None) -> models.Sandbox:
+        """``POST /v1/sandboxes/{id}/resume``: bring a paused sandbox back, ``running``, with the same id.
+
+        ``timeout`` sets a new timeout (seconds from now); without it the
+        sandbox gets the time it had left (or, when its timeout paused it,
+        its whole timeout again).
+        """
+        return self._send(_ops.resume(id, models.ResumeRequest(timeout=timeout)))
 
     def branch_sandbox(
         self,

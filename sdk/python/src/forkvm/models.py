@@ -48,12 +48,15 @@ __all__ = [
     "ImageList",
     "ImportQuery",
     "Info",
+    "Lifetime",
     "Limits",
     "MemoryUsage",
     "NetInfo",
     "NetworkInfo",
     "NetworkMode",
+    "OnTimeout",
     "OutputEncoding",
+    "PauseInfo",
     "PoolConfig",
     "PoolInfo",
     "PortForward",
@@ -63,10 +66,12 @@ __all__ = [
     "PrunedSnapshot",
     "PullImage",
     "QemuInfo",
+    "ResumeRequest",
     "Sandbox",
     "SandboxBatch",
     "SandboxList",
     "SandboxState",
+    "SetTimeout",
     "Snapshot",
     "SnapshotList",
     "SnapshotSizes",
@@ -217,6 +222,8 @@ class SandboxState(_StrEnum):
     STARTING = "starting"
     RUNNING = "running"
     FAILED = "failed"
+    #: Saved to disk with no QEMU running; :meth:`~forkvm.Client.resume` brings it back.
+    PAUSED = "paused"
 
 
 # --------------------------------------------------------------------------
@@ -441,6 +448,12 @@ class Sandbox(Model):
     snapshot: Optional[str] = None
     #: Its network; ``None`` for a sandbox without a NIC.
     network: Optional[NetworkInfo] = None
+    #: Its labels (see ``GET /v1/sandboxes?metadata.KEY=VALUE``) and the default env of its execs.
+    metadata: Dict[str, str] = dataclasses.field(default_factory=dict)
+    env: Dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Its timeout, when it has one; its saved state while ``paused``.
+    lifetime: Optional[Lifetime] = None
+    paused: Optional[PauseInfo] = None
 
 
 @dataclass
@@ -466,7 +479,9 @@ class CreateSandbox(Model):
     ``ports`` publishes guest TCP ports on host loopback ports and ``egress``
     restricts where the guest may connect (both need ``nat``).
     ``wait_for_network=False`` answers before the guest's network path is
-    proven to work.
+    proven to work. ``metadata`` labels it, ``env`` is the default
+    environment of its execs (a branch's children inherit both);
+    ``timeout`` (seconds) removes it, or pauses it with ``on_timeout=pause``.
     """
 
     image: Optional[str] = None
@@ -481,6 +496,10 @@ class CreateSandbox(Model):
     wait_for_network: Optional[bool] = None
     #: Root disk size in bytes (default: the image's); a larger one grows the guest's root filesystem.
     disk_size: Optional[int] = None
+    metadata: Optional[Dict[str, str]] = None
+    env: Optional[Dict[str, str]] = None
+    timeout: Optional[int] = None
+    on_timeout: Optional[OnTimeout] = None
 
 
 # --------------------------------------------------------------------------
@@ -749,8 +768,8 @@ class PruneResult(Model):
 
 
 # --------------------------------------------------------------------------
-# Images: in a module of their own (re-exported here), after the base
-# classes they use.
+# Images and lifetimes: in modules of their own (re-exported here), after
+# the base classes they use.
 
 from ._image_models import (  # noqa: E402
     BuildQuery,
@@ -762,3 +781,4 @@ from ._image_models import (  # noqa: E402
     PullImage,
     StartCommand,
 )
+from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout  # noqa: E402

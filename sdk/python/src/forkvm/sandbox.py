@@ -85,6 +85,11 @@ class Sandbox:
     to work. ``disk_size`` (bytes) gives it a root disk larger than its
     image's.
 
+    Lifetime: ``metadata={"team": "a"}`` labels it (see :meth:`list`);
+    ``env`` is the default environment of its execs; ``timeout`` (seconds)
+    removes it when it runs out, or with ``on_timeout="pause"`` pauses it
+    (see :meth:`pause`, :meth:`resume`, :meth:`set_timeout`).
+
     To wrap a sandbox that already exists, use :meth:`Sandbox.get`.
     """
 
@@ -101,6 +106,10 @@ class Sandbox:
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
         disk_size: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        on_timeout: Union[models.OnTimeout, str, None] = None,
         client: Optional[Client] = None,
     ) -> None:
         self._spec = _ops.create_request(
@@ -114,6 +123,10 @@ class Sandbox:
             egress=egress,
             wait_for_network=wait_for_network,
             disk_size=disk_size,
+            metadata=metadata,
+            env=env,
+            timeout=timeout,
+            on_timeout=on_timeout,
         )
         self._client = client
         self._info: Optional[models.Sandbox] = None
@@ -134,6 +147,10 @@ class Sandbox:
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
         disk_size: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        on_timeout: Union[models.OnTimeout, str, None] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
         """Spawn a sandbox and return it."""
@@ -148,6 +165,10 @@ class Sandbox:
             egress=egress,
             wait_for_network=wait_for_network,
             disk_size=disk_size,
+            metadata=metadata,
+            env=env,
+            timeout=timeout,
+            on_timeout=on_timeout,
             client=client,
         )
         return sandbox.start()
@@ -167,6 +188,10 @@ class Sandbox:
                 egress=spec.egress,
                 wait_for_network=spec.wait_for_network,
                 disk_size=spec.disk_size,
+                metadata=spec.metadata,
+                env=spec.env,
+                timeout=spec.timeout,
+                on_timeout=spec.on_timeout,
             )
             assert isinstance(info, models.Sandbox)
             self._info = info
@@ -190,10 +215,12 @@ class Sandbox:
         return cls._wrap(client, client.get_sandbox(id))
 
     @classmethod
-    def list(cls, *, client: Optional[Client] = None) -> List["Sandbox"]:
-        """Every sandbox the daemon knows, in any state."""
+    def list(
+        cls, *, metadata: Optional[Mapping[str, str]] = None, client: Optional[Client] = None
+    ) -> List["Sandbox"]:
+        """Every sandbox the daemon knows, in any state; with ``metadata``, those with every given pair."""
         client = client or default_client()
-        return [cls._wrap(client, info) for info in (client.list_sandboxes()).sandboxes]
+        return [cls._wrap(client, info) for info in (client.list_sandboxes(metadata=metadata)).sandboxes]
 
     # -- state -------------------------------------------------------------
 
@@ -231,6 +258,16 @@ class Sandbox:
     def network(self) -> Optional[models.NetworkInfo]:
         """Its network as last seen: mode, addresses, published ports (``None`` without a NIC)."""
         return self.info.network
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """Its labels, as last seen."""
+        return self.info.metadata
+
+    @property
+    def lifetime(self) -> Optional[models.Lifetime]:
+        """Its timeout as last seen (``None`` without one)."""
+        return self.info.lifetime
 
     def refresh(self) -> models.Sandbox:
         """Fetch the sandbox again (with its memory use) and return it."""
@@ -390,6 +427,33 @@ class Sandbox:
 
     # -- lifetime ----------------------------------------------------------
 
+    def set_timeout(
+        self, timeout: Optional[int], on_timeout: Union[models.OnTimeout, str, None] = None
+    ) -> "Sandbox":
+        """Remove it (or with ``on_timeout="pause"``, pause it) ``timeout`` seconds from now.
+
+        ``None`` removes the timeout. See :attr:`lifetime`.
+        """
+        self._info = self.client.set_timeout(self.id, timeout, on_timeout=on_timeout)
+        return self
+
+    def pause(self) -> "Sandbox":
+        """Save it to disk and free its RAM and QEMU; :attr:`state` becomes ``paused``.
+
+        ``info.paused`` says what was stored. Its timeout stops counting.
+        """
+        self._info = self.client.pause(self.id)
+        return self
+
+    def resume(self, timeout: Optional[int] = None) -> "Sandbox":
+        """Bring it back from :meth:`pause`, with the same id, memory, processes and network.
+
+        ``timeout`` sets a new timeout in seconds; without it the sandbox
+        gets the time it had left.
+        """
+        self._info = self.client.resume(self.id, timeout=timeout)
+        return self
+
     def close(self) -> None:
         """Remove the sandbox (stop QEMU, delete its files). Safe to call twice."""
         if self._closed or self._info is None:
@@ -485,11 +549,16 @@ class Snapshot:
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[int] = None,
+        on_timeout: Union[models.OnTimeout, str, None] = None,
     ) -> List[Sandbox]:
         """Spawn ``count`` sandboxes from this snapshot (all or nothing).
 
-        The network arguments are those of :class:`Sandbox`; with ``count``
-        above 1, published ports need host port 0 (one allocated for each).
+        The network and lifetime arguments are those of :class:`Sandbox`;
+        with ``count`` above 1, published ports need host port 0 (one
+        allocated for each).
         """
         batch = self.client.create_sandbox(
             snapshot=self.id,
@@ -498,6 +567,10 @@ class Snapshot:
             ports=ports,
             egress=egress,
             wait_for_network=wait_for_network,
+            metadata=metadata,
+            env=env,
+            timeout=timeout,
+            on_timeout=on_timeout,
         )
         assert isinstance(batch, models.SandboxBatch)
         return [Sandbox._wrap(self.client, info) for info in batch.sandboxes]
