@@ -46,7 +46,8 @@ impl LimitArgs {
     }
 }
 
-/// Spawn flags for what a sandbox carries through its life.
+/// `spawn` flags for what a sandbox carries through its life (`run`
+/// removes its sandbox at once, and its `-e`/`--timeout` are the command's).
 #[derive(clap::Args, Clone, Default)]
 pub struct LifeArgs {
     /// A metadata label KEY=VALUE (repeatable); `forkvm ps --metadata`
@@ -63,8 +64,6 @@ pub struct LifeArgs {
     /// What happens when the timeout runs out.
     #[arg(long, value_parser = parse_on_timeout, requires = "timeout")]
     pub on_timeout: Option<OnTimeout>,
-    #[command(flatten)]
-    pub limits: LimitArgs,
 }
 
 impl LifeArgs {
@@ -77,7 +76,6 @@ impl LifeArgs {
         }
         req.timeout = self.timeout;
         req.on_timeout = self.on_timeout;
-        req.limits = self.limits.limits();
     }
 }
 

@@ -63,7 +63,7 @@ struct SpawnArgs {
     #[command(flatten)]
     net: NetArgs,
     #[command(flatten)]
-    life: lifetime::LifeArgs,
+    limits: lifetime::LimitArgs,
 }
 
 #[derive(clap::Args, Clone)]
@@ -228,6 +228,8 @@ enum Cmd {
         /// How many sandboxes to spawn at once (1-1000).
         #[arg(long, value_name = "N")]
         count: Option<u32>,
+        #[command(flatten)]
+        life: lifetime::LifeArgs,
     },
     /// Snapshot a sandbox (`forkvm snapshot ID [--tag T]`), or manage snapshots.
     #[command(args_conflicts_with_subcommands = true)]
@@ -489,9 +491,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             spawn,
             snapshot,
             count,
+            life,
         } => {
             let c = client().await?;
             let mut req = spawn_req(&spawn);
+            life.apply(&mut req);
             if snapshot.is_some() {
                 req.image = None;
                 req.snapshot = snapshot;
@@ -716,7 +720,7 @@ fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
         disk_size: a.disk_size,
         ..Default::default()
     };
-    a.life.apply(&mut req);
+    req.limits = a.limits.limits();
     req
 }
 
@@ -1026,4 +1030,16 @@ fn start_daemon(home: &std::path::Path) -> Result<()> {
         home.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod cli_tests {
+    /// clap checks the whole command tree (duplicate flags across
+    /// flattened argument groups, bad defaults) only when asked; a clash
+    /// would otherwise surface as a panic of the command at run time.
+    #[test]
+    fn the_command_tree_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

@@ -124,3 +124,45 @@ fn network_rate_holds() {
         "{kbps:.0} kbit/s under a limit of 4000"
     );
 }
+
+/// A guest that fills its disk gets ENOSPC at its disk size, and the host
+/// side (its overlay) stops growing there, while other sandboxes carry on.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn a_full_guest_disk_stops_at_its_size() {
+    let d = shared();
+    let other = d.spawn();
+    let id = d.ok(&["spawn"]).trim().to_string();
+    let sb = Sandbox { d, id: id.clone() };
+    let size = u64::from_str_radix(sh(d, &id, "blockdev --getsize64 /dev/vda").trim(), 10).unwrap();
+    let o = d.run(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "dd if=/dev/zero of=/root/fill bs=4M 2>&1; sync; df -k / | tail -1",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("No space left on device"), "{out}");
+    // The host side: the sandbox's own files (its overlay) stay within the
+    // disk's size plus qcow2's metadata.
+    let dir = forkvm_daemon::Config::for_home(&d.home)
+        .sandbox_paths(&id)
+        .dir;
+    let used: u64 = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+        .sum();
+    eprintln!("disk {size} bytes: guest full, overlay {used} bytes on the host");
+    assert!(
+        used <= size + size / 50,
+        "the overlay grew to {used} for a {size}-byte disk"
+    );
+    // The other sandbox, and the full one, still work.
+    assert_eq!(sh(d, &other.id, "echo ok").trim(), "ok");
+    sh(d, &id, "rm /root/fill");
+    drop(sb);
+}
