@@ -134,7 +134,10 @@ fn a_full_guest_disk_stops_at_its_size() {
     let other = d.spawn();
     let id = d.ok(&["spawn"]).trim().to_string();
     let sb = Sandbox { d, id: id.clone() };
-    let size = u64::from_str_radix(sh(d, &id, "blockdev --getsize64 /dev/vda").trim(), 10).unwrap();
+    let size: u64 = sh(d, &id, "blockdev --getsize64 /dev/vda")
+        .trim()
+        .parse()
+        .unwrap();
     let o = d.run(&[
         "exec",
         &id,
