@@ -34,6 +34,7 @@ import { REPO_ROOT, SDK_ROOT } from "./paths.js";
 const TEST_FILES = [
   "openapi.test.js",
   "image-units.test.js",
+  "resources.test.js",
   "transport.test.js",
   "api.test.js",
   "sandbox.test.js",
