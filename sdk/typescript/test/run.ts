@@ -36,6 +36,7 @@ const TEST_FILES = [
   "image-units.test.js",
   "resources.test.js",
   "transport.test.js",
+  "early-response.test.js",
   "api.test.js",
   "sandbox.test.js",
   "lifecycle.test.js",
