@@ -44,7 +44,8 @@ def test_a_sandbox_with_limits_and_usage_parses() -> None:
     assert sb.limits == models.SandboxLimits(disk_iops=100, net_kbps=10000)
     assert sb.limits.cpu_percent is None and sb.limits.pids is None
     assert isinstance(sb.usage, models.Usage)
-    assert (sb.usage.cpu_ms, sb.usage.disk_bytes, sb.usage.net_rx_bytes, sb.usage.net_tx_bytes) == (1234, 1 << 20, 10, 20)
+    usage = sb.usage
+    assert (usage.cpu_ms, usage.disk_bytes, usage.net_rx_bytes, usage.net_tx_bytes) == (1234, 1 << 20, 10, 20)
     assert sb.usage.extra == {"later": 1}
 
 
