@@ -2,7 +2,8 @@
  * A server that answers before it has read the request body, and closes:
  * the client must report that answer (its status and error body), not the
  * EPIPE or ECONNRESET its writes of the rest of the body then get. A real
- * `node:http` server on a unix socket plays the daemon.
+ * `node:http` server on a unix socket plays the daemon. Over TCP the same
+ * server shows that `fetch` (undici) still loses the answer (a todo).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -12,7 +13,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Worker } from "node:worker_threads";
-import { Client, ConflictError, ConnectionError, ForkvmError, PayloadTooLargeError, UnixSocketTransport } from "forkvm";
+import {
+  Client,
+  ConflictError,
+  ConnectionError,
+  FetchTransport,
+  ForkvmError,
+  PayloadTooLargeError,
+  UnixSocketTransport,
+} from "forkvm";
 
 const dir = mkdtempSync(join(tmpdir(), "forkvm-early-"));
 const socketPath = join(dir, "early.sock");
@@ -32,14 +41,20 @@ const server = createServer((req, res) => {
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body), connection: "close" });
   res.end(body, () => req.socket.destroy());
 });
-server.listen(workerData, () => parentPort.postMessage("listening"));
-parentPort.on("message", () => { server.closeAllConnections(); server.close(() => process.exit(0)); });
+const tcp = createServer(server.listeners("request")[0]);
+server.listen(workerData, () => tcp.listen(0, "127.0.0.1", () => parentPort.postMessage(tcp.address().port)));
+parentPort.on("message", () => {
+  for (const s of [server, tcp]) s.closeAllConnections();
+  tcp.close(() => server.close(() => process.exit(0)));
+});
 `;
 let worker: Worker;
+/** The same server on a TCP port of 127.0.0.1. */
+let tcpPort: number;
 
 before(async () => {
   worker = new Worker(SERVER, { eval: true, workerData: socketPath });
-  await once(worker, "message");
+  [tcpPort] = (await once(worker, "message")) as [number];
 });
 
 after(async () => {
@@ -117,6 +132,19 @@ describe("an answer that comes before the body is sent", () => {
       client.close();
     }
   });
+
+  test(
+    "over TCP (fetch) too",
+    { todo: "undici's fetch reports the failed write (EPIPE) and drops the answer; FetchTransport cannot reach it" },
+    async () => {
+      const transport = new FetchTransport(`http://127.0.0.1:${tcpPort}`);
+      for (let i = 0; i < 5; i++) {
+        const res = await transport.request({ method: "POST", path: "/v1/images/import", body: chunks(64) });
+        assert.equal(res.status, 409, `round ${i}`);
+        await res.bytes();
+      }
+    },
+  );
 
   test("a daemon that goes away without answering is still unreachable, with the write's error", async () => {
     const quiet = createServer((req) => req.socket.destroy());
