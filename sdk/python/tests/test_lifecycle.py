@@ -157,3 +157,44 @@ async def test_async_lifetime_methods(daemon, labelled: Sandbox) -> None:
         assert [s.id for s in listed.sandboxes] == [labelled.id]
         with pytest.raises(forkvm.InvalidRequest):
             await api.resume(labelled.id, timeout=0)
+
+
+# -- resources: limits, usage, capacity, metrics ------------------------------
+
+
+def test_limits_are_kept_and_children_override_them(client: Client) -> None:
+    limits = {"disk_iops": 100, "net_kbps": 10000}
+    with Sandbox(limits=limits, client=client) as sb:
+        assert sb.limits == models.SandboxLimits(**limits)
+        assert client.get_sandbox(sb.id).limits == models.SandboxLimits(disk_iops=100, net_kbps=10000)
+        assert sb.refresh().limits is not None and sb.limits.disk_iops == 100
+        assert sb.exec("echo ok").stdout == "ok\n"  # throttled, not stopped
+        branch = sb.branch(limits={"disk_iops": 50})
+        try:
+            (child,) = branch.children
+            # Field by field: its own IOPS, the source's network rate.
+            assert child.refresh().limits == models.SandboxLimits(disk_iops=50, net_kbps=10000)
+        finally:
+            branch.close()
+
+
+def test_usage_of_a_running_sandbox(sandbox: Sandbox) -> None:
+    sandbox.exec("true")
+    usage = sandbox.refresh().usage
+    assert isinstance(usage, models.Usage) and sandbox.usage is usage
+    assert usage.cpu_ms > 0 and usage.disk_bytes >= 0
+
+
+def test_capacity_and_metrics(client: Client) -> None:
+    capacity = client.info().capacity
+    assert isinstance(capacity, models.Capacity)
+    assert capacity.memory_commit_mib > 0 and capacity.memory_left_mib <= capacity.memory_commit_mib
+    text = client.metrics()
+    assert "forkvm_spawns_total" in text and "# TYPE" in text
+
+
+@pytest.mark.asyncio
+async def test_async_capacity_and_metrics(daemon) -> None:
+    async with AsyncClient(daemon.url, daemon.token) as api:
+        assert (await api.info()).capacity is not None
+        assert "forkvm_spawns_total" in await api.metrics()

@@ -157,9 +157,18 @@ export class Client {
     return this.#json({ method: "GET", path: "/v1/health", signal: opts?.signal });
   }
 
-  /** `GET /v1/info` (operation `info`): version, accelerator, QEMU, limits, pools, networking. */
+  /** `GET /v1/info` (operation `info`): version, accelerator, QEMU, limits, pools, networking, capacity. */
   info(opts?: RequestOptions): Promise<Info> {
     return this.#json({ method: "GET", path: "/v1/info", signal: opts?.signal });
+  }
+
+  /**
+   * `GET /metrics` (operation `metrics`): the daemon's Prometheus metrics, in
+   * the text exposition format (`forkvm_spawns_total`, …; docs/lifetimes.md lists them).
+   */
+  async metrics(opts?: RequestOptions): Promise<string> {
+    const res = await this.#send({ method: "GET", path: "/metrics", headers: { accept: "text/plain" }, signal: opts?.signal });
+    return new TextDecoder().decode(await res.bytes());
   }
 
   // ---- sandboxes ------------------------------------------------------

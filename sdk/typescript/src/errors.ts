@@ -20,6 +20,7 @@ export type ErrorCode =
   | "qemu_failed"
   | "network_failed"
   | "network_unavailable"
+  | "capacity_exceeded"
   | "internal"
   | "guest_error"
   | "guest_timeout"
@@ -130,6 +131,15 @@ export class ServerError extends ForkvmError {
 export class NetworkUnavailableError extends ServerError {
   override name = "NetworkUnavailableError";
 }
+/**
+ * 503 `capacity_exceeded`: the spawn, branch or resume would pass the host's
+ * memory commitment. Nothing was started; retry once sandboxes have been
+ * removed or paused (`client.info()` shows `capacity`). A disk below the
+ * reserve is {@link NoSpaceError} instead.
+ */
+export class CapacityExceededError extends ServerError {
+  override name = "CapacityExceededError";
+}
 /** 502 `registry_unreachable`: a registry could not be reached or answered nonsense. */
 export class RegistryUnreachableError extends ServerError {
   override name = "RegistryUnreachableError";
@@ -180,6 +190,7 @@ const BY_CODE: Record<string, ErrorClass> = {
   qemu_failed: ServerError,
   network_failed: ServerError,
   network_unavailable: NetworkUnavailableError,
+  capacity_exceeded: CapacityExceededError,
   internal: ServerError,
   guest_error: GuestError,
   guest_timeout: GuestTimeoutError,
@@ -203,6 +214,7 @@ const STATUS_OF_CODE: Record<string, number> = {
   qemu_failed: 500,
   network_failed: 500,
   network_unavailable: 503,
+  capacity_exceeded: 503,
   internal: 500,
   guest_error: 502,
   guest_timeout: 504,

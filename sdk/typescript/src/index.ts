@@ -19,6 +19,7 @@ export {
   type SandboxCreateOptions,
 } from "./sandbox.js";
 export { MAX_TIMEOUT_S, type Lifetime, type OnTimeout, type PauseInfo } from "./lifecycle.js";
+export type { Capacity, SandboxLimits, Usage } from "./resources.js";
 export { Snapshot } from "./snapshot.js";
 export { egressRule, portForward, type EgressSpec, type NetworkOptions, type PortSpec } from "./network.js";
 export {
@@ -58,6 +59,7 @@ export {
 export { headerBlocks, packDirectory, paxRecord, TarWriter, type ExtraFile, type TarEntry } from "./tar.js";
 export {
   BuildFailedError,
+  CapacityExceededError,
   ConflictError,
   ConnectionError,
   ForbiddenError,

@@ -60,6 +60,11 @@ export interface SandboxCreateOptions extends NetworkOptions, LifetimeOptions, R
   useTemplate?: boolean | undefined;
   /** Root disk size in bytes (default: the image's); a larger one grows the guest's root filesystem. */
   diskSize?: number | undefined;
+  /**
+   * Resource limits, e.g. `{ disk_iops: 100, net_kbps: 10000 }` (omitted
+   * fields: unlimited; docs/limits.md). A branch's children inherit them.
+   */
+  limits?: api.SandboxLimits | undefined;
   /** The daemon to use (default: from the environment). */
   client?: Client | undefined;
 }
@@ -82,6 +87,8 @@ export interface BranchOptions extends RequestOptions {
   ports?: PortSpec[] | undefined;
   /** `false`: return before the children's network is proven to work (default true). */
   waitForNetwork?: boolean | undefined;
+  /** The children's limits: the source's, with the fields given here replaced. */
+  limits?: api.SandboxLimits | undefined;
 }
 
 /** The result of {@link Sandbox.branch}. */
@@ -157,6 +164,7 @@ export class Sandbox implements AsyncDisposable {
     if (opts.snapshot !== undefined) req.snapshot = opts.snapshot;
     if (opts.useTemplate !== undefined) req.use_template = opts.useTemplate;
     if (opts.diskSize !== undefined) req.disk_size = opts.diskSize;
+    if (opts.limits !== undefined) req.limits = opts.limits;
     Object.assign(req, networkFields(opts), lifetimeFields(opts));
     return new Sandbox(client, await client.createSandbox(req, opts));
   }
@@ -187,6 +195,16 @@ export class Sandbox implements AsyncDisposable {
   /** Its timeout as last seen (undefined without one). */
   get lifetime(): api.Lifetime | undefined {
     return this.info.lifetime ?? undefined;
+  }
+
+  /** Its resource limits as last seen (undefined without any). */
+  get limits(): api.SandboxLimits | undefined {
+    return this.info.limits ?? undefined;
+  }
+
+  /** What it had used when last fetched ({@link refresh} of a running sandbox; undefined otherwise). */
+  get usage(): api.Usage | undefined {
+    return this.info.usage ?? undefined;
   }
 
   /** Whether {@link close} has removed it. */
@@ -278,6 +296,7 @@ export class Sandbox implements AsyncDisposable {
     if (opts.wait !== undefined) req.wait = opts.wait;
     if (opts.ports !== undefined) req.ports = networkFields({ ports: opts.ports }).ports;
     if (opts.waitForNetwork !== undefined) req.wait_for_network = opts.waitForNetwork;
+    if (opts.limits !== undefined) req.limits = opts.limits;
     const res = await this.client.branchSandbox(this.id, req, opts);
     return {
       mode: res.mode,

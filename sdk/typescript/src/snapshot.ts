@@ -59,13 +59,21 @@ export class Snapshot {
 
   /**
    * Spawn `count` (default 1) sandboxes from it, concurrently; all or nothing.
-   * The network and lifetime options are those of `Sandbox.create`; with `count` above 1,
+   * The network, lifetime and `limits` options are those of `Sandbox.create`; with `count` above 1,
    * published ports need host port 0 (one is allocated for each).
    */
   async spawn(
-    opts: { count?: number | undefined } & NetworkOptions & LifetimeOptions & RequestOptions = {},
+    opts: { count?: number | undefined; limits?: api.SandboxLimits | undefined } & NetworkOptions &
+      LifetimeOptions &
+      RequestOptions = {},
   ): Promise<Sandbox[]> {
-    const req = { snapshot: this.id, count: opts.count ?? 1, ...networkFields(opts), ...lifetimeFields(opts) };
+    const req: api.CreateSandbox & { count: number } = {
+      snapshot: this.id,
+      count: opts.count ?? 1,
+      ...networkFields(opts),
+      ...lifetimeFields(opts),
+    };
+    if (opts.limits !== undefined) req.limits = opts.limits;
     const batch = await this.client.createSandbox(req, opts);
     return batch.sandboxes.map((info) => new Sandbox(this.client, info));
   }

@@ -5,6 +5,7 @@
  * @module
  */
 import * as http from "node:http";
+import type { Socket } from "node:net";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { ConnectionError } from "./errors.js";
@@ -148,6 +149,64 @@ export class FetchTransport implements Transport {
 
 async function* emptyBody(): AsyncIterable<Uint8Array> {}
 
+/** How long a socket whose write failed waits, silent, for the rest of an answer. */
+const ANSWER_GRACE_MS = 10_000;
+/** A socket whose writes {@link keepReadingAfterWriteFailure} has wrapped. */
+const WRAPPED = Symbol("forkvm.keepsReading");
+/** The write failure such a socket kept reading after. */
+const WRITE_FAILURE = Symbol("forkvm.writeFailure");
+
+type WriteCallback = (err?: Error | null) => void;
+type WrappedSocket = Socket & {
+  [WRAPPED]?: true;
+  [WRITE_FAILURE]?: Error;
+  _write(chunk: unknown, encoding: BufferEncoding, cb: WriteCallback): void;
+  _writev?(chunks: unknown[], cb: WriteCallback): void;
+};
+
+/** A write to the connection failed because the peer has closed it. */
+function isBrokenPipe(err: unknown): err is NodeJS.ErrnoException {
+  const e = err as NodeJS.ErrnoException | null | undefined;
+  return e?.syscall === "write" && (e.code === "EPIPE" || e.code === "ECONNRESET");
+}
+
+/**
+ * The daemon may answer before it has read a request's body (a 409 for an
+ * import of an image that exists, a 413 for a body over the limit) and close
+ * the connection. A write of the rest of the body then fails with EPIPE or
+ * ECONNRESET, and node would error the socket at once, often before it has
+ * read the answer waiting in it: the caller would be told the daemon is
+ * unreachable. Instead, such a write is left pending (what follows waits
+ * behind it, as behind a peer that reads nothing) and the socket goes on
+ * reading: node:http reads the answer, then closes the socket at the peer's
+ * end ("socket hang up" when no answer came). A socket that stays silent for
+ * {@link ANSWER_GRACE_MS} after the failure is destroyed with it.
+ */
+function keepReadingAfterWriteFailure(socket: WrappedSocket): void {
+  if (socket[WRAPPED]) return; // a pooled socket, wrapped for an earlier request
+  socket[WRAPPED] = true;
+  let timer: NodeJS.Timeout | undefined;
+  const arm = (err: Error): void => {
+    clearTimeout(timer);
+    timer = setTimeout(() => socket.destroy(err), ANSWER_GRACE_MS).unref();
+  };
+  socket.once("close", () => clearTimeout(timer));
+  const guard =
+    (cb: WriteCallback): WriteCallback =>
+    (err) => {
+      if (!isBrokenPipe(err) || !socket.readable) return cb(err);
+      if (!socket[WRITE_FAILURE]) {
+        socket[WRITE_FAILURE] = err;
+        socket.on("data", () => arm(err));
+      }
+      arm(err);
+    };
+  const write = socket._write.bind(socket);
+  socket._write = (chunk, encoding, cb) => write(chunk, encoding, guard(cb));
+  const writev = socket._writev?.bind(socket);
+  if (writev) socket._writev = (chunks, cb) => writev(chunks, guard(cb));
+}
+
 /** Unix-socket transport on `node:http` with `socketPath`. */
 export class UnixSocketTransport implements Transport {
   readonly url: string;
@@ -194,10 +253,17 @@ export class UnixSocketTransport implements Transport {
           });
         },
       );
+      // An answer sent before the body was read wins over the failure to
+      // write the rest of the body (see keepReadingAfterWriteFailure).
+      outgoing.on("socket", keepReadingAfterWriteFailure);
       // A failure of a streamed body's source (a file that cannot be read) is
       // the caller's, not a connection problem: remember it to say so.
       let sourceError: unknown;
-      outgoing.on("error", (err) => reject(sourceError ?? (isAbort(err) ? err : unreachable(this.url, err))));
+      outgoing.on("error", (err) => {
+        if (sourceError !== undefined || isAbort(err)) return reject(sourceError ?? err);
+        // No answer came: say why the body could not be sent, rather than "socket hang up".
+        reject(unreachable(this.url, (outgoing.socket as WrappedSocket | null)?.[WRITE_FAILURE] ?? err));
+      });
       if (isStreamBody(body)) {
         const source = async function* (): AsyncGenerator<Uint8Array> {
           try {
@@ -209,7 +275,8 @@ export class UnixSocketTransport implements Transport {
         };
         // Sent as it is read, with backpressure. A failure destroys the
         // request, which rejects above; one after the response arrived (the
-        // daemon answered early, e.g. 409) changes nothing.
+        // daemon answered early, e.g. 409, and closed) changes nothing, and
+        // the source is left unread.
         pipeline(Readable.from(source()), outgoing).catch(() => {});
       } else {
         outgoing.end(body);

@@ -9,9 +9,11 @@
  * @module
  */
 import type { Lifetime, OnTimeout, PauseInfo } from "./lifecycle.js";
+import type { Capacity, SandboxLimits, Usage } from "./resources.js";
 
-/** The lifetime schemas live in `lifecycle.ts`. */
+/** The lifetime schemas live in `lifecycle.ts`, those of resources in `resources.ts`. */
 export type { Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout } from "./lifecycle.js";
+export type { Capacity, SandboxLimits, Usage } from "./resources.js";
 
 /** The accelerator in use and why it was chosen. */
 export interface AccelInfo {
@@ -43,6 +45,8 @@ export interface BranchRequest {
   ports?: PortForward[] | null;
   /** As for `POST /v1/sandboxes` (default true). */
   wait_for_network?: boolean | null;
+  /** Limits for the children, field by field over the source's. */
+  limits?: SandboxLimits | null;
 }
 
 /** The result of a branch. */
@@ -106,6 +110,8 @@ export interface CreateSandbox {
   timeout?: number | null;
   /** What happens when the timeout runs out (default `kill`; needs `timeout`). */
   on_timeout?: OnTimeout | null;
+  /** Resource limits (omitted fields: unlimited); a branch's children inherit them. */
+  limits?: SandboxLimits | null;
 }
 
 /** `POST /v1/sandboxes/{id}/snapshot`. */
@@ -383,6 +389,8 @@ export interface Info {
   network: NetInfo;
   /** Garbage collection of branch points. */
   gc: GcInfo;
+  /** Memory and disk capacity as admission control sees it (absent from older daemons). */
+  capacity?: Capacity;
 }
 
 /** Limits the daemon enforces. */
@@ -570,6 +578,10 @@ export interface Sandbox {
   lifetime?: Lifetime | null;
   /** Its saved state while `paused`. */
   paused?: PauseInfo | null;
+  /** Its resource limits (absent when it has none). */
+  limits?: SandboxLimits | null;
+  /** What it has used: present on `GET /v1/sandboxes/{id}` of a running sandbox. */
+  usage?: Usage | null;
 }
 
 /** The response to `POST /v1/sandboxes` with `count`. */

@@ -127,6 +127,43 @@ describe("lifetimes", { timeout: VM_TIMEOUT }, () => {
   });
 });
 
+describe("resources", { timeout: VM_TIMEOUT }, () => {
+  test("create() with limits: kept on get; a branch overrides them field by field", async () => {
+    await using limited = await Sandbox.create({ client, limits: { disk_iops: 100, net_kbps: 10000 } });
+    assert.deepEqual(limited.limits, { disk_iops: 100, net_kbps: 10000 });
+    assert.deepEqual((await client.getSandbox(limited.id)).limits, { disk_iops: 100, net_kbps: 10000 });
+    assert.equal((await limited.exec("echo ok")).stdout, "ok\n"); // throttled, not stopped
+    const branch = await limited.branch({ limits: { disk_iops: 50 } });
+    try {
+      assert.equal(branch.children.length, 1);
+      const child = branch.children[0]!;
+      await child.refresh();
+      assert.deepEqual(child.limits, { disk_iops: 50, net_kbps: 10000 });
+    } finally {
+      await Promise.all(branch.children.map((c) => c.close()));
+    }
+  });
+
+  test("a running sandbox shows its usage", async () => {
+    await sb.exec("true");
+    await sb.refresh();
+    const usage = sb.usage;
+    assert.ok(usage, "usage on GET of a running sandbox");
+    assert.ok(usage.cpu_ms > 0, `cpu_ms ${usage.cpu_ms}`);
+    assert.ok(usage.disk_bytes >= 0);
+  });
+
+  test("info() shows capacity; metrics() the Prometheus text", async () => {
+    const capacity = (await client.info()).capacity;
+    assert.ok(capacity, "capacity in /v1/info");
+    assert.ok(capacity.memory_commit_mib > 0);
+    assert.ok(capacity.memory_left_mib <= capacity.memory_commit_mib);
+    const text = await client.metrics();
+    assert.match(text, /forkvm_spawns_total/);
+    assert.match(text, /# TYPE /);
+  });
+});
+
 describe("lifetime requests", () => {
   test("setTimeout(null) sends null; resume() sends {}; the metadata filter is metadata.KEY", async () => {
     const transport = new RecordingTransport();

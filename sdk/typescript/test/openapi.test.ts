@@ -67,6 +67,7 @@ after(() => rmSync(scratch, { recursive: true, force: true }));
 const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   health: [(c) => c.health()],
   info: [(c) => c.info()],
+  metrics: [(c) => c.metrics()],
   // The document names the metadata filter's parameters `metadata.KEY`.
   list_sandboxes: [(c) => c.listSandboxes({ metadata: { KEY: "v" } })],
   create_sandbox: [
@@ -80,6 +81,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
         wait_for_network: false,
       }),
     (c) => c.createSandbox({ metadata: { team: "a" }, env: { A: "1" }, timeout: 60, on_timeout: "pause" }),
+    (c) => c.createSandbox({ limits: { disk_iops: 100, net_kbps: 10000 } }),
   ],
   set_timeout: [(c) => c.setTimeout("ID", { timeout: 60, on_timeout: "kill" }), (c) => c.setTimeout("ID", { timeout: null })],
   pause: [(c) => c.pause("ID")],
@@ -89,6 +91,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   branch_sandbox: [
     (c) => c.branchSandbox("ID", { mode: "live", count: 2, tag: "t", wait: false }),
     (c) => c.branchSandbox("ID", { ports: [{ guest: 8000 }], wait_for_network: false }),
+    (c) => c.branchSandbox("ID", { limits: { disk_iops: 50 } }),
   ],
   exec: [
     (c) =>
@@ -239,7 +242,7 @@ describe("errors", () => {
 });
 
 /** The modules of the wire types: src/types.ts and those it re-exports. */
-const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts"];
+const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts", "src/resources.ts"];
 
 /** The exported interfaces and type aliases of the wire-type modules. */
 function declaredTypes(): Map<string, ts.InterfaceDeclaration | ts.TypeAliasDeclaration> {
@@ -291,7 +294,7 @@ function assertProperties(name: string, schema: Schema, node: ts.Node): void {
   }
 }
 
-describe("src/types.ts (with src/lifecycle.ts) covers every schema of docs/openapi.json", () => {
+describe("src/types.ts (with src/lifecycle.ts and src/resources.ts) covers every schema of docs/openapi.json", () => {
   const types = declaredTypes();
   for (const [name, schema] of Object.entries(doc.components.schemas)) {
     test(`schema ${name}`, () => {

@@ -34,7 +34,9 @@ import { REPO_ROOT, SDK_ROOT } from "./paths.js";
 const TEST_FILES = [
   "openapi.test.js",
   "image-units.test.js",
+  "resources.test.js",
   "transport.test.js",
+  "early-response.test.js",
   "api.test.js",
   "sandbox.test.js",
   "lifecycle.test.js",

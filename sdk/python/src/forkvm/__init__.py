@@ -30,6 +30,7 @@ from .async_client import AsyncClient, default_async_client
 from .client import Client, default_client
 from .errors import (
     BuildFailed,
+    CapacityExceeded,
     ClientTimeout,
     CommandFailed,
     Conflict,
@@ -67,6 +68,7 @@ from .models import (
     OnTimeout,
     OutputEncoding,
     PortForward,
+    SandboxLimits,
     SandboxState,
 )
 from .sandbox import Branch, Sandbox, SandboxFiles, Snapshot
@@ -98,6 +100,7 @@ __all__ = [
     "OutputEncoding",
     "SandboxState",
     "OnTimeout",
+    "SandboxLimits",
     "ExecStream",
     "AsyncExecStream",
     "ExecEvent",
@@ -125,6 +128,7 @@ __all__ = [
     "QemuFailed",
     "NetworkFailed",
     "NetworkUnavailable",
+    "CapacityExceeded",
     "GuestError",
     "GuestTimeout",
     "RegistryUnreachable",

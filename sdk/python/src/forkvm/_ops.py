@@ -18,6 +18,7 @@ import httpx
 
 from . import models
 from ._config import EXEC_GRACE_SECONDS
+from ._resource_models import sandbox_limits
 from .errors import ProtocolError
 
 Parser = Callable[[httpx.Response], Any]
@@ -135,6 +136,10 @@ def health() -> Request:
 
 def info() -> Request:
     return Request("GET", "/v1/info", _model(models.Info))
+
+
+def metrics() -> Request:
+    return Request("GET", "/metrics", lambda r: r.text, headers={"Accept": "text/plain"})
 
 
 #: The query parameters of a metadata filter are ``metadata.KEY=VALUE``.
@@ -320,6 +325,10 @@ def build_image(query: models.BuildQuery, context_tar: str) -> Request:
 #: "allocate one".
 PortSpec = Union[int, Tuple[int, int], Mapping[str, int], models.PortForward]
 
+#: ``limits``: a :class:`~forkvm.models.SandboxLimits`, or a mapping of its fields
+#: (``{"disk_iops": 100, "net_kbps": 10000}``).
+LimitsSpec = Union[models.SandboxLimits, Mapping[str, Any]]
+
 #: An egress allow-list entry: an address or network as a string
 #: (``"10.0.0.0/8"``: every port), a ``{"cidr": ..., "ports": [...]}``
 #: mapping or a :class:`~forkvm.models.EgressRule`.
@@ -414,6 +423,7 @@ def create_request(
     env: Optional[Mapping[str, str]] = None,
     timeout: Optional[int] = None,
     on_timeout: Union[models.OnTimeout, str, None] = None,
+    limits: Optional[LimitsSpec] = None,
 ) -> models.CreateSandbox:
     """Build a :class:`~forkvm.models.CreateSandbox` from friendly arguments."""
     return models.CreateSandbox(
@@ -432,6 +442,7 @@ def create_request(
         env=string_map("env", env),
         timeout=timeout,
         on_timeout=on_timeout_mode(on_timeout),
+        limits=sandbox_limits(limits),
     )
 
 
@@ -443,6 +454,7 @@ def branch_request(
     wait: Optional[bool] = None,
     ports: Optional[Iterable[PortSpec]] = None,
     wait_for_network: Optional[bool] = None,
+    limits: Optional[LimitsSpec] = None,
 ) -> models.BranchRequest:
     """Build a :class:`~forkvm.models.BranchRequest` from friendly arguments."""
     return models.BranchRequest(
@@ -452,6 +464,7 @@ def branch_request(
         wait=wait,
         ports=port_forwards(ports),
         wait_for_network=wait_for_network,
+        limits=sandbox_limits(limits),
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any, Awaitable, Callable, Generator, Iterable, List, Mapping,
 # sync-only: from typing import Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops, models
-from ._ops import EgressSpec, PortSpec
+from ._ops import EgressSpec, LimitsSpec, PortSpec
 from .async_client import AsyncClient, default_async_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import AsyncExecStream  # async-only
@@ -96,6 +96,10 @@ class AsyncSandbox:
     removes it when it runs out, or with ``on_timeout="pause"`` pauses it
     (see :meth:`pause`, :meth:`resume`, :meth:`set_timeout`).
 
+    Resources: ``limits={"disk_iops": 100, "net_kbps": 10000}`` (or a
+    :class:`~forkvm.models.SandboxLimits`) bounds them; see :attr:`limits`
+    and :attr:`usage`.
+
     To wrap a sandbox that already exists, use :meth:`AsyncSandbox.get`.
     """
 
@@ -116,6 +120,7 @@ class AsyncSandbox:
         env: Optional[Mapping[str, str]] = None,
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
+        limits: Optional[LimitsSpec] = None,
         client: Optional[AsyncClient] = None,
     ) -> None:
         self._spec = _ops.create_request(
@@ -133,6 +138,7 @@ class AsyncSandbox:
             env=env,
             timeout=timeout,
             on_timeout=on_timeout,
+            limits=limits,
         )
         self._client = client
         self._info: Optional[models.Sandbox] = None
@@ -157,6 +163,7 @@ class AsyncSandbox:
         env: Optional[Mapping[str, str]] = None,
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
+        limits: Optional[LimitsSpec] = None,
         client: Optional[AsyncClient] = None,
     ) -> "AsyncSandbox":
         """Spawn a sandbox and return it."""
@@ -175,6 +182,7 @@ class AsyncSandbox:
             env=env,
             timeout=timeout,
             on_timeout=on_timeout,
+            limits=limits,
             client=client,
         )
         return await sandbox.start()
@@ -198,6 +206,7 @@ class AsyncSandbox:
                 env=spec.env,
                 timeout=spec.timeout,
                 on_timeout=spec.on_timeout,
+                limits=spec.limits,
             )
             assert isinstance(info, models.Sandbox)
             self._info = info
@@ -276,6 +285,16 @@ class AsyncSandbox:
     def lifetime(self) -> Optional[models.Lifetime]:
         """Its timeout as last seen (``None`` without one)."""
         return self.info.lifetime
+
+    @property
+    def limits(self) -> Optional[models.SandboxLimits]:
+        """Its resource limits as last seen (``None`` without any)."""
+        return self.info.limits
+
+    @property
+    def usage(self) -> Optional[models.Usage]:
+        """What it had used when last fetched (:meth:`refresh` of a running sandbox; ``None`` otherwise)."""
+        return self.info.usage
 
     async def refresh(self) -> models.Sandbox:
         """Fetch the sandbox again (with its memory use) and return it."""
@@ -409,6 +428,7 @@ class AsyncSandbox:
         wait: bool = True,
         ports: Optional[Iterable[PortSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        limits: Optional[LimitsSpec] = None,
     ) -> "AsyncBranch":
         """Snapshot the sandbox at this instant and spawn ``count`` children from it.
 
@@ -420,7 +440,8 @@ class AsyncSandbox:
 
         Children keep the source's network mode and egress allow-list. Each
         publishes ``ports`` (as for :class:`AsyncSandbox`), by default the
-        source's guest ports on host ports of its own.
+        source's guest ports on host ports of its own. They inherit its
+        :attr:`limits`, with the fields given in ``limits`` replaced.
         """
         result = await self.client.branch_sandbox(
             self.id,
@@ -430,6 +451,7 @@ class AsyncSandbox:
             wait=None if wait else False,
             ports=ports,
             wait_for_network=wait_for_network,
+            limits=limits,
         )
         return AsyncBranch._from_result(self.client, result, count)
 
@@ -566,10 +588,11 @@ class AsyncSnapshot:
         env: Optional[Mapping[str, str]] = None,
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
+        limits: Optional[LimitsSpec] = None,
     ) -> List[AsyncSandbox]:
         """Spawn ``count`` sandboxes from this snapshot (all or nothing).
 
-        The network and lifetime arguments are those of :class:`AsyncSandbox`;
+        The network, lifetime and ``limits`` arguments are those of :class:`AsyncSandbox`;
         with ``count`` above 1, published ports need host port 0 (one
         allocated for each).
         """
@@ -584,6 +607,7 @@ class AsyncSnapshot:
             env=env,
             timeout=timeout,
             on_timeout=on_timeout,
+            limits=limits,
         )
         assert isinstance(batch, models.SandboxBatch)
         return [AsyncSandbox._wrap(self.client, info) for info in batch.sandboxes]

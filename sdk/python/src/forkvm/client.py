@@ -30,7 +30,7 @@ from . import _images, _ops, models
 from ._base import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
 from ._default import default_client
 from ._images import ImageEventCallback
-from ._ops import EgressSpec, PortSpec
+from ._ops import EgressSpec, LimitsSpec, PortSpec
 from .errors import error_from_response
 from .streaming import ExecStream, _is_json
 
@@ -144,8 +144,12 @@ class Client(_BaseClient):
         return self._send(_ops.health())
 
     def info(self) -> models.Info:
-        """``GET /v1/info``: version, accelerator, QEMU, limits, images, pools, networking."""
+        """``GET /v1/info``: version, accelerator, QEMU, limits, images, pools, networking, capacity."""
         return self._send(_ops.info())
+
+    def metrics(self) -> str:
+        """``GET /metrics``: the daemon's Prometheus metrics, as text (``forkvm_spawns_total``, ...)."""
+        return self._send(_ops.metrics())
 
     # -- sandboxes ---------------------------------------------------------
 
@@ -175,6 +179,7 @@ class Client(_BaseClient):
         env: Optional[Mapping[str, str]] = None,
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
+        limits: Optional[LimitsSpec] = None,
     ) -> Union[models.Sandbox, models.SandboxBatch]:
         """``POST /v1/sandboxes``: start a sandbox, or ``count`` of them.
 
@@ -195,6 +200,10 @@ class Client(_BaseClient):
         is the default environment of every exec in it (an exec's own ``env``
         wins). ``timeout`` (seconds, 1 to 2,592,000) removes it when it runs
         out, or pauses it with ``on_timeout="pause"``.
+
+        ``limits`` (a :class:`~forkvm.models.SandboxLimits` or a mapping of
+        its fields, e.g. ``{"disk_iops": 100, "net_kbps": 10000}``) bounds
+        its resources; a branch's children inherit them.
         """
         body = _ops.create_request(
             image=image,
@@ -212,6 +221,7 @@ class Client(_BaseClient):
             env=env,
             timeout=timeout,
             on_timeout=on_timeout,
+            limits=limits,
         )
         return self._send(_ops.create_sandbox(body))
 
@@ -261,15 +271,17 @@ class Client(_BaseClient):
         wait: Optional[bool] = None,
         ports: Optional[Iterable[PortSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        limits: Optional[LimitsSpec] = None,
     ) -> models.BranchResult:
         """``POST /v1/sandboxes/{id}/branch``: snapshot it now and spawn ``count`` children.
 
         Each child publishes ``ports`` (as for :meth:`create_sandbox`);
         without them, the source's guest ports on newly allocated host ports.
-        Children keep the source's network mode and egress allow-list.
+        Children keep the source's network mode and egress allow-list, and
+        its limits with the fields of ``limits`` replaced.
         """
         body = _ops.branch_request(
-            mode=mode, count=count, tag=tag, wait=wait, ports=ports, wait_for_network=wait_for_network
+            mode=mode, count=count, tag=tag, wait=wait, ports=ports, wait_for_network=wait_for_network, limits=limits
         )
         return self._send(_ops.branch_sandbox(id, body))
 

@@ -46,6 +46,7 @@ __all__ = [
     "QemuFailed",
     "NetworkFailed",
     "NetworkUnavailable",
+    "CapacityExceeded",
     "GuestError",
     "GuestTimeout",
     "RegistryUnreachable",
@@ -167,6 +168,15 @@ class NetworkUnavailable(ServerError):
     """
 
 
+class CapacityExceeded(ServerError):
+    """503 ``capacity_exceeded``: the spawn, branch or resume would pass the host's memory commitment.
+
+    Nothing was started; retry once sandboxes have been removed or paused
+    (``Client.info().capacity`` shows what is left). A disk below the
+    reserve is :class:`NoSpace` instead.
+    """
+
+
 class GuestError(ServerError):
     """502: the guest agent went away (the VM died)."""
 
@@ -242,6 +252,7 @@ _BY_CODE: Dict[str, Type[ForkvmError]] = {
     "qemu_failed": QemuFailed,
     "network_failed": NetworkFailed,
     "network_unavailable": NetworkUnavailable,
+    "capacity_exceeded": CapacityExceeded,
     "internal": ServerError,
     "guest_error": GuestError,
     "guest_timeout": GuestTimeout,

@@ -29,6 +29,7 @@ __all__ = [
     "BranchRequest",
     "BranchResult",
     "BuildQuery",
+    "Capacity",
     "CreateSandbox",
     "CreateSnapshot",
     "DiskChain",
@@ -69,6 +70,7 @@ __all__ = [
     "ResumeRequest",
     "Sandbox",
     "SandboxBatch",
+    "SandboxLimits",
     "SandboxList",
     "SandboxState",
     "SetTimeout",
@@ -78,6 +80,7 @@ __all__ = [
     "SnapshotTimings",
     "SpawnTimings",
     "StartCommand",
+    "Usage",
 ]
 
 M = TypeVar("M", bound="Model")
@@ -323,6 +326,8 @@ class Info(Model):
     pools: List[PoolInfo]
     network: NetInfo
     gc: GcInfo
+    #: Memory and disk capacity as admission control counts them.
+    capacity: Optional[Capacity] = None
 
 
 @dataclass
@@ -454,6 +459,9 @@ class Sandbox(Model):
     #: Its timeout, when it has one; its saved state while ``paused``.
     lifetime: Optional[Lifetime] = None
     paused: Optional[PauseInfo] = None
+    #: Its resource limits (``None`` without any); what it has used (``GET`` of a running one).
+    limits: Optional[SandboxLimits] = None
+    usage: Optional[Usage] = None
 
 
 @dataclass
@@ -482,6 +490,7 @@ class CreateSandbox(Model):
     proven to work. ``metadata`` labels it, ``env`` is the default
     environment of its execs (a branch's children inherit both);
     ``timeout`` (seconds) removes it, or pauses it with ``on_timeout=pause``.
+    ``limits`` bounds its resources (children inherit them).
     """
 
     image: Optional[str] = None
@@ -500,6 +509,7 @@ class CreateSandbox(Model):
     env: Optional[Dict[str, str]] = None
     timeout: Optional[int] = None
     on_timeout: Optional[OnTimeout] = None
+    limits: Optional[SandboxLimits] = None
 
 
 # --------------------------------------------------------------------------
@@ -691,7 +701,8 @@ class BranchRequest(Model):
 
     ``ports`` are published for each child; omitted, each child publishes the
     source's guest ports on newly allocated host ports. Children keep the
-    source's network mode and egress allow-list.
+    source's network mode and egress allow-list, and its ``limits`` with the
+    fields given here replaced.
     """
 
     mode: Optional[BranchMode] = None
@@ -700,6 +711,7 @@ class BranchRequest(Model):
     wait: Optional[bool] = None
     ports: Optional[List[PortForward]] = None
     wait_for_network: Optional[bool] = None
+    limits: Optional[SandboxLimits] = None
 
 
 @dataclass
@@ -768,7 +780,7 @@ class PruneResult(Model):
 
 
 # --------------------------------------------------------------------------
-# Images and lifetimes: in modules of their own (re-exported here), after
+# Images, lifetimes and resources: in modules of their own (re-exported here), after
 # the base classes they use.
 
 from ._image_models import (  # noqa: E402
@@ -782,3 +794,4 @@ from ._image_models import (  # noqa: E402
     StartCommand,
 )
 from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout  # noqa: E402
+from ._resource_models import Capacity, SandboxLimits, Usage  # noqa: E402

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops, models
-from ._ops import EgressSpec, PortSpec
+from ._ops import EgressSpec, LimitsSpec, PortSpec
 from .client import Client, default_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import ExecStream, OutputCallback
@@ -90,6 +90,10 @@ class Sandbox:
     removes it when it runs out, or with ``on_timeout="pause"`` pauses it
     (see :meth:`pause`, :meth:`resume`, :meth:`set_timeout`).
 
+    Resources: ``limits={"disk_iops": 100, "net_kbps": 10000}`` (or a
+    :class:`~forkvm.models.SandboxLimits`) bounds them; see :attr:`limits`
+    and :attr:`usage`.
+
     To wrap a sandbox that already exists, use :meth:`Sandbox.get`.
     """
 
@@ -110,6 +114,7 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
+        limits: Optional[LimitsSpec] = None,
         client: Optional[Client] = None,
     ) -> None:
         self._spec = _ops.create_request(
@@ -127,6 +132,7 @@ class Sandbox:
             env=env,
             timeout=timeout,
             on_timeout=on_timeout,
+            limits=limits,
         )
         self._client = client
         self._info: Optional[models.Sandbox] = None
@@ -151,6 +157,7 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
+        limits: Optional[LimitsSpec] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
         """Spawn a sandbox and return it."""
@@ -169,6 +176,7 @@ class Sandbox:
             env=env,
             timeout=timeout,
             on_timeout=on_timeout,
+            limits=limits,
             client=client,
         )
         return sandbox.start()
@@ -192,6 +200,7 @@ class Sandbox:
                 env=spec.env,
                 timeout=spec.timeout,
                 on_timeout=spec.on_timeout,
+                limits=spec.limits,
             )
             assert isinstance(info, models.Sandbox)
             self._info = info
@@ -268,6 +277,16 @@ class Sandbox:
     def lifetime(self) -> Optional[models.Lifetime]:
         """Its timeout as last seen (``None`` without one)."""
         return self.info.lifetime
+
+    @property
+    def limits(self) -> Optional[models.SandboxLimits]:
+        """Its resource limits as last seen (``None`` without any)."""
+        return self.info.limits
+
+    @property
+    def usage(self) -> Optional[models.Usage]:
+        """What it had used when last fetched (:meth:`refresh` of a running sandbox; ``None`` otherwise)."""
+        return self.info.usage
 
     def refresh(self) -> models.Sandbox:
         """Fetch the sandbox again (with its memory use) and return it."""
@@ -401,6 +420,7 @@ class Sandbox:
         wait: bool = True,
         ports: Optional[Iterable[PortSpec]] = None,
         wait_for_network: Optional[bool] = None,
+        limits: Optional[LimitsSpec] = None,
     ) -> "Branch":
         """Snapshot the sandbox at this instant and spawn ``count`` children from it.
 
@@ -412,7 +432,8 @@ class Sandbox:
 
         Children keep the source's network mode and egress allow-list. Each
         publishes ``ports`` (as for :class:`Sandbox`), by default the
-        source's guest ports on host ports of its own.
+        source's guest ports on host ports of its own. They inherit its
+        :attr:`limits`, with the fields given in ``limits`` replaced.
         """
         result = self.client.branch_sandbox(
             self.id,
@@ -422,6 +443,7 @@ class Sandbox:
             wait=None if wait else False,
             ports=ports,
             wait_for_network=wait_for_network,
+            limits=limits,
         )
         return Branch._from_result(self.client, result, count)
 
@@ -553,10 +575,11 @@ class Snapshot:
         env: Optional[Mapping[str, str]] = None,
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
+        limits: Optional[LimitsSpec] = None,
     ) -> List[Sandbox]:
         """Spawn ``count`` sandboxes from this snapshot (all or nothing).
 
-        The network and lifetime arguments are those of :class:`Sandbox`;
+        The network, lifetime and ``limits`` arguments are those of :class:`Sandbox`;
         with ``count`` above 1, published ports need host port 0 (one
         allocated for each).
         """
@@ -571,6 +594,7 @@ class Snapshot:
             env=env,
             timeout=timeout,
             on_timeout=on_timeout,
+            limits=limits,
         )
         assert isinstance(batch, models.SandboxBatch)
         return [Sandbox._wrap(self.client, info) for info in batch.sandboxes]
