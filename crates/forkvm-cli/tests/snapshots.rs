@@ -447,7 +447,10 @@ impl Drop for SmallFs {
 fn a_branch_on_a_full_disk_fails_cleanly() {
     require_vm_prereqs();
     let fs = SmallFs::new(48);
-    let mut d = Daemon::start_in(&fs.mnt.join("home"));
+    // No free-space reserve: this test is about what happens when the disk
+    // fills up in the middle of a snapshot, past admission control (which
+    // would refuse the spawn on a filesystem this small; checked at the end).
+    let mut d = Daemon::start_in_env(&fs.mnt.join("home"), &[("FORKVM_DISK_RESERVE_MIB", "0")]);
     let id = d.ok(&["spawn", "--no-template"]).trim().to_string();
     sh(&d, &id, "echo alive > /root/a.txt");
     for mode in ["full", "live"] {
@@ -541,6 +544,19 @@ fn a_branch_on_a_full_disk_fails_cleanly() {
         .is_empty());
     assert_eq!(d.json(&["ps"])["sandboxes"].as_array().unwrap().len(), 1);
     d.ok(&["rm", &id]);
+    // With the default free-space reserve, the daemon refuses new work on
+    // a filesystem this small before it starts: 507 `no_space`.
+    d.stop(libc::SIGTERM);
+    d.env.clear();
+    d.spawn_process();
+    let o = d.run(&["spawn", "--no-template"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no_space") && stderr(&o).contains("--disk-reserve-mib"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(d.json(&["ps"])["sandboxes"].as_array().unwrap().is_empty());
     d.stop(libc::SIGTERM);
     drop(d);
     drop(fs);

@@ -70,6 +70,11 @@ impl Daemon {
         Self::start_at(Some(home), None)
     }
 
+    /// Start in `home` with extra environment for `forkvm serve`.
+    pub fn start_in_env(home: &Path, env: &[(&str, &str)]) -> Daemon {
+        Self::start_full(Some(home), None, env)
+    }
+
     /// Start with extra environment for `forkvm serve` (kept for restarts).
     pub fn start_env(env: &[(&str, &str)]) -> Daemon {
         Self::start_full(None, None, env)
