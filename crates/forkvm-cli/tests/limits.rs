@@ -8,6 +8,14 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// The rate tests measure time in the guest; under TCG on a small host a
+/// concurrent test's VM would steal their CPU. One at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Read `count` blocks of `bs` of a file written beforehand, with O_DIRECT
 /// (one request at a time, no page cache), and return the seconds dd took
 /// as the guest measured it. Reads, because writes to a file also write
@@ -34,6 +42,7 @@ fn write_file(d: &Daemon, id: &str, mib: u32) {
 #[test]
 #[ignore = "boots microVMs: run with `make test`"]
 fn disk_iops_and_bandwidth_hold_and_children_inherit_them() {
+    let _one = serial();
     let d = shared();
     // Refused before anything starts.
     for bad in [["--disk-iops", "0"], ["--net-kbps", "1"]] {
@@ -90,6 +99,7 @@ fn disk_iops_and_bandwidth_hold_and_children_inherit_them() {
 #[test]
 #[ignore = "boots microVMs: run with `make test`"]
 fn network_rate_holds() {
+    let _one = serial();
     let d = shared();
     let id = d
         .ok(&["spawn", "--port", "8000", "--net-kbps", "4000"])
@@ -130,6 +140,7 @@ fn network_rate_holds() {
 #[test]
 #[ignore = "boots microVMs: run with `make test`"]
 fn a_full_guest_disk_stops_at_its_size() {
+    let _one = serial();
     let d = shared();
     let other = d.spawn();
     let id = d.ok(&["spawn"]).trim().to_string();
