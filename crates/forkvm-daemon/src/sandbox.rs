@@ -935,14 +935,7 @@ impl Manager {
                 }
                 Phase::Running => {}
             }
-            process::kill(live.pid, libc::SIGKILL);
-            if !live.wait_exit(Duration::from_secs(15)).await {
-                return Err(ApiError::internal(format!(
-                    "QEMU (pid {}) of sandbox {id} did not exit after SIGKILL",
-                    live.pid
-                )));
-            }
-            self.live_map().remove(id);
+            self.kill_live(&live).await?;
         } else if row.state == SandboxState::Starting {
             // Its spawn is still preparing (no QEMU attached yet): removing
             // its files now would fail that spawn halfway. (Rows left
@@ -970,6 +963,19 @@ impl Manager {
         self.collect_layers().await;
         // And it may have been the last user of a branch point.
         self.poke_gc();
+        Ok(())
+    }
+
+    /// End a sandbox's QEMU (its phase already `Removing`) and forget it.
+    pub(crate) async fn kill_live(&self, live: &Live) -> Result<(), ApiError> {
+        process::kill(live.pid, libc::SIGKILL);
+        if !live.wait_exit(Duration::from_secs(15)).await {
+            return Err(ApiError::internal(format!(
+                "QEMU (pid {}) of sandbox {} did not exit after SIGKILL",
+                live.pid, live.id
+            )));
+        }
+        self.live_map().remove(&live.id);
         Ok(())
     }
 

@@ -84,14 +84,7 @@ impl Manager {
             // snapshot goes with it (its source is this sandbox).
             return Err(ApiError::conflict(format!("sandbox {id} is being removed")));
         }
-        process::kill(live.pid, libc::SIGKILL);
-        if !live.wait_exit(Duration::from_secs(15)).await {
-            return Err(ApiError::internal(format!(
-                "QEMU (pid {}) of sandbox {id} did not exit after SIGKILL",
-                live.pid
-            )));
-        }
-        self.live_map().remove(id);
+        self.kill_live(&live).await?;
         self.net.teardown(id, row.network.as_ref()).await;
         live.paths.remove_all();
         let mut l = self.db.lifecycle(id)?;
