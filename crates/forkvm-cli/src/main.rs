@@ -343,9 +343,32 @@ enum Cmd {
             value_delimiter = ','
         )]
         allowed_registries: Vec<String>,
+        /// Run QEMU unconfined: as root, in the host's mount namespace, with
+        /// no seccomp filter and no cgroup of its own. For debugging only
+        /// (docs/security.md).
+        #[arg(long, env = "FORKVM_NO_JAIL")]
+        no_jail: bool,
+        /// The uids jailed QEMUs run as, one each (gid = uid): FIRST-LAST.
+        #[arg(long, value_name = "FIRST-LAST", env = "FORKVM_JAIL_UIDS",
+              default_value = "2000000-2999999", value_parser = parse_uid_range)]
+        jail_uids: (u32, u32),
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
+}
+
+fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?} is not FIRST-LAST"))?;
+    let a: u32 = a.trim().parse().map_err(|e| format!("{a:?}: {e}"))?;
+    let b: u32 = b.trim().parse().map_err(|e| format!("{b:?}: {e}"))?;
+    if a == 0 || b < a {
+        return Err(format!(
+            "{s:?}: the range must start above 0 (QEMU never runs as root) and end at or after its start"
+        ));
+    }
+    Ok((a, b - a + 1))
 }
 
 const fn forkvm_net_default_pool() -> &'static str {
@@ -389,6 +412,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             gc_interval,
             disk_chain_max,
             allowed_registries,
+            no_jail,
+            jail_uids,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -403,6 +428,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.gc_grace = Duration::from_secs(gc_grace);
             cfg.gc_interval = (gc_interval > 0).then(|| Duration::from_secs(gc_interval));
             cfg.disk_chain_max = disk_chain_max;
+            cfg.jail = !no_jail;
+            cfg.jail_uids = jail_uids;
             cfg.allowed_registries = allowed_registries
                 .into_iter()
                 .map(|h| h.trim().to_string())

@@ -18,6 +18,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod cgroup;
 pub mod compact;
 pub mod config;
 pub mod db;
@@ -25,6 +26,7 @@ pub mod error;
 pub mod failure;
 pub mod gc;
 pub mod images;
+pub mod jail;
 pub mod net;
 pub mod sandbox;
 pub mod snapshot;
