@@ -75,6 +75,14 @@ impl Jailer {
         }
     }
 
+    /// Remove the parent cgroup of this daemon's sandboxes if it is empty
+    /// (daemon shutdown); one with sandboxes in it stays.
+    pub fn remove_group(&self) {
+        if let Some(l) = &self.layout {
+            let _ = Cgroup::at(l, &self.group, "").remove();
+        }
+    }
+
     /// Take a free uid: the flock on its lock file is the allocation.
     fn take_uid(&self) -> Result<(u32, std::fs::File), ApiError> {
         use std::os::fd::AsRawFd;

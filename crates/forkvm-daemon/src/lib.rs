@@ -259,6 +259,8 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     if running == 0 {
         mgr.net.remove_host_table().await;
     }
+    // The daemon's cgroup parent goes too when no sandbox is left in it.
+    mgr.jail.remove_group();
     let _ = std::fs::remove_file(&socket);
     Ok(())
 }
