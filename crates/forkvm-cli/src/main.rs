@@ -10,6 +10,7 @@
 //! out, 128+N when a signal killed it); other failures exit 1 (2 for usage).
 
 mod doctor;
+mod doctor_jail;
 mod doctor_net;
 mod gc;
 mod image;
