@@ -17,7 +17,7 @@
 //!   backing chain and the snapshot state it will load (read-only), /usr and
 //!   the loader (read-only, executable), and a few device nodes.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use forkvm_qemu::jail::{Access, Jail, Mount};
@@ -162,7 +162,21 @@ impl Jailer {
         }
         if spec.memory.readonly {
             ro(&spec.memory.path);
-        } else {
+        }
+        // A shared file QEMU cannot read as its uid would fail the spawn
+        // with a bare EACCES from inside QEMU: say which file and why.
+        for m in mounts.iter().filter(|m| m.access == Access::ReadOnly) {
+            let readable = std::fs::metadata(&m.path).is_ok_and(|md| md.mode() & 0o004 != 0);
+            if !readable {
+                return Err(ApiError::internal(format!(
+                    "{} is not world-readable, so the jailed QEMU of sandbox {id} (uid {uid}) \
+                     cannot read it; run `chmod a+r {}` (or `forkvm serve --no-jail` to debug)",
+                    m.path.display(),
+                    m.path.display()
+                )));
+            }
+        }
+        if !spec.memory.readonly {
             precreate(&spec.memory.path, gid).map_err(|e| err("its RAM file", e))?;
             mounts.push(Mount {
                 path: spec.memory.path.clone(),
@@ -211,7 +225,6 @@ fn precreate(path: &Path, gid: u32) -> std::io::Result<()> {
 /// The jail gid of a sandbox, read from its directory; `None` when it is
 /// not jailed.
 pub fn sandbox_gid(paths: &SandboxPaths) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
     let m = std::fs::symlink_metadata(&paths.dir).ok()?;
     (m.gid() != 0).then_some(m.gid())
 }
