@@ -172,6 +172,20 @@ fn a_jailed_qemu_cannot_open_host_files_or_another_sandboxs_disk() {
     drop(q);
     // And the sandbox is unharmed.
     assert_eq!(sh(d, &a.id, "echo alive"), "alive\n");
+
+    // A compromised QEMU owns its sockets and could swap its QMP socket for
+    // a link to another sandbox's: the daemon then refuses to talk to it
+    // (the listener is not this sandbox's uid) instead of snapshotting B.
+    std::fs::remove_file(&pa.qmp).unwrap();
+    std::os::unix::fs::symlink(&pb.qmp, &pa.qmp).unwrap();
+    let o = d.run(&["snapshot", &a.id]);
+    assert!(
+        !o.status.success(),
+        "a snapshot went through a swapped socket"
+    );
+    assert!(stderr(&o).contains("refusing"), "{}", stderr(&o));
+    assert_eq!(d.json(&["inspect", &b.id])["state"], "running");
+    assert_eq!(sh(d, &b.id, "echo fine"), "fine\n");
 }
 
 #[test]

@@ -316,6 +316,43 @@ impl Jail {
     }
 }
 
+/// Refuse a connection to a jailed QEMU's socket whose listener is not that
+/// QEMU.
+///
+/// A jailed QEMU owns the sockets it creates in its sandbox directory, so a
+/// compromised one could replace them with symlinks to another sandbox's
+/// sockets. The directory itself is the daemon's (`root:<gid>`, sticky, see
+/// the daemon's jail module) and names the uid (= gid) of the QEMU that may
+/// listen in it; the kernel's record of the listener's credentials
+/// (SO_PEERCRED) must match it. Sockets outside such a directory (an
+/// unjailed QEMU's) are not checked.
+pub fn check_peer(stream: &tokio::net::UnixStream, socket: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(dir) = socket.parent() else {
+        return Ok(());
+    };
+    let Ok(m) = std::fs::symlink_metadata(dir) else {
+        return Ok(());
+    };
+    let jailed = m.is_dir() && m.uid() == 0 && m.gid() != 0 && m.mode() & 0o1000 != 0;
+    if !jailed {
+        return Ok(());
+    }
+    let cred = stream.peer_cred()?;
+    if cred.uid() != m.gid() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is served by uid {}, not by this sandbox's QEMU (uid {}): refusing it",
+                socket.display(),
+                cred.uid(),
+                m.gid()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check(r: libc::c_int, what: &'static str) -> io::Result<()> {
     if r < 0 {
         let e = io::Error::last_os_error();
