@@ -50,7 +50,9 @@ pub struct Jailer {
 
 impl Jailer {
     pub fn new(cfg: &Config) -> Jailer {
-        let layout = if cfg.jail { Layout::detect() } else { None };
+        // Detected even with the jail off: sandboxes a jailing daemon left
+        // running still have cgroups to remove when they end.
+        let layout = Layout::detect();
         Jailer {
             enabled: cfg.jail,
             uids: cfg.jail_uids,
@@ -190,6 +192,7 @@ impl Jailer {
             });
         }
         let cgroup_procs = match &self.layout {
+            // (Only a jailed QEMU gets one: `--no-jail` is for debugging.)
             Some(l) => Cgroup::create(l, &self.group, id)
                 .map_err(|e| err("its cgroup", e))?
                 .procs_files(),

@@ -608,6 +608,27 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_socket_in_a_jail_directory_must_be_served_by_its_uid() {
+        use std::os::unix::fs::PermissionsExt;
+        // SAFETY: geteuid(2) has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return; // chown needs root; the VM tests cover this as root
+        }
+        let d = tempfile::tempdir().unwrap();
+        let sock = d.path().join("qmp.sock");
+        let _l = tokio::net::UnixListener::bind(&sock).unwrap();
+        // An ordinary directory: not checked.
+        let s = tokio::net::UnixStream::connect(&sock).await.unwrap();
+        check_peer(&s, &sock).unwrap();
+        // A jail directory for uid 4242: our (root) listener is refused.
+        std::os::unix::fs::chown(d.path(), Some(0), Some(4242)).unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1770)).unwrap();
+        let s = tokio::net::UnixStream::connect(&sock).await.unwrap();
+        let e = check_peer(&s, &sock).unwrap_err();
+        assert!(e.to_string().contains("uid 4242"), "{e}");
+    }
+
     #[test]
     fn uid_zero_and_relative_paths_are_refused() {
         let mut j = jail(Path::new("/jr"), vec![]);
