@@ -77,9 +77,32 @@ impl Jailer {
         }
     }
 
+    /// Remove every sandbox cgroup of this daemon that no process is in
+    /// any more (a QEMU that died while no daemon watched it, or whose
+    /// removal a stopping daemon did not finish). Only while no spawn runs
+    /// (daemon start and shutdown): a spawn's cgroup is empty until its QEMU
+    /// joins it.
+    pub fn sweep(&self) {
+        let Some(l) = &self.layout else { return };
+        let parent = Cgroup::at(l, &self.group, "");
+        let mut names = std::collections::BTreeSet::new();
+        for dir in parent.dirs() {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    names.insert(e.file_name().to_string_lossy().into_owned());
+                }
+            }
+        }
+        for n in names {
+            // rmdir of a cgroup with processes fails (EBUSY): those stay.
+            let _ = Cgroup::at(l, &self.group, &n).remove();
+        }
+    }
+
     /// Remove the parent cgroup of this daemon's sandboxes if it is empty
     /// (daemon shutdown); one with sandboxes in it stays.
     pub fn remove_group(&self) {
+        self.sweep();
         if let Some(l) = &self.layout {
             let _ = Cgroup::at(l, &self.group, "").remove();
         }

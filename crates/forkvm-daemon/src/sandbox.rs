@@ -973,6 +973,8 @@ impl Manager {
             }
         }
         self.reap_orphans();
+        // Cgroups of QEMUs that ended while no daemon watched them.
+        self.jail.sweep();
         let running: Vec<(String, Option<crate::net::SandboxNet>)> = self
             .db
             .list()?
