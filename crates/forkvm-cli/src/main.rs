@@ -347,7 +347,8 @@ enum Cmd {
         /// Run QEMU unconfined: as root, in the host's mount namespace, with
         /// no seccomp filter and no cgroup of its own. For debugging only
         /// (docs/security.md).
-        #[arg(long, env = "FORKVM_NO_JAIL")]
+        #[arg(long, env = "FORKVM_NO_JAIL",
+              value_parser = clap::builder::BoolishValueParser::new())]
         no_jail: bool,
         /// The uids jailed QEMUs run as, one each (gid = uid): FIRST-LAST.
         #[arg(long, value_name = "FIRST-LAST", env = "FORKVM_JAIL_UIDS",
