@@ -68,12 +68,29 @@ impl Jailer {
         self.layout.as_ref().map(|l| Cgroup::at(l, &self.group, id))
     }
 
-    /// Remove a sandbox's cgroup once its QEMU has exited.
+    /// Remove a sandbox's cgroup once its QEMU has exited. The kernel may
+    /// still count a process that was just reaped (EBUSY), so a failed
+    /// removal is retried in the background for a while; what is left after
+    /// that (or after a daemon crash) goes in the next [`Jailer::sweep`].
     pub fn release(&self, id: &str) {
-        if let Some(cg) = self.cgroup(id) {
+        let Some(cg) = self.cgroup(id) else { return };
+        if cg.remove().is_ok() {
+            return;
+        }
+        let id = id.to_string();
+        let retry = async move {
+            for _ in 0..100 {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                if cg.remove().is_ok() {
+                    return;
+                }
+            }
             if let Err(e) = cg.remove() {
                 tracing::warn!(sandbox = %id, "cannot remove the cgroup of sandbox {id}: {e}");
             }
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(retry);
         }
     }
 

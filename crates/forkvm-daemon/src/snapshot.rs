@@ -2067,17 +2067,8 @@ impl Manager {
                 }
             }
             paths.remove_all();
-            // Once the QEMU is gone (a moment after SIGKILL).
-            if let Some(cg) = self.jail.cgroup(&id) {
-                tokio::spawn(async move {
-                    for _ in 0..50 {
-                        if cg.remove().is_ok() {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                });
-            }
+            // (Retried until the killed QEMU is gone.)
+            self.jail.release(&id);
         }
     }
 }
