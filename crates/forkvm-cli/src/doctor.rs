@@ -225,6 +225,7 @@ pub async fn run(json: bool) -> Result<ExitCode> {
         &std::env::var("FORKVM_NET_POOL").unwrap_or_else(|_| cfg.net_pool.clone()),
     ));
     checks.push(uffd_check());
+    checks.extend(crate::doctor_jail::checks(&cfg.qemu));
 
     // The daemon.
     let client = forkvm_api::Client::from_env().map_err(|e| anyhow::anyhow!(e))?;

@@ -10,6 +10,7 @@
 //! out, 128+N when a signal killed it); other failures exit 1 (2 for usage).
 
 mod doctor;
+mod doctor_jail;
 mod doctor_net;
 mod gc;
 mod image;
@@ -365,9 +366,33 @@ enum Cmd {
         #[arg(long, value_name = "MiB", env = "FORKVM_DISK_RESERVE_MIB",
               default_value_t = forkvm_daemon::config::DEFAULT_DISK_RESERVE_MIB)]
         disk_reserve_mib: u64,
+        /// Run QEMU unconfined: as root, in the host's mount namespace, with
+        /// no seccomp filter and no cgroup of its own. For debugging only
+        /// (docs/security.md).
+        #[arg(long, env = "FORKVM_NO_JAIL",
+              value_parser = clap::builder::BoolishValueParser::new())]
+        no_jail: bool,
+        /// The uids jailed QEMUs run as, one each (gid = uid): FIRST-LAST.
+        #[arg(long, value_name = "FIRST-LAST", env = "FORKVM_JAIL_UIDS",
+              default_value = "2000000-2999999", value_parser = parse_uid_range)]
+        jail_uids: (u32, u32),
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
+}
+
+fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?} is not FIRST-LAST"))?;
+    let a: u32 = a.trim().parse().map_err(|e| format!("{a:?}: {e}"))?;
+    let b: u32 = b.trim().parse().map_err(|e| format!("{b:?}: {e}"))?;
+    if a == 0 || b < a {
+        return Err(format!(
+            "{s:?}: the range must start above 0 (QEMU never runs as root) and end at or after its start"
+        ));
+    }
+    Ok((a, b - a + 1))
 }
 
 const fn forkvm_net_default_pool() -> &'static str {
@@ -413,6 +438,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             allowed_registries,
             memory_commit_mib,
             disk_reserve_mib,
+            no_jail,
+            jail_uids,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -431,6 +458,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 cfg.memory_commit_mib = m;
             }
             cfg.disk_reserve_mib = disk_reserve_mib;
+            cfg.jail = !no_jail;
+            cfg.jail_uids = jail_uids;
             cfg.allowed_registries = allowed_registries
                 .into_iter()
                 .map(|h| h.trim().to_string())

@@ -212,7 +212,12 @@ fn snapshots_restore_into_the_machine_they_were_made_on() {
     // (and, so that its cold boot cannot die, masks the PIC first).
     let wrapper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qemu-old-machine");
     let mut d = Daemon::start();
-    d.env = vec![("FORKVM_QEMU".into(), wrapper.display().to_string())];
+    // The old forkvm had no jail either (and the wrapper needs /tmp, bash
+    // and python3, which a jailed QEMU does not see).
+    d.env = vec![
+        ("FORKVM_QEMU".into(), wrapper.display().to_string()),
+        ("FORKVM_NO_JAIL".into(), "1".into()),
+    ];
     d.stop(libc::SIGTERM);
     d.spawn_process();
     let old_vm = d.ok(&["spawn", "--no-template"]).trim().to_string();

@@ -130,6 +130,8 @@ impl AgentConn {
         let s = UnixStream::connect(path)
             .await
             .map_err(|e| AgentError::Connect(path.display().to_string(), e))?;
+        forkvm_qemu::jail::check_peer(&s, path)
+            .map_err(|e| AgentError::Connect(path.display().to_string(), e))?;
         let (mut read, write) = s.into_split();
         let routes: Routes = Arc::default();
         let (closed_tx, closed) = watch::channel(false);

@@ -19,6 +19,8 @@
 //!   sandboxes/<id>/qemu.pid          QEMU's pid (finds orphans after a crash)
 //!   snapshots/<id>/                  published snapshots (see forkvm-store)
 //! /dev/shm/forkvm-<hash of home>/<id>.mem   guest RAM (RAM-backed)
+//! /dev/shm/forkvm-<hash of home>/<id>.d/    RAM-backed scratch a live snapshot streams to
+//! $FORKVM_HOME/jail-root/            empty; a jailed QEMU's root is mounted on it (crate::jail)
 //! ```
 
 use std::net::SocketAddr;
@@ -62,6 +64,10 @@ pub struct Config {
     /// Registries pulls may use (`host[:port]`); empty: any
     /// (`--allowed-registries`).
     pub allowed_registries: Vec<String>,
+    /// Confine every QEMU (crate::jail); off with `serve --no-jail`.
+    pub jail: bool,
+    /// The uids (first, count) jailed QEMUs run as (`--jail-uids`).
+    pub jail_uids: (u32, u32),
     /// The memory sandboxes may use in all, MiB (`--memory-commit-mib`;
     /// see crate::admission).
     pub memory_commit_mib: u64,
@@ -125,6 +131,8 @@ impl Config {
             allowed_registries: Vec::new(),
             memory_commit_mib: default_memory_commit_mib(host_mib),
             disk_reserve_mib: DEFAULT_DISK_RESERVE_MIB,
+            jail: true,
+            jail_uids: crate::jail::DEFAULT_UIDS,
         }
     }
 
@@ -176,6 +184,7 @@ impl Config {
             console: dir.join("console.log"),
             qemu_log: dir.join("qemu.log"),
             mem: self.run_dir.join(format!("{id}.mem")),
+            shm: self.run_dir.join(format!("{id}.d")),
             dir,
         }
     }
@@ -191,6 +200,8 @@ pub struct SandboxPaths {
     pub console: PathBuf,
     pub qemu_log: PathBuf,
     pub mem: PathBuf,
+    /// RAM-backed scratch space QEMU may write (a live snapshot's stream).
+    pub shm: PathBuf,
 }
 
 impl SandboxPaths {
@@ -200,6 +211,7 @@ impl SandboxPaths {
         for p in [&self.mem, &self.disk, &self.qmp, &self.agent] {
             let _ = std::fs::remove_file(p);
         }
+        let _ = std::fs::remove_dir_all(&self.shm);
     }
 
     /// Remove everything.

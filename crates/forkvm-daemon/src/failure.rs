@@ -139,6 +139,7 @@ mod tests {
             console: d.join("console.log"),
             qemu_log: d.join("qemu.log"),
             mem: d.join("x.mem"),
+            shm: d.join("x.d"),
             dir: d.to_path_buf(),
         };
         assert_eq!(console_tail(&paths), "(the console is empty)");

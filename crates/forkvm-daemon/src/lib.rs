@@ -19,6 +19,7 @@
 pub mod admission;
 pub mod agent;
 pub mod api;
+pub mod cgroup;
 pub mod compact;
 pub mod config;
 pub mod db;
@@ -29,6 +30,7 @@ pub mod images;
 pub mod lifetime;
 pub mod limits;
 pub mod metrics;
+pub mod jail;
 pub mod net;
 pub mod sandbox;
 pub mod snapshot;
@@ -265,6 +267,8 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     if running == 0 {
         mgr.net.remove_host_table().await;
     }
+    // The daemon's cgroup parent goes too when no sandbox is left in it.
+    mgr.jail.remove_group();
     let _ = std::fs::remove_file(&socket);
     Ok(())
 }

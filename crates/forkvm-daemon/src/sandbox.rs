@@ -133,6 +133,8 @@ pub struct Manager {
     pub(crate) gc: crate::gc::Gc,
     /// Memory held by admissions still starting (crate::admission).
     pub(crate) admissions: crate::admission::Reservations,
+    /// How QEMUs are confined (crate::jail).
+    pub jail: crate::jail::Jailer,
 }
 
 /// What a spawn request produced.
@@ -151,7 +153,9 @@ impl Manager {
         default_pool_size: u32,
         net: crate::net::Net,
     ) -> Arc<Manager> {
+        let jail = crate::jail::Jailer::new(&cfg);
         Arc::new(Manager {
+            jail,
             cfg,
             db,
             accel,
@@ -754,6 +758,7 @@ impl Manager {
             no_configuration_section: false,
             nic: netns.as_ref().map(|_| crate::net::Net::nic()),
             netns,
+            later_reads: vec![],
         };
         let t1 = Instant::now();
         let Launched { child, pid, qmp } = self.launch_qemu(&spec, paths).await?;
@@ -833,14 +838,17 @@ impl Manager {
         spec: &MachineSpec,
         paths: &SandboxPaths,
     ) -> Result<Launched, ApiError> {
+        let jail = self.jail.prepare(&spec.name, spec, paths)?;
         let l = process::launch(
             &self.cfg.qemu,
             spec,
             &paths.qemu_log,
             Duration::from_secs(30),
+            jail,
         )
         .await
         .map_err(|e| {
+            self.jail.release(&spec.name);
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 codes::QEMU_FAILED,
@@ -890,6 +898,7 @@ impl Manager {
                         .to_string()
                 }
             };
+            me.jail.release(&l2.id);
             let reason = failure_reason(&status, &l2.paths);
             let _ = tx.send(Some(reason.clone()));
             if me.on_exit(&l2, &reason) {
@@ -1045,7 +1054,9 @@ impl Manager {
                     // never got an id, so nobody can use this sandbox.
                     if let Some(pid) = pid.filter(|_| alive) {
                         process::kill(pid, libc::SIGKILL);
+                        process::wait_foreign_exit(pid, &row.id).await;
                     }
+                    self.jail.release(&row.id);
                     paths.remove_all();
                     self.db.delete(&row.id)?;
                 }
@@ -1055,12 +1066,15 @@ impl Manager {
                     // Its namespace and pool claim go in `reconcile` below.
                     self.db.set_network(&row.id, None)?;
                     paths.remove_runtime();
+                    self.jail.release(&row.id);
                 }
                 (SandboxState::Failed, _) => paths.remove_runtime(),
                 (SandboxState::Paused, _) => {}
             }
         }
         self.reap_orphans();
+        // Cgroups of QEMUs that ended while no daemon watched them.
+        self.jail.sweep();
         let running: Vec<(String, Option<crate::net::SandboxNet>)> = self
             .db
             .list()?

@@ -493,7 +493,8 @@ impl Manager {
         };
         // A live save goes to tmpfs: QEMU finishes the file while the guest
         // is stopped, and on a disk that final write was most of the pause.
-        let live_tmp = live_mode.then(|| self.cfg.run_dir.join(format!("{snap_id}.state")));
+        // (In the sandbox's RAM scratch directory, which its jail shows it.)
+        let live_tmp = live_mode.then(|| paths.shm.join(format!("{snap_id}.state")));
         // The previous freeze's stream must end first (a job holds the top
         // node, and the chain this freeze sees is then one layer deep), and
         // the next one waits for this freeze to end.
@@ -540,6 +541,8 @@ impl Manager {
         forkvm_qemu::disk::create_overlay_unchecked(&final_disk, "qcow2", &new_top, vsize)
             .await
             .map_err(ApiError::internal)?;
+        crate::jail::share_with_qemu(&paths, &new_top)
+            .map_err(|e| ApiError::internal(format!("cannot give QEMU its new disk layer: {e}")))?;
 
         if let Some(t) = &live_tmp {
             // Create the file now: the run directory is removed when it is
@@ -547,8 +550,9 @@ impl Manager {
             // what keeps it for QEMU's own open below.
             let mut tries = 0;
             loop {
-                let r = std::fs::create_dir_all(&self.cfg.run_dir)
-                    .and_then(|_| std::fs::File::create(t).map(drop));
+                let r = std::fs::create_dir_all(&paths.shm)
+                    .and_then(|_| std::fs::File::create(t).map(drop))
+                    .and_then(|_| crate::jail::share_with_qemu(&paths, t));
                 match r {
                     Ok(()) => break,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 10 => tries += 1,
@@ -579,9 +583,16 @@ impl Manager {
         let mut captured = None;
         let paused = async {
             let t = Instant::now();
+            // QEMU writes only where its jail shows it: the sandbox's own
+            // directory, from which the file moves into the staging one.
             let state_path = live_tmp
                 .clone()
-                .unwrap_or_else(|| staging.path(forkvm_store::DEVICE_STATE));
+                .unwrap_or_else(|| paths.dir.join(format!("{snap_id}.state")));
+            if live_tmp.is_none() {
+                crate::jail::share_with_qemu(&paths, &state_path).map_err(|e| {
+                    ApiError::internal(format!("cannot create {}: {e}", state_path.display()))
+                })?;
+            }
             if let Some(m) = mapping {
                 migrate::save_device_state(&qmp, &state_path)
                     .await
@@ -603,6 +614,15 @@ impl Manager {
                     .await
                     .map_err(|e| qemu_err("saving the device state failed", e))?;
                 timings.save_state_ms = ms(t.elapsed());
+            }
+            if live_tmp.is_none() {
+                let dst = staging.path(forkvm_store::DEVICE_STATE);
+                std::fs::rename(&state_path, &dst)
+                    .and_then(|_| crate::jail::take_back(&dst))
+                    .map_err(|e| {
+                        let _ = std::fs::remove_file(&state_path);
+                        ApiError::internal(format!("cannot move the device state: {e}"))
+                    })?;
             }
             let t = Instant::now();
             qmp.execute(
@@ -645,6 +665,7 @@ impl Manager {
                 if let Some(t) = &live_tmp {
                     let _ = std::fs::remove_file(t);
                 }
+                let _ = std::fs::remove_file(paths.dir.join(format!("{snap_id}.state")));
                 None
             }
         };
@@ -1462,6 +1483,7 @@ impl Manager {
         for mut p in v {
             process::kill(p.pid, libc::SIGKILL);
             let _ = p.child.wait().await;
+            self.jail.release(&p.id);
             self.net.teardown(&p.id, p.net.as_ref()).await;
             p.paths.remove_all();
         }
@@ -1565,6 +1587,7 @@ impl Manager {
             },
             nic: netns.as_ref().map(|_| crate::net::Net::nic()),
             netns,
+            later_reads: vec![snap.path(forkvm_store::DEVICE_STATE)],
         };
         let prepare_ms = ms(t0.elapsed());
         let t1 = Instant::now();
@@ -1612,6 +1635,7 @@ impl Manager {
                 let _ = qmp.execute("quit", None).await;
                 let mut child = child;
                 let _ = child.wait().await;
+                self.jail.release(id);
                 self.net.teardown(id, None).await;
                 paths.remove_all();
                 return Err(ApiError::internal(format!(
@@ -2097,6 +2121,8 @@ impl Manager {
                 }
             }
             paths.remove_all();
+            // (Retried until the killed QEMU is gone.)
+            self.jail.release(&id);
         }
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! * [`qmp`]: an async QMP client with events;
 //! * [`spec`]: the `microvm` machine description and its command line;
+//! * [`jail`]: confining a QEMU (mount namespace, uid, cgroup, no privileges);
 //! * [`process`]: launching QEMU detached from the daemon and re-finding it;
 //! * [`accel`]: choosing KVM or TCG, with the reason;
 //! * [`features`]: the QEMU version and the features forkvm relies on;
@@ -16,6 +17,7 @@ pub mod accel;
 pub mod blockjob;
 pub mod disk;
 pub mod features;
+pub mod jail;
 pub mod migrate;
 pub mod process;
 pub mod qcow2;

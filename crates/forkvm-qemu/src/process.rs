@@ -12,6 +12,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::jail::{Jail, JailError};
 use crate::qmp::{Qmp, QmpError};
 use crate::spec::MachineSpec;
 
@@ -26,6 +27,8 @@ pub enum LaunchError {
     },
     #[error("QEMU exited during start-up ({status}): {stderr}")]
     EarlyExit { status: String, stderr: String },
+    #[error(transparent)]
+    Jail(#[from] JailError),
     #[error("QEMU started but its QMP socket did not answer")]
     Qmp(#[source] QmpError),
 }
@@ -45,19 +48,41 @@ pub fn qemu_binary() -> PathBuf {
 }
 
 /// Start QEMU for `spec`, with its stderr in `stderr_log`, and connect QMP.
+/// With a `jail`, QEMU runs confined (see [`crate::jail`]) and with its
+/// seccomp filter on.
 pub async fn launch(
     bin: &Path,
     spec: &MachineSpec,
     stderr_log: &Path,
     timeout: Duration,
+    jail: Option<Jail>,
 ) -> Result<Launched, LaunchError> {
     let spawn_err = |source| LaunchError::Spawn {
         bin: bin.display().to_string(),
         source,
     };
     let log = std::fs::File::create(stderr_log).map_err(spawn_err)?;
-    let mut cmd = tokio::process::Command::new(bin);
-    cmd.args(spec.to_args())
+    let (jail, tap_fd) = match jail {
+        Some(j) => {
+            let tap = spec.nic.as_ref().map(|n| n.tap.as_str());
+            let (p, fd) = j.prepare(tap).map_err(LaunchError::Jail)?;
+            (Some(Arc::new(p)), fd)
+        }
+        None => (None, None),
+    };
+    // Inside the jail PATH is not searched: name the binary the host would run.
+    let program = if jail.is_some() {
+        resolve(bin).ok_or_else(|| {
+            spawn_err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "not found on PATH",
+            ))
+        })?
+    } else {
+        bin.to_path_buf()
+    };
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(spec.args(jail.is_some(), tap_fd))
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(spawn_err)?)
         .stderr(log)
@@ -68,22 +93,51 @@ pub async fn launch(
         Some(p) => Some(std::fs::File::open(p).map_err(spawn_err)?),
         None => None,
     };
-    if let Some(f) = &ns_file {
+    let ns_fd = {
         use std::os::fd::AsRawFd;
-        let fd = f.as_raw_fd();
-        // SAFETY: setns(2) is async-signal-safe and affects only the forked
-        // child; the fd stays open until spawn returns.
+        ns_file.as_ref().map(|f| f.as_raw_fd())
+    };
+    if ns_fd.is_some() || jail.is_some() {
+        let jail = jail.clone();
+        // SAFETY: the closure runs in the forked child before exec and makes
+        // only syscalls on data prepared above (setns(2), and the jail's
+        // steps, see `jail::Prepared`); the fds and the prepared jail stay
+        // alive until spawn returns.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
+                if let Some(j) = &jail {
+                    j.join_cgroups()?;
+                }
+                if let Some(fd) = ns_fd {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if let Some(j) = &jail {
+                    j.open_tap()?;
+                    j.enter()?;
                 }
                 Ok(())
             });
         }
     }
-    let mut child = cmd.spawn().map_err(spawn_err)?;
+    let spawned = cmd.spawn();
     drop(ns_file);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            // A jail step names itself in the log (only its errno reaches us).
+            let log = std::fs::read_to_string(stderr_log).unwrap_or_default();
+            return Err(LaunchError::Spawn {
+                bin: format!("{} ({})", bin.display(), log.trim()),
+                source: e,
+            });
+        }
+    };
+    // The parent's copies (uid lock, reserved tap number, cgroup files)
+    // close now; QEMU holds its own.
+    drop(cmd);
+    drop(jail);
     let pid = child.id().unwrap_or(0);
     let qmp = tokio::select! {
         r = Qmp::connect(&spec.qmp_socket, timeout) => r,
@@ -101,6 +155,22 @@ pub async fn launch(
             Err(LaunchError::Qmp(e))
         }
     }
+}
+
+/// `bin` as an absolute path: itself when it has a slash, else the first
+/// executable of that name on PATH.
+pub fn resolve(bin: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if bin.components().count() > 1 || bin.is_absolute() {
+        return std::fs::canonicalize(bin).ok();
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(bin))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .and_then(|p| std::fs::canonicalize(p).ok())
 }
 
 /// Send a signal to a pid. Returns false when the process does not exist.

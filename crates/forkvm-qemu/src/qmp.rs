@@ -77,7 +77,13 @@ impl Qmp {
         let deadline = tokio::time::Instant::now() + timeout;
         let stream = loop {
             match UnixStream::connect(path).await {
-                Ok(s) => break s,
+                Ok(s) => {
+                    crate::jail::check_peer(&s, path).map_err(|e| QmpError::Connect {
+                        path: path.display().to_string(),
+                        source: e,
+                    })?;
+                    break s;
+                }
                 Err(e) => {
                     if tokio::time::Instant::now() >= deadline {
                         return Err(QmpError::Connect {

@@ -146,6 +146,9 @@ pub struct MachineSpec {
     /// Not a QEMU argument: the network namespace (a path such as
     /// `/run/netns/fvm-<id>`) QEMU is started in, where its tap lives.
     pub netns: Option<PathBuf>,
+    /// Not a QEMU argument: files the daemon hands QEMU later over QMP
+    /// (a snapshot's device state), which a jail shows it read-only.
+    pub later_reads: Vec<PathBuf>,
 }
 
 /// A NIC backed by an existing tap device (QEMU opens it by name in its own
@@ -159,6 +162,12 @@ pub struct Nic {
 impl MachineSpec {
     /// The QEMU argument vector (without the binary).
     pub fn to_args(&self) -> Vec<String> {
+        self.args(false, None)
+    }
+
+    /// The argument vector of a jailed QEMU (`jailed`: with the seccomp
+    /// filter), whose tap, if it has one, is already open as `tap_fd`.
+    pub fn args(&self, jailed: bool, tap_fd: Option<i32>) -> Vec<String> {
         let mem = format!("{}M", self.memory_mib);
         let mut backend = format!(
             "memory-backend-file,id=mem,size={mem},mem-path={},share={}",
@@ -230,10 +239,10 @@ impl MachineSpec {
         ];
         if let Some(n) = &self.nic {
             a.push("-netdev".into());
-            a.push(format!(
-                "tap,id=net0,ifname={},script=no,downscript=no",
-                n.tap
-            ));
+            a.push(match tap_fd {
+                Some(fd) => format!("tap,id=net0,fd={fd}"),
+                None => format!("tap,id=net0,ifname={},script=no,downscript=no", n.tap),
+            });
             a.push("-device".into());
             a.push(format!("virtio-net-device,netdev=net0,mac={}", n.mac));
         }
@@ -247,9 +256,16 @@ impl MachineSpec {
         if self.no_configuration_section {
             a.extend(["-global".into(), "migration.send-configuration=off".into()]);
         }
+        if jailed {
+            a.extend(["-sandbox".into(), SECCOMP.into()]);
+        }
         a
     }
 }
+
+/// QEMU's own seccomp filter for a jailed QEMU: no obsolete syscalls, no
+/// set*id, no fork/exec, no scheduler or affinity changes.
+pub const SECCOMP: &str = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 
 /// Kept in sync with `forkvm_agent_protocol::PORT_NAME` (checked by a test in
 /// the daemon, which depends on both crates).
@@ -325,6 +341,7 @@ mod tests {
             no_configuration_section: false,
             nic: None,
             netns: None,
+            later_reads: vec![],
         }
     }
 
@@ -372,6 +389,12 @@ mod tests {
         let a = s.to_args().join(" ");
         assert!(a.contains("-netdev tap,id=net0,ifname=tap0,script=no,downscript=no"));
         assert!(a.contains("-device virtio-net-device,netdev=net0,mac=02:fc:00:00:00:02"));
+        assert!(!a.contains("-sandbox"));
+        let j = s.args(true, Some(7)).join(" ");
+        assert!(j.contains("-netdev tap,id=net0,fd=7 "), "{j}");
+        assert!(j.ends_with(
+            "-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+        ));
     }
 
     #[test]
