@@ -180,3 +180,100 @@ fn a_full_guest_disk_stops_at_its_size() {
     sh(d, &id, "rm /root/fill");
     drop(sb);
 }
+
+/// The cgroup directory of a process for one v1 controller, or its v2
+/// directory (`/proc/PID/cgroup`: `N:controllers:/path`, `0::/path` on v2).
+fn cgroup_dir(pid: u32, controller: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    for l in text.lines() {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrls, path) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+        if ctrls.split(',').any(|c| c == controller) {
+            let mount = std::fs::canonicalize(format!("/sys/fs/cgroup/{controller}")).unwrap();
+            return mount.join(path.trim_start_matches('/'));
+        }
+    }
+    // v2: the unified tree (pure v2, or the hybrid one's `unified`).
+    let path = text.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+    for root in ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"] {
+        let d = std::path::Path::new(root).join(path.trim_start_matches('/'));
+        if d.join("cgroup.procs").exists() {
+            return d;
+        }
+    }
+    panic!("no cgroup directory for {controller} of {pid}:\n{text}");
+}
+
+/// A guest spinning both of its vCPUs under a 50% quota gets at most about
+/// half a core; the memory and pids limits are in its cgroup.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn cpu_quota_holds_and_cgroup_limits_are_set() {
+    let _one = serial();
+    let d = shared();
+    let id = d
+        .ok(&[
+            "spawn",
+            "--no-template",
+            "--cpus",
+            "2",
+            "--cpu-percent",
+            "50",
+            "--memory-overhead",
+            "1024",
+            "--pids",
+            "256",
+        ])
+        .trim()
+        .to_string();
+    let sb = Sandbox { d, id: id.clone() };
+    let pid = sb.pid();
+    let v2 = !cgroup_dir(pid, "memory")
+        .join("memory.limit_in_bytes")
+        .exists();
+    let (mem_file, pids_file) = if v2 {
+        ("memory.max", "pids.max")
+    } else {
+        ("memory.limit_in_bytes", "pids.max")
+    };
+    let read = |ctrl: &str, f: &str| {
+        std::fs::read_to_string(cgroup_dir(pid, ctrl).join(f))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        read("memory", mem_file),
+        ((512u64 + 1024) << 20).to_string()
+    );
+    assert_eq!(read("pids", pids_file), "256");
+    // Two busy loops, one per vCPU.
+    sh(
+        d,
+        &id,
+        "for i in 1 2; do setsid sh -c 'while :; do :; done' >/dev/null 2>&1 </dev/null & done",
+    );
+    let cpu = || {
+        d.json(&["inspect", &id])["usage"]["cpu_ms"]
+            .as_u64()
+            .unwrap()
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let (c0, t0) = (cpu(), Instant::now());
+    std::thread::sleep(Duration::from_secs(10));
+    let share = (cpu() - c0) as f64 / t0.elapsed().as_millis() as f64;
+    eprintln!(
+        "cpu_percent 50, 2 vCPUs spinning: {:.1}% of a core",
+        share * 100.0
+    );
+    assert!(
+        share <= 0.55,
+        "{:.1}% of a core under a 50% quota",
+        share * 100.0
+    );
+    assert!(
+        share >= 0.30,
+        "the guest hardly ran ({:.1}%): is it spinning?",
+        share * 100.0
+    );
+}

@@ -180,6 +180,12 @@ impl Cgroup {
         std::fs::write(dir.join(file), value)
     }
 
+    /// Is this the unified (v2) hierarchy? Its control files have other
+    /// names than v1's (`cpu.max` for `cpu.cfs_quota_us`, …).
+    pub fn is_v2(&self) -> bool {
+        self.dirs.iter().any(|(c, _)| c.is_empty())
+    }
+
     /// The directories, for tests and messages.
     pub fn dirs(&self) -> impl Iterator<Item = &Path> {
         self.dirs.iter().map(|(_, d)| d.as_path())

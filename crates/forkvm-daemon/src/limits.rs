@@ -84,7 +84,8 @@ impl Manager {
         if let Some(k) = l.net_kbps {
             self.shape_net(id, k).await?;
         }
-        self.apply_cgroup_limits(id, live.pid, l)?;
+        let ram = self.db.get(id)?.map_or(0, |r| u64::from(r.memory_mib));
+        self.apply_cgroup_limits(id, ram, l)?;
         tracing::info!(sandbox = %id, limits = ?l, "limits of sandbox {id} applied");
         Ok(())
     }
@@ -162,15 +163,71 @@ impl Manager {
         Ok(())
     }
 
-    /// CPU, memory and pids limits need a cgroup (the jail's).
-    fn apply_cgroup_limits(&self, _id: &str, _pid: u32, l: &SandboxLimits) -> Result<(), ApiError> {
-        if l.cpu_percent.is_some() || l.memory_overhead_mib.is_some() || l.pids.is_some() {
-            return Err(ApiError::invalid(
-                "limits.cpu_percent, memory_overhead_mib and pids need the sandbox's cgroup, which this daemon does not make",
-            ));
+    /// CPU, memory and pids limits: written into the sandbox's own cgroup,
+    /// which the jail gives every QEMU (crate::jail).
+    fn apply_cgroup_limits(
+        &self,
+        id: &str,
+        ram_mib: u64,
+        l: &SandboxLimits,
+    ) -> Result<(), ApiError> {
+        if l.cpu_percent.is_none() && l.memory_overhead_mib.is_none() && l.pids.is_none() {
+            return Ok(());
+        }
+        let cg = match self.jail.cgroup(id) {
+            Some(cg) if self.jail.enabled => cg,
+            _ => {
+                return Err(ApiError::invalid(
+                    "limits.cpu_percent, memory_overhead_mib and pids need the sandbox's own cgroup,                      which only a jailed QEMU has: run the daemon without --no-jail, on a host with                      cgroups (see `forkvm doctor`)",
+                ))
+            }
+        };
+        for (controller, file, value) in cgroup_settings(cg.is_v2(), ram_mib, l) {
+            cg.set(controller, file, &value).map_err(|e| {
+                ApiError::internal(format!(
+                    "cannot set {file} of sandbox {id}'s cgroup to {value}: {e}"
+                ))
+            })?;
         }
         Ok(())
     }
+}
+
+/// CFS period of a CPU quota: 100 ms, the kernel's default.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// The (controller, file, value) writes for the cgroup limits of `l`.
+fn cgroup_settings(
+    v2: bool,
+    ram_mib: u64,
+    l: &SandboxLimits,
+) -> Vec<(&'static str, &'static str, String)> {
+    let mut w = Vec::new();
+    if let Some(p) = l.cpu_percent {
+        let quota = u64::from(p) * CPU_PERIOD_US / 100;
+        if v2 {
+            w.push(("cpu", "cpu.max", format!("{quota} {CPU_PERIOD_US}")));
+        } else {
+            w.push(("cpu", "cpu.cfs_period_us", CPU_PERIOD_US.to_string()));
+            w.push(("cpu", "cpu.cfs_quota_us", quota.to_string()));
+        }
+    }
+    if let Some(o) = l.memory_overhead_mib {
+        let bytes = ((ram_mib + u64::from(o)) << 20).to_string();
+        w.push((
+            "memory",
+            if v2 {
+                "memory.max"
+            } else {
+                "memory.limit_in_bytes"
+            },
+            bytes,
+        ));
+    }
+    if let Some(n) = l.pids {
+        w.push(("pids", "pids.max", n.to_string()));
+    }
+    w
 }
 
 #[cfg(test)]
@@ -220,6 +277,30 @@ mod tests {
         ] {
             assert!(check(&bad, 4).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn cgroup_files_for_each_layout() {
+        let l = SandboxLimits {
+            cpu_percent: Some(50),
+            memory_overhead_mib: Some(256),
+            pids: Some(128),
+            ..Default::default()
+        };
+        let v2 = cgroup_settings(true, 512, &l);
+        assert_eq!(
+            v2,
+            vec![
+                ("cpu", "cpu.max", "50000 100000".to_string()),
+                ("memory", "memory.max", (768u64 << 20).to_string()),
+                ("pids", "pids.max", "128".to_string()),
+            ]
+        );
+        let v1 = cgroup_settings(false, 512, &l);
+        assert_eq!(v1[0], ("cpu", "cpu.cfs_period_us", "100000".to_string()));
+        assert_eq!(v1[1], ("cpu", "cpu.cfs_quota_us", "50000".to_string()));
+        assert_eq!(v1[2].1, "memory.limit_in_bytes");
+        assert!(cgroup_settings(true, 512, &SandboxLimits::default()).is_empty());
     }
 
     #[test]
