@@ -423,7 +423,8 @@ def plot(ratios, path) -> None:
         vals = [r[JAILED]["p50"] / 1024, r[UNJAILED]["p50"] / 1024, r["naive"]["p50"] / 1024]
         axm.bar(names, vals, color=["tab:red", "tab:blue", "gray"])
         for i, v in enumerate(vals):
-            axm.text(i, v if v == v else 0, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+            if v == v:
+                axm.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
         axm.set_ylabel("PSS of one idle QEMU, MiB (p50)")
     rp.save_figure(fig, path, title="forkvm jail cost: jailed vs unjailed QEMU (and naive QEMU)")
 
