@@ -415,7 +415,11 @@ def plot(ratios, path) -> None:
     ax.set_yticks(ys, [r["label"] for r in lat], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms (log); ×N = jailed p50 / unjailed p50")
-    ax.legend(fontsize=7, loc="lower right")
+    top = max([max(r[JAILED]["p90"], r[UNJAILED]["p90"], r["naive"]["p50"]) for r in lat
+               if r["naive"]["n"]] + [max(r[JAILED]["p90"], r[UNJAILED]["p90"]) for r in lat]
+              + [1])
+    ax.set_xlim(right=top * 2.5)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3)
     mem = [r for r in ratios if r["unit"] == "KiB"]
     if mem:
         r = mem[0]
@@ -426,6 +430,7 @@ def plot(ratios, path) -> None:
             if v == v:
                 axm.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
         axm.set_ylabel("PSS of one idle QEMU, MiB (p50)")
+    fig.set_figheight(6)
     rp.save_figure(fig, path, title="forkvm jail cost: jailed vs unjailed QEMU (and naive QEMU)")
 
 
