@@ -465,7 +465,10 @@ def write_results(path, rows, ratios, ctx, a) -> None:
     if noisy or ctx["others"]:
         L.append("- **Shared host:** another developer used the CPUs during this run; both sides "
                  "are affected alike (segments alternate), but absolute times are inflated.")
-    L += rp.other_qemu_lines(ctx["others"], ctx["busy_segments"], len(ctx["order"]), "segments")
+    L += [x.replace("checked before each run", "checked at the start of each segment")
+          .replace("sampled before each run", "sampled at the start of each segment")
+          for x in rp.other_qemu_lines(ctx["others"], ctx["busy_segments"], len(ctx["order"]),
+                                       "segments")]
     L += ["", "## Jailed / unjailed", "",
           "| metric | jailed p50 | jailed p90 | unjailed p50 | unjailed p90 | **ratio p50** | "
           "ratio p90 | naive p50 | jailed ÷ naive | unjailed ÷ naive |",
