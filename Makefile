@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images
+.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -49,3 +49,6 @@ bench-chain: build
 
 bench-images: build
 	bash bench/images/run.sh
+
+bench-jail: build
+	bash bench/jail/run.sh
