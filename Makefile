@@ -25,7 +25,7 @@ lint:
 test: setup lint
 	$(CARGO) test --workspace --no-fail-fast -- --include-ignored
 	bash scripts/test-sdks.sh
-	.venv/bin/python -m pytest -q -p no:cacheprovider bench/common
+	.venv/bin/python -m pytest -q -p no:cacheprovider bench/common bench/jail
 	bash scripts/fuzz-api.sh
 
 ## Benchmarks (not part of `make test`).
