@@ -120,7 +120,8 @@ pub struct Db {
 
 const SCHEMA_VERSION: i64 = 6;
 
-fn state_str(s: SandboxState) -> &'static str {
+/// A state's name, as stored and as the API spells it.
+pub(crate) fn state_str(s: SandboxState) -> &'static str {
     match s {
         SandboxState::Starting => "starting",
         SandboxState::Running => "running",

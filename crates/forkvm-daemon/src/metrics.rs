@@ -152,11 +152,8 @@ impl Manager {
             sandboxes.get_or_create(&labels(&[("state", state)])).set(0);
         }
         for r in self.db.list().unwrap_or_default() {
-            let state = serde_json::to_value(r.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
-            sandboxes.get_or_create(&labels(&[("state", &state)])).inc();
+            let state = crate::db::state_str(r.state);
+            sandboxes.get_or_create(&labels(&[("state", state)])).inc();
             if let Some(pid) = r.pid {
                 let l = labels(&[("sandbox", &r.id)]);
                 if let Some(m) = crate::util::memory_usage(pid) {

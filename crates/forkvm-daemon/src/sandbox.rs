@@ -251,11 +251,7 @@ impl Manager {
             .list()?
             .into_iter()
             .map(|r| self.view(r, false))
-            .filter(|s| {
-                metadata
-                    .iter()
-                    .all(|(k, v)| s.metadata.get(k).is_some_and(|have| have == v))
-            })
+            .filter(|s| crate::lifetime::matches(&s.metadata, metadata))
             .collect())
     }
 
@@ -421,15 +417,18 @@ impl Manager {
             }
             return Err(e);
         }
+        // Shown with what was just stored (nothing to re-read otherwise).
         let sandboxes = sandboxes
             .into_iter()
-            .map(|s| match self.db.get(&s.id) {
-                Ok(Some(r)) => Sandbox {
-                    timings: s.timings.clone(),
-                    ..self.view(r, false)
+            .map(
+                |s| match self.db.get(&s.id).ok().filter(|_| !life.is_empty()) {
+                    Some(Some(r)) => Sandbox {
+                        timings: s.timings.clone(),
+                        ..self.view(r, false)
+                    },
+                    _ => s,
                 },
-                _ => s,
-            })
+            )
             .collect::<Vec<_>>();
         Ok(match req.count {
             None => Created::One(Box::new(

@@ -154,11 +154,11 @@ pub fn lifetime_view(l: &LifecycleRow) -> Option<Lifetime> {
     })
 }
 
-/// Does a sandbox with this lifecycle match every `metadata.K=V` filter?
-pub fn matches(l: &LifecycleRow, filters: &BTreeMap<String, String>) -> bool {
+/// Does a sandbox with this metadata match every `metadata.K=V` filter?
+pub fn matches(metadata: &BTreeMap<String, String>, filters: &BTreeMap<String, String>) -> bool {
     filters
         .iter()
-        .all(|(k, v)| l.metadata.get(k).is_some_and(|have| have == v))
+        .all(|(k, v)| metadata.get(k).is_some_and(|have| have == v))
 }
 
 impl Manager {
@@ -361,11 +361,11 @@ mod tests {
         l.remaining_ms = Some(4_000);
         let v = lifetime_view(&l).unwrap();
         assert_eq!((v.remaining_s, v.expires_at), (4.0, None));
-        assert!(matches(&l, &m(&[("team", "a")])));
-        assert!(matches(&l, &m(&[("team", "a"), ("run", "7")])));
-        assert!(!matches(&l, &m(&[("team", "b")])));
-        assert!(!matches(&l, &m(&[("other", "a")])));
-        assert!(matches(&l, &BTreeMap::new()));
+        assert!(matches(&l.metadata, &m(&[("team", "a")])));
+        assert!(matches(&l.metadata, &m(&[("team", "a"), ("run", "7")])));
+        assert!(!matches(&l.metadata, &m(&[("team", "b")])));
+        assert!(!matches(&l.metadata, &m(&[("other", "a")])));
+        assert!(matches(&l.metadata, &BTreeMap::new()));
         assert!(lifetime_view(&LifecycleRow::default()).is_none());
     }
 }

@@ -156,10 +156,7 @@ impl Manager {
         if row.state != SandboxState::Paused {
             return Err(ApiError::conflict(format!(
                 "sandbox {id} is {}, not paused",
-                serde_json::to_value(row.state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
+                crate::db::state_str(row.state)
             )));
         }
         let mut l = self.db.lifecycle(id)?;
