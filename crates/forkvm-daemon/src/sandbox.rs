@@ -854,7 +854,12 @@ impl Manager {
                 e.to_string(),
             )
         })?;
-        let _ = std::fs::write(paths.dir.join("qemu.pid"), l.pid.to_string());
+        // Written aside and renamed, so that a reader (crash recovery, or a
+        // test looking for pooled QEMUs) never sees the file empty.
+        let tmp = paths.dir.join("qemu.pid.tmp");
+        if std::fs::write(&tmp, l.pid.to_string()).is_ok() {
+            let _ = std::fs::rename(&tmp, paths.dir.join("qemu.pid"));
+        }
         Ok(l)
     }
 
