@@ -156,12 +156,13 @@ class Daemon:
 
     def __init__(self, binary: str | Path | None = None, artifacts: str | None = None,
                  startup_timeout: float = 30.0, keep_home: bool = False,
-                 delete_wait: float = 120.0):
+                 delete_wait: float = 120.0, env: dict | None = None):
         self.binary = str(binary or REPO / "target" / "release" / "forkvm")
         self.artifacts = artifacts or os.environ.get("FORKVM_ARTIFACTS") or DEFAULT_ARTIFACTS
         self.startup_timeout = startup_timeout
         self.keep_home = keep_home
         self.delete_wait = delete_wait
+        self.env = dict(env or {})  # set for the daemon on top of ours, e.g. FORKVM_NO_JAIL
         self.home: str | None = None
         self.proc: subprocess.Popen | None = None
         self.api: Api | None = None
@@ -200,7 +201,7 @@ class Daemon:
         self.home = tempfile.mkdtemp(prefix="fvb-", dir="/tmp")
         for sub in ("guest", "images"):
             os.symlink(Path(self.artifacts) / sub, os.path.join(self.home, sub))
-        env = dict(os.environ, FORKVM_HOME=self.home)
+        env = dict(os.environ, **self.env, FORKVM_HOME=self.home)
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([self.binary, "serve"], env=env, stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT,

@@ -3,13 +3,26 @@
 
 Run through bench/spawn/run.sh (which builds the release binary first).
 
-Everything is measured in one run against one private daemon:
+Every sandbox QEMU runs jailed (the daemon's default; FORKVM_NO_JAIL=0 is
+set explicitly, so an inherited FORKVM_NO_JAIL=1 cannot unjail the run), and
+every clone's QEMU uid is checked to be non-root. The main measurements use
+one private jailed daemon. Before them come the segments of the jail
+comparison (--jail-compare, the default): one private daemon at a time,
+jailed, unjailed (FORKVM_NO_JAIL=1), unjailed, jailed, each with its own
+source and snapshot, timing spawn_cold_pool_off and spawn_warm_pool with
+--jail-runs / 2 runs per segment (so --jail-runs per side). The naive
+baseline is plain QEMU started by the bench as root; its saved state comes
+from the source of the first unjailed segment (a jailed QEMU cannot write
+outside its own directories, and its command line names an inherited tap fd,
+so it cannot be replayed). With --no-jail-compare an unjailed daemon only
+boots, snapshots and saves that source.
 
 * source         -- one sandbox is cold-booted (use_template: false,
                     network: none), left to settle, and snapshotted (`shared`
-                    snapshot); then the same VM is saved by a plain full QEMU
-                    migration to a file (the naive baseline's state) and
-                    deleted. With networking on the host, a `none` sandbox
+                    snapshot); the naive baseline's source (unjailed, see
+                    above) is made the same way and then saved by a plain full
+                    QEMU migration to a file and deleted. With networking on
+                    the host, a `none` sandbox
                     still has its NIC (a tap alone in its own namespace) but
                     no uplink; every clone below is spawned with network: none
                     too, and every naive copy gets a namespace with that tap.
@@ -28,8 +41,9 @@ Everything is measured in one run against one private daemon:
                     dirty summed; then up to max(K) naive copies (each with
                     its own share=on RAM file in /dev/shm) summed likewise.
 
-Outputs: results/spawn.csv, results/memory.csv, results/RESULTS.md,
-results/spawn.png.
+Outputs: results/spawn.csv (a `jail` column: jailed/unjailed, and the
+`segment`: main or the comparison's 1-4), results/memory.csv,
+results/RESULTS.md, results/spawn.png.
 """
 
 from __future__ import annotations
@@ -70,7 +84,7 @@ FIELDS = [
     "pool_wait_ms",
     # snapshot: the server's snapshot timings; naive_save: state file size
     "pause_ms", "save_state_ms", "freeze_disk_ms", "copy_memory_ms", "publish_ms", "state_bytes",
-    "other_cpu_cores",
+    "other_cpu_cores", "jail", "segment", "uid",
 ]
 MEM_FIELDS = [
     "k", "kind", "measured", "vms", "spawn_wall_ms",
@@ -78,7 +92,7 @@ MEM_FIELDS = [
     "shm_alloc_kib", "total_kib",
     "per_vm_pss_kib", "per_vm_rss_kib", "per_vm_private_dirty_kib", "per_vm_total_kib",
     "memavail_before_kib", "memavail_after_kib", "memavail_drop_kib", "shmem_delta_kib",
-    "cached_delta_kib", "theoretical_kib", "note",
+    "cached_delta_kib", "theoretical_kib", "note", "jail",
 ]
 
 CLONE_STAGES = ["prepare_ms", "qemu_start_ms", "restore_ms", "identity_ms", "server_total_ms"]
@@ -93,6 +107,76 @@ LABELS = {
     NAT: "forkvm clone, warm pool,\nnat + wait_for_network\n(POST → 201)",
     "naive_restore": "naive QEMU restore\n(spawn → agent pong)",
 }
+
+
+JAILED, UNJAILED = "jailed", "unjailed"
+JAIL_ORDER = [JAILED, UNJAILED, UNJAILED, JAILED]  # ABBA: drift weighs on both sides alike
+# (case, metric, label) of the jail comparison; each is compared with the naive restore
+JAIL_METRICS = [
+    ("spawn_cold_pool_off", "total_ms", "clone, no pool: client wall"),
+    ("spawn_cold_pool_off", "server_total_ms", "clone, no pool: timings.total_ms"),
+    ("spawn_warm_pool", "total_ms", "clone, warm pool: client wall"),
+    ("spawn_warm_pool", "server_total_ms", "clone, warm pool: timings.total_ms"),
+]
+
+
+def jail_env(side: str) -> dict:
+    """The daemon's jail setting, always explicit (an inherited FORKVM_NO_JAIL
+    must not change what a segment is labelled)."""
+    return {"FORKVM_NO_JAIL": "1" if side == UNJAILED else "0"}
+
+
+def start_daemon(args, side: str, keep_home: bool = False) -> fb.Daemon:
+    d = fb.Daemon(binary=args.binary, env=jail_env(side), keep_home=keep_home)
+    d.side = side  # spawn_one / spawn_batch check each clone's QEMU uid against it
+    return d
+
+
+def process_uid(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise fb.BenchError(f"no Uid line in /proc/{pid}/status")
+
+
+def check_jail(d: fb.Daemon, sb: dict) -> int | None:
+    """A jailed daemon's QEMU runs as a non-root uid, an unjailed one's as
+    root; anything else fails the bench (a mislabelled run). Returns the uid."""
+    side = getattr(d, "side", None)
+    if side is None or not sb.get("pid"):
+        return None
+    uid = process_uid(sb["pid"])
+    if (uid == 0) != (side == UNJAILED):
+        raise fb.BenchError(f"sandbox {sb.get('id')} of the {side} daemon runs QEMU pid "
+                            f"{sb['pid']} as uid {uid}: the jail setting is not what was asked")
+    return uid
+
+
+def split_runs(total: int, parts: int) -> list[int]:
+    """`total` runs over `parts` segments, as even as possible, earlier first."""
+    q, r = divmod(total, parts)
+    return [q + (i < r) for i in range(parts)]
+
+
+def jail_ratios(jrows, rows) -> list[dict]:
+    """Per JAIL_METRICS entry: the jailed and unjailed summaries of the
+    comparison's segments, jailed/unjailed at p50 and p90, and each side's
+    p50 over the naive restore's p50 of the main run."""
+    naive = rp.summarize(r["total_ms"] for r in rows if r["case"] == "naive_restore")
+    out = []
+    for case, metric, label in JAIL_METRICS:
+        side = {s: rp.summarize(r.get(metric) for r in jrows
+                                if r["case"] == case and r["jail"] == s) for s in (JAILED, UNJAILED)}
+        if not (side[JAILED]["n"] or side[UNJAILED]["n"]):
+            continue
+        j, u = side[JAILED], side[UNJAILED]
+        out.append({"case": case, "metric": metric, "label": label, JAILED: j, UNJAILED: u,
+                    "naive": naive, "ratio_p50": rp.ratio(j["p50"], u["p50"]),
+                    "ratio_p90": rp.ratio(j["p90"], u["p90"]),
+                    "jailed_vs_naive": rp.ratio(j["p50"], naive["p50"]),
+                    "unjailed_vs_naive": rp.ratio(u["p50"], naive["p50"])})
+    return out
 
 
 def cases_of(rows):
@@ -124,6 +208,7 @@ def clone_row(case: str, run: int, sb: dict, wall_ms: float | None, child=None) 
         "network_ms": t.get("network_ms"), "network_ready_ms": t.get("network_ready_ms"),
         "network": (sb.get("network") or {}).get("mode"),
         "from_pool": t.get("from_pool"), "server_total_ms": t.get("total_ms"),
+        "uid": sb.get("_uid"),
     }
 
 
@@ -151,6 +236,7 @@ def spawn_one(d: fb.Daemon, snap_id: str, network: str | None = "none",
     wall = ms_since(t0)
     d.sandboxes.add(sb["id"])
     check_clone(sb, snap_id, expect_network or network)
+    sb["_uid"] = check_jail(d, sb)
     return sb, wall
 
 
@@ -167,6 +253,7 @@ def spawn_batch(d: fb.Daemon, snap_id: str, count: int,
         raise fb.BenchError(f"asked for {count} clones, got {len(sbs)}")
     for sb in sbs:
         check_clone(sb, snap_id, network)
+        sb["_uid"] = check_jail(d, sb)
     return sbs, wall, r.get("total_ms")
 
 
@@ -641,7 +728,62 @@ def write_plot(path: Path, rows, mem_rows, title: str, burst_size: int) -> None:
     rp.save_figure(fig, path, dpi=100, title=title)
 
 
-def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
+def unit_ms(v) -> str:
+    return "–" if v is None or v != v else f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def jail_section(jrows, rows, ctx, args) -> list[str]:
+    """RESULTS.md's "Jail cost": the comparison's table and per-segment p50s."""
+    ratios = ctx["jail"]
+    if not ratios:
+        return ["", "## Jail cost", "", "Not measured (`--no-jail-compare`): every figure "
+                "above is jailed; there is no unjailed counterpart in this run."]
+    segs = sorted({r["segment"] for r in jrows if r["case"] in ("spawn_cold_pool_off",
+                                                                 "spawn_warm_pool")})
+    side_of = {r["segment"]: r["jail"] for r in jrows}
+    n = {s: sum(1 for r in jrows if r["jail"] == s and r["case"] == "spawn_cold_pool_off")
+         for s in (JAILED, UNJAILED)}
+    L = ["", "## Jail cost", "",
+         "Segments of this run, one private daemon each, one at a time, in this order: "
+         + ", ".join(f"{s} {side_of[s]}" for s in segs)
+         + " (`FORKVM_NO_JAIL=0` / `=1`), all before the main run; each cold-boots its own "
+         f"source and snapshots it as the main run does, then times spawn_cold_pool_off, then "
+         f"spawn_warm_pool (pool {args.pool_size}): {n[JAILED]} runs per case jailed and "
+         f"{n[UNJAILED]} unjailed in all, split evenly over the segments of each side. Every "
+         "clone's QEMU uid was checked: non-root when jailed, root when not. Milliseconds.", "",
+         "| metric | jailed p50 | jailed p90 | unjailed p50 | unjailed p90 | **ratio p50** "
+         "(jailed ÷ unjailed) | ratio p90 | naive restore p50 | jailed ÷ naive | "
+         "unjailed ÷ naive |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in ratios:
+        j, u = r[JAILED], r[UNJAILED]
+        L.append(f"| {r['label']} | {unit_ms(j['p50'])} | {unit_ms(j['p90'])} | "
+                 f"{unit_ms(u['p50'])} | {unit_ms(u['p90'])} | **{r['ratio_p50']:.3f}×** | "
+                 f"{r['ratio_p90']:.3f}× | {unit_ms(r['naive']['p50'])} | "
+                 f"{r['jailed_vs_naive']:.3f}× | {r['unjailed_vs_naive']:.3f}× |")
+    L += ["", "Ratios above 1 mean the jail costs time. \"÷ naive\" is each side's p50 over the "
+          "naive restore's p50 of the main run (plain QEMU as root, no jail; below 1: forkvm is "
+          "faster).", "",
+          "Per segment (p50, ms; client wall / server `total_ms`):", "",
+          "| segment | daemon | spawn_cold_pool_off | spawn_warm_pool | other cores p50 |",
+          "|---:|---|---:|---:|---:|"]
+    for sg in segs:
+        rs = [r for r in jrows if r["segment"] == sg]
+        cell = lambda c, k: rp.summarize(r.get(k) for r in rs if r["case"] == c)["p50"]  # noqa: E731
+        oc = rp.summarize(r.get("other_cpu_cores") for r in rs)["p50"]
+        L.append(f"| {sg} | {side_of[sg]} | "
+                 f"{unit_ms(cell('spawn_cold_pool_off', 'total_ms'))} / "
+                 f"{unit_ms(cell('spawn_cold_pool_off', 'server_total_ms'))} | "
+                 f"{unit_ms(cell('spawn_warm_pool', 'total_ms'))} / "
+                 f"{unit_ms(cell('spawn_warm_pool', 'server_total_ms'))} | {oc:.2f} |")
+    main = {c: p50(rows, c) for c in ("spawn_cold_pool_off", "spawn_warm_pool")}
+    L += ["", "The main run's jailed figures of the same cases (its own daemon, after these "
+          f"segments, N = {args.runs}): client wall p50 {unit_ms(main['spawn_cold_pool_off'])} "
+          f"ms without a pool, {unit_ms(main['spawn_warm_pool'])} ms from the warm pool."]
+    return L
+
+
+def write_results(path: Path, rows, mem_rows, ctx: dict, args, jrows=()) -> None:
     info, machine, snap, saved = ctx["info"], ctx["machine"], ctx["snapshot"], ctx["saved"]
     kf = key_figures(rows, mem_rows, max(args.clones))
     burst = f"burst{args.burst_size}"
@@ -670,6 +812,18 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
         + f"; {args.burst_runs} bursts of {args.burst_size}; memory at K = "
         + ", ".join(str(k) for k in args.clones),
     ]
+    seg = ctx.get("naive_segment")
+    L += ["- **Jail:** every figure of the main run is **jailed**: its daemon ran with "
+          "`FORKVM_NO_JAIL=0`, and every sandbox QEMU (source, clones, pooled, bursts, the "
+          "memory clones) was checked to run as a non-root uid (the source's: "
+          f"{ctx.get('main_uid')}). The naive baseline is plain QEMU started by the bench as "
+          "root (`jail` = unjailed in the CSV); its saved state comes from the source of "
+          + (f"unjailed segment {seg} of the jail comparison" if seg else
+             "an unjailed daemon started only for that")
+          + " (a jailed QEMU cannot write outside its own directories, and its command line "
+          "names a tap fd it inherited, so it cannot be replayed). "
+          + ("The jail's cost is under **Jail cost** below." if ctx.get("jail") else
+             "No jail comparison in this run (`--no-jail-compare`).")]
     oc = {c: rp.summarize(r.get("other_cpu_cores") for r in rows if r["case"] == c)
           for c in ("spawn_cold_pool_off", "spawn_warm_pool", NAT, "naive_restore", burst)}
     timed = [r for r in rows if r["case"] in oc]
@@ -679,6 +833,13 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
                       if s["n"])
           + f" (of {machine['cores']}); {sum((r.get('other_cpu_cores') or 0) > NOISY_CORES for r in timed)}"
           + f" of {len(timed)} runs had more than {NOISY_CORES} (orange in the plot)"]
+    busy = rp.summarize(r.get("other_cpu_cores") for r in [*timed, *jrows])
+    if busy["n"] and busy["p50"] > NOISY_CORES:
+        L += [f"- **Shared host:** other processes kept p50 {busy['p50']:.2f} (max "
+              f"{busy['max']:.2f}) of the {machine['cores']} cores busy during the timed runs "
+              "(main run and jail comparison), so absolute times are inflated against a quiet "
+              "host; the jail comparison's alternating segments weigh that on both sides "
+              "alike."]
     if ctx["others"]:
         L += [f"- **Host not quiet:** QEMU processes not started by this bench were alive when "
               f"{ctx['busy_runs']} of the timed runs started:"]
@@ -731,6 +892,8 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
     if not mem_ok and fk and nv:
         L += ["", "**Why the memory target is missed.** " + ctx.get("mem_reason", "")]
 
+    L += jail_section(list(jrows), rows, ctx, args)
+
     # Latency table
     L += ["", "## Latency", ""]
     L += rp.stats_table(stats_rows(rows), with_n=True, total_label=lambda c: (
@@ -779,8 +942,10 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args) -> None:
           f"**{sz.get('memory_allocated_bytes', 0) / 2**20:.1f} MiB allocated**; device state "
           f"{sz.get('device_state_bytes', 0) / 1024:.0f} KiB; disk layer "
           f"{sz.get('disk_bytes', 0) / 2**20:.1f} MiB",
-          f"- naive save of the same VM right after (`stop` + `migrate` to a file until "
-          f"`completed`): {saved.save_ms:,.0f} ms; state file {saved.state_bytes / 2**20:.1f} MiB; "
+          "- naive save of the naive baseline's source (unjailed"
+          + (f", segment {ctx['naive_segment']}" if ctx.get("naive_segment") else "")
+          + "; booted, settled and snapshotted like the one above) right after its snapshot "
+          f"(`stop` + `migrate` to a file until `completed`): {saved.save_ms:,.0f} ms; state file {saved.state_bytes / 2**20:.1f} MiB; "
           + (f"capabilities turned off first: {', '.join(saved.caps_reset)} (the snapshot had "
              "set them)" if saved.caps_reset else "no capability was on")
           + f"; QEMU's default max-bandwidth {(saved.max_bandwidth or 0) / 2**20:.0f} MiB/s"]
@@ -846,7 +1011,8 @@ def method_text(args, burst: str, ctx: dict) -> list[str]:
            "NIC and neither has a way out. " if nic else
            "On this host the source has no NIC, and neither have its clones or the naive "
            "copies. ")
-        + "Right after the snapshot, the same VM is saved the naive way over its QMP "
+        + "The naive baseline's source is made the same way by an unjailed daemon (see the "
+        "Jail line above) and, right after its snapshot, saved the naive way over its QMP "
         "socket: every migration capability turned off (the snapshot leaves `x-ignore-shared` "
         "on, which would keep RAM out of the file), `stop`, `migrate "
         "{\"uri\":\"file:<tmp>/state.bin\"}`, `query-migrate` polled until `completed`. The "
@@ -928,7 +1094,7 @@ def method_text(args, burst: str, ctx: dict) -> list[str]:
     ]
 
 
-def print_summary(rows, mem_rows, clones_max) -> None:
+def print_summary(rows, mem_rows, clones_max, jail=()) -> None:
     print("\nSummary (ms)")
     print("\n".join(rp.stats_text(stats_rows(rows), case_width=21, with_n=True)))
     print("\nMemory (MiB)")
@@ -949,6 +1115,14 @@ def print_summary(rows, mem_rows, clones_max) -> None:
         print(f"default configuration (nat, wait_for_network) warm-pool spawn p50 "
               f"{kf['nat_p50']:,.0f} ms: naive restore (no network) / that = "
               f"{kf['nat_speedup']:.2f}×")
+    if jail:
+        print("\nJail cost (jailed ÷ unjailed, comparison segments; ms)")
+        for r in jail:
+            j, u = r[JAILED], r[UNJAILED]
+            print(f"  {r['label']:<36} jailed {unit_ms(j['p50'])}/{unit_ms(j['p90'])}  unjailed "
+                  f"{unit_ms(u['p50'])}/{unit_ms(u['p90'])}  ratio p50 {r['ratio_p50']:.3f}× "
+                  f"p90 {r['ratio_p90']:.3f}×  ÷ naive {r['jailed_vs_naive']:.3f}× / "
+                  f"{r['unjailed_vs_naive']:.3f}×")
     if kf["fk"] and kf["nv"]:
         print(f"{clones_max} clones Σ PSS {mib(kf['fk']['pss_kib'])} MiB vs {clones_max} naive "
               f"copies {mib(kf['nv']['total_kib'])} MiB"
@@ -965,6 +1139,95 @@ def swap_total_kib() -> int:
         return fb.meminfo().get("SwapTotal", 0)
     except OSError:
         return 0
+
+
+def make_source(d: fb.Daemon, args, label: str) -> tuple[dict, dict, float]:
+    """Cold-boot a source with network none, let it settle, snapshot it
+    (`shared`). Returns (source, snapshot, snapshot client wall ms); the source
+    is still running."""
+    src = d.create_cold(memory_mib=args.memory, cpus=1, network="none")
+    if (src.get("network") or {}).get("mode", "none") != "none":
+        raise fb.BenchError(f"the source asked for network none has {src.get('network')}")
+    src["_uid"] = check_jail(d, src)
+    print(f"[{label} source] {src['id']} cold-booted in {src['timings']['total_ms']:.0f} ms "
+          f"(network none, QEMU uid {src['_uid']}); settling {args.settle:.0f} s", flush=True)
+    time.sleep(args.settle)
+    t0 = time.perf_counter()
+    snap = d.api.request("POST", f"/v1/sandboxes/{src['id']}/snapshot",
+                         {"tag": "bench-spawn"}, expect=(201,))
+    wall = ms_since(t0)
+    if snap.get("kind") != "shared":
+        raise fb.BenchError(f"expected a shared snapshot of a cold-booted VM: {snap}")
+    print(f"[{label} snapshot] {snap['id']}: {wall:.0f} ms wall, source paused "
+          f"{(snap.get('timings') or {}).get('pause_ms', 0):.0f} ms; memory.img "
+          f"{snap['sizes']['memory_allocated_bytes'] / 2**20:.1f} MiB allocated", flush=True)
+    return src, snap, wall
+
+
+def naive_source(d: fb.Daemon, src: dict, args, seg, ctx: dict) -> dict:
+    """Save `src` (a source of an unjailed daemon, just snapshotted) the naive
+    way into <home>/naive (the caller keeps that home until the end) and
+    record it in ctx; returns the naive_save row."""
+    work = os.path.join(d.home, "naive")
+    os.mkdir(work)
+    saved = nv.naive_save(d, src["id"], src["pid"], args.memory, work)
+    ctx["saved"], ctx["naive_work"], ctx["naive_home"] = saved, work, d.home
+    ctx["naive_nic"] = naive_netns(saved, "x") is not None
+    ctx["naive_segment"] = seg
+    print(f"[naive_save] {saved.save_ms:.0f} ms, state file "
+          f"{saved.state_bytes / 2**20:.1f} MiB (capabilities turned off: "
+          f"{', '.join(saved.caps_reset) or 'none'}; source left '{saved.status}', "
+          "then deleted)", flush=True)
+    return {"case": "naive_save", "run": 1, "total_ms": saved.save_ms,
+            "state_bytes": saved.state_bytes, "jail": UNJAILED, "segment": seg, "uid": 0}
+
+
+def jail_segment(seg: int, side: str, runs: int, args, ctx: dict, jrows: list,
+                 make_naive: bool) -> None:
+    """One segment of the jail comparison: a private daemon (`side`), its own
+    source and snapshot, `runs` spawn_cold_pool_off then `runs`
+    spawn_warm_pool (each run as in the main measurements). With
+    `make_naive`, the source is also saved for the naive baseline (then
+    `runs` may be 0: only that)."""
+    print(f"==> segment {seg}: {side} daemon"
+          + (" (also the naive baseline's source)" if make_naive else ""), flush=True)
+    with start_daemon(args, side, keep_home=make_naive) as d:
+        now = fb.other_qemu_processes(exclude_substrings=(d.home, ctx.get("shm")))
+        ctx["others"].update(now)
+        ctx["busy_segments"] += bool(now)
+        meter = fb.CpuMeter(roots=[d.proc.pid])
+        src, snap, _ = make_source(d, args, f"seg {seg} {side}")
+        snap_id = snap["id"]
+        try:
+            try:
+                if make_naive:
+                    jrows.append(naive_source(d, src, args, seg, ctx))
+            finally:
+                d.delete(src["id"])
+            sb, wall = spawn_one(d, snap_id)  # verifies the snapshot's files once
+            d.delete(sb["id"])
+
+            def measured(fn, *a):
+                meter.start()
+                row = fn(*a)
+                row.update(other_cpu_cores=meter.other_cores(), jail=side, segment=seg)
+                jrows.append(row)
+
+            for i in range(1, runs + 1):
+                measured(run_spawn_cold, d, snap_id, i, runs)
+            if runs:
+                d.api.request("PUT", f"/v1/snapshots/{snap_id}/pool", {"size": args.pool_size})
+                try:
+                    for i in range(1, runs + 1):
+                        measured(run_spawn_warm, d, snap_id, args.pool_size, args.pool_settle,
+                                 i, runs)
+                    wait_pool(d, snap_id, args.pool_size)
+                finally:
+                    d.api.request("PUT", f"/v1/snapshots/{snap_id}/pool", {"size": 0})
+                pool_off(d, snap_id)
+        finally:
+            if d.proc is not None and d.proc.poll() is None:
+                delete_snapshot(d, snap_id)
 
 
 def main() -> int:
@@ -991,7 +1254,18 @@ def main() -> int:
     ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
                     help="before starting, wait up to this long for the host to be quiet "
                          "(other processes using < 0.2 cores over 5 s); 0: only warn")
+    ap.add_argument("--jail-compare", action=argparse.BooleanOptionalAction, default=True,
+                    help="first time spawn_cold_pool_off and spawn_warm_pool under daemons "
+                         "jailed, unjailed, unjailed, jailed (one at a time) for the jail's "
+                         "cost (default on)")
+    ap.add_argument("--jail-runs", type=int, default=None,
+                    help="runs per case and side in the jail comparison, split over its two "
+                         "segments per side (default: --runs)")
     args = ap.parse_args()
+    if args.jail_runs is None:
+        args.jail_runs = args.runs
+    if args.jail_compare and args.jail_runs < 2:
+        ap.error("--jail-runs must be >= 2 (one per segment)")
     try:
         args.clones = sorted({int(x) for x in args.clones.split(",") if x.strip()})
     except ValueError:
@@ -1019,6 +1293,8 @@ def main() -> int:
     busy_runs = 0
     naive_vms: list = []   # naive QEMUs alive right now (stopped in finally)
     home = None
+    jrows: list[dict] = []  # the jail comparison's runs
+    ctx.update(others={}, busy_segments=0, shm=shm)
 
     def check_others() -> None:
         nonlocal busy_runs
@@ -1032,7 +1308,20 @@ def main() -> int:
         busy_runs += bool(now)
 
     try:
-        with fb.Daemon(binary=args.binary) as d:
+        # The jail comparison's segments; the first unjailed one also makes the
+        # naive baseline's saved state (kept in its home until the end).
+        if args.jail_compare:
+            per_seg = {s: split_runs(args.jail_runs, JAIL_ORDER.count(s))
+                       for s in (JAILED, UNJAILED)}
+            for seg, side in enumerate(JAIL_ORDER, start=1):
+                runs = per_seg[side][JAIL_ORDER[:seg - 1].count(side)]
+                jail_segment(seg, side, runs, args, ctx, jrows,
+                             make_naive=side == UNJAILED and "saved" not in ctx)
+        else:
+            jail_segment(0, UNJAILED, 0, args, ctx, jrows, make_naive=True)
+        others.update(ctx["others"])
+        saved, work = ctx["saved"], ctx["naive_work"]
+        with start_daemon(args, JAILED) as d:
             home = d.home
             snap_id = None
             try:
@@ -1057,47 +1346,19 @@ def main() -> int:
                         print(f"    (other processes kept {cores:.2f} cores busy during this "
                               "run)", flush=True)
 
-                # 1. Source, snapshot, naive save. network: none on both sides (the
-                # naive copies cannot have forkvm's uplink); see method_text.
-                src = d.create_cold(memory_mib=args.memory, cpus=1, network="none")
-                if (src.get("network") or {}).get("mode", "none") != "none":
-                    raise fb.BenchError(f"the source asked for network none has "
-                                        f"{src.get('network')}")
-                print(f"[source] {src['id']} cold-booted in {src['timings']['total_ms']:.0f} ms "
-                      f"(network none); settling {args.settle:.0f} s", flush=True)
-                time.sleep(args.settle)
-                t0 = time.perf_counter()
-                snap = d.api.request("POST", f"/v1/sandboxes/{src['id']}/snapshot",
-                                     {"tag": "bench-spawn"}, expect=(201,))
-                ctx["snapshot_wall_ms"] = ms_since(t0)
+                # 1. Source and snapshot (jailed). network: none, as the naive
+                # baseline's source (the naive copies cannot have forkvm's uplink).
+                src, snap, ctx["snapshot_wall_ms"] = make_source(d, args, "main")
+                d.delete(src["id"])
                 snap_id = snap["id"]
                 ctx["snapshot"] = snap
+                ctx["main_uid"] = src["_uid"]
                 st = snap.get("timings") or {}
-                if snap.get("kind") != "shared":
-                    raise fb.BenchError(f"expected a shared snapshot of a cold-booted VM: {snap}")
                 rows.append({"case": "snapshot", "run": 1, "total_ms": ctx["snapshot_wall_ms"],
-                             "server_total_ms": st.get("total_ms"),
+                             "server_total_ms": st.get("total_ms"), "uid": src["_uid"],
                              **{k: st.get(k) for k in ("pause_ms", "save_state_ms",
                                                        "freeze_disk_ms", "copy_memory_ms",
                                                        "publish_ms")}})
-                print(f"[snapshot] {snap_id}: {ctx['snapshot_wall_ms']:.0f} ms wall, source paused "
-                      f"{st.get('pause_ms', 0):.0f} ms; memory.img "
-                      f"{snap['sizes']['memory_allocated_bytes'] / 2**20:.1f} MiB allocated",
-                      flush=True)
-                work = os.path.join(d.home, "naive")
-                os.mkdir(work)
-                try:
-                    saved = nv.naive_save(d, src["id"], src["pid"], args.memory, work)
-                finally:
-                    d.delete(src["id"])
-                ctx["saved"] = saved
-                ctx["naive_nic"] = naive_netns(saved, "x") is not None
-                rows.append({"case": "naive_save", "run": 1, "total_ms": saved.save_ms,
-                             "state_bytes": saved.state_bytes})
-                print(f"[naive_save] {saved.save_ms:.0f} ms, state file "
-                      f"{saved.state_bytes / 2**20:.1f} MiB (capabilities turned off: "
-                      f"{', '.join(saved.caps_reset) or 'none'}; source left '{saved.status}', "
-                      "then deleted)", flush=True)
 
                 # Warm-up: the first clone verifies the snapshot's files once.
                 sb, wall = spawn_one(d, snap_id)
@@ -1153,15 +1414,27 @@ def main() -> int:
                             delete_snapshot(d, sid)
     finally:
         shutil.rmtree(shm, ignore_errors=True)
-        if home:
-            left = fb.qemu_pids_mentioning(home) + fb.qemu_pids_mentioning(shm)
+        nhome = ctx.get("naive_home")
+        if nhome:  # kept by its daemon for the naive copies (their disks and state)
+            shutil.rmtree(nhome, ignore_errors=True)
+            shutil.rmtree(fb.run_dir_for_home(nhome), ignore_errors=True)
+        for h in (home, nhome):
+            if not h:
+                continue
+            left = fb.qemu_pids_mentioning(h) + fb.qemu_pids_mentioning(shm)
             if left:
                 print(f"cleanup: QEMU processes still name our files: {left}", flush=True)
-            for p in (home, shm, str(fb.run_dir_for_home(home))):
+            for p in (h, shm, str(fb.run_dir_for_home(h))):
                 if os.path.exists(p):
                     print(f"cleanup: {p} still exists", flush=True)
     ctx["elapsed"] = time.monotonic() - t_start
     ctx["others"], ctx["busy_runs"] = others, busy_runs
+    for r in rows:  # the naive baseline is plain QEMU run by the bench as root
+        r.setdefault("jail", UNJAILED if r["case"].startswith("naive") else JAILED)
+        r.setdefault("segment", "main")
+    for r in mem_rows:
+        r["jail"] = JAILED if r["kind"] == "forkvm" else UNJAILED
+    ctx["jail"] = jail_ratios(jrows, rows)
 
     kf = key_figures(rows, mem_rows, max(args.clones))
     ctx["speed_reason"] = speed_reason(rows, kf, ctx["info"]["accel"]["kind"])
@@ -1171,14 +1444,14 @@ def main() -> int:
     ctx["mem_explanation"] = mem_explanation(mem_rows, ctx, args)
     ctx["method"] = method_text(args, burst, ctx)
 
-    rp.write_csv(out / "spawn.csv", rows, FIELDS)
+    rp.write_csv(out / "spawn.csv", rows + jrows, FIELDS)
     rp.write_csv(out / "memory.csv", mem_rows, MEM_FIELDS)
     title = (f"forkvm spawn bench — {ctx['info']['accel']['kind']}, {args.memory} MiB, "
              f"N={args.runs}{' (SMOKE)' if args.smoke else ''}, {machine['cpu_model']}, "
              f"{machine['cores']} cores, {started:%Y-%m-%d}")
     write_plot(out / "spawn.png", rows, mem_rows, title, args.burst_size)
-    write_results(out / "RESULTS.md", rows, mem_rows, ctx, args)
-    print_summary(rows, mem_rows, max(args.clones))
+    write_results(out / "RESULTS.md", rows, mem_rows, ctx, args, jrows)
+    print_summary(rows, mem_rows, max(args.clones), ctx["jail"])
     print(f"\nwrote {out / 'spawn.csv'}, {out / 'memory.csv'}, {out / 'RESULTS.md'}, "
           f"{out / 'spawn.png'}")
     return 0
