@@ -776,6 +776,19 @@ def jail_section(jrows, rows, ctx, args) -> list[str]:
                  f"{unit_ms(cell('spawn_cold_pool_off', 'server_total_ms'))} | "
                  f"{unit_ms(cell('spawn_warm_pool', 'total_ms'))} / "
                  f"{unit_ms(cell('spawn_warm_pool', 'server_total_ms'))} | {oc:.2f} |")
+    spread = {}
+    for c in ("spawn_cold_pool_off", "spawn_warm_pool"):
+        for side in (JAILED, UNJAILED):
+            v = [rp.summarize(r["total_ms"] for r in jrows if r["segment"] == sg
+                              and r["case"] == c)["p50"] for sg in segs if side_of[sg] == side]
+            if len(v) > 1 and min(v) > 0:
+                spread[(c, side)] = max(v) / min(v)
+    if spread:
+        L += ["", "How far one side's segments differ from each other (client wall p50, larger "
+              "over smaller): " + "; ".join(
+                  f"{c} {side} {v:.2f}×" for (c, side), v in spread.items())
+              + ". A jailed/unjailed ratio within that spread is not a jail cost this run can "
+              "resolve from the host's drift."]
     main = {c: p50(rows, c) for c in ("spawn_cold_pool_off", "spawn_warm_pool")}
     L += ["", "The main run's jailed figures of the same cases (its own daemon, after these "
           f"segments, N = {args.runs}): client wall p50 {unit_ms(main['spawn_cold_pool_off'])} "
