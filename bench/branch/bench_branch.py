@@ -3,8 +3,24 @@
 
 Run through bench/branch/run.sh (which builds the release binary first).
 
-Everything is measured in one run against one private daemon. Two kinds of
-source are used, and each mode is measured on the kind it is made for:
+Every sandbox QEMU runs jailed (the daemon's default; FORKVM_NO_JAIL=0 is
+set explicitly, so an inherited FORKVM_NO_JAIL=1 cannot unjail the run; every
+source's QEMU uid is checked to be non-root). The bench's own QMP saves (the
+naive baseline, the live references) write into the source's own directories,
+the only ones a jailed QEMU can write to.
+
+The experiments below are measured in one run against one private jailed
+daemon. Then, with --jail-compare (the default), the jail comparison: one
+private daemon at a time, jailed, unjailed (FORKVM_NO_JAIL=1), unjailed,
+jailed, each doing --jail-runs / 2 branches per mode (full and live
+alternating on a booted source, then diff on its clone, as in `size`) at
+each of --jail-sizes, and (--jail-chain) building its own depth-3 diff chain
+and spawning --jail-runs / 2 times from depth 0 and from depth 3 (as in
+`chain`). Its rows have experiment `jail_size`, `jail_chain_build`,
+`jail_chain`.
+
+Two kinds of source are used, and each mode is measured on the kind it is
+made for:
 
 * booted -- cold-booted (`use_template: false`): owns its RAM (a share=on file
             in /dev/shm). Modes live and full, the naive baselines and the
@@ -51,7 +67,8 @@ source are used, and each mode is measured on the kind it is made for:
                   snapshot (pools off, order rotated each round), the child
                   deleted after each.
 
-Outputs (in --out): branch.csv, RESULTS.md, pause_vs_size.png,
+Outputs (in --out): branch.csv (a `jail` column, jailed/unjailed, and the
+`segment`: main or the comparison's 1-4), RESULTS.md, pause_vs_size.png,
 pause_vs_dirty.png, consecutive.png, spawn_vs_depth.png.
 """
 
@@ -108,7 +125,7 @@ FIELDS = [
     "position", "spawn_total_ms", "prepare_ms", "qemu_start_ms", "restore_ms", "identity_ms",
     "from_pool",
     "naive_p50_ms", "x_shorter_than_naive", "naive_nolimit_p50_ms", "x_shorter_than_naive_nolimit",
-    "other_cpu_cores", "note",
+    "other_cpu_cores", "jail", "segment", "uid", "note",
 ]
 
 MODE_ORDER = ["live", "full", "diff", "naive", "naive_nolimit", "naive_clone",
@@ -141,6 +158,41 @@ MODE_STYLE = {
 }
 
 
+JAILED, UNJAILED = "jailed", "unjailed"
+JAIL_ORDER = [JAILED, UNJAILED, UNJAILED, JAILED]  # ABBA: drift weighs on both sides alike
+
+
+def jail_env(side: str) -> dict:
+    """The daemon's jail setting, always explicit (an inherited FORKVM_NO_JAIL
+    must not change what a run is labelled)."""
+    return {"FORKVM_NO_JAIL": "1" if side == UNJAILED else "0"}
+
+
+def process_uid(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise fb.BenchError(f"no Uid line in /proc/{pid}/status")
+
+
+def check_jail(c: "Ctx", sb: dict) -> int:
+    """A jailed daemon's QEMU runs as a non-root uid, an unjailed one's as
+    root; anything else fails the bench (a mislabelled run). Returns the uid."""
+    uid = process_uid(sb["pid"])
+    if (uid == 0) != (c.side == UNJAILED):
+        raise fb.BenchError(f"sandbox {sb.get('id')} of the {c.side} daemon runs QEMU pid "
+                            f"{sb['pid']} as uid {uid}: the jail setting is not what was asked")
+    c.uids.add(uid)
+    return uid
+
+
+def split_runs(total: int, parts: int) -> list[int]:
+    """`total` runs over `parts` segments, as even as possible, earlier first."""
+    q, r = divmod(total, parts)
+    return [q + (i < r) for i in range(parts)]
+
+
 def source_of(mode: str) -> str:
     return "clone" if mode in CLONE_MODES else "booted"
 
@@ -168,8 +220,10 @@ class Ctx:
     """What every measurement needs: the daemon, the snapshots alive, the
     scratch dirs and the rows."""
 
-    def __init__(self, d: fb.Daemon, shm: str, args):
+    def __init__(self, d: fb.Daemon, shm: str, args, side: str = JAILED):
         self.d = d
+        self.side = side                        # the daemon's jail setting
+        self.uids: set[int] = set()             # QEMU uids seen (checked against side)
         self.shm = shm
         self.args = args
         self.rows: list[dict] = []
@@ -188,6 +242,13 @@ class Ctx:
 
     def qmp_path(self, sid: str) -> str:
         return os.path.join(self.d.sandbox_dir(sid), "qmp.sock")
+
+    def shm_dir(self, sid: str) -> str:
+        """A /dev/shm directory the source's QEMU can write to: its RAM scratch
+        directory (`<run dir>/<id>.d`, in a jailed QEMU's view) when it
+        exists, else the bench's own."""
+        d = fb.run_dir_for_home(self.d.home) / f"{sid}.d"
+        return str(d) if d.is_dir() else self.shm
 
     def ram_file(self, sid: str) -> Path:
         return fb.run_dir_for_home(self.d.home) / f"{sid}.mem"
@@ -234,6 +295,7 @@ class Ctx:
         self.meter.start()
         row = fn(self, *a, **kw)
         row["other_cpu_cores"] = self.meter.other_cores()
+        row["jail"] = self.side
         row.setdefault("source", source_of(row["mode"]))
         self.rows.append(row)
         if row["other_cpu_cores"] > NOISY_CORES:
@@ -347,7 +409,9 @@ def naive(c: Ctx, sid: str, variant: str, exp: str, size: int, dirty, run: int, 
     else:
         params = {"max-bandwidth": LIVE_MAX_BANDWIDTH,
                   "downtime-limit": c.qemu_defaults["downtime-limit"]}
-    state = os.path.join(c.d.home, "naive-state.bin")  # same filesystem as the store
+    # In the source's own directory: the same filesystem as the store, and one
+    # a jailed QEMU can write to.
+    state = os.path.join(c.d.sandbox_dir(sid), "naive-state.bin")
     clone = source_of(variant) == "clone"
     before = None if clone else c.ram_alloc_mib(sid)
     private = c.clone_private_mib(sid) if clone else None
@@ -379,11 +443,13 @@ def qemu_live(c: Ctx, sid: str, where: str, exp: str, size: int, dirty, run: int
     """Reference: the live save forkvm's live mode runs (mapped-ram precopy to a
     file, downtime-limit 5 ms, no bandwidth cap, `query-migrate` polled every
     1 ms), done by the bench over QMP, then `cont` at once (no disk freeze, no
-    publish). `where` = "disk" (the daemon home, the store's filesystem) or
-    "shm" (/dev/shm). Pause from the STOP/RESUME events; STOP -> `completed`
+    publish). `where` = "disk" (the source's own directory in the daemon home,
+    the store's filesystem) or "shm" (its RAM scratch directory on /dev/shm;
+    a jailed QEMU can write nowhere else). Pause from the STOP/RESUME events; STOP -> `completed`
     seen and `completed` -> RESUME split it (event timestamps are
     CLOCK_REALTIME, as is time.time())."""
-    state = os.path.join(c.d.home if where == "disk" else c.shm, "live-ref.bin")
+    state = os.path.join(c.d.sandbox_dir(sid) if where == "disk" else c.shm_dir(sid),
+                         "live-ref.bin")
     before = c.ram_alloc_mib(sid)
     with fb.Qmp(c.qmp_path(sid), timeout=60) as q:
         caps_on, old = nv.migration_settings(q)
@@ -487,6 +553,7 @@ def boot_source(c: Ctx, size: int, label: str) -> dict:
     need_memory(size)
     src = c.d.create_cold(memory_mib=size, cpus=1)
     sid = src["id"]
+    check_jail(c, src)
     if not c.ram_file(sid).exists():
         raise fb.BenchError(f"the source's RAM file {c.ram_file(sid)} is missing")
     with fb.Qmp(c.qmp_path(sid), timeout=30) as q:
@@ -545,6 +612,7 @@ def spawn_from(c: Ctx, snap_id: str) -> tuple[dict, float]:
     if sb.get("snapshot") != snap_id or t.get("restore_ms") is None \
             or sb.get("state") != "running":
         raise fb.BenchError(f"sandbox {sb.get('id')} is not a running clone of {snap_id}: {sb}")
+    check_jail(c, sb)
     return sb, wall
 
 
@@ -952,6 +1020,194 @@ def exp_chain(c: Ctx, ctx: dict) -> None:
             c.measured(spawn_chain, label, snap, depth, run, n, pos)
     delete_snapshot(c, flat["id"])
     delete_snapshot(c, base["id"])  # force: the links are built on it
+
+
+# --------------------------------------------------------------------------
+# Jail comparison
+# --------------------------------------------------------------------------
+
+
+def jail_sizes(c: Ctx, n: int) -> None:
+    """Per --jail-sizes M: a booted source, its base, n × (full, live), then
+    its clone and n diff branches, exactly as in exp_size (experiment
+    `jail_size`; no naive, references or floor)."""
+    for size in c.args.jail_sizes:
+        label = f"jail {c.side} {size} MiB"
+        src = boot_source(c, size, label)
+        base = None
+        try:
+            base = take_base(c, src["id"], label)
+            for i in range(1, n + 1):
+                for mode in ("full", "live"):
+                    c.measured(branch, src["id"], mode, "jail_size", size, None, i, n)
+        finally:
+            c.d.delete(src["id"])
+        try:
+            clone = clone_source(c, base, label)
+            try:
+                for i in range(1, n + 1):
+                    c.measured(branch, clone["id"], "diff", "jail_size", size, None, i, n,
+                               want_depth=1)
+            finally:
+                c.d.delete(clone["id"])
+        finally:
+            delete_snapshot(c, base["id"])
+
+
+def jail_chain(c: Ctx, n: int) -> None:
+    """A chain built as in exp_chain (no flatten), then n rounds of one spawn
+    from depth 0 and one from the deepest head, order alternating."""
+    a = c.args
+    size = a.chain_memory
+    src = boot_source(c, size, f"jail {c.side} chain")
+    try:
+        base = take_base(c, src["id"], f"jail {c.side} chain")
+    finally:
+        c.d.delete(src["id"])
+    head = base
+    for k in range(1, a.chain_depth + 1):
+        head = chain_link(c, head, k, size)
+    targets = [("depth 0", base, 0), (f"depth {a.chain_depth}", head, a.chain_depth)]
+    for run in range(1, n + 1):
+        order = targets if run % 2 else targets[::-1]
+        for pos, (label, snap, depth) in enumerate(order, start=1):
+            c.measured(spawn_chain, label, snap, depth, run, n, pos)
+    delete_snapshot(c, base["id"])  # force: the links are built on it
+
+
+def jail_segment(seg: int, side: str, n: int, args, ctx: dict) -> list[dict]:
+    """One segment of the jail comparison under a private daemon (`side`);
+    returns its rows, experiments renamed `jail_*`."""
+    print(f"==> jail comparison, segment {seg}: {side} daemon, {n} per mode and size",
+          flush=True)
+    shm = tempfile.mkdtemp(prefix="fvb-branch-", dir="/dev/shm")
+    with fb.Daemon(binary=args.binary, env=jail_env(side)) as d:
+        c = Ctx(d, shm, args, side)
+        c.check_others()
+        try:
+            jail_sizes(c, n)
+            if args.jail_chain and args.chain_runs:
+                jail_chain(c, n)
+        finally:
+            for snap in sorted(c.snaps):
+                try:
+                    delete_snapshot(c, snap)
+                except Exception as e:  # noqa: BLE001 - the daemon stop cleans up too
+                    print(f"cleanup: DELETE snapshot {snap}: {e}", flush=True)
+            ctx["others"].update(c.others)
+            ctx["busy_runs"] += c.busy_runs
+            ctx.setdefault("jail_uids", {}).setdefault(side, set()).update(c.uids)
+            shutil.rmtree(shm, ignore_errors=True)
+            for r in c.rows:
+                r["experiment"] = r["experiment"].replace("jail_", "")  # chain_link's rows
+                r["experiment"] = "jail_" + r["experiment"]
+                r["segment"] = seg
+                r["jail"] = side
+    return c.rows
+
+
+# (experiment, mode, size or None, key, label, naive (mode, key) of the main run or None)
+def jail_metrics(rows, args) -> list[tuple]:
+    out = []
+    for size in args.jail_sizes:
+        for mode in BRANCH_MODES:
+            out.append(("jail_size", mode, size, "pause_ms", f"{mode} pause_ms, {size} MiB",
+                        naive_modes(mode)[0]))
+    depth = f"depth {args.chain_depth}"
+    for label in ("depth 0", depth):
+        out.append(("jail_chain", label, None, "spawn_total_ms",
+                    f"spawn from chain {label}, total_ms", None))
+    return out
+
+
+def jail_ratios(rows, args) -> list[dict]:
+    """Per jail metric with data: the jailed and unjailed summaries,
+    jailed/unjailed at p50 and p90, and each side's p50 over the naive
+    pause (QEMU defaults) of the main run at that size, on the same kind of
+    source."""
+    out = []
+    for exp, mode, size, key, label, nmode in jail_metrics(rows, args):
+        sides = {}
+        for side in (JAILED, UNJAILED):
+            sides[side] = pstat([r for r in sel(rows, exp, mode, size) if r["jail"] == side], key)
+        if not (sides[JAILED]["n"] or sides[UNJAILED]["n"]):
+            continue
+        nv = pstat(sel(rows, "size", nmode, size)) if nmode else rp.summarize([])
+        j, u = sides[JAILED], sides[UNJAILED]
+        out.append({"label": label, JAILED: j, UNJAILED: u, "naive": nv, "naive_mode": nmode,
+                    "ratio_p50": ratio(j["p50"], u["p50"]), "ratio_p90": ratio(j["p90"], u["p90"]),
+                    "jailed_vs_naive": ratio(j["p50"], nv["p50"]),
+                    "unjailed_vs_naive": ratio(u["p50"], nv["p50"])})
+    return out
+
+
+def times(v, digits: int = 4) -> str:
+    return "–" if v is None or v != v else f"{v:.{digits}f}×"
+
+
+def jail_section(rows, ctx, args, L) -> None:
+    ratios = ctx.get("jail") or []
+    L += ["", "## Jail cost", ""]
+    if not ratios:
+        L += ["Not measured (`--no-jail-compare`): every figure here is jailed; there is no "
+              "unjailed counterpart in this run."]
+        return
+    jr = [r for r in rows if str(r["experiment"]).startswith("jail_")]
+    segs = sorted({r["segment"] for r in jr})
+    side_of = {r["segment"]: r["jail"] for r in jr}
+    n = {s: len([r for r in jr if r["experiment"] == "jail_size" and r["mode"] == "live"
+                 and r["jail"] == s and r["size_mib"] == args.jail_sizes[0]])
+         for s in (JAILED, UNJAILED)}
+    uids = ctx.get("jail_uids") or {}
+    L += ["After the experiments above, segments of one private daemon each, one at a time, in "
+          "this order: " + ", ".join(f"{s} {side_of[s]}" for s in segs)
+          + " (`FORKVM_NO_JAIL=0` / `=1`). At each of "
+          + ", ".join(f"{s} MiB" for s in args.jail_sizes)
+          + ", each segment boots its own source, takes its base, alternates full and live "
+          "branches, then spawns the clone and does the diff branches, as in experiment 1"
+          + (f"; then it builds its own depth-{args.chain_depth} diff chain as in experiment 4 "
+             "and spawns from depth 0 and from the head, alternately" if any(
+                 r["experiment"] == "jail_chain" for r in jr) else "")
+          + f". {n[JAILED]} runs per metric jailed and {n[UNJAILED]} unjailed in all, split "
+          "evenly over the segments of each side. Every QEMU's uid was checked: "
+          + "; ".join(f"{s}: {', '.join(str(u) for u in sorted(v)[:4])}"
+                      + (", …" if len(v) > 4 else "") for s, v in sorted(uids.items()))
+          + ". Milliseconds.", "",
+          "| metric | jailed p50 | jailed p90 | unjailed p50 | unjailed p90 | **ratio p50** "
+          "(jailed ÷ unjailed) | ratio p90 | naive p50 (main run) | jailed ÷ naive | "
+          "unjailed ÷ naive |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in ratios:
+        j, u = r[JAILED], r[UNJAILED]
+        nv = (f"{fmt_ms(r['naive']['p50'])} ({r['naive_mode']})" if r["naive_mode"] else "–")
+        L.append(f"| {r['label']} | {fmt_ms(j['p50'])} | {fmt_ms(j['p90'])} | "
+                 f"{fmt_ms(u['p50'])} | {fmt_ms(u['p90'])} | **{r['ratio_p50']:.3f}×** | "
+                 f"{r['ratio_p90']:.3f}× | {nv} | {times(r['jailed_vs_naive'])} | "
+                 f"{times(r['unjailed_vs_naive'])} |")
+    L += ["", "Ratios above 1 mean the jail costs time. \"÷ naive\" is each side's p50 over the "
+          "naive stop + full save + cont (QEMU defaults) measured in experiment 1 of this run "
+          "at that size, on the same kind of source (booted for live/full, the clone for diff; "
+          "jailed QEMUs, saving into their own directory); a chain spawn has no naive "
+          "counterpart here.", "",
+          "Per segment (p50, ms):", "",
+          "| metric | " + " | ".join(f"seg {s} ({side_of[s]})" for s in segs)
+          + " | spread within a side |",
+          "|---|" + "---:|" * (len(segs) + 1)]
+    for exp, mode, size, key, label, _ in jail_metrics(rows, args):
+        cells = [p50([r for r in sel(rows, exp, mode, size) if r["segment"] == s], key)
+                 for s in segs]
+        spread = max((max(v) / min(v) for v in (
+            [c for c, s in zip(cells, segs) if side_of[s] == side and c == c]
+            for side in (JAILED, UNJAILED)) if len(v) > 1 and min(v) > 0), default=math.nan)
+        if any(v == v for v in cells):
+            L.append(f"| {label} | " + " | ".join(fmt_ms(v) for v in cells)
+                     + f" | {times(spread, 2)} |")
+    oc = [rp.summarize(r.get("other_cpu_cores") for r in jr if r["segment"] == s)["p50"]
+          for s in segs]
+    L.append("| other processes, cores (p50) | " + " | ".join(f"{v:.2f}" for v in oc) + " | |")
+    L += ["", "\"Spread within a side\": the larger, over the two sides, of one side's segment "
+          "p50s larger ÷ smaller. A jailed/unjailed ratio within that spread is not a jail cost "
+          "this run can resolve from the host's drift."]
 
 
 # --------------------------------------------------------------------------
@@ -1639,6 +1895,17 @@ def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
         f"branches of its clone. **chain** — {args.chain_runs} spawns from each of depth "
         f"0..{args.chain_depth} and the flattened snapshot" + (" (SMOKE)" if args.smoke else ""),
     ]
+    main_uids = sorted((ctx.get("jail_uids") or {}).get(JAILED, set()))
+    L += ["- **Jail:** every figure of experiments 1–4 is **jailed**: the daemon ran with "
+          "`FORKVM_NO_JAIL=0`, and every source and clone QEMU was checked to run as a non-root "
+          f"uid ({len(main_uids)} distinct, from {main_uids[0] if main_uids else '–'}). The "
+          "naive baseline and the live references are the bench's own QMP saves of those same "
+          "jailed QEMUs, written into the source's own directory (the naive state file, the "
+          "`qemu_live_disk` file) or its RAM scratch directory under /dev/shm "
+          "(`qemu_live_shm`): a jailed QEMU sees and can write nothing else. "
+          + ("The jail's cost is under **Jail cost** below (`jail` and `segment` columns in "
+             "the CSV)." if ctx.get("jail") else
+             "No jail comparison in this run (`--no-jail-compare`).")]
     timed = [r for r in rows if r.get("other_cpu_cores") is not None]
     oc = rp.summarize(r["other_cpu_cores"] for r in timed)
     noisy = sum(r["other_cpu_cores"] > NOISY_CORES for r in timed)
@@ -1647,6 +1914,11 @@ def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
           f"{noisy} of {len(timed)} measurements above {NOISY_CORES} cores"
           + (f"; at start the bench waited for a quiet host and measured "
              f"{ctx['quiet']:.2f} cores" if ctx.get("quiet") is not None else "")]
+    if oc["n"] and oc["p50"] > NOISY_CORES:
+        L += [f"- **Shared host:** other processes (other people's builds) kept p50 "
+              f"{oc['p50']:.2f} of the {machine['cores']} cores busy, so absolute times are "
+              "inflated against a quiet host; the jail comparison's alternating segments weigh "
+              "that on both sides alike."]
     if ctx.get("others"):
         L += [f"- Other QEMU processes (not this bench's) were running during "
               f"{ctx['busy_runs']} measurements: " + "; ".join(
@@ -1663,6 +1935,8 @@ def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
 
     L += ["", "### Observations (read from this run's own measurements)", ""]
     L += reasons(rows, sizes, dirties, ctx, args)
+
+    jail_section(rows, ctx, args, L)
 
     # ---- tables
     if sizes:
@@ -1693,7 +1967,8 @@ def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
                       for r in first_full) + "."]
         L += ["", "Live references (the bench runs the same mapped-ram live save itself over QMP "
               "and `cont`s at once — no disk freeze, no publish — once with the file in the "
-              "daemon home, on the store's filesystem, and once on /dev/shm):", ""]
+              "source's own directory in the daemon home, on the store's filesystem, and once "
+              "in its RAM scratch directory on /dev/shm):", ""]
         refs_table(rows, "size", "size_mib", sizes, L, "MiB")
 
     if dirties:
@@ -1905,7 +2180,7 @@ def method_text(args) -> list[str]:
         "**naive** (the baseline): over the source's QMP socket, every migration capability "
         "turned off (forkvm leaves `x-ignore-shared` or `mapped-ram` on), `max-bandwidth` and "
         "`downtime-limit` set to QEMU's defaults (read from the freshly booted source, before "
-        "any branch), then `stop`, `migrate {\"uri\": \"file:<daemon home>/naive-state.bin\"}` "
+        "any branch), then `stop`, `migrate {\"uri\": \"file:<source dir>/naive-state.bin\"}` "
         "(all RAM and device state, to the same filesystem as the store), `query-migrate` "
         "polled every 1 ms until `completed`, `cont`. The pause is STOP→RESUME from QEMU's "
         "event timestamps, exactly as the daemon measures (the client clock from sending "
@@ -1920,8 +2195,8 @@ def method_text(args) -> list[str]:
         "between (the floor). `qemu_live_disk`/`qemu_live_shm` run the live save forkvm's "
         "live mode runs (capability `mapped-ram` on and the others off, `downtime-limit` 5 ms, "
         "`max-bandwidth` 64 GiB/s, `migrate` to a file, `query-migrate` polled every 1 ms) "
-        "from the bench, with the file in the daemon home (same filesystem as the store) or "
-        "on /dev/shm, then `cont` at once (no disk freeze, no hashing).",
+        "from the bench, with the file in the source's own directory in the daemon home (same "
+        "filesystem as the store) or in its RAM scratch directory on /dev/shm, then `cont` at once (no disk freeze, no hashing).",
         "",
         f"**size**: for each size a booted source (`POST /v1/sandboxes {{\"memory_mib\": M, "
         f"\"cpus\": 1, \"use_template\": false}}`) rests {args.settle:.0f} s; its base snapshot "
@@ -2002,6 +2277,13 @@ def print_summary(rows, ctx, args) -> None:
                 print(f"{s['label']:<10}{s['kind']:<8}{st['n']:>4}{fmt_ms(st['min']):>10}"
                       f"{fmt_ms(st['p50']):>10}{fmt_ms(st['p90']):>10}{fmt_ms(st['max']):>10}"
                       f"{ratio(st['p50'], flat):>8.2f}×")
+    if ctx.get("jail"):
+        print("\nJail cost (jailed ÷ unjailed, comparison segments; ms)")
+        for r in ctx["jail"]:
+            j, u = r[JAILED], r[UNJAILED]
+            print(f"  {r['label']:<38} jailed {fmt_ms(j['p50'])}/{fmt_ms(j['p90'])}  unjailed "
+                  f"{fmt_ms(u['p50'])}/{fmt_ms(u['p90'])}  ratio p50 {r['ratio_p50']:.3f}× "
+                  f"p90 {r['ratio_p90']:.3f}×")
     print("\nTargets:")
     for t in targets(rows, ctx, args):
         print(f"  [{t['verdict']}] {t['target']}: {t['figure'].replace('**', '')}")
@@ -2060,6 +2342,16 @@ def main() -> int:
                     help="rest after each cold boot (and after filling memory)")
     ap.add_argument("--skip", default="", help="comma-separated experiments to skip: "
                     "size,dirty,consecutive,chain (for debugging; RESULTS.md says so)")
+    ap.add_argument("--jail-compare", action=argparse.BooleanOptionalAction, default=True,
+                    help="after the experiments, time branches (and chain spawns) under "
+                         "daemons jailed, unjailed, unjailed, jailed, one at a time, for the "
+                         "jail's cost (default on)")
+    ap.add_argument("--jail-runs", type=int, default=None,
+                    help="branches per mode and size (and chain spawns) per side in the jail "
+                         "comparison, split over its two segments per side (default: --runs)")
+    ap.add_argument("--jail-sizes", default="512,2048", help="guest sizes of the jail comparison")
+    ap.add_argument("--jail-chain", action=argparse.BooleanOptionalAction, default=True,
+                    help="include chain spawns (depth 0 and the deepest) in the jail comparison")
     ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
     ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
     ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
@@ -2068,6 +2360,12 @@ def main() -> int:
     args = ap.parse_args()
     args.sizes = parse_list(args.sizes, "--sizes", ap)
     args.dirty = parse_list(args.dirty, "--dirty", ap)
+    args.jail_sizes = parse_list(args.jail_sizes, "--jail-sizes", ap)
+    if args.jail_runs is None:
+        args.jail_runs = args.runs
+    if args.jail_compare and (args.jail_runs < 2 or not args.jail_sizes
+                              or min(args.jail_sizes) < 128):
+        ap.error("--jail-runs must be >= 2 and --jail-sizes non-empty, each >= 128 MiB")
     if args.naive_runs is None:
         args.naive_runs = args.runs
     if min(args.runs, args.dirty_runs, args.naive_runs, args.ref_runs, args.floor_runs,
@@ -2100,15 +2398,15 @@ def main() -> int:
     started = dt.datetime.now().astimezone()
     t_start = time.monotonic()
     ctx: dict = {"machine": rp.machine_info(), "started": started, "quiet": quiet,
-                 "revision": revision}
+                 "revision": revision, "others": {}, "busy_runs": 0}
     shm = tempfile.mkdtemp(prefix="fvb-branch-", dir="/dev/shm")
     home = None
     c = None
     rows: list[dict] = []
     try:
-        with fb.Daemon(binary=args.binary) as d:
+        with fb.Daemon(binary=args.binary, env=jail_env(JAILED)) as d:
             home = d.home
-            c = Ctx(d, shm, args)
+            c = Ctx(d, shm, args, JAILED)
             rows = c.rows
             try:
                 info = d.api.info()
@@ -2154,13 +2452,30 @@ def main() -> int:
             left = fb.qemu_pids_mentioning(home) + fb.qemu_pids_mentioning(shm)
             if left:
                 print(f"cleanup: QEMU processes still name our files: {left}", flush=True)
-            for p in (home, shm, str(fb.run_dir_for_home(home))):
+            for p in (home, str(fb.run_dir_for_home(home))):
                 if os.path.exists(p):
                     print(f"cleanup: {p} still exists", flush=True)
     if c is None or "info" not in ctx:
         return 1
+    ctx["jail_uids"] = {JAILED: set(c.uids)}
+    ctx["others"].update(c.others)
+    ctx["busy_runs"] += c.busy_runs
+    for r in rows:
+        r.setdefault("jail", JAILED)
+        r.setdefault("segment", "main")
+    # The jail comparison: one daemon at a time, ABBA.
+    if args.jail_compare and not ctx.get("error"):
+        per_side = {s: split_runs(args.jail_runs, JAIL_ORDER.count(s)) for s in (JAILED, UNJAILED)}
+        try:
+            for seg, side in enumerate(JAIL_ORDER, start=1):
+                n = per_side[side][JAIL_ORDER[:seg - 1].count(side)]
+                rows += jail_segment(seg, side, n, args, ctx)
+        except (fb.BenchError, OSError) as e:
+            ctx["error"] = f"jail comparison: {e}"
+            print(f"bench_branch: error: {ctx['error']}\n(writing what was measured so far)",
+                  file=sys.stderr, flush=True)
+    ctx["jail"] = jail_ratios(rows, args)
     ctx["elapsed"] = time.monotonic() - t_start
-    ctx["others"], ctx["busy_runs"] = c.others, c.busy_runs
     ctx["qemu_defaults"] = c.qemu_defaults
     ctx["notes"] = c.notes + ([f"skipped experiments: {', '.join(sorted(skip))}"] if skip else [])
     ctx["diff_fallback"] = c.diff_fallback
