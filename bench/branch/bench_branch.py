@@ -1840,6 +1840,22 @@ def chain_section(rows, ctx, args, L) -> None:
           f"to see exactly the files of links 1..k (`{CHAIN_FILE.format(k='k')}`)."]
 
 
+def shared_host_lines(timed, machine) -> list[str]:
+    """A warning when other work used the CPUs for more than a tenth of the
+    measurements (or at their p50)."""
+    oc = rp.summarize(r["other_cpu_cores"] for r in timed)
+    noisy = sum(r["other_cpu_cores"] > NOISY_CORES for r in timed)
+    if not oc["n"] or (oc["p50"] <= NOISY_CORES and noisy * 10 <= len(timed)):
+        return []
+    exps = sorted({r["experiment"] for r in timed if r["other_cpu_cores"] > NOISY_CORES},
+                  key=lambda e: (e.startswith("jail_"), e))
+    return [f"- **Shared host:** other work (other people's builds and tests) kept more than "
+            f"{NOISY_CORES} of the {machine['cores']} cores busy during {noisy} of {len(timed)} "
+            f"measurements (p90 {oc['p90']:.2f} cores; experiments {', '.join(exps)}), so "
+            "absolute times there are inflated against a quiet host; the jail comparison's "
+            "alternating segments weigh such load on both sides alike."]
+
+
 def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
     info, machine = ctx["info"], ctx["machine"]
     sizes = sorted({r["size_mib"] for r in rows if r["experiment"] == "size"})
@@ -1914,11 +1930,7 @@ def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
           f"{noisy} of {len(timed)} measurements above {NOISY_CORES} cores"
           + (f"; at start the bench waited for a quiet host and measured "
              f"{ctx['quiet']:.2f} cores" if ctx.get("quiet") is not None else "")]
-    if oc["n"] and oc["p50"] > NOISY_CORES:
-        L += [f"- **Shared host:** other processes (other people's builds) kept p50 "
-              f"{oc['p50']:.2f} of the {machine['cores']} cores busy, so absolute times are "
-              "inflated against a quiet host; the jail comparison's alternating segments weigh "
-              "that on both sides alike."]
+    L += shared_host_lines(timed, machine)
     if ctx.get("others"):
         L += [f"- Other QEMU processes (not this bench's) were running during "
               f"{ctx['busy_runs']} measurements: " + "; ".join(
