@@ -35,7 +35,7 @@ use crate::db::{Db, SandboxRow};
 use crate::error::ApiError;
 use crate::failure::{console_tail, describe_status, died_while_booting, failure_reason};
 use crate::images::BootReq;
-use crate::util;
+use crate::util::{self, ms};
 
 /// Defaults for a spawn request.
 pub const DEFAULT_IMAGE: &str = "default";
@@ -1093,10 +1093,6 @@ impl Manager {
     /// Exec timeout handling: the agent kills at `timeout_ms`; the host gives
     /// it this much longer before declaring the guest hung.
     pub const HOST_GRACE: Duration = Duration::from_secs(15);
-}
-
-pub(crate) fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1000.0 * 100.0).round() / 100.0
 }
 
 /// The exit reason of a VM if it exits within `d`.

@@ -42,8 +42,8 @@ use crate::agent::{self, AgentError};
 use crate::config::SandboxPaths;
 use crate::db::{Origin, SandboxRow, SnapshotRow};
 use crate::error::ApiError;
-use crate::sandbox::{ms, Manager, Phase, Waiter};
-use crate::util;
+use crate::sandbox::{Manager, Phase, Waiter};
+use crate::util::{self, ms};
 
 /// A QEMU started with `-incoming defer` for a snapshot, not yet loaded.
 pub struct Prepared {
