@@ -24,7 +24,8 @@ use utoipa::OpenApi;
 
 use crate::agent::{AgentError, ExecSpec};
 use crate::error::ApiError;
-use crate::sandbox::{Created, Manager};
+use crate::manager::Manager;
+use crate::sandbox::Created;
 
 type AppState = Arc<Manager>;
 

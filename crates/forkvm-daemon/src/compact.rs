@@ -34,7 +34,7 @@ use forkvm_qemu::{blockjob, Qmp};
 
 use crate::config::SandboxPaths;
 use crate::error::ApiError;
-use crate::sandbox::{Live, Manager};
+use crate::manager::{Live, Manager};
 use crate::util::ms;
 
 /// A clone that inherits more layers than this (or than `--disk-chain-max`,

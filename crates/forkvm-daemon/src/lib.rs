@@ -30,6 +30,7 @@ pub mod images;
 pub mod jail;
 pub mod lifetime;
 pub mod limits;
+pub mod manager;
 pub mod metrics;
 pub mod net;
 pub mod sandbox;
@@ -45,8 +46,7 @@ use std::time::{Duration, Instant};
 use forkvm_qemu::{Accel, AccelChoice, HostVirt};
 
 pub use config::Config;
-pub use sandbox::Manager;
-pub use snapshot::MAX_POOL;
+pub use manager::{Manager, MAX_POOL};
 
 /// Errors that stop the daemon from starting.
 #[derive(Debug, thiserror::Error)]

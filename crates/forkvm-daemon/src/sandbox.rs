@@ -18,7 +18,6 @@
 //! exit the daemon did not ask for turns the sandbox into `failed` with a
 //! reason read from the exit status and the serial console.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,15 +25,16 @@ use axum::http::StatusCode;
 use forkvm_api::{codes, CreateSandbox, Sandbox, SandboxState, SpawnTimings};
 use forkvm_qemu::process::{self, Launched};
 use forkvm_qemu::spec::kernel_cmdline;
-use forkvm_qemu::{AccelChoice, MachineSpec, MemoryBackend};
+use forkvm_qemu::{MachineSpec, MemoryBackend};
 use tokio::sync::watch;
 
-use crate::agent::{self, AgentConn, AgentError};
-use crate::config::{Config, SandboxPaths};
-use crate::db::{Db, SandboxRow};
+use crate::agent::{self};
+use crate::config::SandboxPaths;
+use crate::db::SandboxRow;
 use crate::error::ApiError;
 use crate::failure::{console_tail, describe_status, died_while_booting, failure_reason};
 use crate::images::BootReq;
+use crate::manager::{Live, Manager, Phase, Waiter};
 use crate::util::{self, ms};
 
 /// Defaults for a spawn request.
@@ -44,99 +44,6 @@ pub const DEFAULT_CPUS: u32 = 1;
 /// Smallest guest the default kernel and image boot in.
 pub const MIN_MEMORY_MIB: u32 = 128;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Booting,
-    Running,
-    Removing,
-}
-
-/// A sandbox whose QEMU the daemon is watching.
-pub struct Live {
-    pub id: String,
-    pub pid: u32,
-    phase: Mutex<Phase>,
-    agent: tokio::sync::Mutex<Option<Arc<AgentConn>>>,
-    pub(crate) exited: watch::Receiver<Option<String>>,
-    pub(crate) paths: SandboxPaths,
-    /// Serialises operations that must not overlap (snapshots).
-    pub(crate) op_lock: tokio::sync::Mutex<()>,
-    /// The guest kernel command line (a snapshot records it).
-    pub(crate) cmdline: String,
-    /// A background stream is shortening its disk chain (crate::compact).
-    pub(crate) streaming: std::sync::atomic::AtomicBool,
-    /// One stream task at a time, from its first block-graph query to its
-    /// clean-up (crate::compact).
-    pub(crate) stream_lock: tokio::sync::Mutex<()>,
-    /// A pause is saving it: the snapshot leaves the guest stopped.
-    pub(crate) keep_stopped: std::sync::atomic::AtomicBool,
-}
-
-impl Live {
-    pub(crate) fn agent_slot(&self) -> &tokio::sync::Mutex<Option<Arc<AgentConn>>> {
-        &self.agent
-    }
-
-    fn phase(&self) -> Phase {
-        *self.phase.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    pub(crate) fn set_phase(&self, p: Phase) -> Phase {
-        let mut g = self.phase.lock().unwrap_or_else(|p| p.into_inner());
-        std::mem::replace(&mut *g, p)
-    }
-
-    /// The agent connection, reconnecting if the previous one closed.
-    pub async fn agent(&self) -> Result<Arc<AgentConn>, AgentError> {
-        let mut g = self.agent.lock().await;
-        if let Some(c) = g.as_ref() {
-            if !c.is_closed() {
-                return Ok(c.clone());
-            }
-        }
-        let c = AgentConn::connect(&self.paths.agent).await?;
-        *g = Some(c.clone());
-        Ok(c)
-    }
-
-    /// Wait until QEMU has exited (returns at once if it already has).
-    pub(crate) async fn wait_exit(&self, timeout: Duration) -> bool {
-        let mut rx = self.exited.clone();
-        let r = tokio::time::timeout(timeout, rx.wait_for(|e| e.is_some())).await;
-        r.is_ok()
-    }
-}
-
-/// How the monitor waits for QEMU.
-pub(crate) enum Waiter {
-    /// We launched it: wait(2) gives the real status.
-    Child(tokio::process::Child),
-    /// An earlier daemon launched it: poll /proc.
-    Foreign,
-}
-
-/// The sandbox manager: the daemon's core.
-pub struct Manager {
-    pub cfg: Config,
-    pub db: Db,
-    pub accel: AccelChoice,
-    pub qemu_version: String,
-    live: Mutex<HashMap<String, Arc<Live>>>,
-    pub(crate) store: Arc<forkvm_store::Store>,
-    pub(crate) pools: crate::snapshot::Pools,
-    pub(crate) pending: crate::snapshot::Pending,
-    /// Template keys being created right now (one creator per key).
-    templating: Mutex<std::collections::HashSet<String>>,
-    /// Warm-pool size given to new boot templates (`--pool-size`).
-    pub default_pool_size: u32,
-    pub net: crate::net::Net,
-    /// Garbage collection of branch points: leases and the collector.
-    pub(crate) gc: crate::gc::Gc,
-    /// Memory held by admissions still starting (crate::admission).
-    pub(crate) admissions: crate::admission::Reservations,
-    /// How QEMUs are confined (crate::jail).
-    pub jail: crate::jail::Jailer,
-}
-
 /// What a spawn request produced.
 pub enum Created {
     One(Box<Sandbox>),
@@ -144,42 +51,6 @@ pub enum Created {
 }
 
 impl Manager {
-    pub fn new(
-        cfg: Config,
-        db: Db,
-        store: forkvm_store::Store,
-        accel: AccelChoice,
-        qemu_version: String,
-        default_pool_size: u32,
-        net: crate::net::Net,
-    ) -> Arc<Manager> {
-        let jail = crate::jail::Jailer::new(&cfg);
-        Arc::new(Manager {
-            jail,
-            cfg,
-            db,
-            accel,
-            qemu_version,
-            live: Mutex::new(HashMap::new()),
-            store: Arc::new(store),
-            pools: Default::default(),
-            pending: Default::default(),
-            templating: Mutex::new(Default::default()),
-            default_pool_size,
-            net,
-            gc: Default::default(),
-            admissions: Default::default(),
-        })
-    }
-
-    pub(crate) fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn live(&self, id: &str) -> Option<Arc<Live>> {
-        self.live_map().get(id).cloned()
-    }
-
     /// The API view of a row (with memory figures when asked and running).
     pub fn view(&self, r: SandboxRow, with_memory: bool) -> Sandbox {
         let memory = match (with_memory, r.state, r.pid) {
@@ -1089,10 +960,6 @@ impl Manager {
         self.net.reconcile(&running).await;
         Ok(())
     }
-
-    /// Exec timeout handling: the agent kills at `timeout_ms`; the host gives
-    /// it this much longer before declaring the guest hung.
-    pub const HOST_GRACE: Duration = Duration::from_secs(15);
 }
 
 /// The exit reason of a VM if it exits within `d`.

@@ -27,9 +27,9 @@
 //! and gives the clone its own identity through the agent (RNG reseed, clock,
 //! hostname, machine-id, instance id) before anything else can run in it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
@@ -39,25 +39,10 @@ use forkvm_qemu::{migrate, MachineSpec, MemoryBackend, Qmp};
 use forkvm_store::{MachineInfo, Manifest, Snapshot as StoredSnapshot, Store, StoreError};
 
 use crate::agent::{self, AgentError};
-use crate::config::SandboxPaths;
 use crate::db::{Origin, SandboxRow, SnapshotRow};
 use crate::error::ApiError;
-use crate::sandbox::{Manager, Phase, Waiter};
+use crate::manager::{Manager, Phase, Prepared, Waiter, MAX_POOL};
 use crate::util::{self, ms};
-
-/// A QEMU started with `-incoming defer` for a snapshot, not yet loaded.
-pub struct Prepared {
-    pub id: String,
-    pub paths: SandboxPaths,
-    pub child: tokio::process::Child,
-    pub pid: u32,
-    pub qmp: Arc<Qmp>,
-    pub prepare_ms: f64,
-    pub qemu_start_ms: f64,
-    /// The network a warm pool set up ahead of time (see
-    /// [`Manager::refill_pool`]); `None` when it is left to the spawn.
-    pub net: Option<crate::net::SandboxNet>,
-}
 
 /// A snapshot whose source has resumed but whose files are not published yet.
 pub struct Frozen {
@@ -110,92 +95,6 @@ pub const MAX_CHAIN: usize = 64;
 pub struct Chain {
     pub base: StoredSnapshot,
     pub links: Vec<StoredSnapshot>,
-}
-
-/// Most QEMU processes one snapshot's warm pool may hold.
-pub const MAX_POOL: u32 = 64;
-
-/// Snapshots of asynchronous branches that are not (or failed to be)
-/// published, as the API shows them.
-#[derive(Default)]
-pub struct Pending(Mutex<HashMap<String, forkvm_api::Snapshot>>);
-
-impl Pending {
-    pub fn get(&self, id: &str) -> Option<forkvm_api::Snapshot> {
-        self.0.lock().ok()?.get(id).cloned()
-    }
-    pub fn all(&self) -> Vec<forkvm_api::Snapshot> {
-        self.0
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
-    }
-    fn set(&self, s: forkvm_api::Snapshot) {
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(s.id.clone(), s);
-        }
-    }
-    pub fn remove(&self, id: &str) -> Option<forkvm_api::Snapshot> {
-        self.0.lock().ok()?.remove(id)
-    }
-}
-
-/// Warm pools: per snapshot, QEMU processes waiting for incoming state.
-#[derive(Default)]
-pub struct Pools {
-    ready: Mutex<HashMap<String, Vec<Prepared>>>,
-    filling: Mutex<HashSet<String>>,
-    /// Snapshots whose last spawn asked for a network other than the
-    /// default: their refills leave the network to the spawn, since
-    /// undoing a ready-made uplink costs more than making none.
-    bare: Mutex<HashSet<String>>,
-}
-
-impl Pools {
-    /// Remember whether a spawn from `snap` asked for the default network.
-    fn note_request(&self, snap: &str, default: bool) {
-        if let Ok(mut b) = self.bare.lock() {
-            if default {
-                b.remove(snap);
-            } else {
-                b.insert(snap.to_string());
-            }
-        }
-    }
-
-    /// Whether a refill of `snap` should set up the default network.
-    fn wants_network(&self, snap: &str) -> bool {
-        self.bare.lock().map_or(true, |b| !b.contains(snap))
-    }
-
-    pub fn ready_count(&self, snap: &str) -> u32 {
-        self.ready
-            .lock()
-            .map(|m| m.get(snap).map_or(0, |v| v.len() as u32))
-            .unwrap_or(0)
-    }
-    fn take(&self, snap: &str) -> Option<Prepared> {
-        self.ready.lock().ok()?.get_mut(snap)?.pop()
-    }
-    fn put(&self, snap: &str, p: Prepared) {
-        if let Ok(mut m) = self.ready.lock() {
-            m.entry(snap.to_string()).or_default().push(p);
-        }
-    }
-    /// Remove every waiting process of a snapshot (to be killed).
-    fn drain(&self, snap: &str) -> Vec<Prepared> {
-        self.ready
-            .lock()
-            .ok()
-            .and_then(|mut m| m.remove(snap))
-            .unwrap_or_default()
-    }
-    fn drain_all(&self) -> Vec<Prepared> {
-        self.ready
-            .lock()
-            .map(|mut m| m.drain().flat_map(|(_, v)| v).collect())
-            .unwrap_or_default()
-    }
 }
 
 /// How a snapshot holds RAM: a separate image (`shared`), the pages changed

@@ -12,7 +12,7 @@ use forkvm_api::{BuildQuery, ErrorBody, Image, ImageEvent, ImageList, ImportQuer
 
 use crate::api::JsonBody;
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 type Q<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 

@@ -6,7 +6,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::{labels, Labels, METRICS};
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 impl Manager {
     /// The exposition text: the event counters, then gauges read now.
