@@ -25,7 +25,7 @@ use utoipa::OpenApi;
 use crate::agent::{AgentError, ExecSpec};
 use crate::error::ApiError;
 use crate::manager::Manager;
-use crate::sandbox::Created;
+use crate::spawn::Created;
 
 type AppState = Arc<Manager>;
 

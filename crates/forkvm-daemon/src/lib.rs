@@ -19,6 +19,7 @@
 pub mod admission;
 pub mod agent;
 pub mod api;
+pub mod branch;
 pub mod cgroup;
 pub mod compact;
 pub mod config;
@@ -33,8 +34,12 @@ pub mod limits;
 pub mod manager;
 pub mod metrics;
 pub mod net;
+pub mod pool;
+pub mod restore;
 pub mod sandbox;
 pub mod snapshot;
+pub mod spawn;
+pub mod template;
 pub mod usage;
 pub mod util;
 

@@ -42,7 +42,7 @@ use super::stream::Emitter;
 use crate::agent::ExecSpec;
 use crate::error::ApiError;
 use crate::manager::Manager;
-use crate::sandbox::Created;
+use crate::spawn::Created;
 
 /// The template-key prefix of build cache snapshots.
 pub const CACHE_PREFIX: &str = "build-";
