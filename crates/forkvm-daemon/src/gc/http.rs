@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use forkvm_api::{ErrorBody, PruneRequest, PruneResult, Snapshot};
 
-use crate::api::OptJsonBody;
+use crate::api::body::OptJsonBody;
 use crate::error::ApiError;
 use crate::manager::Manager;
 

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use forkvm_api::{BuildQuery, ErrorBody, Image, ImageEvent, ImageList, ImportQuery, PullImage};
 
-use crate::api::JsonBody;
+use crate::api::body::JsonBody;
 use crate::error::ApiError;
 use crate::manager::Manager;
 

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use forkvm_api::{ErrorBody, ResumeRequest, Sandbox, SetTimeout};
 
-use crate::api::{JsonBody, OptJsonBody};
+use crate::api::body::{JsonBody, OptJsonBody};
 use crate::error::ApiError;
 use crate::manager::Manager;
 
