@@ -1,5 +1,16 @@
 //! The first half of a snapshot: everything that needs the source paused,
 //! up to and including resuming it.
+//!
+//! This module is the frame every mode shares: take the sandbox's snapshot
+//! lock, set the migration capabilities, create the new top disk layer,
+//! stop the source, save its state, freeze the disk onto the new layer,
+//! resume (or hold, for a pause), and build the manifest. What differs by
+//! [`Save`] mode lives in one module each:
+//!
+//! * [`full`]: a stopped save; a source that owns its RAM file has it copied
+//!   sparsely into `memory.img` (a `shared` snapshot);
+//! * [`live`]: RAM copied while the guest runs, the state file on tmpfs;
+//! * [`diff`]: device state only, plus the clone's private pages.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +26,10 @@ use crate::manager::Manager;
 use crate::snapshot::{pause_from_events, qemu_err, resume, store_err, Save, DEVICES_ONLY};
 use crate::util::{self, ms};
 
+pub mod diff;
+pub mod full;
+pub mod live;
+
 /// A snapshot whose source has resumed but whose files are not published yet.
 pub struct Frozen {
     pub(crate) staging: forkvm_store::Staging,
@@ -25,21 +40,9 @@ pub struct Frozen {
     pub(crate) top_file: PathBuf,
     pub(crate) final_disk: PathBuf,
     /// A diff's captured pages, reduced to the changed ones at publish.
-    pub(crate) diff: Option<DiffCapture>,
+    pub(crate) diff: Option<diff::DiffCapture>,
     /// A live save written to tmpfs, moved into the store at publish.
     pub(crate) live_tmp: Option<PathBuf>,
-}
-
-/// The private pages of a clone, read while it was stopped.
-pub(crate) struct DiffCapture {
-    pub(crate) ram_bytes: u64,
-    pub(crate) pages: Vec<u64>,
-    pub(crate) data: Vec<u8>,
-    /// The view the clone started from: its snapshot's chain.
-    pub(crate) base: PathBuf,
-    /// The base's device state: an ordinary stream, naming the machine.
-    pub(crate) base_state: PathBuf,
-    pub(crate) links: Vec<PathBuf>,
 }
 
 impl Manager {
@@ -89,20 +92,10 @@ impl Manager {
         let paths = live.paths.clone();
         let ram_bytes = u64::from(row.memory_mib) << 20;
         let mapping = match &chain {
-            Some(c) => Some(
-                forkvm_qemu::ram::find_mapping(
-                    live.pid,
-                    &c.base.path(forkvm_store::MEMORY),
-                    ram_bytes,
-                )
-                .map_err(|e| ApiError::internal(format!("cannot find the clone's RAM: {e}")))?,
-            ),
+            Some(c) => Some(diff::find_ram(live.pid, c, ram_bytes)?),
             None => None,
         };
-        // A live save goes to tmpfs: QEMU finishes the file while the guest
-        // is stopped, and on a disk that final write was most of the pause.
-        // (In the sandbox's RAM scratch directory, which its jail shows it.)
-        let live_tmp = live_mode.then(|| paths.shm.join(format!("{snap_id}.state")));
+        let live_tmp = live_mode.then(|| live::tmp_path(&paths, &snap_id));
         // The previous freeze's stream must end first (a job holds the top
         // node, and the chain this freeze sees is then one layer deep), and
         // the next one waits for this freeze to end.
@@ -123,9 +116,7 @@ impl Manager {
         .await
         .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
         if live_mode {
-            migrate::set_live_parameters(&qmp)
-                .await
-                .map_err(|e| qemu_err("cannot set migration parameters", e))?;
+            live::set_parameters(&qmp).await?;
         }
         let (top_node, top_file, vsize) = migrate::top_disk(&qmp)
             .await
@@ -153,26 +144,7 @@ impl Manager {
             .map_err(|e| ApiError::internal(format!("cannot give QEMU its new disk layer: {e}")))?;
 
         if let Some(t) = &live_tmp {
-            // Create the file now: the run directory is removed when it is
-            // empty (the last sandbox RAM file going), and a file in it is
-            // what keeps it for QEMU's own open below.
-            let mut tries = 0;
-            loop {
-                let r = std::fs::create_dir_all(&paths.shm)
-                    .and_then(|_| std::fs::File::create(t).map(drop))
-                    .and_then(|_| crate::jail::share_with_qemu(&paths, t));
-                match r {
-                    Ok(()) => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 10 => tries += 1,
-                    Err(e) => {
-                        let _ = std::fs::remove_file(&new_top);
-                        return Err(ApiError::internal(format!(
-                            "cannot create {}: {e}",
-                            t.display()
-                        )));
-                    }
-                }
-            }
+            live::create_tmp(&paths, t, &new_top)?;
         }
         let mut timings = SnapshotTimings::default();
         let frozen = std::sync::atomic::AtomicBool::new(false);
@@ -202,21 +174,7 @@ impl Manager {
                 })?;
             }
             if let Some(m) = mapping {
-                migrate::save_device_state(&qmp, &state_path)
-                    .await
-                    .map_err(|e| qemu_err("saving the device state failed", e))?;
-                timings.save_state_ms = ms(t.elapsed());
-                let t = Instant::now();
-                let (pages, data) = tokio::task::spawn_blocking(move || {
-                    let pages = forkvm_qemu::ram::private_pages(&m)?;
-                    let data = forkvm_qemu::ram::read_pages(&m, &pages)?;
-                    Ok::<_, std::io::Error>((pages, data))
-                })
-                .await
-                .map_err(|e| ApiError::internal(e.to_string()))?
-                .map_err(|e| ApiError::internal(format!("cannot read the clone's pages: {e}")))?;
-                captured = Some((pages, data));
-                timings.copy_memory_ms = ms(t.elapsed());
+                captured = Some(diff::save(&qmp, &state_path, m, t, &mut timings).await?);
             } else {
                 migrate::save_state(&qmp, &state_path)
                     .await
@@ -251,14 +209,7 @@ impl Manager {
             })?;
             timings.freeze_disk_ms = ms(t.elapsed());
             if shared {
-                let t = Instant::now();
-                let src = paths.mem.clone();
-                let dst = staging.path(forkvm_store::MEMORY);
-                tokio::task::spawn_blocking(move || forkvm_store::sparse_copy(&src, &dst))
-                    .await
-                    .map_err(|e| ApiError::internal(e.to_string()))?
-                    .map_err(store_err)?;
-                timings.copy_memory_ms = ms(t.elapsed());
+                full::copy_memory(&paths, &staging, &mut timings).await?;
             }
             Ok::<(), ApiError>(())
         }
@@ -334,22 +285,10 @@ impl Manager {
             },
         ];
         if shared && !diff_mode {
-            artefacts.push(forkvm_store::Artefact {
-                kind: "memory".into(),
-                file: forkvm_store::MEMORY.into(),
-                size: 0,
-                allocated: 0,
-                sha256: String::new(),
-            });
+            artefacts.push(full::memory_artefact());
         }
         if diff_mode {
-            artefacts.push(forkvm_store::Artefact {
-                kind: "memory_diff".into(),
-                file: forkvm_store::MEMORY_DIFF.into(),
-                size: 0,
-                allocated: 0,
-                sha256: String::new(),
-            });
+            artefacts.push(diff::artefact());
         }
         let (parent, parent_ref) = match &row.snapshot {
             Some(p) => {
@@ -386,21 +325,7 @@ impl Manager {
             ram_format: live_mode.then(|| "mapped-ram".to_string()),
             state_format: diff_mode.then(|| DEVICES_ONLY.to_string()),
         };
-        let diff = match (chain, captured) {
-            (Some(c), Some((pages, data))) => Some(DiffCapture {
-                ram_bytes,
-                pages,
-                data,
-                base: c.base.path(forkvm_store::MEMORY),
-                base_state: c.base.path(forkvm_store::DEVICE_STATE),
-                links: c
-                    .links
-                    .iter()
-                    .map(|l| l.path(forkvm_store::MEMORY_DIFF))
-                    .collect(),
-            }),
-            _ => None,
-        };
+        let diff = diff::capture(chain, captured, ram_bytes);
         let srow = SnapshotRow {
             id: snap_id.clone(),
             tag,
