@@ -1,5 +1,5 @@
-//! The sandbox lifecycle: spawn, monitor, exec, remove, and re-attach after a
-//! daemon restart.
+//! The sandbox lifecycle after its spawn (see [`crate::spawn`]): views,
+//! the monitor, remove, and re-attach after a daemon restart.
 //!
 //! ```text
 //!  POST /v1/sandboxes
