@@ -18,7 +18,8 @@ pub struct Prepared {
     pub prepare_ms: f64,
     pub qemu_start_ms: f64,
     /// The network a warm pool set up ahead of time (see
-    /// [`Manager::refill_pool`]); `None` when it is left to the spawn.
+    /// [`Manager::refill_pool`](crate::manager::Manager::refill_pool));
+    /// `None` when it is left to the spawn.
     pub net: Option<crate::net::SandboxNet>,
 }
 
