@@ -246,5 +246,6 @@ pub fn handle(frame: Frame<HostMsg>, agent: &Agent) {
             crate::sys::sync();
             reply(GuestMsg::Synced { id });
         }
+        other => crate::handlers_v3::handle(other, payload, agent),
     }
 }

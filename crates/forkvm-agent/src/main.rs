@@ -53,6 +53,7 @@ mod command;
 mod exec;
 mod files;
 mod handlers;
+mod handlers_v3;
 mod identity;
 mod port;
 mod probe;
