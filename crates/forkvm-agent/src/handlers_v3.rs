@@ -10,16 +10,26 @@
 //! | `proc_signal`      | `ack`                                         | [`crate::procs`]     |
 //! | `proc_resize`      | `ack`                                         | [`crate::procs`]     |
 //! | `stream_cancel`    | `ack`                                         | [`crate::streams`]   |
+//! | `fs_stat`          | `fs_entry`                                    | [`crate::fsops`]     |
+//! | `fs_exists`        | `exists`                                      | [`crate::fsops`]     |
+//! | `fs_list`          | `fs_entries` (entries in the payload)         | [`crate::fsops`]     |
+//! | `fs_mkdir`         | `dir_made`                                    | [`crate::fsops`]     |
+//! | `fs_move`          | `fs_entry`                                    | [`crate::fsops`]     |
+//! | `fs_remove`        | `ack`                                         | [`crate::fsops`]     |
+//! | `fs_watch`         | `watch_started`, `fs_events`*, `keepalive`*   | [`crate::watch`]     |
+//! | `watcher_create`   | `watcher`                                     | [`crate::watch`]     |
+//! | `watcher_poll`     | `fs_events`                                   | [`crate::watch`]     |
+//! | `watcher_remove`   | `ack`                                         | [`crate::watch`]     |
 //!
 //! Any of them may instead be answered by `error`.
 
 use std::path::Path;
 
-use forkvm_agent_protocol::{GuestMsg, HostMsg, ERR_UNSUPPORTED};
+use forkvm_agent_protocol::{GuestMsg, HostMsg, ERR_IO, ERR_UNSUPPORTED};
 
 use crate::command::ETC;
-use crate::procs;
 use crate::serve::{Agent, ReqError};
+use crate::{fsops, procs, watch};
 
 /// Handle one protocol-3 request and send its reply or stream.
 pub fn handle(msg: HostMsg, payload: Vec<u8>, agent: &Agent) {
@@ -71,9 +81,67 @@ pub fn handle(msg: HostMsg, payload: Vec<u8>, agent: &Agent) {
             }
             Ok(Some(GuestMsg::Ack { id }))
         }
+        HostMsg::FsStat { id, path } => {
+            fsops::stat(&path, Path::new(ETC)).map(|entry| Some(GuestMsg::FsEntry { id, entry }))
+        }
+        HostMsg::FsExists { id, path } => {
+            fsops::exists(&path).map(|exists| Some(GuestMsg::Exists { id, exists }))
+        }
+        HostMsg::FsList { id, path, depth } => {
+            let listed = fsops::list(&path, depth, Path::new(ETC)).and_then(|entries| {
+                let json = serde_json::to_vec(&entries).map_err(|e| ReqError {
+                    code: ERR_IO,
+                    message: format!("cannot encode the listing: {e}"),
+                })?;
+                Ok((entries.len() as u64, json))
+            });
+            listed.map(|(count, json)| {
+                agent.reply(&GuestMsg::FsEntries { id, count }, &json);
+                None
+            })
+        }
+        HostMsg::FsMkdir { id, path } => fsops::mkdir(&path, Path::new(ETC))
+            .map(|(entry, existed)| Some(GuestMsg::DirMade { id, entry, existed })),
+        HostMsg::FsMove {
+            id,
+            source,
+            destination,
+        } => fsops::rename(&source, &destination, Path::new(ETC))
+            .map(|entry| Some(GuestMsg::FsEntry { id, entry })),
+        HostMsg::FsRemove { id, path } => fsops::remove(&path).map(|()| Some(GuestMsg::Ack { id })),
+        HostMsg::FsWatch {
+            id,
+            path,
+            recursive,
+        } => {
+            let handle = agent.streams.open(id);
+            watch::stream(agent, id, &path, recursive, &handle);
+            Ok(None)
+        }
+        HostMsg::WatcherCreate {
+            id,
+            path,
+            recursive,
+        } => agent
+            .watchers
+            .create(&path, recursive)
+            .map(|watcher_id| Some(GuestMsg::Watcher { id, watcher_id })),
+        HostMsg::WatcherPoll { id, watcher_id } => {
+            agent.watchers.poll(&watcher_id).map(|(events, dropped)| {
+                Some(GuestMsg::FsEvents {
+                    id,
+                    events,
+                    dropped,
+                })
+            })
+        }
+        HostMsg::WatcherRemove { id, watcher_id } => agent
+            .watchers
+            .remove(&watcher_id)
+            .map(|()| Some(GuestMsg::Ack { id })),
         _ => Err(ReqError {
             code: ERR_UNSUPPORTED,
-            message: "not implemented yet".into(),
+            message: "agent bug: not a protocol-3 request".into(),
         }),
     };
     match result {

@@ -52,6 +52,7 @@ mod cmdline;
 mod command;
 mod exec;
 mod files;
+mod fsops;
 mod handlers;
 mod handlers_v3;
 mod identity;
@@ -66,6 +67,7 @@ mod start;
 mod streams;
 mod sys;
 mod users;
+mod watch;
 
 use std::io::{self, Write};
 use std::panic;

@@ -35,6 +35,7 @@ use crate::handlers;
 use crate::identity::{IdentityPaths, Targets};
 use crate::procs::Procs;
 use crate::streams::Streams;
+use crate::watch::Watchers;
 
 /// Bytes requested per read from the channel.
 const READ_CHUNK: usize = 256 << 10;
@@ -121,6 +122,8 @@ pub struct Agent {
     pub(crate) identity: Arc<Mutex<Targets>>,
     /// Background processes (`proc_*`).
     pub(crate) procs: Arc<Procs>,
+    /// Polled directory watchers.
+    pub(crate) watchers: Arc<Watchers>,
     /// Open streams and the connection epoch.
     pub(crate) streams: Arc<Streams>,
     /// How long a stream may be silent before it sends `keepalive`.
@@ -141,6 +144,7 @@ impl Agent {
             identity: Arc::new(Mutex::new(Targets::open(identity_paths))),
             procs: Arc::default(),
             streams: Arc::default(),
+            watchers: Arc::default(),
             keepalive: crate::procs::KEEPALIVE,
         }
     }
@@ -368,6 +372,8 @@ fn handle_guarded(frame: Frame<HostMsg>, agent: &Agent) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fs;
 #[cfg(test)]
 mod tests_procs;
 #[cfg(test)]
