@@ -74,6 +74,15 @@
 //! or the watched directory goes away (then one `error` with `not_found`).
 //! A polled watcher keeps at most [`WATCH_QUEUE`] events between polls and
 //! counts those it dropped; at most [`MAX_WATCHERS`] exist at once.
+//!
+//! # Several files at once
+//!
+//! Uploads are `put_archive` (a tar, see [`crate::tar`]). `get_archive`
+//! is its inverse: a tar of the named paths, directories recursively,
+//! symlinks as symlinks (devices, sockets and FIFOs are left out), each
+//! named by its absolute path without the leading `/`, so that
+//! `put_archive` to `/` puts everything back where it was. Mode, owner
+//! ids and mtime are kept.
 
 use std::collections::BTreeMap;
 

@@ -55,7 +55,7 @@
 //!
 //! Protocol 3 added background processes with replayable output, PTYs,
 //! filesystem operations and directory watches, all new request types
-//! (`proc_*`, `stream_cancel`, `fs_*`, `watcher_*`); see [`caps`] for what
+//! (`proc_*`, `stream_cancel`, `fs_*`, `watcher_*`, `get_archive`); see [`caps`] for what
 //! each does and how their streams begin and end.
 //!
 //! The `put_archive` payload is an uncompressed tar stream; see [`tar`] for
@@ -287,6 +287,16 @@ pub enum HostMsg {
     WatcherPoll { id: u64, watcher_id: String },
     /// `Ack`.
     WatcherRemove { id: u64, watcher_id: String },
+    /// Download several files: a tar of `paths` (directories with all
+    /// they hold). Answered by `ArchiveData`.
+    GetArchive {
+        id: u64,
+        paths: Vec<String>,
+        /// Refuse (`too_large`) an archive over this many bytes; at most
+        /// [`MAX_PAYLOAD`] either way.
+        #[serde(default)]
+        max_bytes: Option<u64>,
+    },
 }
 
 fn default_mode() -> u32 {
@@ -320,7 +330,8 @@ impl HostMsg {
             | HostMsg::FsWatch { id, .. }
             | HostMsg::WatcherCreate { id, .. }
             | HostMsg::WatcherPoll { id, .. }
-            | HostMsg::WatcherRemove { id, .. } => *id,
+            | HostMsg::WatcherRemove { id, .. }
+            | HostMsg::GetArchive { id, .. } => *id,
             HostMsg::ProcStart(r) => r.id,
             HostMsg::ProcConnect(r) | HostMsg::ProcInput(r) | HostMsg::ProcCloseStdin(r) => r.id,
             HostMsg::ProcSignal(r) => r.id,
@@ -481,6 +492,13 @@ pub enum GuestMsg {
         id: u64,
         watcher_id: String,
     },
+    /// The payload is a tar of `entries` entries holding `bytes` bytes of
+    /// file data (the answer to `GetArchive`).
+    ArchiveData {
+        id: u64,
+        entries: u64,
+        bytes: u64,
+    },
     /// The request failed. `code` is one of the `ERR_*` constants.
     Error {
         id: u64,
@@ -519,7 +537,8 @@ impl GuestMsg {
             | GuestMsg::DirMade { id, .. }
             | GuestMsg::WatchStarted { id }
             | GuestMsg::FsEvents { id, .. }
-            | GuestMsg::Watcher { id, .. } => *id,
+            | GuestMsg::Watcher { id, .. }
+            | GuestMsg::ArchiveData { id, .. } => *id,
             GuestMsg::ProcEnd(e) => e.id,
         }
     }

@@ -20,6 +20,7 @@
 //! | `watcher_create`   | `watcher`                                     | [`crate::watch`]     |
 //! | `watcher_poll`     | `fs_events`                                   | [`crate::watch`]     |
 //! | `watcher_remove`   | `ack`                                         | [`crate::watch`]     |
+//! | `get_archive`      | `archive_data` (a tar in the payload)         | [`crate::download`]  |
 //!
 //! Any of them may instead be answered by `error`.
 
@@ -29,7 +30,7 @@ use forkvm_agent_protocol::{GuestMsg, HostMsg, ERR_IO, ERR_UNSUPPORTED};
 
 use crate::command::ETC;
 use crate::serve::{Agent, ReqError};
-use crate::{fsops, procs, watch};
+use crate::{download, fsops, procs, watch};
 
 /// Handle one protocol-3 request and send its reply or stream.
 pub fn handle(msg: HostMsg, payload: Vec<u8>, agent: &Agent) {
@@ -139,6 +140,19 @@ pub fn handle(msg: HostMsg, payload: Vec<u8>, agent: &Agent) {
             .watchers
             .remove(&watcher_id)
             .map(|()| Some(GuestMsg::Ack { id })),
+        HostMsg::GetArchive {
+            id,
+            paths,
+            max_bytes,
+        } => download::get_archive(&paths, max_bytes).map(|a| {
+            let msg = GuestMsg::ArchiveData {
+                id,
+                entries: a.entries,
+                bytes: a.bytes,
+            };
+            agent.reply(&msg, &a.tar);
+            None
+        }),
         _ => Err(ReqError {
             code: ERR_UNSUPPORTED,
             message: "agent bug: not a protocol-3 request".into(),

@@ -50,6 +50,7 @@ mod at;
 mod boot;
 mod cmdline;
 mod command;
+mod download;
 mod exec;
 mod files;
 mod fsops;

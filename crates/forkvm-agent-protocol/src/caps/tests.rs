@@ -143,6 +143,14 @@ fn host_msgs() -> Vec<(HostMsg, &'static [u8])> {
             },
             b"",
         ),
+        (
+            HostMsg::GetArchive {
+                id: 19,
+                paths: vec!["/etc/hosts".into(), "/app".into()],
+                max_bytes: Some(1 << 20),
+            },
+            b"",
+        ),
     ]
 }
 
@@ -227,6 +235,14 @@ fn guest_msgs() -> Vec<(GuestMsg, &'static [u8])> {
                 watcher_id: "w1".into(),
             },
             b"",
+        ),
+        (
+            GuestMsg::ArchiveData {
+                id: 19,
+                entries: 1,
+                bytes: 0,
+            },
+            &[0u8; 1024],
         ),
     ]
 }

@@ -307,3 +307,73 @@ fn polled_watcher_collects_events_between_polls() {
     assert_eq!(error_of(&c.call(&poll, b"")), ERR_NOT_FOUND);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn get_archive_round_trips_through_put_archive() {
+    let d = temp_dir("serve-getarchive");
+    std::fs::create_dir_all(d.join("src/app/sub")).unwrap();
+    std::fs::write(d.join("src/app/a.txt"), b"alpha").unwrap();
+    std::fs::write(d.join("src/app/sub/b.bin"), [0u8, 1, 2, 255]).unwrap();
+    std::fs::write(d.join("src/single"), b"one").unwrap();
+    std::os::unix::fs::symlink("a.txt", d.join("src/app/link")).unwrap();
+    let mut c = connect(&agent(), 300);
+    let id = c.id();
+    let paths = vec![s(&d.join("src/app")), s(&d.join("src/single"))];
+    let get = HostMsg::GetArchive {
+        id,
+        paths: paths.clone(),
+        max_bytes: None,
+    };
+    let sent = c.send(&get, b"");
+    let f = c.recv(sent);
+    assert_eq!(
+        f.msg,
+        GuestMsg::ArchiveData {
+            id,
+            entries: 6,
+            bytes: 12
+        }
+    );
+    // Unpacked at a new root, everything is where it was under it.
+    let id = c.id();
+    let put = HostMsg::PutArchive {
+        id,
+        dest: s(&d.join("copy")),
+        owner: None,
+        append_at: None,
+    };
+    assert!(matches!(
+        c.call(&put, &f.payload),
+        GuestMsg::ArchiveWritten { entries: 6, .. }
+    ));
+    let copy = d.join("copy").join(d.strip_prefix("/").unwrap());
+    assert_eq!(std::fs::read(copy.join("src/app/a.txt")).unwrap(), b"alpha");
+    assert_eq!(
+        std::fs::read(copy.join("src/app/sub/b.bin")).unwrap(),
+        [0u8, 1, 2, 255]
+    );
+    assert_eq!(std::fs::read(copy.join("src/single")).unwrap(), b"one");
+    assert_eq!(
+        std::fs::read_link(copy.join("src/app/link")).unwrap(),
+        Path::new("a.txt")
+    );
+
+    let id = c.id();
+    let small = HostMsg::GetArchive {
+        id,
+        paths,
+        max_bytes: Some(2000),
+    };
+    assert_eq!(
+        error_of(&c.call(&small, b"")),
+        forkvm_agent_protocol::ERR_TOO_LARGE
+    );
+    let id = c.id();
+    let none = HostMsg::GetArchive {
+        id,
+        paths: vec![s(&d.join("none"))],
+        max_bytes: None,
+    };
+    assert_eq!(error_of(&c.call(&none, b"")), ERR_NOT_FOUND);
+    std::fs::remove_dir_all(&d).unwrap();
+}

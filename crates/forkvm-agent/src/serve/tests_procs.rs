@@ -405,3 +405,26 @@ fn cancel_stops_a_stream_and_errors_are_clear() {
     });
     c.ack(&kill, b"");
 }
+
+#[test]
+fn many_concurrent_streams_share_the_link() {
+    let agent = agent();
+    let mut c = connect(&agent, 600);
+    const N: usize = 16;
+    const LINES: usize = 20_000;
+    let mut streams = Vec::new();
+    for i in 0..N {
+        let script = format!("i=0; while [ $i -lt {LINES} ]; do echo p{i}-$i; i=$((i+1)); done");
+        streams.push((i, c.start("sh", &["-c", &script], None, false).0));
+    }
+    for (i, sid) in streams {
+        let (out, end) = c.read_until(sid, "");
+        assert_eq!(end.unwrap().exit_code, 0);
+        let want: String = (0..LINES).map(|n| format!("p{i}-{n}\n")).collect();
+        assert!(
+            text(&out) == want,
+            "stream {i} garbled ({} bytes)",
+            out.len()
+        );
+    }
+}
