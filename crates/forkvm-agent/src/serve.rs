@@ -199,6 +199,9 @@ pub fn serve_conn<R: Read + ?Sized>(
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; READ_CHUNK];
     let mut in_sync = true;
+    // Whether anything was read since the last EOF: a virtio port reads EOF
+    // every EOF_POLL while no host is there, and one new epoch is enough.
+    let mut had_data = true;
     loop {
         match reader.read(&mut chunk) {
             Ok(0) => {
@@ -207,13 +210,16 @@ pub fn serve_conn<R: Read + ?Sized>(
                 buf.clear();
                 buf.shrink_to(BUF_KEEP);
                 in_sync = true;
-                agent.new_connection();
+                if std::mem::take(&mut had_data) {
+                    agent.new_connection();
+                }
                 match eof {
                     EofPolicy::Retry => thread::sleep(EOF_POLL),
                     EofPolicy::Return => return Ok(()),
                 }
             }
             Ok(n) => {
+                had_data = true;
                 buf.extend_from_slice(&chunk[..n]);
                 process_buffer(&mut buf, agent, &mut in_sync);
                 if buf.is_empty() && buf.capacity() > BUF_KEEP {

@@ -548,8 +548,17 @@ impl Proc {
             return Err(err(ERR_INVALID, format!("invalid signal number {sig}")));
         }
         self.running()?;
-        let pgid = libc::pid_t::try_from(self.pid).unwrap_or(0);
-        sys::kill_group(pgid, sig).map_err(|e| match e.raw_os_error() {
+        let pid = libc::pid_t::try_from(self.pid).unwrap_or(0);
+        // The group is the process's own (setsid at start), unless it has
+        // moved itself out of it since: then the process alone.
+        let r = sys::kill_group(pid, sig).or_else(|e| match e.raw_os_error() {
+            // (Its end is not recorded yet, so the pid is still its, or
+            // was reaped less than DRAIN_GRACE ago: too soon for reuse.)
+            // SAFETY: kill(2) takes no pointers.
+            Some(libc::ESRCH) if unsafe { libc::kill(pid, sig) } == 0 => Ok(()),
+            _ => Err(e),
+        });
+        r.map_err(|e| match e.raw_os_error() {
             Some(libc::ESRCH) => err(ERR_NOT_FOUND, format!("process {} has ended", self.pid)),
             _ => err(ERR_IO, format!("cannot signal process {}: {e}", self.pid)),
         })
