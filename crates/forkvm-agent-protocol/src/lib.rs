@@ -25,8 +25,9 @@
 //! sends about that request echoes it. An exec produces any number of
 //! [`GuestMsg::Output`] frames followed by exactly one [`GuestMsg::Exited`] (or
 //! [`GuestMsg::Error`]); a detached exec produces exactly one
-//! [`GuestMsg::Started`] (or `Error`). Every other request produces exactly
-//! one reply.
+//! [`GuestMsg::Started`] (or `Error`). The streams of protocol 3
+//! (`proc_start`, `proc_connect`, `fs_watch`) are described in [`caps`].
+//! Every other request produces exactly one reply.
 //!
 //! Connection semantics: the host may disconnect and reconnect at any time
 //! (daemon restart). The guest then discards any partial frame it had read.
