@@ -25,8 +25,9 @@
 //! sends about that request echoes it. An exec produces any number of
 //! [`GuestMsg::Output`] frames followed by exactly one [`GuestMsg::Exited`] (or
 //! [`GuestMsg::Error`]); a detached exec produces exactly one
-//! [`GuestMsg::Started`] (or `Error`). Every other request produces exactly
-//! one reply.
+//! [`GuestMsg::Started`] (or `Error`). The streams of protocol 3
+//! (`proc_start`, `proc_connect`, `fs_watch`) are described in [`caps`].
+//! Every other request produces exactly one reply.
 //!
 //! Connection semantics: the host may disconnect and reconnect at any time
 //! (daemon restart). The guest then discards any partial frame it had read.
@@ -53,16 +54,27 @@
 //! and the new request types `port_probe`, `put_archive`, `resize_rootfs`
 //! and `sync`, which an old agent rejects by itself.
 //!
+//! Protocol 3 added background processes with replayable output, PTYs,
+//! filesystem operations and directory watches, all new request types
+//! (`proc_*`, `stream_cancel`, `fs_*`, `watcher_*`, `get_archive`); see [`caps`] for what
+//! each does and how their streams begin and end.
+//!
 //! The `put_archive` payload is an uncompressed tar stream; see [`tar`] for
 //! the accepted format and for how a host splits an archive bigger than
 //! [`MAX_PAYLOAD`] into several requests.
 
+pub mod caps;
 pub mod tar;
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
+
+pub use caps::{
+    EntryInfo, FileKind, FsEvent, FsOp, ProcEnd, ProcInfo, ProcRef, ProcResize, ProcSignal,
+    ProcStart, ProcStream, PtySize,
+};
 
 /// Frame magic: "FVA1".
 pub const MAGIC: [u8; 4] = *b"FVA1";
@@ -76,10 +88,13 @@ pub const MAX_PAYLOAD: u32 = 64 << 20;
 /// Size of the stdout/stderr chunks the agent sends.
 pub const OUTPUT_CHUNK: usize = 64 << 10;
 /// Protocol version reported by `pong` (see the compatibility rule above).
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// The first protocol version with `exec.user`, `exec.detach`, `port_probe`,
 /// `put_archive`, `resize_rootfs` and `sync`.
 pub const PROTOCOL_V2: u32 = 2;
+/// The first protocol version with processes, PTYs, filesystem operations
+/// and watches (see [`caps`]).
+pub const PROTOCOL_V3: u32 = 3;
 /// Where a detached exec's output goes when the request names no
 /// `log_path`: `start-<pid>.log` in this directory (a tmpfs in the VM).
 pub const DEFAULT_LOG_DIR: &str = "/run/forkvm";
@@ -217,6 +232,72 @@ pub enum HostMsg {
     ResizeRootfs { id: u64 },
     /// Flush every filesystem (sync(2)). Answered by `Synced`. Protocol 2.
     Sync { id: u64 },
+    /// Start a background process; a stream (see [`caps`]). Protocol 3.
+    ProcStart(ProcStart),
+    /// Attach to a process: replay its buffered output, then follow it.
+    ProcConnect(ProcRef),
+    /// Answered by `Processes`.
+    ProcList { id: u64 },
+    /// Write the payload to the process's stdin (or its PTY). `Ack`.
+    ProcInput(ProcRef),
+    /// Close the process's stdin pipe (after queued input). `Ack`.
+    ProcCloseStdin(ProcRef),
+    /// `Ack`.
+    ProcSignal(ProcSignal),
+    /// `Ack`.
+    ProcResize(ProcResize),
+    /// End the stream opened by request `stream` (a `proc_start`,
+    /// `proc_connect` or `fs_watch`). `Ack`, also when it had ended.
+    StreamCancel { id: u64, stream: u64 },
+    /// Answered by `FsEntry`.
+    FsStat { id: u64, path: String },
+    /// Answered by `Exists` (a dangling symlink exists).
+    FsExists { id: u64, path: String },
+    /// Answered by `FsEntries`, the entries in the payload.
+    FsList {
+        id: u64,
+        path: String,
+        #[serde(default)]
+        depth: u32,
+    },
+    /// `mkdir -p`. Answered by `DirMade`.
+    FsMkdir { id: u64, path: String },
+    /// rename(2). Answered by `FsEntry` for `destination`.
+    FsMove {
+        id: u64,
+        source: String,
+        destination: String,
+    },
+    /// `rm -r`. `Ack`.
+    FsRemove { id: u64, path: String },
+    /// Watch a directory; a stream of `fs_events`.
+    FsWatch {
+        id: u64,
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// Create a polled watcher. Answered by `Watcher`.
+    WatcherCreate {
+        id: u64,
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// The events since the last poll. Answered by `FsEvents`.
+    WatcherPoll { id: u64, watcher_id: String },
+    /// `Ack`.
+    WatcherRemove { id: u64, watcher_id: String },
+    /// Download several files: a tar of `paths` (directories with all
+    /// they hold). Answered by `ArchiveData`.
+    GetArchive {
+        id: u64,
+        paths: Vec<String>,
+        /// Refuse (`too_large`) an archive over this many bytes; at most
+        /// [`MAX_PAYLOAD`] either way.
+        #[serde(default)]
+        max_bytes: Option<u64>,
+    },
 }
 
 fn default_mode() -> u32 {
@@ -238,7 +319,24 @@ impl HostMsg {
             | HostMsg::PortProbe { id, .. }
             | HostMsg::PutArchive { id, .. }
             | HostMsg::ResizeRootfs { id }
-            | HostMsg::Sync { id } => *id,
+            | HostMsg::Sync { id }
+            | HostMsg::ProcList { id }
+            | HostMsg::StreamCancel { id, .. }
+            | HostMsg::FsStat { id, .. }
+            | HostMsg::FsExists { id, .. }
+            | HostMsg::FsList { id, .. }
+            | HostMsg::FsMkdir { id, .. }
+            | HostMsg::FsMove { id, .. }
+            | HostMsg::FsRemove { id, .. }
+            | HostMsg::FsWatch { id, .. }
+            | HostMsg::WatcherCreate { id, .. }
+            | HostMsg::WatcherPoll { id, .. }
+            | HostMsg::WatcherRemove { id, .. }
+            | HostMsg::GetArchive { id, .. } => *id,
+            HostMsg::ProcStart(r) => r.id,
+            HostMsg::ProcConnect(r) | HostMsg::ProcInput(r) | HostMsg::ProcCloseStdin(r) => r.id,
+            HostMsg::ProcSignal(r) => r.id,
+            HostMsg::ProcResize(r) => r.id,
         }
     }
 }
@@ -332,6 +430,76 @@ pub enum GuestMsg {
     Synced {
         id: u64,
     },
+    /// A process stream began: the process is `pid`. Protocol 3.
+    ProcStarted {
+        id: u64,
+        pid: u32,
+    },
+    /// Output of a process; the bytes are the payload. `lost` bytes were
+    /// dropped from the ring just before them.
+    ProcData {
+        id: u64,
+        stream: ProcStream,
+        #[serde(default)]
+        lost: u64,
+    },
+    /// The last message of a process stream.
+    ProcEnd(ProcEnd),
+    /// A stream is alive but has had nothing to say for a while.
+    Keepalive {
+        id: u64,
+    },
+    /// The answer to `ProcList`.
+    Processes {
+        id: u64,
+        processes: Vec<ProcInfo>,
+    },
+    /// A request with nothing to report succeeded.
+    Ack {
+        id: u64,
+    },
+    FsEntry {
+        id: u64,
+        entry: EntryInfo,
+    },
+    Exists {
+        id: u64,
+        exists: bool,
+    },
+    /// `count` entries, as a JSON array of [`EntryInfo`] in the payload.
+    FsEntries {
+        id: u64,
+        count: u64,
+    },
+    /// `FsMkdir` made the directory, or it was one already (`existed`).
+    DirMade {
+        id: u64,
+        entry: EntryInfo,
+        existed: bool,
+    },
+    /// An `FsWatch` stream began.
+    WatchStarted {
+        id: u64,
+    },
+    /// Watch events; `dropped` were lost before them (queue overflow).
+    FsEvents {
+        id: u64,
+        events: Vec<FsEvent>,
+        #[serde(default)]
+        dropped: u64,
+    },
+    /// A polled watcher was created.
+    Watcher {
+        id: u64,
+        watcher_id: String,
+    },
+    /// The payload is a tar of `entries` entries holding `bytes` bytes of
+    /// file data (the answer to `GetArchive`).
+    ArchiveData {
+        id: u64,
+        entries: u64,
+        bytes: u64,
+    },
     /// The request failed. `code` is one of the `ERR_*` constants.
     Error {
         id: u64,
@@ -358,7 +526,21 @@ impl GuestMsg {
             | GuestMsg::ArchiveWritten { id, .. }
             | GuestMsg::RootfsResized { id, .. }
             | GuestMsg::Synced { id }
-            | GuestMsg::Error { id, .. } => *id,
+            | GuestMsg::Error { id, .. }
+            | GuestMsg::ProcStarted { id, .. }
+            | GuestMsg::ProcData { id, .. }
+            | GuestMsg::Keepalive { id }
+            | GuestMsg::Processes { id, .. }
+            | GuestMsg::Ack { id }
+            | GuestMsg::FsEntry { id, .. }
+            | GuestMsg::Exists { id, .. }
+            | GuestMsg::FsEntries { id, .. }
+            | GuestMsg::DirMade { id, .. }
+            | GuestMsg::WatchStarted { id }
+            | GuestMsg::FsEvents { id, .. }
+            | GuestMsg::Watcher { id, .. }
+            | GuestMsg::ArchiveData { id, .. } => *id,
+            GuestMsg::ProcEnd(e) => e.id,
         }
     }
 }
@@ -502,122 +684,4 @@ pub fn write_frame<M: Serialize, W: Write>(
 mod request_tests;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn exec() -> HostMsg {
-        HostMsg::Exec {
-            id: 7,
-            argv: vec!["python3".into(), "-c".into(), "print(1)".into()],
-            env: BTreeMap::from([("A".into(), "b".into())]),
-            cwd: Some("/tmp".into()),
-            timeout_ms: Some(1000),
-            user: None,
-            detach: false,
-            log_path: None,
-        }
-    }
-
-    #[test]
-    fn roundtrip_through_buffer_and_reader() {
-        let bytes = encode(&exec(), b"stdin bytes").unwrap();
-        let mut buf = bytes.clone();
-        let f: Frame<HostMsg> = decode(&mut buf).unwrap().unwrap();
-        assert_eq!(f.msg, exec());
-        assert_eq!(f.payload, b"stdin bytes");
-        assert!(buf.is_empty());
-        let f2: Frame<HostMsg> = read_frame(&mut &bytes[..]).unwrap().unwrap();
-        assert_eq!(f2, f);
-    }
-
-    #[test]
-    fn partial_frames_wait_for_more_bytes() {
-        let bytes = encode(&GuestMsg::ShutdownAck { id: 1 }, b"").unwrap();
-        for cut in 0..bytes.len() {
-            let mut buf = bytes[..cut].to_vec();
-            assert!(decode::<GuestMsg>(&mut buf).unwrap().is_none(), "cut {cut}");
-            assert_eq!(buf.len(), cut);
-        }
-    }
-
-    #[test]
-    fn two_frames_back_to_back() {
-        let mut buf = encode(&HostMsg::Ping { id: 1 }, b"").unwrap();
-        buf.extend(encode(&HostMsg::Ping { id: 2 }, b"x").unwrap());
-        let a: Frame<HostMsg> = decode(&mut buf).unwrap().unwrap();
-        let b: Frame<HostMsg> = decode(&mut buf).unwrap().unwrap();
-        assert_eq!(a.msg.id(), 1);
-        assert_eq!(b.msg.id(), 2);
-        assert_eq!(b.payload, b"x");
-    }
-
-    #[test]
-    fn corrupt_magic_is_rejected() {
-        let mut bytes = encode(&HostMsg::Ping { id: 1 }, b"").unwrap();
-        bytes[0] = b'X';
-        assert!(matches!(
-            decode::<HostMsg>(&mut bytes),
-            Err(FrameError::BadMagic(_))
-        ));
-    }
-
-    #[test]
-    fn oversized_lengths_are_rejected_without_allocating() {
-        let mut bytes = encode(&HostMsg::Ping { id: 1 }, b"").unwrap();
-        bytes[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            decode::<HostMsg>(&mut bytes.clone()),
-            Err(FrameError::PayloadTooLarge(_))
-        ));
-        assert!(matches!(
-            read_frame::<HostMsg, _>(&mut &bytes[..]),
-            Err(FrameError::PayloadTooLarge(_))
-        ));
-        bytes[4..8].copy_from_slice(&(MAX_HEADER + 1).to_le_bytes());
-        assert!(matches!(
-            decode::<HostMsg>(&mut bytes),
-            Err(FrameError::HeaderTooLarge(_))
-        ));
-    }
-
-    #[test]
-    fn corrupt_header_json_is_rejected() {
-        let mut bytes = encode(&HostMsg::Ping { id: 1 }, b"").unwrap();
-        bytes[PREFIX_LEN] = b'!';
-        assert!(matches!(
-            decode::<HostMsg>(&mut bytes),
-            Err(FrameError::BadHeader(_))
-        ));
-    }
-
-    #[test]
-    fn unknown_message_type_is_rejected() {
-        let header = br#"{"type":"format_disk","id":1}"#;
-        let mut bytes = MAGIC.to_vec();
-        bytes.extend((header.len() as u32).to_le_bytes());
-        bytes.extend(0u32.to_le_bytes());
-        bytes.extend(header);
-        assert!(matches!(
-            decode::<HostMsg>(&mut bytes),
-            Err(FrameError::BadHeader(_))
-        ));
-    }
-
-    #[test]
-    fn truncated_stream_is_an_error_not_eof() {
-        let bytes = encode(&HostMsg::Ping { id: 1 }, b"abc").unwrap();
-        let r = read_frame::<HostMsg, _>(&mut &bytes[..bytes.len() - 1]);
-        assert!(matches!(r, Err(FrameError::Io(_))));
-        let r = read_frame::<HostMsg, _>(&mut &bytes[..0]);
-        assert!(matches!(r, Ok(None)));
-    }
-
-    #[test]
-    fn oversized_payload_is_refused_by_encoder() {
-        let big = vec![0u8; MAX_PAYLOAD as usize + 1];
-        assert!(matches!(
-            encode(&HostMsg::Ping { id: 1 }, &big),
-            Err(FrameError::PayloadTooLarge(_))
-        ));
-    }
-}
+mod frame_tests;

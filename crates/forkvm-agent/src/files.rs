@@ -18,7 +18,7 @@ fn err(code: &'static str, message: impl Into<String>) -> ReqError {
 }
 
 /// Map an I/O error on `path` to a protocol error.
-fn io_err(action: &str, path: &Path, e: &io::Error) -> ReqError {
+pub(crate) fn io_err(action: &str, path: &Path, e: &io::Error) -> ReqError {
     let p = path.display();
     match e.kind() {
         io::ErrorKind::NotFound => err(ERR_NOT_FOUND, format!("{p} does not exist")),
@@ -30,7 +30,7 @@ fn io_err(action: &str, path: &Path, e: &io::Error) -> ReqError {
     }
 }
 
-fn absolute(path: &str) -> Result<&Path, ReqError> {
+pub(crate) fn absolute(path: &str) -> Result<&Path, ReqError> {
     let p = Path::new(path);
     if !p.is_absolute() {
         return Err(err(ERR_INVALID, format!("path must be absolute: {path:?}")));

@@ -172,6 +172,9 @@ pub fn handle(frame: Frame<HostMsg>, agent: &Agent) {
             machine_id,
             instance_id,
         } => {
+            // A restored clone's first request: its streams are its
+            // parent's, for a host that is not there.
+            agent.new_connection();
             let start = Instant::now();
             let req = Identity {
                 hostname: &hostname,
@@ -246,5 +249,6 @@ pub fn handle(frame: Frame<HostMsg>, agent: &Agent) {
             crate::sys::sync();
             reply(GuestMsg::Synced { id });
         }
+        other => crate::handlers_v3::handle(other, payload, agent),
     }
 }

@@ -50,18 +50,25 @@ mod at;
 mod boot;
 mod cmdline;
 mod command;
+mod download;
 mod exec;
 mod files;
+mod fsops;
 mod handlers;
+mod handlers_v3;
 mod identity;
 mod port;
 mod probe;
+mod procs;
+mod pty;
 mod reaper;
 mod rootfs;
 mod serve;
 mod start;
+mod streams;
 mod sys;
 mod users;
+mod watch;
 
 use std::io::{self, Write};
 use std::panic;
@@ -167,6 +174,7 @@ fn serve_forever(spec: &PortSpec, conn: Conn, pid1: bool) -> Result<(), Fatal> {
                 reader = c.reader;
                 eof = c.eof;
                 agent.outbox.replace(c.writer);
+                agent.new_connection();
             }
             // A local test host that went away for good: just stop.
             Err(e) if !pid1 && matches!(spec, PortSpec::Path(_)) => {

@@ -33,6 +33,9 @@ use forkvm_agent_protocol::{
 
 use crate::handlers;
 use crate::identity::{IdentityPaths, Targets};
+use crate::procs::Procs;
+use crate::streams::Streams;
+use crate::watch::Watchers;
 
 /// Bytes requested per read from the channel.
 const READ_CHUNK: usize = 256 << 10;
@@ -117,6 +120,14 @@ pub struct Agent {
     /// What the `identity` request writes to, opened when the agent
     /// started (the real paths outside tests).
     pub(crate) identity: Arc<Mutex<Targets>>,
+    /// Background processes (`proc_*`).
+    pub(crate) procs: Arc<Procs>,
+    /// Polled directory watchers.
+    pub(crate) watchers: Arc<Watchers>,
+    /// Open streams and the connection epoch.
+    pub(crate) streams: Arc<Streams>,
+    /// How long a stream may be silent before it sends `keepalive`.
+    pub(crate) keepalive: Duration,
 }
 
 impl Agent {
@@ -131,7 +142,18 @@ impl Agent {
             outbox: Arc::new(Outbox::new(writer)),
             on_shutdown: Arc::new(on_shutdown),
             identity: Arc::new(Mutex::new(Targets::open(identity_paths))),
+            procs: Arc::default(),
+            streams: Arc::default(),
+            watchers: Arc::default(),
+            keepalive: crate::procs::KEEPALIVE,
         }
+    }
+
+    /// The host connection changed (or is gone): end the streams opened on
+    /// the old one (see [`crate::streams`]).
+    pub(crate) fn new_connection(&self) {
+        self.streams.new_epoch();
+        self.procs.wake_all();
     }
 
     pub(crate) fn reply(&self, msg: &GuestMsg, payload: &[u8]) {
@@ -177,6 +199,9 @@ pub fn serve_conn<R: Read + ?Sized>(
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; READ_CHUNK];
     let mut in_sync = true;
+    // Whether anything was read since the last EOF: a virtio port reads EOF
+    // every EOF_POLL while no host is there, and one new epoch is enough.
+    let mut had_data = true;
     loop {
         match reader.read(&mut chunk) {
             Ok(0) => {
@@ -185,12 +210,16 @@ pub fn serve_conn<R: Read + ?Sized>(
                 buf.clear();
                 buf.shrink_to(BUF_KEEP);
                 in_sync = true;
+                if std::mem::take(&mut had_data) {
+                    agent.new_connection();
+                }
                 match eof {
                     EofPolicy::Retry => thread::sleep(EOF_POLL),
                     EofPolicy::Return => return Ok(()),
                 }
             }
             Ok(n) => {
+                had_data = true;
                 buf.extend_from_slice(&chunk[..n]);
                 process_buffer(&mut buf, agent, &mut in_sync);
                 if buf.is_empty() && buf.capacity() > BUF_KEEP {
@@ -294,11 +323,23 @@ fn reject_frame(buf: &mut Vec<u8>, e: &serde_json::Error, agent: &Agent) {
 ///   snapshot's identity or clock, whatever order threads are scheduled in;
 /// - a new thread (clone, a stack mapping, a first schedule) is kernel code a
 ///   freshly restored clone has not run yet, and under TCG every such path is
-///   translated again in every new QEMU process.
+///   translated again in every new QEMU process;
+/// - the process controls (`proc_input`, `proc_close_stdin`, `proc_signal`,
+///   `proc_resize`, and `proc_list`, `stream_cancel`) only queue or look
+///   up, and must apply in the order they were sent: input typed into a
+///   terminal must not be reordered by thread scheduling.
 fn dispatch(frame: Frame<HostMsg>, agent: &Agent) {
     if matches!(
         frame.msg,
-        HostMsg::Ping { .. } | HostMsg::Identity { .. } | HostMsg::SetClock { .. }
+        HostMsg::Ping { .. }
+            | HostMsg::Identity { .. }
+            | HostMsg::SetClock { .. }
+            | HostMsg::ProcList { .. }
+            | HostMsg::ProcInput(_)
+            | HostMsg::ProcCloseStdin(_)
+            | HostMsg::ProcSignal(_)
+            | HostMsg::ProcResize(_)
+            | HostMsg::StreamCancel { .. }
     ) {
         return handle_guarded(frame, agent);
     }
@@ -337,5 +378,9 @@ fn handle_guarded(frame: Frame<HostMsg>, agent: &Agent) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fs;
+#[cfg(test)]
+mod tests_procs;
 #[cfg(test)]
 mod tests_v2;

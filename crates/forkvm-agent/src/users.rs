@@ -122,7 +122,7 @@ pub fn parse_group(text: &str) -> Vec<Group> {
 }
 
 /// The text of `etc/<name>`; None if it does not exist.
-fn read_etc(etc: &Path, name: &str) -> Result<Option<String>, ReqError> {
+pub(crate) fn read_etc(etc: &Path, name: &str) -> Result<Option<String>, ReqError> {
     let path = etc.join(name);
     let mut f = match std::fs::File::open(&path) {
         Ok(f) => f,

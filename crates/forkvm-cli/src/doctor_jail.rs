@@ -75,8 +75,8 @@ fn jail_probe(qemu: &Path) -> Check {
         );
     }
     let jail = Jail {
-        uid: forkvm_daemon::jail::DEFAULT_UIDS.0,
-        gid: forkvm_daemon::jail::DEFAULT_UIDS.0,
+        uid: forkvm_daemon::config::DEFAULT_UIDS.0,
+        gid: forkvm_daemon::config::DEFAULT_UIDS.0,
         root: root.clone(),
         mounts: Jail::base_mounts(&bin, false),
         cgroup_procs: vec![],

@@ -34,7 +34,8 @@ use forkvm_qemu::{blockjob, Qmp};
 
 use crate::config::SandboxPaths;
 use crate::error::ApiError;
-use crate::sandbox::{ms, Live, Manager};
+use crate::manager::{Live, Manager};
+use crate::util::ms;
 
 /// A clone that inherits more layers than this (or than `--disk-chain-max`,
 /// if larger) is streamed when it starts. Not every clone: a fan-out of a

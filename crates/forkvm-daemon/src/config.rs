@@ -30,6 +30,10 @@ use std::time::Duration;
 use forkvm_api::Limits;
 use forkvm_qemu::Accel;
 
+/// `serve --jail-uids` by default: far above the uids and subuid ranges
+/// distributions hand out.
+pub const DEFAULT_UIDS: (u32, u32) = (2_000_000, 1_000_000);
+
 /// Everything the daemon needs to start.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -132,7 +136,7 @@ impl Config {
             memory_commit_mib: default_memory_commit_mib(host_mib),
             disk_reserve_mib: DEFAULT_DISK_RESERVE_MIB,
             jail: true,
-            jail_uids: crate::jail::DEFAULT_UIDS,
+            jail_uids: DEFAULT_UIDS,
         }
     }
 

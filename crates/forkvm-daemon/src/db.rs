@@ -15,6 +15,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use forkvm_api::{SandboxState, SpawnTimings};
 
+use crate::error::ApiError;
+
 mod lifecycle;
 pub use lifecycle::LifecycleRow;
 
@@ -34,7 +36,7 @@ pub struct SandboxRow {
     /// The snapshot this sandbox was spawned from, if any.
     pub snapshot: Option<String>,
     /// Its network (JSON in the `network` column), once set up.
-    pub network: Option<crate::net::SandboxNet>,
+    pub network: Option<crate::net::types::SandboxNet>,
 }
 
 /// A stored snapshot (the files are in the store; this is the index).
@@ -296,7 +298,7 @@ impl Db {
     pub fn set_network(
         &self,
         id: &str,
-        net: Option<&crate::net::SandboxNet>,
+        net: Option<&crate::net::types::SandboxNet>,
     ) -> Result<(), DbError> {
         let j = net.map(|n| serde_json::to_string(n).unwrap_or_default());
         self.lock().execute(
@@ -547,6 +549,12 @@ fn finish_row(r: Raw) -> Result<SandboxRow, DbError> {
         snapshot: r.10,
         network,
     })
+}
+
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> Self {
+        ApiError::internal(format!("{e}; check the disk holding FORKVM_HOME"))
+    }
 }
 
 #[cfg(test)]

@@ -41,12 +41,6 @@ impl ApiError {
     }
 }
 
-impl From<crate::db::DbError> for ApiError {
-    fn from(e: crate::db::DbError) -> Self {
-        ApiError::internal(format!("{e}; check the disk holding FORKVM_HOME"))
-    }
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         crate::metrics::METRICS.error(self.code);

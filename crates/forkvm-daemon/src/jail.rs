@@ -27,10 +27,6 @@ use crate::cgroup::{Cgroup, Layout};
 use crate::config::{Config, SandboxPaths};
 use crate::error::ApiError;
 
-/// `serve --jail-uids` by default: far above the uids and subuid ranges
-/// distributions hand out.
-pub const DEFAULT_UIDS: (u32, u32) = (2_000_000, 1_000_000);
-
 /// Host-wide: every daemon allocates uids here.
 const UID_LOCKS: &str = "/run/forkvm-jail/uids";
 

@@ -19,6 +19,7 @@
 pub mod admission;
 pub mod agent;
 pub mod api;
+pub mod branch;
 pub mod cgroup;
 pub mod compact;
 pub mod config;
@@ -30,10 +31,15 @@ pub mod images;
 pub mod jail;
 pub mod lifetime;
 pub mod limits;
+pub mod manager;
 pub mod metrics;
 pub mod net;
+pub mod pool;
+pub mod restore;
 pub mod sandbox;
 pub mod snapshot;
+pub mod spawn;
+pub mod template;
 pub mod usage;
 pub mod util;
 
@@ -45,8 +51,7 @@ use std::time::{Duration, Instant};
 use forkvm_qemu::{Accel, AccelChoice, HostVirt};
 
 pub use config::Config;
-pub use sandbox::Manager;
-pub use snapshot::MAX_POOL;
+pub use manager::{Manager, MAX_POOL};
 
 /// Errors that stop the daemon from starting.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,7 @@ use std::time::Duration;
 use forkvm_api::SandboxLimits;
 
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 /// Check limits before anything is created.
 pub fn check(l: &SandboxLimits, max_cpus: u32) -> Result<(), ApiError> {

@@ -162,6 +162,11 @@ pub fn tail_file(path: &std::path::Path, max: u64) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
+/// Milliseconds, rounded to two decimals (the API's timing unit).
+pub(crate) fn ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0 * 100.0).round() / 100.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

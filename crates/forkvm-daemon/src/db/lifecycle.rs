@@ -38,7 +38,7 @@ pub struct LifecycleRow {
     pub remaining_ms: Option<i64>,
     pub pause: Option<PauseInfo>,
     /// The network a paused sandbox gets back on resume.
-    pub paused_net: Option<crate::net::SandboxNet>,
+    pub paused_net: Option<crate::net::types::SandboxNet>,
     pub limits: forkvm_api::SandboxLimits,
 }
 

@@ -7,9 +7,9 @@ use axum::extract::{Path, State};
 use axum::Json;
 use forkvm_api::{ErrorBody, PruneRequest, PruneResult, Snapshot};
 
-use crate::api::OptJsonBody;
+use crate::api::body::OptJsonBody;
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 /// Pin a snapshot: garbage collection never removes it, nor any snapshot
 /// it builds on.

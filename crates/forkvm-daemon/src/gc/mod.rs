@@ -32,11 +32,12 @@
 //! prevents, and a lease cannot be taken on a doomed snapshot (409).
 
 pub mod http;
+pub mod lease;
 pub mod select;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::http::StatusCode;
@@ -44,93 +45,9 @@ use forkvm_api::{PruneFailure, PruneRequest, PruneResult, PrunedSnapshot};
 
 use crate::db::Origin;
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 use crate::util;
-
-/// The collector's state in the manager.
-#[derive(Default)]
-pub struct Gc {
-    leases: Leases,
-    /// Wakes the background collector early (a sandbox went away).
-    wake: tokio::sync::Notify,
-    /// One collection at a time.
-    running: tokio::sync::Mutex<()>,
-}
-
-#[derive(Default)]
-struct LeaseState {
-    held: HashMap<String, usize>,
-    doomed: HashSet<String>,
-}
-
-/// Leases on snapshots, and the snapshots being collected.
-#[derive(Default, Clone)]
-struct Leases(Arc<Mutex<LeaseState>>);
-
-impl Leases {
-    fn state(&self) -> std::sync::MutexGuard<'_, LeaseState> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A lease, unless the snapshot is being collected.
-    fn try_lease(&self, id: &str) -> Option<Lease> {
-        let mut s = self.state();
-        if s.doomed.contains(id) {
-            return None;
-        }
-        *s.held.entry(id.to_string()).or_default() += 1;
-        Some(Lease {
-            leases: self.clone(),
-            id: id.to_string(),
-        })
-    }
-
-    /// Mark a snapshot as being collected, unless a lease holds it.
-    fn doom(&self, id: &str) -> Option<Doom> {
-        let mut s = self.state();
-        if s.held.contains_key(id) || !s.doomed.insert(id.to_string()) {
-            return None;
-        }
-        Some(Doom {
-            leases: self.clone(),
-            id: id.to_string(),
-        })
-    }
-
-    fn held(&self) -> HashSet<String> {
-        self.state().held.keys().cloned().collect()
-    }
-}
-
-/// Holds a snapshot against collection until dropped.
-pub struct Lease {
-    leases: Leases,
-    id: String,
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        let mut s = self.leases.state();
-        if let Some(n) = s.held.get_mut(&self.id) {
-            *n -= 1;
-            if *n == 0 {
-                s.held.remove(&self.id);
-            }
-        }
-    }
-}
-
-/// A snapshot being collected: no lease can be taken on it meanwhile.
-struct Doom {
-    leases: Leases,
-    id: String,
-}
-
-impl Drop for Doom {
-    fn drop(&mut self) {
-        self.leases.state().doomed.remove(&self.id);
-    }
-}
+use lease::Lease;
 
 /// A file of a snapshot: its allocated bytes, and whether the store's link
 /// is its only one (deleting a hard-linked file frees nothing).
@@ -408,6 +325,7 @@ impl Manager {
 
 #[cfg(test)]
 mod tests {
+    use super::lease::Leases;
     use super::*;
 
     #[test]

@@ -41,7 +41,8 @@ use super::install::Upload;
 use super::stream::Emitter;
 use crate::agent::ExecSpec;
 use crate::error::ApiError;
-use crate::sandbox::{Created, Manager};
+use crate::manager::Manager;
+use crate::spawn::Created;
 
 /// The template-key prefix of build cache snapshots.
 pub const CACHE_PREFIX: &str = "build-";

@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use forkvm_api::{BuildQuery, ErrorBody, Image, ImageEvent, ImageList, ImportQuery, PullImage};
 
-use crate::api::JsonBody;
+use crate::api::body::JsonBody;
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 type Q<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::stream::Emitter;
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 /// A checked pull request.
 pub struct PullPlan {

@@ -27,7 +27,7 @@ use forkvm_image::meta::{ImageConfig as MetaConfig, ImageMeta, ImageSource, Read
 
 use crate::db::Origin;
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 /// Turn the on-disk metadata into the wire type.
 pub fn view(meta: &ImageMeta) -> forkvm_api::Image {

@@ -24,7 +24,7 @@ use forkvm_image::meta::{ReadyCheck, StartSpec};
 
 use crate::agent::{AgentConn, ExecSpec};
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 /// What a boot from an image asks for (validated).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,9 +7,9 @@ use axum::extract::{Path, State};
 use axum::Json;
 use forkvm_api::{ErrorBody, ResumeRequest, Sandbox, SetTimeout};
 
-use crate::api::{JsonBody, OptJsonBody};
+use crate::api::body::{JsonBody, OptJsonBody};
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 /// Prometheus metrics: spawns, branches, pauses, resumes, timeouts, errors
 /// by code, sandboxes by state, per-sandbox memory and CPU, warm pools and

@@ -27,7 +27,7 @@ use forkvm_api::{CreateSandbox, Lifetime, OnTimeout, SandboxState, MAX_TIMEOUT_S
 
 use crate::db::LifecycleRow;
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use crate::manager::Manager;
 
 /// How often the sweeper looks for timeouts that ran out.
 pub const SWEEP_EVERY: Duration = Duration::from_millis(250);

@@ -5,7 +5,7 @@
 //!
 //! 1. `freeze` in `diff` mode (only the pages a clone changed since its
 //!    snapshot; a sandbox that owns its RAM saves it whole), with
-//!    [`Live::keep_stopped`](crate::sandbox::Live) set so the guest is not
+//!    [`Live::keep_stopped`](crate::manager::Live) set so the guest is not
 //!    resumed past what was saved;
 //! 2. the snapshot is published (origin `pause`), and becomes the sandbox's
 //!    `snapshot`, which keeps it from being removed while the sandbox exists;
@@ -28,7 +28,7 @@ use forkvm_qemu::process;
 use crate::config::SandboxPaths;
 use crate::db::Origin;
 use crate::error::ApiError;
-use crate::sandbox::{Manager, Phase};
+use crate::manager::{Manager, Phase};
 use crate::snapshot::Save;
 
 impl Manager {

@@ -20,14 +20,16 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use axum::http::StatusCode;
-use forkvm_api::{codes, EgressRule, NetInfo, NetworkInfo, NetworkMode, PortForward};
+use forkvm_api::{codes, EgressRule, NetInfo, NetworkMode, PortForward};
 use forkvm_net::forward::Forward;
 use forkvm_net::pool::{Pool, Registry, Slot};
 use forkvm_net::rules::{self, Allow, HostEntry, SandboxRules};
 use forkvm_net::{ns, NetError};
-use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+
+pub mod types;
+pub use types::{NetRequest, SandboxNet};
 
 /// Most ports one sandbox may publish.
 pub const MAX_PORTS: usize = 64;
@@ -36,81 +38,6 @@ pub const MAX_EGRESS: usize = 256;
 /// The port the network probe dials on the gateway: nothing listens there,
 /// so the namespace's kernel answers with a reset, which proves the path.
 const PROBE_PORT: u16 = 9;
-
-/// A sandbox's network as stored with it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SandboxNet {
-    pub mode: NetworkMode,
-    /// The host end of its uplink (`nat`).
-    #[serde(default)]
-    pub slot: Option<Ipv4Addr>,
-    /// Forwarded ports, with the host ports actually bound.
-    #[serde(default)]
-    pub ports: Vec<PortForward>,
-    #[serde(default)]
-    pub egress: Option<Vec<EgressRule>>,
-}
-
-impl SandboxNet {
-    /// Whether this network, set up ahead of time with no published port,
-    /// is exactly what `req` asks for (whether the spawn waits for it does
-    /// not change what is set up).
-    pub fn serves(&self, req: &NetRequest) -> bool {
-        self.mode == req.mode
-            && self.ports.is_empty()
-            && req.ports.is_empty()
-            && self.egress == req.egress
-    }
-
-    pub fn info(&self) -> NetworkInfo {
-        let slot = self.slot.map(Slot::from_host);
-        NetworkInfo {
-            mode: self.mode,
-            guest_ip: forkvm_net::GUEST_ADDR.to_string(),
-            gateway: forkvm_net::GATEWAY_ADDR.to_string(),
-            host_ip: slot.map(|s| s.host.to_string()),
-            uplink_ip: slot.map(|s| s.ns.to_string()),
-            ports: self.ports.clone(),
-            egress: self.egress.clone(),
-        }
-    }
-
-    fn allow(&self) -> Option<Vec<Allow>> {
-        self.egress.as_ref().map(|v| {
-            v.iter()
-                .filter_map(|r| Allow::parse(&r.cidr, r.ports.clone()).ok())
-                .collect()
-        })
-    }
-}
-
-/// A checked network request for one spawn.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NetRequest {
-    pub mode: NetworkMode,
-    pub ports: Vec<PortForward>,
-    pub egress: Option<Vec<EgressRule>>,
-    pub wait: bool,
-}
-
-impl NetRequest {
-    /// The network a spawn gets when it asks for nothing on a host with
-    /// networking: `nat`, no published port, no allow-list. Warm pools set
-    /// this one up ahead of time.
-    pub fn is_default_nat(&self) -> bool {
-        self.mode == NetworkMode::Nat && self.ports.is_empty() && self.egress.is_none()
-    }
-
-    /// No network at all (a sandbox without a NIC, or a template's source).
-    pub fn none() -> NetRequest {
-        NetRequest {
-            mode: NetworkMode::None,
-            ports: Vec::new(),
-            egress: None,
-            wait: false,
-        }
-    }
-}
 
 /// The daemon's networking.
 pub struct Net {

@@ -19,30 +19,14 @@
 //! A refusal is 503 `capacity_exceeded` (memory) or 507 `no_space` (disk),
 //! with the figures and what to do; `GET /v1/info` shows `capacity`.
 
-use std::sync::Mutex;
-
 use axum::http::StatusCode;
 use forkvm_api::{codes, Capacity, SandboxState};
 
 use crate::error::ApiError;
-use crate::sandbox::Manager;
+use reserve::Admitted;
 
-/// Memory reserved by admissions whose sandboxes do not run yet.
-#[derive(Default)]
-pub struct Reservations(Mutex<u64>);
-
-/// Held while an admitted operation runs; gives its reservation back.
-pub struct Admitted<'a> {
-    r: &'a Reservations,
-    mib: u64,
-}
-
-impl Drop for Admitted<'_> {
-    fn drop(&mut self) {
-        let mut g = self.r.0.lock().unwrap_or_else(|p| p.into_inner());
-        *g = g.saturating_sub(self.mib);
-    }
-}
+pub mod reserve;
+use crate::manager::Manager;
 
 /// Free MiB on the filesystem holding `path`.
 pub fn disk_free_mib(path: &std::path::Path) -> Option<u64> {
@@ -148,6 +132,7 @@ impl Manager {
 
 #[cfg(test)]
 mod tests {
+    use super::reserve::Reservations;
     use super::*;
 
     #[test]

@@ -1,0 +1,362 @@
+//! Commands and files in a sandbox's guest, through its agent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use forkvm_api::*;
+use serde::Deserialize;
+
+use super::body::{body_error, JsonBody};
+use super::AppState;
+use crate::agent::{AgentError, ExecSpec};
+use crate::error::ApiError;
+use crate::manager::Manager;
+
+/// Stop a sandbox and delete everything it had.
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn delete_sandbox(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    tokio::spawn(async move { m.remove(&id).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) fn agent_error(id: &str, e: AgentError) -> ApiError {
+    match e {
+        AgentError::Timeout(d) => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            codes::GUEST_TIMEOUT,
+            format!(
+                "the guest agent of {id} did not answer within {d:?}; the guest may be hung — see `forkvm logs {id}`"
+            ),
+        ),
+        AgentError::Guest { code, message } => {
+            let status = match code.as_str() {
+                forkvm_agent_protocol::ERR_NOT_FOUND => StatusCode::NOT_FOUND,
+                forkvm_agent_protocol::ERR_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+                forkvm_agent_protocol::ERR_INVALID | forkvm_agent_protocol::ERR_SPAWN => {
+                    StatusCode::BAD_REQUEST
+                }
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            let c = match status {
+                StatusCode::NOT_FOUND => codes::NOT_FOUND,
+                StatusCode::PAYLOAD_TOO_LARGE => codes::PAYLOAD_TOO_LARGE,
+                StatusCode::BAD_REQUEST => codes::INVALID_REQUEST,
+                _ => codes::GUEST_ERROR,
+            };
+            ApiError::new(status, c, message)
+        }
+        other => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            codes::GUEST_ERROR,
+            format!("{other}; check `forkvm ps` and `forkvm logs {id}`"),
+        ),
+    }
+}
+
+/// Run a command in the sandbox and wait for it to finish; or, with
+/// `stream: true`, stream its output as NDJSON [`ExecEvent`] lines.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/exec", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    request_body = ExecRequest,
+    responses(
+        (status = 200, description = "the command ran (whatever its exit code): one `ExecResult`; or, with `stream: true`, one `ExecEvent` per line as output happens, ending with `exit` or `error`",
+            content((ExecResult = "application/json"), (ExecEvent = "application/x-ndjson"))),
+        (status = 400, body = ErrorBody, description = "bad request or the command could not start"),
+        (status = 404, body = ErrorBody, description = "no such sandbox or executable"),
+        (status = 409, body = ErrorBody, description = "the sandbox is not running"),
+        (status = 502, body = ErrorBody, description = "the guest went away"),
+        (status = 504, body = ErrorBody, description = "the guest did not answer")))]
+pub(crate) async fn exec(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<ExecRequest>,
+) -> Result<Response, ApiError> {
+    let l = &m.cfg.limits;
+    // The image's config gives the defaults (docs/images.md).
+    let mut req = req;
+    let defaults = m.exec_defaults_of(&id)?;
+    if req.argv.is_empty() {
+        req.argv = defaults.default_argv();
+        if req.argv.is_empty() {
+            return Err(ApiError::invalid(
+                "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"] \
+                 (this sandbox's image has no default command: no Entrypoint or Cmd)",
+            ));
+        }
+    }
+    if req.argv[0].is_empty() {
+        return Err(ApiError::invalid(
+            "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"]",
+        ));
+    }
+    // The image's Env, then the sandbox's own, then the request's.
+    let mut env = defaults.env_map();
+    env.append(&mut m.get(&id)?.env);
+    env.append(&mut req.env);
+    req.env = env;
+    req.cwd = req.cwd.or(defaults.working_dir);
+    req.user = req.user.or(defaults.user);
+    let stdin = match (req.stdin, req.stdin_base64) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("give stdin or stdin_base64, not both"))
+        }
+        (Some(s), None) => s.into_bytes(),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b.as_bytes())
+            .map_err(|e| ApiError::invalid(format!("stdin_base64 is not valid base64: {e}")))?,
+        (None, None) => Vec::new(),
+    };
+    if stdin.len() as u64 > l.max_file_bytes {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            codes::PAYLOAD_TOO_LARGE,
+            format!(
+                "stdin is {} bytes, over the limit of {}",
+                stdin.len(),
+                l.max_file_bytes
+            ),
+        ));
+    }
+    let timeout_ms = req.timeout_ms.unwrap_or(l.max_exec_timeout_ms);
+    if timeout_ms == 0 || timeout_ms > l.max_exec_timeout_ms {
+        return Err(ApiError::invalid(format!(
+            "timeout_ms must be between 1 and {}",
+            l.max_exec_timeout_ms
+        )));
+    }
+    let max_output = req.max_output_bytes.unwrap_or(l.max_exec_output_bytes);
+    if max_output > l.max_exec_output_bytes {
+        return Err(ApiError::invalid(format!(
+            "max_output_bytes may be at most {}",
+            l.max_exec_output_bytes
+        )));
+    }
+    let live = m.running(&id)?;
+    let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
+    let spec = ExecSpec {
+        argv: req.argv,
+        env: req.env,
+        cwd: req.cwd,
+        user: req.user,
+        stdin,
+        timeout_ms: Some(timeout_ms),
+        max_output,
+    };
+    let deadline = Duration::from_millis(timeout_ms) + Manager::HOST_GRACE;
+    if req.stream {
+        return Ok(exec_stream(id, agent, spec, deadline));
+    }
+    let out = agent
+        .exec(spec, deadline)
+        .await
+        .map_err(|e| agent_error(&id, e))?;
+    let encoding = req.encoding.unwrap_or_default();
+    let render = |b: &[u8]| match encoding {
+        OutputEncoding::Utf8 => String::from_utf8_lossy(b).into_owned(),
+        OutputEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(b),
+    };
+    Ok(Json(ExecResult {
+        exit_code: out.exit_code,
+        signal: out.signal,
+        timed_out: out.timed_out,
+        stdout: render(&out.stdout),
+        stderr: render(&out.stderr),
+        encoding,
+        stdout_truncated: out.stdout_bytes > out.stdout.len() as u64,
+        stderr_truncated: out.stderr_bytes > out.stderr.len() as u64,
+        stdout_bytes: out.stdout_bytes,
+        stderr_bytes: out.stderr_bytes,
+        duration_ms: out.duration_ms,
+    })
+    .into_response())
+}
+
+/// The streamed form of exec: output chunks become NDJSON lines as the agent
+/// delivers them. The status is 200 once the command is under way; a later
+/// failure is the stream's last line (`error`), since the status is gone.
+pub(crate) fn exec_stream(
+    id: String,
+    agent: Arc<crate::agent::AgentConn>,
+    spec: ExecSpec,
+    deadline: Duration,
+) -> Response {
+    let (tap_tx, mut tap_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (line_tx, line_rx) =
+        tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
+    let line = |ev: &ExecEvent| {
+        let mut v = serde_json::to_vec(ev).unwrap_or_default();
+        v.push(b'\n');
+        Ok(Bytes::from(v))
+    };
+    tokio::spawn(async move {
+        let run = agent.exec_tapped(spec, deadline, Some(tap_tx));
+        tokio::pin!(run);
+        let chunk = |(s, data): (forkvm_agent_protocol::Stream, Vec<u8>)| {
+            let data = base64::engine::general_purpose::STANDARD.encode(data);
+            match s {
+                forkvm_agent_protocol::Stream::Stdout => ExecEvent::Stdout { data },
+                forkvm_agent_protocol::Stream::Stderr => ExecEvent::Stderr { data },
+            }
+        };
+        let result = loop {
+            tokio::select! {
+                Some(c) = tap_rx.recv() => {
+                    // A client that hung up ends the stream, not the command.
+                    let _ = line_tx.send(line(&chunk(c))).await;
+                }
+                r = &mut run => break r,
+            }
+        };
+        while let Some(c) = tap_rx.recv().await {
+            let _ = line_tx.send(line(&chunk(c))).await;
+        }
+        let last = match result {
+            Ok(out) => ExecEvent::Exit {
+                exit_code: out.exit_code,
+                signal: out.signal,
+                timed_out: out.timed_out,
+                duration_ms: out.duration_ms,
+                stdout_bytes: out.stdout_bytes,
+                stderr_bytes: out.stderr_bytes,
+            },
+            Err(e) => {
+                let e = agent_error(&id, e);
+                ExecEvent::Error {
+                    error: ErrorDetail {
+                        code: e.code.to_string(),
+                        message: e.message,
+                    },
+                }
+            }
+        };
+        let _ = line_tx.send(line(&last)).await;
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(line_rx)),
+    )
+        .into_response()
+}
+
+/// Query of the file endpoints.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct FileQuery {
+    /// Absolute path in the guest.
+    path: String,
+    /// Octal mode for writes (default 644).
+    #[serde(default)]
+    mode: Option<String>,
+}
+
+pub(crate) fn check_guest_path(p: &str) -> Result<(), ApiError> {
+    if !p.starts_with('/') {
+        return Err(ApiError::invalid(format!(
+            "path must be absolute (got {p:?})"
+        )));
+    }
+    if p.contains('\0') {
+        return Err(ApiError::invalid("path must not contain NUL"));
+    }
+    Ok(())
+}
+
+pub(crate) fn file_query(
+    q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<FileQuery, ApiError> {
+    q.map(|Query(q)| q).map_err(|e| {
+        ApiError::invalid(format!(
+            "bad query: {}; use ?path=/absolute/path",
+            e.body_text()
+        ))
+    })
+}
+
+/// Write a file in the guest (atomically: temp file, fsync, rename).
+#[utoipa::path(put, path = "/v1/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "sandbox id"), FileQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = FileWritten), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub(crate) async fn write_file(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<FileWritten>, ApiError> {
+    let q = file_query(q)?;
+    check_guest_path(&q.path)?;
+    let body = body.map_err(|e| body_error(e.status(), e.body_text()))?;
+    let mode = match &q.mode {
+        Some(s) => u32::from_str_radix(s, 8)
+            .ok()
+            .filter(|m| *m <= 0o7777)
+            .ok_or_else(|| {
+                ApiError::invalid(format!("mode {s:?} is not an octal mode like 644"))
+            })?,
+        None => 0o644,
+    };
+    if body.len() as u64 > m.cfg.limits.max_file_bytes {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            codes::PAYLOAD_TOO_LARGE,
+            format!(
+                "file is {} bytes, over the limit of {}",
+                body.len(),
+                m.cfg.limits.max_file_bytes
+            ),
+        ));
+    }
+    let live = m.running(&id)?;
+    let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
+    let size = agent
+        .write_file(&q.path, mode, &body, Duration::from_secs(120))
+        .await
+        .map_err(|e| agent_error(&id, e))?;
+    Ok(Json(FileWritten { path: q.path, size }))
+}
+
+/// Read a file from the guest.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "sandbox id"), FileQuery),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub(crate) async fn read_file(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = file_query(q)?;
+    check_guest_path(&q.path)?;
+    let live = m.running(&id)?;
+    let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
+    let data = agent
+        .read_file(
+            &q.path,
+            m.cfg.limits.max_file_bytes,
+            Duration::from_secs(120),
+        )
+        .await
+        .map_err(|e| agent_error(&id, e))?;
+    let mut h = HeaderMap::new();
+    h.insert(
+        header::CONTENT_TYPE,
+        "application/octet-stream".parse().expect("static header"),
+    );
+    Ok((h, data).into_response())
+}

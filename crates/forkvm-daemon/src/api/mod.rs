@@ -1,0 +1,413 @@
+//! The REST API: the HTTP layer only parses requests into typed calls on the
+//! [`Manager`] and renders results; every decision lives in the manager.
+//!
+//! The router is built from `forkvm_api::routes::ROUTES`, and the OpenAPI
+//! document is generated from the `#[utoipa::path]` annotations below. A test
+//! compares both with the checked-in `docs/openapi.json`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use axum::{Json, Router};
+use forkvm_api::routes::{Op, ROUTES};
+use forkvm_api::*;
+use utoipa::OpenApi;
+
+use crate::error::ApiError;
+use crate::manager::Manager;
+
+pub mod body;
+mod exec;
+mod sandboxes;
+mod snapshots;
+
+pub use body::{JsonBody, OptJsonBody};
+use exec::*;
+use sandboxes::*;
+use snapshots::*;
+
+type AppState = Arc<Manager>;
+
+/// The OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "forkvm",
+        description = "Run AI-agent sandboxes as microVMs and fork them while they run.",
+        license(name = "Apache-2.0")
+    ),
+    paths(
+        health,
+        info,
+        create_sandbox,
+        list_sandboxes,
+        get_sandbox,
+        delete_sandbox,
+        exec,
+        write_file,
+        read_file,
+        logs,
+        ports,
+        snapshot_sandbox,
+        branch_sandbox,
+        list_snapshots,
+        get_snapshot,
+        delete_snapshot,
+        set_pool,
+        flatten_snapshot,
+        crate::gc::http::pin_snapshot,
+        crate::gc::http::unpin_snapshot,
+        crate::gc::http::prune_snapshots,
+        crate::lifetime::http::set_timeout,
+        crate::lifetime::http::pause,
+        crate::lifetime::http::resume,
+        crate::lifetime::http::metrics,
+        crate::images::http::list_images,
+        crate::images::http::get_image,
+        crate::images::http::delete_image,
+        crate::images::http::pull_image,
+        crate::images::http::import_image,
+        crate::images::http::build_image
+    ),
+    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent)),
+    modifiers(&CommonErrors)
+)]
+pub struct ApiDoc;
+
+/// The errors any operation can answer, whatever it does: a bad or slow
+/// body, the bearer token on TCP, the concurrency limit, a host failure.
+/// Added to every operation so the document lists every status the server
+/// can send (the API fuzzer holds the server to that).
+struct CommonErrors;
+
+impl utoipa::Modify for CommonErrors {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let common = [
+            (
+                "400",
+                "malformed request: bad JSON, unknown fields, values out of range",
+            ),
+            ("401", "TCP only: missing or wrong bearer token"),
+            (
+                "408",
+                "the request body did not arrive within request_body_timeout_ms",
+            ),
+            ("413", "request body over max_request_bytes"),
+            ("429", "limit reached: concurrent requests or sandboxes"),
+            ("500", "host or QEMU failure; the message says what to do"),
+        ];
+        for item in doc.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                for (code, why) in common {
+                    if code == "400" && item_is_health(op) {
+                        continue;
+                    }
+                    op.responses
+                        .responses
+                        .entry(code.to_string())
+                        .or_insert_with(|| {
+                            ResponseBuilder::new()
+                                .description(why)
+                                .content(
+                                    "application/json",
+                                    ContentBuilder::new()
+                                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                                        .build(),
+                                )
+                                .build()
+                                .into()
+                        });
+                }
+            }
+        }
+    }
+}
+
+fn item_is_health(op: &utoipa::openapi::path::Operation) -> bool {
+    op.operation_id.as_deref() == Some("health")
+}
+
+/// The OpenAPI document as pretty JSON (what `docs/openapi.json` holds).
+pub fn openapi_json() -> String {
+    let mut s = ApiDoc::openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+fn handler(op: Op) -> MethodRouter<AppState> {
+    use axum::routing::{delete, get, post, put};
+    match op {
+        Op::Health => get(health),
+        Op::Info => get(info),
+        Op::CreateSandbox => post(create_sandbox),
+        Op::ListSandboxes => get(list_sandboxes),
+        Op::GetSandbox => get(get_sandbox),
+        Op::DeleteSandbox => delete(delete_sandbox),
+        Op::Exec => post(exec),
+        Op::WriteFile => put(write_file),
+        Op::ReadFile => get(read_file),
+        Op::Logs => get(logs),
+        Op::Ports => get(ports),
+        Op::Snapshot => post(snapshot_sandbox),
+        Op::Branch => post(branch_sandbox),
+        Op::ListSnapshots => get(list_snapshots),
+        Op::GetSnapshot => get(get_snapshot),
+        Op::DeleteSnapshot => delete(delete_snapshot),
+        Op::SetPool => put(set_pool),
+        Op::FlattenSnapshot => post(flatten_snapshot),
+        Op::PinSnapshot => put(crate::gc::http::pin_snapshot),
+        Op::UnpinSnapshot => delete(crate::gc::http::unpin_snapshot),
+        Op::PruneSnapshots => post(crate::gc::http::prune_snapshots),
+        Op::ListImages => get(crate::images::http::list_images),
+        Op::GetImage => get(crate::images::http::get_image),
+        Op::DeleteImage => delete(crate::images::http::delete_image),
+        Op::PullImage => post(crate::images::http::pull_image),
+        Op::ImportImage => post(crate::images::http::import_image),
+        Op::BuildImage => post(crate::images::http::build_image),
+        Op::SetTimeout => put(crate::lifetime::http::set_timeout),
+        Op::Pause => post(crate::lifetime::http::pause),
+        Op::Resume => post(crate::lifetime::http::resume),
+        Op::Metrics => get(crate::lifetime::http::metrics),
+    }
+}
+
+/// The router for every route in the table.
+pub fn router(state: AppState, token: Option<String>) -> Router {
+    let mut r: Router<AppState> = Router::new();
+    for (op, _, path) in ROUTES {
+        r = r.route(path, handler(*op));
+    }
+    let limit = state.cfg.limits.max_request_bytes as usize;
+    let body_timeout = Duration::from_millis(state.cfg.limits.request_body_timeout_ms);
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        state.cfg.limits.max_concurrent_requests as usize,
+    ));
+    let r = r
+        .fallback(|req: Request| async move {
+            ApiError::not_found(format!("no route {} {}", req.method(), req.uri().path()))
+        })
+        .method_not_allowed_fallback(|req: Request| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                codes::INVALID_REQUEST,
+                format!("{} is not allowed on {}", req.method(), req.uri().path()),
+            )
+        })
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            body_timeout,
+        ))
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let slots = slots.clone();
+                async move { admit(&slots, req, next).await }
+            },
+        ))
+        .with_state(state);
+    match token {
+        Some(t) => r.layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let t = t.clone();
+                async move { auth(&t, req, next).await }
+            },
+        )),
+        None => r,
+    }
+}
+
+/// The concurrency limit: a request beyond it is refused at once with 429
+/// rather than queued, so a client sees back-pressure instead of a hang.
+/// Health checks always pass.
+async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/v1/health" {
+        return next.run(req).await;
+    }
+    match slots.clone().try_acquire_owned() {
+        Ok(_permit) => next.run(req).await,
+        Err(_) => {
+            // Take in a small body first, so a client that sends its body
+            // after the headers reads this 429 instead of a broken pipe.
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                axum::body::to_bytes(req.into_body(), 1 << 20),
+            )
+            .await;
+            let mut r = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                codes::LIMIT_EXCEEDED,
+                "the daemon is already handling its maximum of concurrent requests \
+                 (max_concurrent_requests in GET /v1/info); retry shortly",
+            )
+            .into_response();
+            // A larger body is left unread, so the connection cannot carry
+            // another request: say so.
+            r.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            r
+        }
+    }
+}
+
+/// Bearer-token check for the TCP listener, in constant time.
+async fn auth(token: &str, req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            codes::UNAUTHORIZED,
+            "missing or wrong bearer token; set FORKVM_TOKEN to the daemon's token",
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// Compare without an early exit, so timing does not reveal a prefix match.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0xff);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}
+
+/// Liveness.
+#[utoipa::path(get, path = "/v1/health", tag = "daemon",
+    responses((status = 200, body = Health)))]
+async fn health() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+/// Version, accelerator and why, QEMU, limits.
+#[utoipa::path(get, path = "/v1/info", tag = "daemon",
+    responses((status = 200, body = Info)))]
+async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
+    Ok(Json(Info {
+        network: m.net.info(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        accel: AccelInfo {
+            kind: m.accel.accel.to_string(),
+            reason: m.accel.reason.clone(),
+        },
+        qemu: QemuInfo {
+            path: m.cfg.qemu.display().to_string(),
+            version: m.qemu_version.clone(),
+        },
+        limits: m.cfg.limits.clone(),
+        home: m.cfg.home.display().to_string(),
+        images: m.cfg.images(),
+        sandboxes: m.db.count()?,
+        snapshots: m.db.snapshots()?.len() as u32,
+        default_pool_size: m.default_pool_size,
+        pools: m.pool_infos(),
+        gc: m.gc_info(),
+        capacity: m.capacity(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::body::parse_object;
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_is_correct() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn bodies_must_be_json_objects() {
+        #[derive(Debug, Default, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Req {
+            a: Option<u32>,
+            b: Option<String>,
+        }
+        for (body, kind) in [
+            (&b"[null, null]"[..], "an array"),
+            (b" \n[]", "an array"),
+            (b"\"x\"", "a string"),
+            (b"42", "a number"),
+            (b"-1", "a number"),
+            (b"true", "a boolean"),
+            (b"null", "null"),
+            (b"<xml/>", "not JSON"),
+            (b"   ", "not JSON"),
+        ] {
+            let e = parse_object::<Req>(body).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert!(e.message.contains("must be a JSON object"), "{}", e.message);
+            assert!(e.message.ends_with(kind), "{body:?}: {}", e.message);
+        }
+        let r: Req = parse_object(b" \r\n\t{\"a\": 1}").unwrap();
+        assert_eq!(r.a, Some(1));
+        let e = parse_object::<Req>(b"{\"a\": ").unwrap_err();
+        assert!(e.message.starts_with("invalid JSON body"), "{}", e.message);
+    }
+
+    /// The checked-in OpenAPI document must equal what the server generates,
+    /// and every route the server has must be in it (and nothing else).
+    #[test]
+    fn openapi_document_matches_the_server() {
+        let checked_in_path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+        let checked_in = std::fs::read_to_string(&checked_in_path).unwrap_or_default();
+        let generated = openapi_json();
+        assert!(
+            checked_in == generated,
+            "docs/openapi.json is out of date; regenerate it with\n  cargo run -q -p forkvm-cli -- openapi > docs/openapi.json"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&checked_in).unwrap();
+        let mut in_doc = std::collections::BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for method in item.as_object().unwrap().keys() {
+                in_doc.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+        let in_server: std::collections::BTreeSet<_> = ROUTES
+            .iter()
+            .map(|(_, m, p)| (m.to_string(), p.to_string()))
+            .collect();
+        assert_eq!(
+            in_doc, in_server,
+            "routes in docs/openapi.json differ from the server's"
+        );
+        for (_, m, _) in ROUTES {
+            assert!(["GET", "POST", "PUT", "DELETE"].contains(m));
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Flattening: a diff snapshot's chain merged into one `shared` snapshot.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use forkvm_api::SnapshotTimings;
+use forkvm_store::StoreError;
+
+use crate::db::{Origin, SnapshotRow};
+use crate::error::ApiError;
+use crate::manager::Manager;
+use crate::snapshot::{kind, store_err};
+use crate::util::{self, ms};
+
+impl Manager {
+    /// Merge a diff snapshot's chain into one `shared` snapshot with no
+    /// parent: the base image with every link's pages written over it, the
+    /// head's device state, and the head's disk layer (qcow2 chains are the
+    /// disk's own business; its layers stay reachable through the collector).
+    pub async fn flatten(
+        self: &Arc<Self>,
+        id_or_tag: &str,
+        tag: Option<String>,
+    ) -> Result<forkvm_api::Snapshot, ApiError> {
+        let t0 = Instant::now();
+        let row = self.snapshot_row(id_or_tag)?;
+        let _lease = self.gc_lease(&row.id)?;
+        let head = self.store.open_snapshot(&row.id).map_err(store_err)?;
+        let k = kind(&head.manifest);
+        if k != "diff" {
+            return Err(ApiError::invalid(format!(
+                "snapshot {} is of kind {k}, which has no chain; only diff snapshots can be flattened",
+                row.id
+            )));
+        }
+        self.check_tag(tag.as_deref())?;
+        let chain = self.chain(&head)?;
+        self.verify_chain(&chain).await?;
+        let new_id = util::new_id("sn");
+        let staging = self.store.begin(&new_id).map_err(store_err)?;
+        let mut manifest = head.manifest.clone();
+        manifest.id = new_id.clone();
+        manifest.tag = tag.clone();
+        manifest.parent = None;
+        manifest.created_at = util::now_rfc3339();
+        manifest.ram_format = None;
+        manifest.artefacts = [
+            ("device_state", forkvm_store::DEVICE_STATE),
+            ("disk", forkvm_store::DISK),
+            ("memory", forkvm_store::MEMORY),
+        ]
+        .into_iter()
+        .map(|(k, f)| forkvm_store::Artefact {
+            kind: k.into(),
+            file: f.into(),
+            size: 0,
+            allocated: 0,
+            sha256: String::new(),
+        })
+        .collect();
+        let store = self.clone();
+        let published = tokio::task::spawn_blocking(move || {
+            let mem = staging.path(forkvm_store::MEMORY);
+            forkvm_store::sparse_copy(&chain.base.path(forkvm_store::MEMORY), &mem)?;
+            let ioerr = |e: std::io::Error| StoreError::Io {
+                path: mem.display().to_string(),
+                source: e,
+            };
+            {
+                use std::os::unix::fs::{FileExt, PermissionsExt};
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&mem)
+                    .or_else(|_| {
+                        // sparse_copy leaves files read-only.
+                        std::fs::set_permissions(&mem, std::fs::Permissions::from_mode(0o644))?;
+                        std::fs::OpenOptions::new().write(true).open(&mem)
+                    })
+                    .map_err(ioerr)?;
+                for l in &chain.links {
+                    let d =
+                        forkvm_store::memdiff::MemDiff::open(&l.path(forkvm_store::MEMORY_DIFF))
+                            .map_err(|e| StoreError::Corrupt {
+                                id: l.manifest.id.clone(),
+                                why: e.to_string(),
+                            })?;
+                    let data = d.read_data().map_err(|e| StoreError::Corrupt {
+                        id: l.manifest.id.clone(),
+                        why: e.to_string(),
+                    })?;
+                    for (i, &p) in d.pages.iter().enumerate() {
+                        let pg = forkvm_store::memdiff::PAGE as usize;
+                        f.write_all_at(&data[i * pg..(i + 1) * pg], p * pg as u64)
+                            .map_err(ioerr)?;
+                    }
+                }
+            }
+            let copy = |from: PathBuf, to: PathBuf| {
+                std::fs::copy(&from, &to)
+                    .map(drop)
+                    .map_err(|e| StoreError::Io {
+                        path: to.display().to_string(),
+                        source: e,
+                    })
+            };
+            copy(
+                head.path(forkvm_store::DEVICE_STATE),
+                staging.path(forkvm_store::DEVICE_STATE),
+            )?;
+            std::fs::hard_link(
+                head.path(forkvm_store::DISK),
+                staging.path(forkvm_store::DISK),
+            )
+            .map_err(|e| StoreError::Io {
+                path: staging.path(forkvm_store::DISK).display().to_string(),
+                source: e,
+            })?;
+            store.store.publish(staging, manifest)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(store_err)?;
+        let srow = SnapshotRow {
+            id: new_id,
+            tag,
+            parent: None,
+            source: row.source.clone(),
+            image: row.image.clone(),
+            memory_mib: row.memory_mib,
+            cpus: row.cpus,
+            created_at: published.manifest.created_at.clone(),
+            template_key: None,
+            pool_size: None,
+            origin: Origin::Flatten,
+            pinned: false,
+        };
+        self.db.insert_snapshot(&srow)?;
+        let mut view = self.snapshot_view(&srow)?;
+        view.timings = Some(SnapshotTimings {
+            publish_ms: ms(t0.elapsed()),
+            total_ms: ms(t0.elapsed()),
+            ..Default::default()
+        });
+        Ok(view)
+    }
+}

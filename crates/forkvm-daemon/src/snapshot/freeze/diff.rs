@@ -1,0 +1,94 @@
+//! A `diff` freeze: the source is a private clone of a `shared` or `diff`
+//! snapshot, so the pages it has written since (its private pages) are
+//! exactly what changed. Only the device state goes through QEMU; the pages
+//! are read from its RAM mapping while it is stopped.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use forkvm_api::SnapshotTimings;
+use forkvm_qemu::migrate;
+use forkvm_qemu::ram::RamMapping;
+use forkvm_qemu::Qmp;
+
+use crate::error::ApiError;
+use crate::snapshot::{qemu_err, Chain};
+use crate::util::ms;
+
+/// The private pages of a clone, read while it was stopped.
+pub(crate) struct DiffCapture {
+    pub(crate) ram_bytes: u64,
+    pub(crate) pages: Vec<u64>,
+    pub(crate) data: Vec<u8>,
+    /// The view the clone started from: its snapshot's chain.
+    pub(crate) base: PathBuf,
+    /// The base's device state: an ordinary stream, naming the machine.
+    pub(crate) base_state: PathBuf,
+    pub(crate) links: Vec<PathBuf>,
+}
+
+/// The clone's RAM: its QEMU's mapping of the chain's base image.
+pub(crate) fn find_ram(pid: u32, c: &Chain, ram_bytes: u64) -> Result<RamMapping, ApiError> {
+    forkvm_qemu::ram::find_mapping(pid, &c.base.path(forkvm_store::MEMORY), ram_bytes)
+        .map_err(|e| ApiError::internal(format!("cannot find the clone's RAM: {e}")))
+}
+
+/// Save the device state only, then read the clone's private pages (the
+/// source is stopped). `t` is when the save started.
+pub(crate) async fn save(
+    qmp: &Qmp,
+    state_path: &Path,
+    m: RamMapping,
+    t: Instant,
+    timings: &mut SnapshotTimings,
+) -> Result<(Vec<u64>, Vec<u8>), ApiError> {
+    migrate::save_device_state(qmp, state_path)
+        .await
+        .map_err(|e| qemu_err("saving the device state failed", e))?;
+    timings.save_state_ms = ms(t.elapsed());
+    let t = Instant::now();
+    let (pages, data) = tokio::task::spawn_blocking(move || {
+        let pages = forkvm_qemu::ram::private_pages(&m)?;
+        let data = forkvm_qemu::ram::read_pages(&m, &pages)?;
+        Ok::<_, std::io::Error>((pages, data))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal(format!("cannot read the clone's pages: {e}")))?;
+    timings.copy_memory_ms = ms(t.elapsed());
+    Ok((pages, data))
+}
+
+/// The manifest entry of the changed pages (written at publish).
+pub(crate) fn artefact() -> forkvm_store::Artefact {
+    forkvm_store::Artefact {
+        kind: "memory_diff".into(),
+        file: forkvm_store::MEMORY_DIFF.into(),
+        size: 0,
+        allocated: 0,
+        sha256: String::new(),
+    }
+}
+
+/// What publish needs to reduce the captured pages to the changed ones.
+pub(crate) fn capture(
+    chain: Option<Chain>,
+    captured: Option<(Vec<u64>, Vec<u8>)>,
+    ram_bytes: u64,
+) -> Option<DiffCapture> {
+    match (chain, captured) {
+        (Some(c), Some((pages, data))) => Some(DiffCapture {
+            ram_bytes,
+            pages,
+            data,
+            base: c.base.path(forkvm_store::MEMORY),
+            base_state: c.base.path(forkvm_store::DEVICE_STATE),
+            links: c
+                .links
+                .iter()
+                .map(|l| l.path(forkvm_store::MEMORY_DIFF))
+                .collect(),
+        }),
+        _ => None,
+    }
+}

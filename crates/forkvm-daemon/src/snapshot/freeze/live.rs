@@ -1,0 +1,50 @@
+//! A `live` freeze: RAM is copied while the guest runs (`mapped-ram`), and
+//! QEMU stops the guest itself for the final pass. The frame does not stop
+//! the source, and the state file is written to tmpfs.
+
+use std::path::{Path, PathBuf};
+
+use forkvm_qemu::{migrate, Qmp};
+
+use crate::config::SandboxPaths;
+use crate::error::ApiError;
+use crate::snapshot::qemu_err;
+
+/// Where a live save is written. It goes to tmpfs: QEMU finishes the file
+/// while the guest is stopped, and on a disk that final write was most of
+/// the pause. (In the sandbox's RAM scratch directory, which its jail shows
+/// it.)
+pub(crate) fn tmp_path(paths: &SandboxPaths, snap_id: &str) -> PathBuf {
+    paths.shm.join(format!("{snap_id}.state"))
+}
+
+/// The migration parameters of a save while the guest runs.
+pub(crate) async fn set_parameters(qmp: &Qmp) -> Result<(), ApiError> {
+    migrate::set_live_parameters(qmp)
+        .await
+        .map_err(|e| qemu_err("cannot set migration parameters", e))
+}
+
+/// Create the state file now: the run directory is removed when it is empty
+/// (the last sandbox RAM file going), and a file in it is what keeps it for
+/// QEMU's own open below. On failure the new disk layer `new_top` goes.
+pub(crate) fn create_tmp(paths: &SandboxPaths, t: &Path, new_top: &Path) -> Result<(), ApiError> {
+    let mut tries = 0;
+    loop {
+        let r = std::fs::create_dir_all(&paths.shm)
+            .and_then(|_| std::fs::File::create(t).map(drop))
+            .and_then(|_| crate::jail::share_with_qemu(paths, t));
+        match r {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 10 => tries += 1,
+            Err(e) => {
+                let _ = std::fs::remove_file(new_top);
+                return Err(ApiError::internal(format!(
+                    "cannot create {}: {e}",
+                    t.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}

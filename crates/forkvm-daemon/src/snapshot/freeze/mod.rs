@@ -1,0 +1,359 @@
+//! The first half of a snapshot: everything that needs the source paused,
+//! up to and including resuming it.
+//!
+//! This module is the frame every mode shares: take the sandbox's snapshot
+//! lock, set the migration capabilities, create the new top disk layer,
+//! stop the source, save its state, freeze the disk onto the new layer,
+//! resume (or hold, for a pause), and build the manifest. What differs by
+//! [`Save`] mode lives in one module each:
+//!
+//! * [`full`]: a stopped save; a source that owns its RAM file has it copied
+//!   sparsely into `memory.img` (a `shared` snapshot);
+//! * [`live`]: RAM copied while the guest runs, the state file on tmpfs;
+//! * [`diff`]: device state only, plus the clone's private pages.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use forkvm_api::SnapshotTimings;
+use forkvm_qemu::{migrate, Qmp};
+use forkvm_store::{MachineInfo, Manifest};
+
+use crate::db::{Origin, SnapshotRow};
+use crate::error::ApiError;
+use crate::manager::Manager;
+use crate::snapshot::{pause_from_events, qemu_err, resume, store_err, Save, DEVICES_ONLY};
+use crate::util::{self, ms};
+
+pub mod diff;
+pub mod full;
+pub mod live;
+
+/// A snapshot whose source has resumed but whose files are not published yet.
+pub struct Frozen {
+    pub(crate) staging: forkvm_store::Staging,
+    pub(crate) manifest: Manifest,
+    pub srow: SnapshotRow,
+    pub timings: SnapshotTimings,
+    pub(crate) t0: Instant,
+    pub(crate) top_file: PathBuf,
+    pub(crate) final_disk: PathBuf,
+    /// A diff's captured pages, reduced to the changed ones at publish.
+    pub(crate) diff: Option<diff::DiffCapture>,
+    /// A live save written to tmpfs, moved into the store at publish.
+    pub(crate) live_tmp: Option<PathBuf>,
+}
+
+impl Manager {
+    /// First half of a snapshot: everything that needs the source paused, up
+    /// to and including resuming it.
+    pub(crate) async fn freeze(
+        self: &Arc<Self>,
+        id: &str,
+        tag: Option<String>,
+        template_key: Option<String>,
+        pool_size: Option<u32>,
+        how: Save,
+    ) -> Result<Frozen, ApiError> {
+        self.check_tag(tag.as_deref())?;
+        let live = self.running(id)?;
+        let row = self
+            .db
+            .get(id)?
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        // One snapshot of a sandbox at a time: two would race on the disk chain.
+        let _guard = live.op_lock.try_lock().map_err(|_| {
+            ApiError::conflict(format!(
+                "sandbox {id} is already being snapshotted; retry when it finishes"
+            ))
+        })?;
+        let t0 = Instant::now();
+        // The devices of the running QEMU, which the snapshot's restores
+        // must recreate (a clone of an old snapshot still has the PIC/PIT).
+        let machine = forkvm_qemu::process::machine_arg(live.pid).ok_or_else(|| {
+            ApiError::internal(format!(
+                "cannot read the machine options of sandbox {id}'s QEMU (pid {}); is it still running?",
+                live.pid
+            ))
+        })?;
+        let snap_id = util::new_id("sn");
+        let live_mode = how == Save::Live;
+        // A diff needs a clone whose RAM is a private mapping of a chain's
+        // base image: its private pages are then exactly what it changed.
+        let chain = match how {
+            Save::Diff => self.clone_chain(&row),
+            _ => None,
+        };
+        let diff_mode = chain.is_some();
+        // A live snapshot copies RAM while the guest runs, so RAM travels in
+        // the (mapped-ram) stream whatever the sandbox's kind.
+        let shared = self.owns_ram(&row) && !live_mode;
+        let paths = live.paths.clone();
+        let ram_bytes = u64::from(row.memory_mib) << 20;
+        let mapping = match &chain {
+            Some(c) => Some(diff::find_ram(live.pid, c, ram_bytes)?),
+            None => None,
+        };
+        let live_tmp = live_mode.then(|| live::tmp_path(&paths, &snap_id));
+        // The previous freeze's stream must end first (a job holds the top
+        // node, and the chain this freeze sees is then one layer deep), and
+        // the next one waits for this freeze to end.
+        let _stream = self.disk_guard(&live).await;
+        let qmp = Qmp::connect(&paths.qmp, Duration::from_secs(10))
+            .await
+            .map_err(|e| qemu_err("cannot reach the sandbox's QMP socket", e))?;
+        self.settle_disk(&qmp, id).await?;
+        migrate::set_capabilities(
+            &qmp,
+            &[
+                ("x-ignore-shared", shared),
+                ("mapped-ram", live_mode),
+                // MIGRATION events wake the daemon when the save completes.
+                ("events", true),
+            ],
+        )
+        .await
+        .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
+        if live_mode {
+            live::set_parameters(&qmp).await?;
+        }
+        let (top_node, top_file, vsize) = migrate::top_disk(&qmp)
+            .await
+            .map_err(|e| qemu_err("cannot find the disk", e))?;
+        // Our node names say which file each layer is: `root` is the disk the
+        // sandbox started with, `root-<layer>` the overlay of that snapshot.
+        let top_file = match top_node.strip_prefix("root-") {
+            Some(l) if top_node != "root-file" => paths.dir.join(format!("disk-{l}.qcow2")),
+            _ if top_node == "root" => paths.disk.clone(),
+            _ => PathBuf::from(top_file.ok_or_else(|| {
+                ApiError::internal(format!("cannot tell which file disk node {top_node} is"))
+            })?),
+        };
+        let top_file = top_file.display().to_string();
+        let staging = self.store.begin(&snap_id).map_err(store_err)?;
+        let final_disk = self.store.dir(&snap_id).join(forkvm_store::DISK);
+        let layer_n = util::new_id("l");
+        let new_top = paths.dir.join(format!("disk-{layer_n}.qcow2"));
+        // The new top layer is created by us, naming the frozen layer by its
+        // final path in the store, then handed to QEMU in `existing` mode.
+        forkvm_qemu::disk::create_overlay_unchecked(&final_disk, "qcow2", &new_top, vsize)
+            .await
+            .map_err(ApiError::internal)?;
+        crate::jail::share_with_qemu(&paths, &new_top)
+            .map_err(|e| ApiError::internal(format!("cannot give QEMU its new disk layer: {e}")))?;
+
+        if let Some(t) = &live_tmp {
+            live::create_tmp(&paths, t, &new_top)?;
+        }
+        let mut timings = SnapshotTimings::default();
+        let frozen = std::sync::atomic::AtomicBool::new(false);
+        let t_stop = Instant::now();
+        // Subscribe before `stop`, so the STOP and RESUME events are ours.
+        let mut events = qmp.events();
+        if !live_mode {
+            qmp.execute("stop", None)
+                .await
+                .map_err(|e| qemu_err("cannot pause the source", e))?;
+        }
+        // From here on the source must be resumed whatever happens. (A live
+        // save runs while the guest does, and QEMU itself stops it for the
+        // final copy; it is still stopped when the save completes, so the
+        // disk can be frozen at exactly the instant the memory was.)
+        let mut captured = None;
+        let paused = async {
+            let t = Instant::now();
+            // QEMU writes only where its jail shows it: the sandbox's own
+            // directory, from which the file moves into the staging one.
+            let state_path = live_tmp
+                .clone()
+                .unwrap_or_else(|| paths.dir.join(format!("{snap_id}.state")));
+            if live_tmp.is_none() {
+                crate::jail::share_with_qemu(&paths, &state_path).map_err(|e| {
+                    ApiError::internal(format!("cannot create {}: {e}", state_path.display()))
+                })?;
+            }
+            if let Some(m) = mapping {
+                captured = Some(diff::save(&qmp, &state_path, m, t, &mut timings).await?);
+            } else {
+                migrate::save_state(&qmp, &state_path)
+                    .await
+                    .map_err(|e| qemu_err("saving the device state failed", e))?;
+                timings.save_state_ms = ms(t.elapsed());
+            }
+            if live_tmp.is_none() {
+                let dst = staging.path(forkvm_store::DEVICE_STATE);
+                std::fs::rename(&state_path, &dst)
+                    .and_then(|_| crate::jail::take_back(&dst))
+                    .map_err(|e| {
+                        let _ = std::fs::remove_file(&state_path);
+                        ApiError::internal(format!("cannot move the device state: {e}"))
+                    })?;
+            }
+            let t = Instant::now();
+            qmp.execute(
+                "blockdev-snapshot-sync",
+                Some(serde_json::json!({
+                    "node-name": top_node,
+                    "snapshot-file": new_top.display().to_string(),
+                    "snapshot-node-name": format!("root-{layer_n}"),
+                    "format": "qcow2",
+                    "mode": "existing",
+                })),
+            )
+            .await
+            .map_err(|e| qemu_err("freezing the disk failed", e))?;
+            frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+            std::fs::hard_link(&top_file, staging.path(forkvm_store::DISK)).map_err(|e| {
+                ApiError::internal(format!("cannot link the frozen disk layer: {e}"))
+            })?;
+            timings.freeze_disk_ms = ms(t.elapsed());
+            if shared {
+                full::copy_memory(&paths, &staging, &mut timings).await?;
+            }
+            Ok::<(), ApiError>(())
+        }
+        .await;
+        // A failed attempt (a full disk, most likely) frees its files before
+        // the source resumes: on a full disk the guest's own disk writes fail
+        // too, and QEMU would stop the guest again (io-error) at once.
+        let staging = match &paused {
+            Ok(()) => Some(staging),
+            Err(_) => {
+                drop(staging);
+                if let Some(t) = &live_tmp {
+                    let _ = std::fs::remove_file(t);
+                }
+                let _ = std::fs::remove_file(paths.dir.join(format!("{snap_id}.state")));
+                None
+            }
+        };
+        // A pause (crate::lifetime::pause) keeps a saved guest stopped: QEMU
+        // is about to go, and the guest must not run past its saved state.
+        let hold = paused.is_ok() && live.keep_stopped.load(std::sync::atomic::Ordering::SeqCst);
+        if hold {
+            timings.pause_ms = ms(t_stop.elapsed());
+        } else {
+            let resumed = resume(&qmp).await;
+            // The pause as the VM saw it: QEMU's own timestamps of the STOP
+            // and RESUME events, not our clock (which adds scheduling and QMP
+            // round-trips). Fall back to our clock if an event is missing.
+            timings.pause_ms = match pause_from_events(&mut events).await {
+                Some(us) => us as f64 / 1000.0,
+                None => ms(t_stop.elapsed()),
+            };
+            if let Err(e) = resumed {
+                tracing::error!("could not resume sandbox {id} after a snapshot: {e}");
+            }
+        }
+        if frozen.load(std::sync::atomic::Ordering::SeqCst) && !hold {
+            // The guest writes to `new_top` now; GET reads the chain's depth
+            // from it, and the stream pulls the frozen layers into it.
+            if let Err(e) = crate::compact::set_top_layer(&paths, &new_top) {
+                tracing::warn!(sandbox = %id, "cannot record sandbox {id}'s top disk layer: {e}");
+            }
+            self.stream_disk_later(id, self.cfg.disk_chain_max as usize);
+        }
+        if let Err(e) = paused {
+            // If the disk was frozen, the source now writes to `new_top`,
+            // whose header names `final_disk`: keep that layer reachable.
+            if frozen.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = std::fs::create_dir_all(self.store.dir(&snap_id));
+                let _ = std::fs::hard_link(&top_file, &final_disk);
+            } else {
+                let _ = std::fs::remove_file(&new_top);
+            }
+            return Err(e);
+        }
+        let staging = staging
+            .ok_or_else(|| ApiError::internal("the snapshot's staging directory vanished"))?;
+
+        let mut artefacts = vec![
+            forkvm_store::Artefact {
+                kind: "device_state".into(),
+                file: forkvm_store::DEVICE_STATE.into(),
+                size: 0,
+                allocated: 0,
+                sha256: String::new(),
+            },
+            forkvm_store::Artefact {
+                kind: "disk".into(),
+                file: forkvm_store::DISK.into(),
+                size: 0,
+                allocated: 0,
+                sha256: String::new(),
+            },
+        ];
+        if shared && !diff_mode {
+            artefacts.push(full::memory_artefact());
+        }
+        if diff_mode {
+            artefacts.push(diff::artefact());
+        }
+        let (parent, parent_ref) = match &row.snapshot {
+            Some(p) => {
+                let ps = self.store.open_snapshot(p).map_err(store_err)?;
+                (
+                    Some(p.clone()),
+                    Some(forkvm_store::ParentRef {
+                        id: p.clone(),
+                        manifest_sha256: ps.digest,
+                    }),
+                )
+            }
+            None => (None, None),
+        };
+        let manifest = Manifest {
+            id: snap_id.clone(),
+            tag: tag.clone(),
+            parent: parent_ref,
+            created_at: util::now_rfc3339(),
+            source: id.to_string(),
+            image: row.image.clone(),
+            qemu_version: self.qemu_version.clone(),
+            machine: MachineInfo {
+                memory_mib: row.memory_mib,
+                cpus: row.cpus,
+                accel: row.accel.clone(),
+                kernel: self.cfg.kernel().display().to_string(),
+                initrd: self.cfg.initrd().display().to_string(),
+                cmdline: live.cmdline.clone(),
+                machine: Some(machine),
+            },
+            base_image: self.cfg.image_rootfs(&row.image).display().to_string(),
+            artefacts,
+            ram_format: live_mode.then(|| "mapped-ram".to_string()),
+            state_format: diff_mode.then(|| DEVICES_ONLY.to_string()),
+        };
+        let diff = diff::capture(chain, captured, ram_bytes);
+        let srow = SnapshotRow {
+            id: snap_id.clone(),
+            tag,
+            parent,
+            source: id.to_string(),
+            image: row.image.clone(),
+            memory_mib: row.memory_mib,
+            cpus: row.cpus,
+            created_at: manifest.created_at.clone(),
+            origin: if template_key.is_some() {
+                Origin::Template
+            } else {
+                Origin::Snapshot
+            },
+            template_key,
+            pool_size,
+            pinned: false,
+        };
+        Ok(Frozen {
+            staging,
+            manifest,
+            srow,
+            timings,
+            t0,
+            top_file: PathBuf::from(top_file),
+            final_disk,
+            diff,
+            live_tmp,
+        })
+    }
+}

@@ -1,0 +1,109 @@
+//! The second half of a snapshot: hash and publish what a freeze staged,
+//! with the source already running again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use forkvm_qemu::{migrate, Qmp};
+use forkvm_store::StoreError;
+
+use crate::error::ApiError;
+use crate::manager::Manager;
+use crate::snapshot::freeze::Frozen;
+use crate::snapshot::store_err;
+use crate::util::ms;
+
+impl Manager {
+    /// Resume a sandbox that QEMU stopped on a disk error (`io-error`).
+    pub(crate) async fn resume_after_io_error(&self, id: &str) {
+        let Some(live) = self.live(id) else { return };
+        let Ok(qmp) = Qmp::connect(&live.paths.qmp, Duration::from_secs(5)).await else {
+            return;
+        };
+        if qmp.status().await.is_ok_and(|s| s == "io-error") {
+            match qmp.execute("cont", None).await {
+                Ok(_) => tracing::warn!("resumed sandbox {id} after a disk-full error"),
+                Err(e) => tracing::error!("could not resume sandbox {id} after io-error: {e}"),
+            }
+        }
+    }
+
+    /// Second half of a snapshot, after the source has resumed: hash and
+    /// publish the files, then index the snapshot.
+    pub(crate) async fn publish_frozen(
+        self: &Arc<Self>,
+        f: Frozen,
+    ) -> Result<forkvm_api::Snapshot, ApiError> {
+        let Frozen {
+            staging,
+            manifest,
+            srow,
+            mut timings,
+            t0,
+            top_file,
+            final_disk,
+            diff,
+            live_tmp,
+        } = f;
+        let t = Instant::now();
+        let store = self.clone();
+        let published = tokio::task::spawn_blocking(move || {
+            // A live save moves from tmpfs into the store (sparse).
+            if let Some(tmp) = &live_tmp {
+                let r = forkvm_store::sparse_copy(tmp, &staging.path(forkvm_store::DEVICE_STATE));
+                let _ = std::fs::remove_file(tmp);
+                r?;
+            }
+            // A diff keeps only the pages that differ from its parent's view.
+            if let Some(d) = diff {
+                // The device state gets the configuration section a normal
+                // stream has (see forkvm_qemu::migrate::add_configuration).
+                let sp = staging.path(forkvm_store::DEVICE_STATE);
+                let state_err = |e: String| StoreError::Io {
+                    path: sp.display().to_string(),
+                    source: std::io::Error::other(e),
+                };
+                let raw = std::fs::read(&sp).map_err(|e| state_err(e.to_string()))?;
+                let mut head = [0u8; 64];
+                let machine = std::fs::File::open(&d.base_state)
+                    .and_then(|f| {
+                        use std::os::unix::fs::FileExt;
+                        f.read_at(&mut head, 0)
+                    })
+                    .ok()
+                    .and_then(|n| migrate::stream_machine(&head[..n]))
+                    .unwrap_or_else(|| "microvm".to_string());
+                let fixed = migrate::add_configuration(&raw, &machine).map_err(state_err)?;
+                std::fs::write(&sp, fixed).map_err(|e| state_err(e.to_string()))?;
+                let out = staging.path(forkvm_store::MEMORY_DIFF);
+                let corrupt = |e: forkvm_store::memdiff::MemDiffError| StoreError::Io {
+                    path: out.display().to_string(),
+                    source: std::io::Error::other(e.to_string()),
+                };
+                let view =
+                    forkvm_store::memdiff::ChainView::open(&d.base, &d.links).map_err(corrupt)?;
+                let (pages, data) = view.changed(&d.pages, &d.data).map_err(corrupt)?;
+                forkvm_store::memdiff::write(&out, d.ram_bytes, &pages, &data).map_err(corrupt)?;
+            }
+            store.store.publish(staging, manifest)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Err(e) = published {
+            // The source's disk chain names the frozen layer's final path.
+            let _ = std::fs::create_dir_all(final_disk.parent().unwrap_or(&final_disk));
+            let _ = std::fs::hard_link(&top_file, &final_disk);
+            // On a full disk the source's own writes may have failed while
+            // the snapshot filled it, and QEMU stopped the guest (io-error).
+            // The staging files are gone now: let it run again.
+            self.resume_after_io_error(&srow.source).await;
+            return Err(store_err(e));
+        }
+        timings.publish_ms = ms(t.elapsed());
+        self.db.insert_snapshot(&srow)?;
+        timings.total_ms = ms(t0.elapsed());
+        let mut view = self.snapshot_view(&srow)?;
+        view.timings = Some(timings);
+        Ok(view)
+    }
+}

@@ -1,0 +1,283 @@
+//! The snapshot store as the API sees it: views, look-ups by id or tag,
+//! verified opens, removal, and the sweeps that keep the store and the state
+//! database in step.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use forkvm_api::SnapshotSizes;
+use forkvm_qemu::process;
+use forkvm_store::{Snapshot as StoredSnapshot, StoreError};
+
+use crate::db::{Origin, SnapshotRow};
+use crate::error::ApiError;
+use crate::manager::Manager;
+use crate::snapshot::{kind, store_err};
+use crate::util;
+
+impl Manager {
+    /// The API view of a snapshot.
+    pub fn snapshot_view(&self, r: &SnapshotRow) -> Result<forkvm_api::Snapshot, ApiError> {
+        let s = self.store.open_snapshot(&r.id).map_err(store_err)?;
+        let size = |k: &str| {
+            s.manifest
+                .artefact(k)
+                .map_or((0, 0), |a| (a.size, a.allocated))
+        };
+        let live_children: Vec<String> =
+            self.db.sandboxes_of_snapshot(&r.id)?.into_iter().collect();
+        Ok(forkvm_api::Snapshot {
+            id: r.id.clone(),
+            tag: r.tag.clone(),
+            parent: r.parent.clone(),
+            source: r.source.clone(),
+            image: r.image.clone(),
+            memory_mib: r.memory_mib,
+            cpus: r.cpus,
+            created_at: r.created_at.clone(),
+            kind: kind(&s.manifest).into(),
+            depth: if kind(&s.manifest) == "diff" {
+                self.chain(&s).map_or(0, |c| c.links.len() as u32)
+            } else {
+                0
+            },
+            state: "ready".into(),
+            failure: None,
+            template: r.template_key.is_some(),
+            qemu_version: s.manifest.qemu_version.clone(),
+            sizes: SnapshotSizes {
+                memory_bytes: size("memory").0,
+                memory_allocated_bytes: size("memory").1,
+                device_state_bytes: size("device_state").0,
+                disk_bytes: size("disk").0,
+                memory_diff_bytes: size("memory_diff").0,
+            },
+            pool_size: self.pool_size_of(r),
+            pool_default: r.pool_size.is_none(),
+            sandboxes: live_children,
+            children: self
+                .db
+                .child_snapshots(&r.id)?
+                .into_iter()
+                .map(|c| c.id)
+                .collect(),
+            origin: r.origin.as_str().into(),
+            pinned: r.pinned,
+            timings: None,
+        })
+    }
+
+    /// The view of a snapshot by id or tag, including those an asynchronous
+    /// branch is still writing (or failed to write).
+    pub fn snapshot_by_ref(&self, id_or_tag: &str) -> Result<forkvm_api::Snapshot, ApiError> {
+        if let Some(p) = self.pending.get(id_or_tag) {
+            return Ok(p);
+        }
+        let r = self.snapshot_row(id_or_tag)?;
+        self.snapshot_view(&r)
+    }
+
+    /// A snapshot row by id or tag, or 404.
+    pub fn snapshot_row(&self, id_or_tag: &str) -> Result<SnapshotRow, ApiError> {
+        if !util::valid_id(id_or_tag) {
+            return Err(store_err(StoreError::NotFound(id_or_tag.to_string())));
+        }
+        self.db
+            .snapshot(id_or_tag)?
+            .ok_or_else(|| store_err(StoreError::NotFound(id_or_tag.to_string())))
+    }
+
+    /// Open a snapshot and verify its files (see forkvm-store on why this is
+    /// cheap after the first time).
+    pub async fn open_verified(&self, id: &str) -> Result<StoredSnapshot, ApiError> {
+        let s = self.store.open_snapshot(id).map_err(store_err)?;
+        let store = self.store.clone();
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || store.verify(&s2))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(store_err)?;
+        Ok(s)
+    }
+
+    /// Remove a snapshot. Refused (409) while sandboxes or child snapshots
+    /// depend on it, unless `force`, which removes those first.
+    pub async fn remove_snapshot(
+        self: &Arc<Self>,
+        id_or_tag: &str,
+        force: bool,
+    ) -> Result<(), ApiError> {
+        if let Some(p) = self.pending.get(id_or_tag) {
+            if p.state == "writing" {
+                return Err(ApiError::conflict(format!(
+                    "snapshot {} is still being written; remove it once it is ready",
+                    p.id
+                )));
+            }
+            self.pending.remove(&p.id);
+            return Ok(());
+        }
+        let row = self.snapshot_row(id_or_tag)?;
+        let sandboxes = self.db.sandboxes_of_snapshot(&row.id)?;
+        let children = self.db.child_snapshots(&row.id)?;
+        if !force && (!sandboxes.is_empty() || !children.is_empty()) {
+            let mut why = Vec::new();
+            if !sandboxes.is_empty() {
+                why.push(format!("sandboxes {} run from it", sandboxes.join(", ")));
+            }
+            if !children.is_empty() {
+                why.push(format!(
+                    "snapshots {} are built on it",
+                    children
+                        .iter()
+                        .map(|c| c.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            return Err(ApiError::conflict(format!(
+                "snapshot {} is in use: {}; remove those first, or force it (`forkvm snapshot rm --force`) to remove them too",
+                row.id,
+                why.join("; ")
+            )));
+        }
+        for c in children {
+            Box::pin(self.remove_snapshot(&c.id, true)).await?;
+        }
+        for sb in sandboxes {
+            match self.remove(&sb).await {
+                Ok(()) => {}
+                Err(e) if e.status == StatusCode::NOT_FOUND => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.kill_prepared(self.pools.drain(&row.id)).await;
+        self.db.delete_snapshot(&row.id)?;
+        match self.store.remove(&row.id) {
+            Ok(()) | Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(store_err(e)),
+        }
+        self.collect_layers().await;
+        Ok(())
+    }
+
+    /// Delete the disk layers of removed snapshots that no disk chain still
+    /// goes through (garbage collection from the roots: every sandbox's disk
+    /// files and every published snapshot's layer).
+    pub async fn collect_layers(&self) {
+        // One collection at a time: two would each see the other's deletions
+        // as unreadable chains.
+        static GC: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _gc = GC.lock().await;
+        // The candidates are fixed before the roots are read (see
+        // Store::collect_layers).
+        let candidates = self.store.orphan_layers();
+        if candidates.is_empty() {
+            return;
+        }
+        let mut roots = Vec::new();
+        for e in std::fs::read_dir(self.cfg.sandboxes_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for f in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                if f.file_name().to_string_lossy().ends_with(".qcow2") {
+                    roots.push(f.path());
+                }
+            }
+        }
+        for id in self.store.ids() {
+            roots.push(self.store.dir(&id).join(forkvm_store::DISK));
+        }
+        let mut referenced = HashSet::new();
+        for r in roots {
+            match forkvm_qemu::disk::backing_chain(&r).await {
+                Ok(chain) => referenced.extend(chain),
+                // A sandbox removed while we looked: its files reference
+                // nothing any more.
+                Err(_) if !r.exists() => {}
+                Err(e) => {
+                    // Unsure what this chain holds: delete nothing this time.
+                    tracing::warn!(
+                        "layer collection skipped: cannot read the chain of {}: {e}",
+                        r.display()
+                    );
+                    return;
+                }
+            }
+        }
+        for gone in self.store.collect_layers(&candidates, &referenced) {
+            tracing::info!("collected unused disk layer {}", gone.display());
+        }
+    }
+
+    /// Make the index agree with the store after a crash: a published
+    /// snapshot missing from the index (the daemon died between the rename
+    /// and the insert) is added; an index row whose files are gone is dropped.
+    pub fn reconcile_snapshots(&self) {
+        let rows = self.db.snapshots().unwrap_or_default();
+        let ids = self.store.ids();
+        for r in &rows {
+            if !ids.contains(&r.id) {
+                tracing::warn!("snapshot {} has no files; dropping it from the index", r.id);
+                let _ = self.db.delete_snapshot(&r.id);
+            }
+        }
+        for id in ids {
+            if rows.iter().any(|r| r.id == id) {
+                continue;
+            }
+            match self.store.open_snapshot(&id) {
+                Ok(s) => {
+                    let m = s.manifest;
+                    let _ = self.db.insert_snapshot(&SnapshotRow {
+                        id: m.id.clone(),
+                        tag: m.tag.clone(),
+                        parent: m.parent.as_ref().map(|p| p.id.clone()),
+                        source: m.source.clone(),
+                        image: m.image.clone(),
+                        memory_mib: m.machine.memory_mib,
+                        cpus: m.machine.cpus,
+                        created_at: m.created_at.clone(),
+                        template_key: None,
+                        pool_size: None,
+                        origin: Origin::Unknown,
+                        pinned: false,
+                    });
+                }
+                Err(e) => tracing::warn!("snapshot {id} is unreadable: {e}"),
+            }
+        }
+    }
+
+    /// Directories under `sandboxes/` with no row belong to nobody: pooled
+    /// processes of a daemon that died, or a crash mid-spawn. Kill their QEMU
+    /// (checked by pid file and command line) and delete them.
+    pub fn reap_orphans(&self) {
+        let Ok(rd) = std::fs::read_dir(self.cfg.sandboxes_dir()) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let Ok(id) = e.file_name().into_string() else {
+                continue;
+            };
+            if matches!(self.db.get(&id), Ok(Some(_))) {
+                continue;
+            }
+            let paths = self.cfg.sandbox_paths(&id);
+            if let Some(pid) = std::fs::read_to_string(paths.dir.join("qemu.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+            {
+                if process::is_our_qemu(pid, &id) {
+                    process::kill(pid, libc::SIGKILL);
+                }
+            }
+            paths.remove_all();
+            // (Retried until the killed QEMU is gone.)
+            self.jail.release(&id);
+        }
+    }
+}

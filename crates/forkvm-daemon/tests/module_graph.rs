@@ -1,0 +1,575 @@
+//! The daemon's module graph: no import circles, no file over 800 lines, and
+//! the graph drawn in `docs/architecture.md` is the one in the code.
+//!
+//! The unit of the graph is one source file (`sandbox.rs` is `sandbox`,
+//! `snapshot/freeze/mod.rs` is `snapshot::freeze`). An edge `a -> b` means a
+//! file of `a` names something in `b` by path: `crate::b::..`, `super::..`,
+//! `self::..`, or a child module's name, in `use` items and in expressions
+//! alike (comments and strings are ignored). A path is charged to the longest
+//! module it names, so `crate::net::types::SandboxNet` is an edge to
+//! `net::types`. A parent naming its own descendants (declaring,
+//! re-exporting, routing to them) is not an edge: they are part of it. A
+//! child naming its parent is one. Methods called through `self` are not
+//! seen: the graph is of names, which is what the compiler lets circle.
+//!
+//! On a mismatch with the document, the test prints the block to paste.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const MAX_LINES: usize = 800;
+const BEGIN: &str =
+    "<!-- module-graph:begin (generated: cargo test -p forkvm-daemon --test module_graph) -->";
+const END: &str = "<!-- module-graph:end -->";
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The module path of a source file relative to `src/` (`crate` for lib.rs).
+fn module_of(rel: &Path) -> String {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap_or_default();
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_string());
+    }
+    if parts.is_empty() {
+        "crate".into()
+    } else {
+        parts.join("::")
+    }
+}
+
+/// Source text with comments, strings and char literals blanked out, so that
+/// only code is left to scan.
+fn strip(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = String::with_capacity(src.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'/' && b.get(i + 1) == Some(&b'/') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                    depth += 1;
+                    i += 2;
+                } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            out.push(' ');
+        } else if c == b'r'
+            && (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#'))
+            && (i == 0 || !is_ident(b[i - 1]))
+        {
+            // A raw string: r"..", r#".."#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while b.get(j) == Some(&b'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if b.get(j) != Some(&b'"') {
+                out.push(c as char);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                if j >= b.len() {
+                    break;
+                }
+                if b[j] == b'"'
+                    && b[j + 1..]
+                        .iter()
+                        .take(hashes)
+                        .filter(|&&h| h == b'#')
+                        .count()
+                        == hashes
+                {
+                    j += 1 + hashes;
+                    break;
+                }
+                j += 1;
+            }
+            out.push_str("\"\"");
+            i = j;
+        } else if c == b'"' {
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                if b[i] == b'\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if c == b'\'' {
+            // A char literal ('a', '\n', '\u{..}') or a lifetime ('a).
+            let end = if b.get(i + 1) == Some(&b'\\') {
+                b[i + 3..]
+                    .iter()
+                    .position(|&x| x == b'\'')
+                    .map(|p| i + 3 + p)
+            } else if b.get(i + 2) == Some(&b'\'') {
+                Some(i + 2)
+            } else {
+                None
+            };
+            match end {
+                Some(e) => {
+                    out.push_str("' '");
+                    i = e + 1;
+                }
+                None => {
+                    out.push('\'');
+                    i += 1;
+                }
+            }
+        } else {
+            // Keep multi-byte characters whole.
+            let ch = src[i..].chars().next().unwrap_or(' ');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    Sep, // ::
+    Open,
+    Close,
+    Comma,
+    Other,
+}
+
+fn tokens(code: &str) -> Vec<Tok> {
+    let b = code.as_bytes();
+    let mut v = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if is_ident(c) {
+            let s = i;
+            while i < b.len() && is_ident(b[i]) {
+                i += 1;
+            }
+            v.push(Tok::Ident(code[s..i].to_string()));
+            continue;
+        }
+        match c {
+            b':' if b.get(i + 1) == Some(&b':') => {
+                v.push(Tok::Sep);
+                i += 2;
+                continue;
+            }
+            b'{' => v.push(Tok::Open),
+            b'}' => v.push(Tok::Close),
+            b',' => v.push(Tok::Comma),
+            c if c.is_ascii_whitespace() => {}
+            _ => v.push(Tok::Other),
+        }
+        i += 1;
+    }
+    v
+}
+
+/// Every path a file names that starts at `crate`, `super`, `self` or one of
+/// its own child modules, resolved to absolute segments, with the inline
+/// module it was written in. `use` groups (`a::{b, c::d}`) are expanded.
+fn paths_in(module: &str, src: &str, children: &BTreeSet<String>) -> Vec<Vec<String>> {
+    let toks = tokens(&strip(src));
+    let base: Vec<String> = if module == "crate" {
+        vec![]
+    } else {
+        module.split("::").map(String::from).collect()
+    };
+    // Inline modules (`mod tests { .. }`): (name, brace depth inside it).
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i] {
+            Tok::Open => depth += 1,
+            Tok::Close => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Tok::Ident(m) if m == "mod" => {
+                if let (Some(Tok::Ident(name)), Some(Tok::Open)) =
+                    (toks.get(i + 1), toks.get(i + 2))
+                {
+                    inline.push((name.clone(), depth + 1));
+                    depth += 1;
+                    i += 3;
+                    continue;
+                }
+            }
+            Tok::Ident(first) if i == 0 || toks[i - 1] != Tok::Sep => {
+                let mut here = base.clone();
+                here.extend(inline.iter().map(|(n, _)| n.clone()));
+                let start: Option<Vec<String>> = match first.as_str() {
+                    "crate" => Some(vec![]),
+                    "self" => Some(here.clone()),
+                    "super" => {
+                        let mut p = here.clone();
+                        p.pop();
+                        Some(p)
+                    }
+                    c if inline.is_empty()
+                        && children.contains(c)
+                        && toks.get(i + 1) == Some(&Tok::Sep) =>
+                    {
+                        let mut p = here.clone();
+                        p.push(c.to_string());
+                        Some(p)
+                    }
+                    _ => None,
+                };
+                let named = toks.get(i + 1) == Some(&Tok::Sep);
+                if let (Some(mut prefix), true) = (start, named) {
+                    let mut j = i + 1;
+                    // Further `super`s climb on.
+                    while toks.get(j) == Some(&Tok::Sep)
+                        && toks.get(j + 1) == Some(&Tok::Ident("super".into()))
+                    {
+                        prefix.pop();
+                        j += 2;
+                    }
+                    let n = expand(&toks, j, prefix, &mut out);
+                    i = n;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Read `::seg::seg..` or `::{tree, ..}` from `j`, pushing each full path.
+/// Returns the index after what was read.
+fn expand(
+    toks: &[Tok],
+    mut j: usize,
+    mut prefix: Vec<String>,
+    out: &mut Vec<Vec<String>>,
+) -> usize {
+    loop {
+        if toks.get(j) != Some(&Tok::Sep) {
+            out.push(prefix);
+            return j;
+        }
+        match toks.get(j + 1) {
+            Some(Tok::Ident(s)) => {
+                prefix.push(s.clone());
+                j += 2;
+            }
+            Some(Tok::Open) => {
+                j += 2;
+                loop {
+                    match toks.get(j) {
+                        Some(Tok::Close) => return j + 1,
+                        Some(Tok::Comma) => j += 1,
+                        Some(Tok::Ident(s)) => {
+                            let mut p = prefix.clone();
+                            if s != "self" {
+                                p.push(s.clone());
+                            }
+                            // Pretend a `::` precedes the rest of this item.
+                            j = expand(toks, j + 1, p, out);
+                        }
+                        Some(_) => j += 1,
+                        None => return j,
+                    }
+                }
+            }
+            _ => {
+                out.push(prefix);
+                return j + 1;
+            }
+        }
+    }
+}
+
+/// The graph of the modules given as (module path, source).
+fn graph(files: &[(String, String)]) -> Graph {
+    let modules: BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut g = Graph::new();
+    for (m, src) in files {
+        let prefix = if m == "crate" {
+            String::new()
+        } else {
+            format!("{m}::")
+        };
+        let children: BTreeSet<String> = modules
+            .iter()
+            .filter_map(|c| c.strip_prefix(&prefix))
+            .filter(|rest| !rest.contains("::") && !rest.is_empty())
+            .map(String::from)
+            .collect();
+        let deps = g.entry(m.clone()).or_default();
+        for p in paths_in(m, src, &children) {
+            // The longest module the path names.
+            let target = (0..=p.len())
+                .rev()
+                .map(|k| {
+                    if k == 0 {
+                        "crate".to_string()
+                    } else {
+                        p[..k].join("::")
+                    }
+                })
+                .find(|c| modules.contains(c));
+            let Some(t) = target else { continue };
+            let inside = m == "crate" || t.starts_with(&prefix);
+            if t != *m && !inside {
+                deps.insert(t);
+            }
+        }
+    }
+    g
+}
+
+/// One cycle of the graph, if it has any.
+fn find_cycle(g: &Graph) -> Option<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Open,
+        Done,
+    }
+    fn visit(
+        n: &str,
+        g: &Graph,
+        mark: &mut BTreeMap<String, Mark>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        mark.insert(n.to_string(), Mark::Open);
+        stack.push(n.to_string());
+        for d in g.get(n).into_iter().flatten() {
+            match mark.get(d.as_str()).copied().unwrap_or(Mark::New) {
+                Mark::Open => {
+                    let from = stack.iter().position(|s| s == d).unwrap_or(0);
+                    let mut c = stack[from..].to_vec();
+                    c.push(d.clone());
+                    return Some(c);
+                }
+                Mark::New => {
+                    if let Some(c) = visit(d, g, mark, stack) {
+                        return Some(c);
+                    }
+                }
+                Mark::Done => {}
+            }
+        }
+        stack.pop();
+        mark.insert(n.to_string(), Mark::Done);
+        None
+    }
+    let mut mark = BTreeMap::new();
+    for n in g.keys() {
+        if mark.get(n.as_str()).copied().unwrap_or(Mark::New) == Mark::New {
+            if let Some(c) = visit(n, g, &mut mark, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// The graph as the document shows it: one line per module.
+fn render(g: &Graph) -> String {
+    let mut s = String::from("```text\n");
+    for (m, deps) in g {
+        if m == "crate" {
+            continue;
+        }
+        let d: Vec<&str> = deps.iter().map(String::as_str).collect();
+        if d.is_empty() {
+            s.push_str(&format!("{m}\n"));
+        } else {
+            s.push_str(&format!("{m} -> {}\n", d.join(", ")));
+        }
+    }
+    s.push_str("```\n");
+    s
+}
+
+fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn daemon_graph() -> Graph {
+    let src = crate_dir().join("src");
+    let mut files = Vec::new();
+    rs_files(&src, &mut files);
+    let files: Vec<(String, String)> = files
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&src).unwrap_or(p);
+            (
+                module_of(rel),
+                std::fs::read_to_string(p).unwrap_or_default(),
+            )
+        })
+        .collect();
+    graph(&files)
+}
+
+#[test]
+fn the_daemon_has_no_import_circles() {
+    let g = daemon_graph();
+    if let Some(c) = find_cycle(&g) {
+        panic!(
+            "the daemon's modules import in a circle: {}",
+            c.join(" -> ")
+        );
+    }
+}
+
+#[test]
+fn no_daemon_file_is_over_800_lines() {
+    let mut files = Vec::new();
+    rs_files(&crate_dir().join("src"), &mut files);
+    rs_files(&crate_dir().join("tests"), &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|p| {
+            let n = std::fs::read_to_string(p).ok()?.lines().count();
+            (n > MAX_LINES).then(|| format!("{} ({n} lines)", p.display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines; cut them by concern: {long:?}"
+    );
+}
+
+#[test]
+fn the_documented_graph_is_the_code_graph() {
+    let doc_path = crate_dir().join("../../docs/architecture.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap_or_default();
+    let want = render(&daemon_graph());
+    let have = doc
+        .split_once(BEGIN)
+        .and_then(|(_, rest)| rest.split_once(END))
+        .map(|(block, _)| block.trim_start_matches('\n').to_string());
+    if have.as_deref() != Some(want.as_str()) {
+        panic!(
+            "the module graph in {} does not match the code. Put this between its markers:\n{BEGIN}\n{want}{END}\n",
+            doc_path.display()
+        );
+    }
+}
+
+// The checker itself, on small made-up crates.
+
+fn files(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(m, s)| (m.to_string(), s.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_cycle_is_found_and_printed() {
+    let g = graph(&files(&[
+        ("crate", "mod a; mod b; mod c;"),
+        ("a", "use crate::b::Thing;"),
+        ("b", "fn f() { crate::c::g() }"),
+        ("c", "use crate::{util, a::{self, X}};"),
+    ]));
+    let c = find_cycle(&g).expect("a -> b -> c -> a is a cycle");
+    assert_eq!(c.first(), c.last());
+    assert_eq!(c.len(), 4, "{c:?}");
+}
+
+#[test]
+fn no_cycle_in_a_layered_crate() {
+    let g = graph(&files(&[
+        ("crate", "mod a; mod b; pub use a::X; fn f() { b::g() }"),
+        (
+            "a",
+            "// use crate::b;\n use crate::c; let s = \"crate::b::x\";",
+        ),
+        ("b", "use crate::a::X;"),
+        ("c", ""),
+    ]));
+    assert_eq!(find_cycle(&g), None, "{g:?}");
+    assert_eq!(g["a"], BTreeSet::from(["c".to_string()]));
+    assert_eq!(g["b"], BTreeSet::from(["a".to_string()]));
+}
+
+#[test]
+fn children_parents_and_inline_modules() {
+    let g = graph(&files(&[
+        (
+            "p",
+            "mod k; pub use k::Y; fn f() { k::go() } mod tests { use super::*; use crate::q::Z; }",
+        ),
+        ("p::k", "use super::X; use super::super::q;"),
+        ("q", "fn f() { crate::p::k::Y }"),
+    ]));
+    // The parent naming its child is no edge; the child naming it is.
+    assert_eq!(g["p"], BTreeSet::from(["q".to_string()]));
+    assert_eq!(
+        g["p::k"],
+        BTreeSet::from(["p".to_string(), "q".to_string()])
+    );
+    assert_eq!(g["q"], BTreeSet::from(["p::k".to_string()]));
+    // p::k -> q -> p::k
+    assert!(find_cycle(&g).is_some());
+}
+
+#[test]
+fn lifetimes_and_chars_do_not_hide_code() {
+    let g = graph(&files(&[
+        (
+            "a",
+            "pub(super) fn f<'a>(x: &'a str) -> char { let c = '{'; crate::b::g(); '\\'' }",
+        ),
+        ("a::x", "pub(super) fn g() { self.f() }"),
+        ("b", ""),
+    ]));
+    assert_eq!(g["a"], BTreeSet::from(["b".to_string()]));
+    // `pub(super)` names no module.
+    assert!(!g["a::x"].contains("a"), "{g:?}");
+}
