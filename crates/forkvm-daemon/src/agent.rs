@@ -12,12 +12,18 @@
 //! agent would silently ignore (`exec.user`, `exec.detach`) is only sent
 //! after checking the agent's protocol version (learnt from `pong`, asked
 //! for once per connection). The protocol-2 operations (start commands,
-//! port probes, archives, resizing the root filesystem) are in [`ops`].
+//! port probes, archives, resizing the root filesystem) are in [`ops`];
+//! the protocol-3 ones (background processes, PTYs, filesystem operations,
+//! watches, downloads), which need a protocol-3 agent, in [`caps`].
 
+mod caps;
+#[cfg(test)]
+mod caps_tests;
 mod ops;
 #[cfg(test)]
 mod tests;
 
+pub use caps::{AgentStream, Archive, DirMade, ProcEvent, ProcSpec, ProcTarget, WatchEvent};
 pub use ops::{ArchiveSummary, RootfsSize, StartSpec, StartedProcess};
 
 use std::collections::{BTreeMap, HashMap};
@@ -72,7 +78,6 @@ type Routes = Arc<Mutex<HashMap<u64, mpsc::Sender<Frame<GuestMsg>>>>>;
 pub struct AgentConn {
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
     routes: Routes,
-    next_id: AtomicU64,
     closed: watch::Receiver<bool>,
     /// Set when a write timed out and the stream may be out of sync.
     broken: std::sync::atomic::AtomicBool,
@@ -124,6 +129,15 @@ fn random_u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// A request id no other request of this daemon has had, on any
+/// connection: one counter, started at a random point (so a new daemon
+/// does not repeat the ids of the last one either).
+fn next_request_id() -> u64 {
+    static NEXT: std::sync::OnceLock<AtomicU64> = std::sync::OnceLock::new();
+    NEXT.get_or_init(|| AtomicU64::new(random_u64() >> 12))
+        .fetch_add(1, Ordering::Relaxed)
+}
+
 impl AgentConn {
     /// Connect to the agent socket.
     pub async fn connect(path: &Path) -> Result<Arc<AgentConn>, AgentError> {
@@ -171,7 +185,6 @@ impl AgentConn {
         Ok(Arc::new(AgentConn {
             writer: tokio::sync::Mutex::new(write),
             routes,
-            next_id: AtomicU64::new(random_u64() >> 12),
             closed,
             broken: Default::default(),
             protocol: AtomicU32::new(0),
@@ -191,7 +204,7 @@ impl AgentConn {
         if self.is_closed() {
             return Err(AgentError::Closed);
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = next_request_id();
         let (tx, rx) = mpsc::channel(256);
         if let Ok(mut m) = self.routes.lock() {
             m.insert(id, tx);

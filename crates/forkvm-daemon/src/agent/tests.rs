@@ -7,11 +7,11 @@ use std::sync::Mutex as StdMutex;
 use tokio::net::UnixListener;
 
 /// What the fake agent answers to one request: reply frames.
-type Respond = Box<dyn FnMut(&Frame<HostMsg>) -> Vec<(GuestMsg, Vec<u8>)> + Send>;
+pub(super) type Respond = Box<dyn FnMut(&Frame<HostMsg>) -> Vec<(GuestMsg, Vec<u8>)> + Send>;
 
 /// A fake agent speaking `protocol`: answers pings itself, everything else
 /// with `respond`, and records the type of every request it receives.
-async fn fake(
+pub(super) async fn fake(
     protocol: u32,
     mut respond: Respond,
 ) -> (
@@ -63,7 +63,7 @@ async fn fake(
 }
 
 /// What a protocol-1 agent answers to a request type it does not know.
-fn old_agent(f: &Frame<HostMsg>) -> Vec<(GuestMsg, Vec<u8>)> {
+pub(super) fn old_agent(f: &Frame<HostMsg>) -> Vec<(GuestMsg, Vec<u8>)> {
     let kind = serde_json::to_value(&f.msg).unwrap()["type"].clone();
     let message = format!(
         "unsupported or malformed request: unknown variant `{}`, expected one of `ping`, `exec`, `write_file`, `read_file`, `shutdown`, `identity`, `set_clock`, `net_probe` at line 1 column 20",
@@ -91,9 +91,9 @@ fn old_agent(f: &Frame<HostMsg>) -> Vec<(GuestMsg, Vec<u8>)> {
     )]
 }
 
-const T: Duration = Duration::from_secs(10);
+pub(super) const T: Duration = Duration::from_secs(10);
 
-fn is_unsupported(r: Result<impl std::fmt::Debug, AgentError>) -> bool {
+pub(super) fn is_unsupported(r: Result<impl std::fmt::Debug, AgentError>) -> bool {
     match r {
         Err(e @ AgentError::Unsupported { .. }) => e.to_string().contains("rebuild the template"),
         other => {
