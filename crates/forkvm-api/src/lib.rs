@@ -5,6 +5,8 @@
 //!   it, and a test checks it against the checked-in OpenAPI document;
 //! * [`images`]: the bodies of the image operations;
 //! * [`lifecycle`]: timeouts, pause and resume;
+//! * [`processes`] and [`fs`]: background processes and PTYs, filesystem
+//!   operations, watches and archives in a sandbox;
 //! * [`codes`]: the machine-readable error codes;
 //! * [`client`]: a small HTTP/1.1 client for the unix socket and TCP.
 //!
@@ -18,15 +20,19 @@ pub mod client;
 mod client_images;
 mod client_lifecycle;
 pub mod codes;
+pub mod fs;
 pub mod images;
 pub mod lifecycle;
+pub mod processes;
 pub mod routes;
 pub mod types;
 
 pub use client::{Client, ClientError, Target};
+pub use fs::*;
 pub use hyper::Method;
 pub use images::*;
 pub use lifecycle::*;
+pub use processes::*;
 pub use types::*;
 
 /// The environment variable naming the daemon's address.

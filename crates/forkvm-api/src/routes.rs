@@ -38,6 +38,26 @@ pub enum Op {
     Pause,
     Resume,
     Metrics,
+    StartProcess,
+    ListProcesses,
+    AttachProcess,
+    WriteStdin,
+    CloseStdin,
+    SignalProcess,
+    KillProcess,
+    ResizePty,
+    StatFile,
+    FileExists,
+    ListDir,
+    MakeDir,
+    MoveFile,
+    RemoveFile,
+    WatchDir,
+    CreateWatcher,
+    PollWatcher,
+    RemoveWatcher,
+    DownloadArchive,
+    UploadArchive,
 }
 
 /// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
@@ -77,4 +97,59 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     (Op::Resume, "POST", "/v1/sandboxes/{id}/resume"),
     // Where Prometheus looks by default; behind the same auth as the API.
     (Op::Metrics, "GET", "/metrics"),
+    // Background processes and PTYs; `{process}` is a pid or a tag.
+    (Op::StartProcess, "POST", "/v1/sandboxes/{id}/processes"),
+    (Op::ListProcesses, "GET", "/v1/sandboxes/{id}/processes"),
+    (
+        Op::AttachProcess,
+        "GET",
+        "/v1/sandboxes/{id}/processes/{process}/output",
+    ),
+    (
+        Op::WriteStdin,
+        "POST",
+        "/v1/sandboxes/{id}/processes/{process}/stdin",
+    ),
+    (
+        Op::CloseStdin,
+        "DELETE",
+        "/v1/sandboxes/{id}/processes/{process}/stdin",
+    ),
+    (
+        Op::SignalProcess,
+        "POST",
+        "/v1/sandboxes/{id}/processes/{process}/signal",
+    ),
+    (
+        Op::KillProcess,
+        "DELETE",
+        "/v1/sandboxes/{id}/processes/{process}",
+    ),
+    (
+        Op::ResizePty,
+        "PUT",
+        "/v1/sandboxes/{id}/processes/{process}/pty",
+    ),
+    // Filesystem operations; `DELETE .../files` removes what `PUT` wrote.
+    (Op::StatFile, "GET", "/v1/sandboxes/{id}/fs/stat"),
+    (Op::FileExists, "GET", "/v1/sandboxes/{id}/fs/exists"),
+    (Op::ListDir, "GET", "/v1/sandboxes/{id}/fs/list"),
+    (Op::MakeDir, "POST", "/v1/sandboxes/{id}/fs/mkdir"),
+    (Op::MoveFile, "POST", "/v1/sandboxes/{id}/fs/move"),
+    (Op::RemoveFile, "DELETE", "/v1/sandboxes/{id}/files"),
+    (Op::WatchDir, "GET", "/v1/sandboxes/{id}/fs/watch"),
+    (Op::CreateWatcher, "POST", "/v1/sandboxes/{id}/fs/watchers"),
+    (
+        Op::PollWatcher,
+        "GET",
+        "/v1/sandboxes/{id}/fs/watchers/{watcher}",
+    ),
+    (
+        Op::RemoveWatcher,
+        "DELETE",
+        "/v1/sandboxes/{id}/fs/watchers/{watcher}",
+    ),
+    // Several files at once, as a tar.
+    (Op::DownloadArchive, "GET", "/v1/sandboxes/{id}/archive"),
+    (Op::UploadArchive, "PUT", "/v1/sandboxes/{id}/archive"),
 ];

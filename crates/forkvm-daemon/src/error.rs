@@ -5,6 +5,8 @@ use axum::response::{IntoResponse, Response};
 use forkvm_api::codes;
 use forkvm_api::{ErrorBody, ErrorDetail};
 
+use crate::agent::AgentError;
+
 /// An error with the status and code the API reports.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -52,4 +54,59 @@ impl IntoResponse for ApiError {
         };
         (self.status, axum::Json(body)).into_response()
     }
+}
+
+/// The API error for a failed request to the guest agent of sandbox `id`.
+pub(crate) fn agent_error(id: &str, e: AgentError) -> ApiError {
+    match e {
+        AgentError::Timeout(d) => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            codes::GUEST_TIMEOUT,
+            format!(
+                "the guest agent of {id} did not answer within {d:?}; the guest may be hung — see `forkvm logs {id}`"
+            ),
+        ),
+        AgentError::Guest { code, message } => {
+            let status = match code.as_str() {
+                forkvm_agent_protocol::ERR_NOT_FOUND => StatusCode::NOT_FOUND,
+                forkvm_agent_protocol::ERR_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+                forkvm_agent_protocol::ERR_INVALID | forkvm_agent_protocol::ERR_SPAWN => {
+                    StatusCode::BAD_REQUEST
+                }
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            let c = match status {
+                StatusCode::NOT_FOUND => codes::NOT_FOUND,
+                StatusCode::PAYLOAD_TOO_LARGE => codes::PAYLOAD_TOO_LARGE,
+                StatusCode::BAD_REQUEST => codes::INVALID_REQUEST,
+                _ => codes::GUEST_ERROR,
+            };
+            ApiError::new(status, c, message)
+        }
+        // The sandbox runs an agent from an older snapshot or template: a
+        // state of the sandbox, which a rebuilt template fixes.
+        e @ AgentError::Unsupported { .. } => {
+            ApiError::conflict(format!("sandbox {id}: {e}"))
+        }
+        AgentError::InvalidArchive(m) => {
+            ApiError::invalid(format!("the archive is not a tar this daemon can send: {m}"))
+        }
+        other => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            codes::GUEST_ERROR,
+            format!("{other}; check `forkvm ps` and `forkvm logs {id}`"),
+        ),
+    }
+}
+
+/// Log a failed operation `what` on sandbox `id` (failures of the guest or
+/// the host as warnings, the caller's mistakes at debug level) and hand the
+/// error on.
+pub(crate) fn logged(id: &str, what: &str, e: ApiError) -> ApiError {
+    if e.status.is_server_error() {
+        tracing::warn!(sandbox = %id, code = e.code, "{what} in sandbox {id} failed: {}", e.message);
+    } else {
+        tracing::debug!(sandbox = %id, code = e.code, "{what} in sandbox {id} refused: {}", e.message);
+    }
+    e
 }

@@ -14,8 +14,9 @@ use serde::Deserialize;
 
 use super::body::{body_error, JsonBody};
 use super::AppState;
-use crate::agent::{AgentError, ExecSpec};
-use crate::error::ApiError;
+use crate::agent::ExecSpec;
+use crate::error::{agent_error, ApiError};
+use crate::fs::check_guest_path;
 use crate::manager::Manager;
 
 /// Stop a sandbox and delete everything it had.
@@ -30,40 +31,6 @@ pub(crate) async fn delete_sandbox(
         .await
         .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
     Ok(StatusCode::NO_CONTENT)
-}
-
-pub(crate) fn agent_error(id: &str, e: AgentError) -> ApiError {
-    match e {
-        AgentError::Timeout(d) => ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            codes::GUEST_TIMEOUT,
-            format!(
-                "the guest agent of {id} did not answer within {d:?}; the guest may be hung — see `forkvm logs {id}`"
-            ),
-        ),
-        AgentError::Guest { code, message } => {
-            let status = match code.as_str() {
-                forkvm_agent_protocol::ERR_NOT_FOUND => StatusCode::NOT_FOUND,
-                forkvm_agent_protocol::ERR_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
-                forkvm_agent_protocol::ERR_INVALID | forkvm_agent_protocol::ERR_SPAWN => {
-                    StatusCode::BAD_REQUEST
-                }
-                _ => StatusCode::BAD_GATEWAY,
-            };
-            let c = match status {
-                StatusCode::NOT_FOUND => codes::NOT_FOUND,
-                StatusCode::PAYLOAD_TOO_LARGE => codes::PAYLOAD_TOO_LARGE,
-                StatusCode::BAD_REQUEST => codes::INVALID_REQUEST,
-                _ => codes::GUEST_ERROR,
-            };
-            ApiError::new(status, c, message)
-        }
-        other => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            codes::GUEST_ERROR,
-            format!("{other}; check `forkvm ps` and `forkvm logs {id}`"),
-        ),
-    }
 }
 
 /// Run a command in the sandbox and wait for it to finish; or, with
@@ -261,18 +228,6 @@ pub struct FileQuery {
     /// Octal mode for writes (default 644).
     #[serde(default)]
     mode: Option<String>,
-}
-
-pub(crate) fn check_guest_path(p: &str) -> Result<(), ApiError> {
-    if !p.starts_with('/') {
-        return Err(ApiError::invalid(format!(
-            "path must be absolute (got {p:?})"
-        )));
-    }
-    if p.contains('\0') {
-        return Err(ApiError::invalid("path must not contain NUL"));
-    }
-    Ok(())
 }
 
 pub(crate) fn file_query(

@@ -23,11 +23,16 @@ use crate::manager::Manager;
 
 pub mod body;
 mod exec;
+mod fs;
+mod ndjson;
+mod processes;
 mod sandboxes;
 mod snapshots;
 
 pub use body::{JsonBody, OptJsonBody};
 use exec::*;
+use fs::*;
+use processes::*;
 use sandboxes::*;
 use snapshots::*;
 
@@ -72,9 +77,29 @@ type AppState = Arc<Manager>;
         crate::images::http::delete_image,
         crate::images::http::pull_image,
         crate::images::http::import_image,
-        crate::images::http::build_image
+        crate::images::http::build_image,
+        start_process,
+        list_processes,
+        attach_process,
+        write_stdin,
+        close_stdin,
+        signal_process,
+        kill_process,
+        resize_pty,
+        stat_file,
+        file_exists,
+        list_dir,
+        make_dir,
+        move_file,
+        remove_file,
+        watch_dir,
+        create_watcher,
+        poll_watcher,
+        remove_watcher,
+        download_archive,
+        upload_archive
     ),
-    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent)),
+    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent, ProcessEvent, WatchEvent)),
     modifiers(&CommonErrors)
 )]
 pub struct ApiDoc;
@@ -184,6 +209,26 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::Pause => post(crate::lifetime::http::pause),
         Op::Resume => post(crate::lifetime::http::resume),
         Op::Metrics => get(crate::lifetime::http::metrics),
+        Op::StartProcess => post(start_process),
+        Op::ListProcesses => get(list_processes),
+        Op::AttachProcess => get(attach_process),
+        Op::WriteStdin => post(write_stdin),
+        Op::CloseStdin => delete(close_stdin),
+        Op::SignalProcess => post(signal_process),
+        Op::KillProcess => delete(kill_process),
+        Op::ResizePty => put(resize_pty),
+        Op::StatFile => get(stat_file),
+        Op::FileExists => get(file_exists),
+        Op::ListDir => get(list_dir),
+        Op::MakeDir => post(make_dir),
+        Op::MoveFile => post(move_file),
+        Op::RemoveFile => delete(remove_file),
+        Op::WatchDir => get(watch_dir),
+        Op::CreateWatcher => post(create_watcher),
+        Op::PollWatcher => get(poll_watcher),
+        Op::RemoveWatcher => delete(remove_watcher),
+        Op::DownloadArchive => get(download_archive),
+        Op::UploadArchive => put(upload_archive),
     }
 }
 
