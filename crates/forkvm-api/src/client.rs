@@ -229,6 +229,19 @@ impl Client {
         Ok(resp)
     }
 
+    /// [`Client::open`] bounded by the client's timeout (for streams: the
+    /// time to the response's head, not to its end).
+    pub(crate) async fn open_timed(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Bytes, &str)>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+        tokio::time::timeout(self.timeout, self.open(method, path, body))
+            .await
+            .map_err(|_| ClientError::Http(format!("no response within {:?}", self.timeout)))?
+    }
+
     /// Send a request and turn non-2xx statuses into [`ClientError::Api`].
     pub async fn call(
         &self,

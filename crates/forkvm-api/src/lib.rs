@@ -17,8 +17,10 @@
 //! status.
 
 pub mod client;
+mod client_fs;
 mod client_images;
 mod client_lifecycle;
+mod client_procs;
 pub mod codes;
 pub mod fs;
 pub mod images;

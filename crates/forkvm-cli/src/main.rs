@@ -12,9 +12,11 @@
 mod doctor;
 mod doctor_jail;
 mod doctor_net;
+mod files;
 mod gc;
 mod image;
 mod lifetime;
+mod procs;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -248,6 +250,17 @@ enum Cmd {
         id: String,
         #[command(flatten)]
         exec: ExecArgs,
+    },
+    /// Background processes and PTYs in a sandbox.
+    Proc {
+        #[command(subcommand)]
+        cmd: procs::ProcCmd,
+    },
+    /// Files and directories in a sandbox: stat, list, mkdir, move, remove,
+    /// watch, download and upload several at once.
+    Fs {
+        #[command(subcommand)]
+        cmd: files::FsCmd,
     },
     /// Branch a running sandbox: snapshot it now (it keeps running) and
     /// spawn children that continue from that instant.
@@ -607,6 +620,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let c = client().await?;
             image::run(&c, cmd, json).await
         }
+        Cmd::Proc { cmd } => procs::run(&client().await?, cmd, json).await,
+        Cmd::Fs { cmd } => files::run(&client().await?, cmd, json).await,
         Cmd::Exec { id, exec } => {
             // Unlike `run`, exec has no image default to fall back on:
             // a missing command is a usage error, as for any other.
