@@ -166,7 +166,8 @@ pub(crate) async fn remove_file(
             content((WatchEvent = "application/x-ndjson"))),
         (status = 400, body = ErrorBody, description = "a relative path, or not a directory"),
         (status = 404, body = ErrorBody, description = "no such sandbox or directory"),
-        (status = 409, body = ErrorBody), (status = 502, body = ErrorBody), (status = 504, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody, description = "the guest's inotify limits are reached"),
+        (status = 502, body = ErrorBody), (status = 504, body = ErrorBody)))]
 pub(crate) async fn watch_dir(
     State(m): State<AppState>,
     Path(id): Path<String>,
@@ -217,7 +218,7 @@ pub(crate) async fn watch_dir(
     request_body = CreateWatcher,
     responses((status = 201, body = Watcher),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody, description = "no such sandbox or directory"),
-        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody, description = "the sandbox has its maximum of 64 watchers"),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody, description = "the sandbox has its maximum of 64 watchers, or the guest's inotify limits are reached"),
         (status = 502, body = ErrorBody), (status = 504, body = ErrorBody)))]
 pub(crate) async fn create_watcher(
     State(m): State<AppState>,
