@@ -293,7 +293,7 @@ pub(crate) async fn download_archive(
 /// with the owners and modes it records.
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/archive", tag = "files",
     params(("id" = String, Path, description = "sandbox id"), PathQuery),
-    request_body(content = Vec<u8>, content_type = "application/x-tar"),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "an uncompressed tar"),
     responses((status = 200, body = ArchiveWritten),
         (status = 400, body = ErrorBody, description = "a relative path, or the body is not a tar"),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
