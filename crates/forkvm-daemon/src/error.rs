@@ -110,3 +110,45 @@ pub(crate) fn logged(id: &str, what: &str, e: ApiError) -> ApiError {
     }
     e
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_errors_map_to_statuses_that_say_what_to_do() {
+        let old = agent_error(
+            "sb-1",
+            AgentError::Unsupported {
+                what: "run background processes".into(),
+            },
+        );
+        assert_eq!(old.status, StatusCode::CONFLICT);
+        assert!(
+            old.message.contains("sb-1") && old.message.contains("rebuild the template"),
+            "{}",
+            old.message
+        );
+        let gone = |code: &str| {
+            agent_error(
+                "sb-1",
+                AgentError::Guest {
+                    code: code.into(),
+                    message: "m".into(),
+                },
+            )
+            .status
+        };
+        assert_eq!(
+            gone(forkvm_agent_protocol::ERR_NOT_FOUND),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            gone(forkvm_agent_protocol::ERR_INVALID),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(gone(forkvm_agent_protocol::ERR_IO), StatusCode::BAD_GATEWAY);
+        let bad = agent_error("sb-1", AgentError::InvalidArchive("x".into()));
+        assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    }
+}
