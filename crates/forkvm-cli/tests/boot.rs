@@ -29,6 +29,8 @@ fn json_operations(id: &str, snap: &str) -> Vec<(Method, String)> {
             } else {
                 path.replace("{id}", id)
             };
+            // Processes (a pid or a tag) and watchers that need not exist.
+            let filled = filled.replace("{process}", "1").replace("{watcher}", "w1");
             assert!(!filled.contains('{'), "unfilled parameter in {filled}");
             let m = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
             ops.push((m, filled));
