@@ -383,8 +383,11 @@ impl Procs {
                 Ok(st) => End::from_status(st),
                 Err(_) => End::lost("lost track of the process (reaper gone)".into()),
             };
-            p.finish(end);
+            // Off the running list before its end is told to any stream,
+            // so a host that lists right after `proc_end` no longer sees it.
+            p.drain();
             procs.retire(&p);
+            p.finish(end);
         })
     }
 
@@ -483,7 +486,8 @@ impl Proc {
         self.cond.notify_all();
     }
 
-    fn finish(&self, end: End) {
+    /// Wait up to [`DRAIN_GRACE`] for the outputs to close.
+    fn drain(&self) {
         let deadline = Instant::now() + DRAIN_GRACE;
         let mut st = lock(&self.state);
         while st.open_outputs > 0 {
@@ -497,8 +501,11 @@ impl Proc {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        st.end = Some(end);
-        drop(st);
+    }
+
+    /// Record the end and wake the streams following the process.
+    fn finish(&self, end: End) {
+        lock(&self.state).end = Some(end);
         self.cond.notify_all();
         if let Some(i) = &self.input {
             i.close();
