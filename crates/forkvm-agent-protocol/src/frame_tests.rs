@@ -117,3 +117,36 @@ fn oversized_payload_is_refused_by_encoder() {
         Err(FrameError::PayloadTooLarge(_))
     ));
 }
+
+/// A reader that gives one byte per call and is interrupted by a signal
+/// before each, as a blocking read in a process with signal handlers can be.
+struct Interrupting<'a> {
+    bytes: &'a [u8],
+    interrupt_next: bool,
+}
+
+impl Read for Interrupting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.interrupt_next = !self.interrupt_next;
+        if !self.interrupt_next {
+            return Err(io::ErrorKind::Interrupted.into());
+        }
+        let n = buf.len().min(1).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn an_interrupted_read_is_retried_not_an_error() {
+    let bytes = encode(&exec(), b"payload").unwrap();
+    let mut r = Interrupting {
+        bytes: &bytes,
+        interrupt_next: true,
+    };
+    let f: Frame<HostMsg> = read_frame(&mut r).unwrap().unwrap();
+    assert_eq!((f.msg, &f.payload[..]), (exec(), &b"payload"[..]));
+    // And at the end, after an interruption, a clean EOF.
+    assert!(read_frame::<HostMsg, _>(&mut r).unwrap().is_none());
+}

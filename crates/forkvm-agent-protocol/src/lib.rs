@@ -650,7 +650,14 @@ pub fn read_frame<M: for<'de> Deserialize<'de>, R: Read>(
     let mut prefix = [0u8; PREFIX_LEN];
     let mut got = 0;
     while got < PREFIX_LEN {
-        let n = r.read(&mut prefix[got..])?;
+        // A signal handler of this process (the agent's SIGCHLD reaper, when
+        // a host runs in the same process as in the tests) can interrupt the
+        // read; `read_exact` below retries by itself, this loop must too.
+        let n = match r.read(&mut prefix[got..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
         if n == 0 {
             if got == 0 {
                 return Ok(None);

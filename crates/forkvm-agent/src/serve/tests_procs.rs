@@ -17,6 +17,22 @@ pub(super) struct Conn {
     r: UnixStream,
     pending: VecDeque<Frame<GuestMsg>>,
     next_id: u64,
+    /// The agent's read loop for this connection.
+    serve: Option<thread::JoinHandle<io::Result<()>>>,
+}
+
+/// Hanging up waits until the agent's read loop has seen the EOF, as the
+/// guest's one port does: there, a new host's bytes can only be read after
+/// the old host's EOF. Without the wait, a test's next `connect` could swap
+/// the outbox while the old connection's streams were still live, and
+/// their frames would reach the new host, which the agent never does.
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let _ = self.r.shutdown(std::net::Shutdown::Both);
+        if let Some(t) = self.serve.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 pub(super) fn agent() -> Agent {
@@ -37,7 +53,7 @@ pub(super) fn connect(agent: &Agent, first_id: u64) -> Conn {
     let mut reader = guest.try_clone().unwrap();
     agent.outbox.replace(Box::new(guest));
     let a = agent.clone();
-    thread::spawn(move || serve_conn(&mut reader, &a, EofPolicy::Return));
+    let serve = thread::spawn(move || serve_conn(&mut reader, &a, EofPolicy::Return));
     host.set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     Conn {
@@ -45,6 +61,7 @@ pub(super) fn connect(agent: &Agent, first_id: u64) -> Conn {
         r: host,
         pending: VecDeque::new(),
         next_id: first_id,
+        serve: Some(serve),
     }
 }
 
@@ -101,6 +118,16 @@ impl Conn {
     }
     /// Output of stream `id` until `until` shows up in it, or its end.
     fn read_until(&mut self, id: u64, until: &str) -> (Vec<u8>, Option<ProcEnd>) {
+        if until.is_empty() {
+            self.read_until_all(id, &[])
+        } else {
+            self.read_until_all(id, &[until])
+        }
+    }
+    /// Output of stream `id` until every one of `marks` shows up in it (or
+    /// its end; no marks: to its end). Several marks are for output of
+    /// stdout and stderr together: two pipes keep no order between them.
+    fn read_until_all(&mut self, id: u64, marks: &[&str]) -> (Vec<u8>, Option<ProcEnd>) {
         let mut out = Vec::new();
         loop {
             let f = self.recv(id);
@@ -109,7 +136,8 @@ impl Conn {
                 GuestMsg::ProcData { lost, .. } => {
                     assert_eq!(lost, 0);
                     out.extend(f.payload);
-                    if !until.is_empty() && String::from_utf8_lossy(&out).contains(until) {
+                    let seen = String::from_utf8_lossy(&out);
+                    if !marks.is_empty() && marks.iter().all(|m| seen.contains(m)) {
                         return (out, None);
                     }
                 }
@@ -146,15 +174,18 @@ fn start_streams_then_every_attach_replays() {
         Some("replay"),
         true,
     );
-    let (out, end) = c.read_until(sid, "two");
+    let (out, end) = c.read_until_all(sid, &["one", "two"]);
     assert!(end.is_none());
-    assert_eq!(text(&out), "one\ntwo\n");
-    // Two attaches while it runs: each replays what was missed.
+    // stdout and stderr are two pipes: either may reach the agent first.
+    let first = text(&out);
+    assert!(first == "one\ntwo\n" || first == "two\none\n", "{first:?}");
+    // Two attaches while it runs: each replays what was missed, in the
+    // order the first stream saw it.
     let a = c.connect(Some(pid), None);
     let b = c.connect(None, Some("replay"));
     for s in [a, b] {
         assert_eq!(c.recv(s).msg, GuestMsg::ProcStarted { id: s, pid });
-        assert_eq!(text(&c.read_until(s, "two").0), "one\ntwo\n");
+        assert_eq!(text(&c.read_until_all(s, &["one", "two"]).0), first);
     }
     let id = c.id();
     c.ack(&HostMsg::ProcInput(pref(id, Some(pid), None)), b"go\n");
@@ -168,7 +199,7 @@ fn start_streams_then_every_attach_replays() {
     // Ended, but still there for a late attach; no longer listed.
     let late = c.connect(None, Some("replay"));
     let (out, end) = c.read_until(late, "");
-    assert_eq!(text(&out), "one\ntwo\nthree\n");
+    assert_eq!(text(&out), format!("{first}three\n"));
     assert_eq!(end.unwrap().exit_code, 0);
     let id = c.id();
     let GuestMsg::Processes { processes, .. } = c.call(&HostMsg::ProcList { id }, b"") else {

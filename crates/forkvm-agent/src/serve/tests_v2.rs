@@ -109,6 +109,33 @@ fn detached_process_outlives_request_and_connection() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// A TCP socket bound to a loopback port without listening: connecting to
+/// the port is refused, and nobody else can bind it while the fd lives.
+fn bound_not_listening() -> (std::os::fd::OwnedFd, u16) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) with constant arguments; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", io::Error::last_os_error());
+    // SAFETY: fd is a new descriptor nothing else owns.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let mut addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: addr is a valid sockaddr_in of the length given.
+    let rc = unsafe { libc::bind(fd, std::ptr::addr_of!(addr).cast(), len) };
+    assert_eq!(rc, 0, "bind: {}", io::Error::last_os_error());
+    // SAFETY: addr and len are valid for getsockname to fill in.
+    let rc = unsafe { libc::getsockname(fd, std::ptr::addr_of_mut!(addr).cast(), &mut len) };
+    assert_eq!(rc, 0, "getsockname: {}", io::Error::last_os_error());
+    (owned, u16::from_be(addr.sin_port))
+}
+
 #[test]
 fn port_probe_sync_and_put_archive() {
     let mut h = start();
@@ -124,8 +151,17 @@ fn port_probe_sync_and_put_archive() {
         GuestMsg::PortOpen { id: 1, open: true }
     );
     drop(l);
+    // A freed port can be taken at once by another test of this process;
+    // a socket bound but never listening keeps its port closed to
+    // connections and ours for the probe.
+    let (_held, closed) = bound_not_listening();
+    let probe2 = HostMsg::PortProbe {
+        id: 2,
+        port: closed,
+        timeout_ms: 500,
+    };
     assert_eq!(
-        h.call(&probe(2), b"").msg,
+        h.call(&probe2, b"").msg,
         GuestMsg::PortOpen { id: 2, open: false }
     );
     assert_eq!(
