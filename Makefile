@@ -21,10 +21,11 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Set up and run every test: lint, unit tests, the VM integration tests under the real QEMU,
-## the SDK suites against a real daemon, and the API fuzzer.
+## the SDK suites and the E2B and MCP compatibility suites against a real daemon, and the API fuzzer.
 test: setup lint
 	$(CARGO) test --workspace --no-fail-fast -- --include-ignored
 	bash scripts/test-sdks.sh
+	bash scripts/test-compat.sh
 	.venv/bin/python -m pytest -q -p no:cacheprovider bench/common bench/jail
 	bash scripts/fuzz-api.sh
 

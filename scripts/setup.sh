@@ -203,6 +203,29 @@ else
     step_skip "matplotlib, schemathesis, pytest, the Python SDK"
 fi
 
+# --- 3c. The compatibility suites' clients --------------------------------------------
+# The unmodified E2B and MCP SDKs live in a venv of their own (.venv-compat) so
+# that their pinned dependencies never bend the forkvm SDK's; the npm E2B SDK
+# lives in tests/compat/npm. Both are pinned exactly (tests/compat/requirements.txt,
+# tests/compat/npm/package-lock.json): the suites test those versions.
+step "E2B and MCP client SDKs ($REPO/.venv-compat)"
+FAIL_HINT="Check access to the PyPI index, then re-run scripts/setup.sh (or delete .venv-compat to start over)."
+CVENV=$REPO/.venv-compat
+CREQS=$REPO/tests/compat/requirements.txt
+did=''
+if [[ ! -x "$CVENV/bin/python" ]] || ! "$CVENV/bin/python" -c '' 2>/dev/null; then
+    python3 -m venv --clear "$CVENV"
+    did='created venv'
+fi
+stamp=$(sha256sum "$CREQS" | cut -c1-16)
+if [[ "$(cat "$CVENV/.forkvm-reqs" 2>/dev/null)" != "$stamp" ]]; then
+    run_long "$LOG_DIR/pip-compat.log" "$CVENV/bin/python" -m pip install -q -r "$CREQS" ||
+        die "pip install of the compatibility clients failed (log: $LOG_DIR/pip-compat.log)." "$FAIL_HINT"
+    echo "$stamp" >"$CVENV/.forkvm-reqs"
+    did="${did:+$did, }installed $(grep -E '^(e2b|mcp)==' "$CREQS" | tr '\n' ' ')"
+fi
+if [[ -n "$did" ]]; then step_done "$did"; else step_skip "$(grep -E '^(e2b|mcp)==' "$CREQS" | tr '\n' ' ')"; fi
+
 # --- 3b. Node.js for the TypeScript SDK -------------------------------------------------
 step "Node.js >= 20 and the TypeScript SDK's packages"
 FAIL_HINT="Install Node.js 20 or newer (with npm), then re-run scripts/setup.sh."
@@ -229,6 +252,18 @@ else
 fi
 
 log "${C_DIM}host setup finished in $(elapsed "$T_START")${C_RESET}"
+
+
+# The npm E2B SDK for the compatibility suite (Node.js checked just above).
+NPMC=$REPO/tests/compat/npm
+lock=$(sha256sum "$NPMC/package-lock.json" | cut -c1-16)
+if [[ "$(cat "$NPMC/node_modules/.forkvm-lock" 2>/dev/null)" != "$lock" ]]; then
+    (cd "$NPMC" && run_long "$LOG_DIR/npm-compat.log" npm ci --no-audit --no-fund) ||
+        die "npm ci in tests/compat/npm failed (log: $LOG_DIR/npm-compat.log)." \
+            "Check access to the npm registry and re-run scripts/setup.sh."
+    echo "$lock" >"$NPMC/node_modules/.forkvm-lock"
+    echo "    npm e2b $(node -p 'require(process.argv[1]).version' "$NPMC/node_modules/e2b/package.json") installed"
+fi
 
 # --- 4. guest artefacts ----------------------------------------------------------------
 exec bash "$SCRIPT_DIR/build-guest.sh" "${BUILD_ARGS[@]}"

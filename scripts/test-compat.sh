@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run the compatibility suites: the unmodified E2B SDKs (Python and npm) and the
+# official MCP Python SDK, pinned (tests/compat/requirements.txt and
+# tests/compat/npm/package-lock.json), each against a real daemon it starts.
+#
+# Usage: scripts/test-compat.sh [e2b|e2b-npm|mcp]...   (default: all three)
+# Environment: FORKVM_BIN (default target/debug/forkvm).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export FORKVM_BIN=${FORKVM_BIN:-$REPO/target/debug/forkvm}
+export FORKVM_IMAGES_HOME=${FORKVM_ARTIFACTS:-/var/lib/forkvm}
+[ -x "$FORKVM_BIN" ] || { echo "test-compat: no forkvm binary at $FORKVM_BIN; run cargo build" >&2; exit 1; }
+[ -d "$FORKVM_IMAGES_HOME/guest" ] || { echo "test-compat: no guest artefacts in $FORKVM_IMAGES_HOME; run scripts/setup.sh" >&2; exit 1; }
+PY=$REPO/.venv-compat/bin/python
+[ -x "$PY" ] || { echo "test-compat: .venv-compat missing; run scripts/setup.sh" >&2; exit 1; }
+# The suites start their own daemons and set the SDKs' variables themselves.
+unset FORKVM_URL FORKVM_TOKEN E2B_API_URL E2B_SANDBOX_URL E2B_API_KEY E2B_DOMAIN E2B_DEBUG
+
+which=("$@")
+[ ${#which[@]} -gt 0 ] || which=(e2b e2b-npm mcp)
+for w in "${which[@]}"; do
+    case $w in
+        e2b)
+            echo "== E2B Python SDK $("$PY" -c 'import importlib.metadata as m; print(m.version("e2b"))')"
+            (cd "$REPO/tests/compat" && "$PY" -m pytest -q -p no:cacheprovider e2b)
+            ;;
+        e2b-npm)
+            echo "== E2B npm SDK $(node -p 'require(process.argv[1]).version' "$REPO/tests/compat/npm/node_modules/e2b/package.json")"
+            [ -d "$REPO/tests/compat/npm/node_modules" ] || { echo "test-compat: tests/compat/npm/node_modules missing; run scripts/setup.sh" >&2; exit 1; }
+            (cd "$REPO/tests/compat/npm" && npm test --silent)
+            ;;
+        mcp)
+            echo "== MCP Python SDK $("$PY" -c 'import importlib.metadata as m; print(m.version("mcp"))')"
+            (cd "$REPO/tests/compat" && "$PY" -m pytest -q -p no:cacheprovider mcp)
+            ;;
+        *) echo "usage: $0 [e2b|e2b-npm|mcp]..." >&2; exit 2 ;;
+    esac
+done
