@@ -24,6 +24,7 @@ pub mod cgroup;
 pub mod compact;
 pub mod config;
 pub mod db;
+pub mod e2b;
 pub mod error;
 pub mod failure;
 pub mod fs;
@@ -240,7 +241,14 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
                 .await
                 .map_err(|e| setup(&format!("cannot bind {addr}"), &e))?;
             tracing::info!("listening on http://{addr} (bearer token required)");
-            let app = api::router(mgr.clone(), token);
+            // One listener, two APIs: forkvm's own under /v1 (and /mcp), and
+            // the E2B-compatible one for everything else (crate::e2b).
+            let token = token.unwrap_or_default();
+            let rest = api::router(mgr.clone(), Some(token.clone()));
+            let e2b = e2b::router(mgr.clone(), token);
+            let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+                e2b::dispatch(rest.clone(), e2b.clone(), req)
+            });
             let mut stop2 = stop_rx.clone();
             Some(tokio::spawn(async move {
                 let _ = axum::serve(tl, app)

@@ -1,0 +1,148 @@
+//! The E2B-compatible API: what the unmodified `e2b` SDKs (Python and npm,
+//! major version 2) call when `E2B_API_URL` and `E2B_SANDBOX_URL` both point
+//! at forkvm's TCP listener and `E2B_API_KEY` is the forkvm token.
+//!
+//! One listener serves two APIs, told apart per request:
+//!
+//! * a request with an `E2b-Sandbox-Id` header is for a sandbox, the way the
+//!   SDK reaches a sandbox when `E2B_SANDBOX_URL` is set: port
+//!   [`ENVD_PORT`] (`E2b-Sandbox-Port`) is E2B's in-sandbox daemon, which
+//!   forkvm serves itself on the host ([`envd`]) with the guest agent
+//!   underneath; it needs the sandbox's `X-Access-Token`;
+//! * any other request is for the control plane ([`control`]): sandboxes
+//!   created, listed, paused, forked. It needs `X-API-Key` (the daemon's token,
+//!   as for `/v1`).
+//!
+//! Both only parse, call the manager's actions and render, as `/v1` does.
+//!
+//! Access tokens are derived, not stored: [`access_token`] is a keyed hash of
+//! the sandbox id under the daemon's token, so each sandbox has its own, a
+//! restarted daemon still knows it, and a branch child gets a fresh one with
+//! its fresh id.
+
+pub(crate) mod control;
+pub(crate) mod envd;
+
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use sha2::{Digest, Sha256};
+
+use crate::api::constant_time_eq;
+use crate::manager::Manager;
+
+/// The port E2B's SDK names for envd, the in-sandbox daemon.
+pub const ENVD_PORT: u16 = 49983;
+
+/// Which sandbox a request routed by `E2b-Sandbox-Id` is for. Inserted as a
+/// request extension once its access token has been checked.
+#[derive(Clone, Debug)]
+pub struct EnvdTarget {
+    /// The forkvm sandbox id.
+    pub sandbox_id: String,
+}
+
+/// The E2B API, for the TCP listener: `api_key` is the daemon's token.
+pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
+    let key = Arc::new(api_key);
+    let control = control::router().with_state(mgr.clone());
+    let envd = envd::router().with_state(mgr.clone());
+    Router::new().fallback(move |req: Request| {
+        let key = key.clone();
+        let control = control.clone();
+        let envd = envd.clone();
+        async move {
+            use tower::ServiceExt;
+            let sandbox = header(req.headers(), "e2b-sandbox-id").map(str::to_owned);
+            match sandbox {
+                Some(id) => {
+                    let port = header(req.headers(), "e2b-sandbox-port").unwrap_or("");
+                    if port != ENVD_PORT.to_string() {
+                        return error(
+                            StatusCode::BAD_GATEWAY,
+                            format!(
+                                "port {port:?} of sandbox {id} is not served through this \
+                                 listener; only envd ({ENVD_PORT}) is"
+                            ),
+                        );
+                    }
+                    let given = header(req.headers(), "x-access-token").unwrap_or("");
+                    let want = access_token(&key, &id);
+                    if !constant_time_eq(given.as_bytes(), want.as_bytes()) {
+                        return error(
+                            StatusCode::UNAUTHORIZED,
+                            format!("missing or wrong X-Access-Token for sandbox {id}"),
+                        );
+                    }
+                    let mut req = req;
+                    req.extensions_mut().insert(EnvdTarget { sandbox_id: id });
+                    envd.oneshot(req).await.into_response()
+                }
+                None => {
+                    let given = header(req.headers(), "x-api-key").unwrap_or("");
+                    if !constant_time_eq(given.as_bytes(), key.as_bytes()) {
+                        return error(
+                            StatusCode::UNAUTHORIZED,
+                            "missing or wrong X-API-Key; set E2B_API_KEY to the forkvm token"
+                                .to_string(),
+                        );
+                    }
+                    control.oneshot(req).await.into_response()
+                }
+            }
+        }
+    })
+}
+
+/// A sandbox's envd access token: hex SHA-256 over the daemon's token and the
+/// sandbox id.
+pub fn access_token(api_key: &str, sandbox_id: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"forkvm-e2b-envd\0");
+    h.update(api_key.as_bytes());
+    h.update(b"\0");
+    h.update(sandbox_id.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// E2B's control-plane error body: `{"code": <HTTP status>, "message"}`.
+pub(crate) fn error(status: StatusCode, message: String) -> Response {
+    (
+        status,
+        Json(serde_json::json!({"code": status.as_u16(), "message": message})),
+    )
+        .into_response()
+}
+
+/// Route a TCP request: `/v1/…` and `/mcp` to forkvm's own API, anything else
+/// to the E2B API.
+pub async fn dispatch(rest: Router, e2b: Router, req: Request) -> Response {
+    use tower::ServiceExt;
+    let p = req.uri().path();
+    if p.starts_with("/v1/") || p == "/v1" || p == "/mcp" || p.starts_with("/mcp/") {
+        rest.oneshot(req).await.into_response()
+    } else {
+        e2b.oneshot(req).await.into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_tokens_differ_per_sandbox_and_key() {
+        let a = access_token("k", "sb-1");
+        assert_eq!(a.len(), 64);
+        assert_eq!(a, access_token("k", "sb-1"));
+        assert_ne!(a, access_token("k", "sb-2"));
+        assert_ne!(a, access_token("k2", "sb-1"));
+    }
+}
