@@ -11,8 +11,7 @@ use axum::Router;
 use crate::manager::Manager;
 
 /// The envd version reported to the SDK, which gates features on it.
-#[allow(dead_code)] // used by the control plane, which reports it
-pub const ENVD_VERSION: &str = "0.0.0";
+pub const ENVD_VERSION: &str = "0.5.0";
 
 /// The envd routes. Handlers find their sandbox in the
 /// [`super::EnvdTarget`] request extension.
