@@ -116,7 +116,7 @@ def daemon() -> Iterator[Daemon]:
         if process.poll() is not None:
             pytest.exit(f"forkvm serve exited with {process.returncode}:\n{d.log()}", returncode=2)
         try:
-            if httpx.get(f"{d.url}/v1/health", timeout=2).status_code == 200:
+            if httpx.get(f"{d.url}/v1/health", headers={"Authorization": f"Bearer {token}"}, timeout=2).status_code == 200:
                 break
         except httpx.HTTPError:
             pass

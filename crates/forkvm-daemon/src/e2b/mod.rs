@@ -22,6 +22,7 @@
 
 pub(crate) mod control;
 pub(crate) mod envd;
+pub(crate) mod model;
 
 use std::sync::Arc;
 
@@ -47,10 +48,11 @@ pub struct EnvdTarget {
 
 /// The E2B API, for the TCP listener: `api_key` is the daemon's token.
 pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
-    let key = Arc::new(api_key);
-    let control = control::router().with_state(mgr.clone());
+    let control = control::router(api_key.clone()).with_state(mgr.clone());
     let envd = envd::router().with_state(mgr.clone());
+    let key = Arc::new(api_key);
     Router::new().fallback(move |req: Request| {
+        let mgr = mgr.clone();
         let key = key.clone();
         let control = control.clone();
         let envd = envd.clone();
@@ -76,6 +78,30 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
                             StatusCode::UNAUTHORIZED,
                             format!("missing or wrong X-Access-Token for sandbox {id}"),
                         );
+                    }
+                    // As E2B's edge proxy does, a sandbox that is not
+                    // running answers 502: the SDK reads that as "not
+                    // running" (`is_running()` is false) rather than an error.
+                    match mgr.get(&id) {
+                        Ok(sb) if sb.state == forkvm_api::SandboxState::Running => {}
+                        Ok(sb) => {
+                            return error(
+                                StatusCode::BAD_GATEWAY,
+                                format!(
+                                    "sandbox {id} is {}; connect to it to resume it",
+                                    serde_json::to_value(sb.state)
+                                        .ok()
+                                        .and_then(|v| v.as_str().map(str::to_owned))
+                                        .unwrap_or_default()
+                                ),
+                            )
+                        }
+                        Err(_) => {
+                            return error(
+                                StatusCode::BAD_GATEWAY,
+                                format!("sandbox {id} not found"),
+                            )
+                        }
                     }
                     let mut req = req;
                     req.extensions_mut().insert(EnvdTarget { sandbox_id: id });

@@ -53,7 +53,6 @@ use crate::manager::Manager;
 /// `application/octet-stream` (0.5.7). The next gate, file metadata
 /// (0.6.2, `user.e2b.*` xattrs), has no agent operation behind it, so
 /// reporting 0.6.x would let the SDK send metadata that would be lost.
-#[allow(dead_code)] // reported by the control plane (branch `e2b`)
 pub const ENVD_VERSION: &str = "0.5.7";
 
 /// One call to envd: which sandbox, as whom, and the request.
