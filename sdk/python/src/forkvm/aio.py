@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Generator, Iterable, List, Mapping,
 # sync-only: from typing import Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops, models
+from ._async_proc_sandbox import AsyncSandboxFs, AsyncSandboxProcesses
 from ._ops import EgressSpec, LimitsSpec, PortSpec
 from .async_client import AsyncClient, default_async_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
@@ -270,6 +271,16 @@ class AsyncSandbox:
     @property
     def files(self) -> AsyncSandboxFiles:
         return AsyncSandboxFiles(self)
+
+    @property
+    def processes(self) -> AsyncSandboxProcesses:
+        """Background processes: ``start``, ``list``, ``attach``, ``send_stdin``, ``signal``, ``kill``..."""
+        return AsyncSandboxProcesses(self)
+
+    @property
+    def fs(self) -> AsyncSandboxFs:
+        """Filesystem operations: ``stat``, ``exists``, ``list``, ``mkdir``, ``move``, ``remove``, ``watch``..."""
+        return AsyncSandboxFs(self)
 
     @property
     def network(self) -> Optional[models.NetworkInfo]:

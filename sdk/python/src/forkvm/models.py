@@ -780,7 +780,7 @@ class PruneResult(Model):
 
 
 # --------------------------------------------------------------------------
-# Images, lifetimes and resources: in modules of their own (re-exported here), after
+# Images, lifetimes, resources and processes: in modules of their own (re-exported here), after
 # the base classes they use.
 
 from ._image_models import (  # noqa: E402
@@ -795,3 +795,9 @@ from ._image_models import (  # noqa: E402
 )
 from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout  # noqa: E402
 from ._resource_models import Capacity, SandboxLimits, Usage  # noqa: E402
+
+# Processes and filesystem operations (docs/processes.md): every name of their module.
+from . import _proc_models  # noqa: E402
+from ._proc_models import *  # noqa: E402, F401, F403
+
+__all__ += _proc_models.__all__

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops, models
+from ._proc_sandbox import SandboxFs, SandboxProcesses
 from ._ops import EgressSpec, LimitsSpec, PortSpec
 from .client import Client, default_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
@@ -262,6 +263,16 @@ class Sandbox:
     @property
     def files(self) -> SandboxFiles:
         return SandboxFiles(self)
+
+    @property
+    def processes(self) -> SandboxProcesses:
+        """Background processes: ``start``, ``list``, ``attach``, ``send_stdin``, ``signal``, ``kill``..."""
+        return SandboxProcesses(self)
+
+    @property
+    def fs(self) -> SandboxFs:
+        """Filesystem operations: ``stat``, ``exists``, ``list``, ``mkdir``, ``move``, ``remove``, ``watch``..."""
+        return SandboxFs(self)
 
     @property
     def network(self) -> Optional[models.NetworkInfo]:
