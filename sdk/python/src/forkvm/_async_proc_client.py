@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Union
 
 from . import _proc_ops, models
 from ._async_proc_streams import AsyncProcessStream, AsyncWatchStream
-from ._proc_ops import PtySpec
 from .processes import SignalSpec
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ class AsyncProcessOps:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         tag: Optional[str] = None,
-        pty: Optional[PtySpec] = None,
+        pty: Optional[_proc_ops.PtySpec] = None,
         stdin: Optional[bool] = None,
     ) -> models.ProcessStarted:
         """``POST /v1/sandboxes/{id}/processes``: start a background process; answers with its pid.
@@ -66,7 +65,7 @@ class AsyncProcessOps:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         tag: Optional[str] = None,
-        pty: Optional[PtySpec] = None,
+        pty: Optional[_proc_ops.PtySpec] = None,
         stdin: Optional[bool] = None,
     ) -> AsyncProcessStream:
         """``POST /v1/sandboxes/{id}/processes`` with ``"stream": true``: start it and iterate over its events.

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, Union
 
 from . import _proc_ops, models
 from ._async_proc_streams import AsyncProcessStream, AsyncWatchStream
-from ._proc_ops import PtySpec
 from .processes import ProcessEnd, SignalSpec
 
 if TYPE_CHECKING:
@@ -94,7 +93,7 @@ class AsyncSandboxProcesses:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         stdin: bool = False,
-        pty: Optional[PtySpec] = None,
+        pty: Optional[_proc_ops.PtySpec] = None,
     ) -> AsyncSandboxProcess:
         """Start ``cmd`` (an argv list, or a string run with ``sh -c``; ``None``: the image's
         default command) in the background and return its handle at once.
@@ -117,7 +116,7 @@ class AsyncSandboxProcesses:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         stdin: bool = False,
-        pty: Optional[PtySpec] = None,
+        pty: Optional[_proc_ops.PtySpec] = None,
     ) -> AsyncProcessStream:
         """Start ``cmd`` like :meth:`start`, streaming its events until it ends (its pid comes first).
 

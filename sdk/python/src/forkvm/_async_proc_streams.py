@@ -5,12 +5,20 @@ The events are in :mod:`forkvm.processes`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Optional
-from typing import Generator  # async-only
+import typing  # async-only
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from . import models
 from .errors import ProtocolError
-from .processes import ProcessEnd, ProcessOutput, ProcessStart, ProcessStreamEvent, parse_process_event, parse_watch_event
+from .processes import (
+    ProcessEnd,
+    ProcessOutput,
+    ProcessStart,
+    ProcessStreamEvent,
+    parse_process_event,
+    parse_watch_event,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -77,7 +85,7 @@ class AsyncProcessStream(_AsyncLineStream):
         await self._open()
         return self
 
-    def __await__(self) -> Generator[Any, None, "AsyncProcessStream"]:  # async-only
+    def __await__(self) -> typing.Generator[Any, None, "AsyncProcessStream"]:  # async-only
         return self.open().__await__()  # async-only
 
     async def __aexit__(self, *exc: object) -> None:
@@ -155,7 +163,7 @@ class AsyncWatchStream(_AsyncLineStream):
         await self.ready()
         return self
 
-    def __await__(self) -> Generator[Any, None, "AsyncWatchStream"]:  # async-only
+    def __await__(self) -> typing.Generator[Any, None, "AsyncWatchStream"]:  # async-only
         return self.open().__await__()  # async-only
 
     async def __aexit__(self, *exc: object) -> None:

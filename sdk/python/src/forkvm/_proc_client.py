@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Union
 
 from . import _proc_ops, models
 from ._proc_streams import ProcessStream, WatchStream
-from ._proc_ops import PtySpec
 from .processes import SignalSpec
 
 if TYPE_CHECKING:
@@ -46,7 +45,7 @@ class ProcessOps:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         tag: Optional[str] = None,
-        pty: Optional[PtySpec] = None,
+        pty: Optional[_proc_ops.PtySpec] = None,
         stdin: Optional[bool] = None,
     ) -> models.ProcessStarted:
         """``POST /v1/sandboxes/{id}/processes``: start a background process; answers with its pid.
@@ -68,7 +67,7 @@ class ProcessOps:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         tag: Optional[str] = None,
-        pty: Optional[PtySpec] = None,
+        pty: Optional[_proc_ops.PtySpec] = None,
         stdin: Optional[bool] = None,
     ) -> ProcessStream:
         """``POST /v1/sandboxes/{id}/processes`` with ``"stream": true``: start it and iterate over its events.

@@ -73,9 +73,8 @@ def start_process(id: str, body: models.StartProcess) -> Request:
 
 def start_process_stream(id: str, body: models.StartProcess) -> Request:
     body.stream = True
-    return Request(
-        "POST", f"/v1/sandboxes/{_seg(id)}/processes", json=body.to_dict(), headers=dict(_NDJSON), timeout=STREAM_TIMEOUT
-    )
+    path = f"/v1/sandboxes/{_seg(id)}/processes"
+    return Request("POST", path, json=body.to_dict(), headers=dict(_NDJSON), timeout=STREAM_TIMEOUT)
 
 
 def list_processes(id: str) -> Request:

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, Union
 
 from . import _proc_ops, models
 from ._proc_streams import ProcessStream, WatchStream
-from ._proc_ops import PtySpec
 from .processes import ProcessEnd, SignalSpec
 
 if TYPE_CHECKING:
@@ -96,7 +95,7 @@ class SandboxProcesses:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         stdin: bool = False,
-        pty: Optional[PtySpec] = None,
+        pty: Optional[_proc_ops.PtySpec] = None,
     ) -> SandboxProcess:
         """Start ``cmd`` (an argv list, or a string run with ``sh -c``; ``None``: the image's
         default command) in the background and return its handle at once.
@@ -119,7 +118,7 @@ class SandboxProcesses:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         stdin: bool = False,
-        pty: Optional[PtySpec] = None,
+        pty: Optional[_proc_ops.PtySpec] = None,
     ) -> ProcessStream:
         """Start ``cmd`` like :meth:`start`, streaming its events until it ends (its pid comes first).
 

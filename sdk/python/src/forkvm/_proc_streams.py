@@ -7,11 +7,19 @@ The events are in :mod:`forkvm.processes`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Dict, List, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from . import models
 from .errors import ProtocolError
-from .processes import ProcessEnd, ProcessOutput, ProcessStart, ProcessStreamEvent, parse_process_event, parse_watch_event
+from .processes import (
+    ProcessEnd,
+    ProcessOutput,
+    ProcessStart,
+    ProcessStreamEvent,
+    parse_process_event,
+    parse_watch_event,
+)
 
 if TYPE_CHECKING:
     import httpx
