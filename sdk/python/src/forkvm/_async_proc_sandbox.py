@@ -225,8 +225,8 @@ class AsyncSandboxFs:
         await self._sandbox.client.remove_file(self._sandbox.id, path)
 
     def watch(self, path: str, recursive: bool = False) -> AsyncWatchStream:
-        """The changes in a directory as they happen: ``async with`` it (or ``await`` it) to start
-        the watch, then iterate (see :class:`~forkvm.AsyncWatchStream`)."""
+        """The changes in a directory as they happen: enter it (``async with``), or call its
+        ``open()``, to start the watch, then iterate (see :class:`~forkvm.AsyncWatchStream`)."""
         return AsyncWatchStream(self._sandbox.client, _proc_ops.watch_dir(self._sandbox.id, path, recursive))
 
     async def watcher(self, path: str, recursive: bool = False) -> AsyncFsWatcher:

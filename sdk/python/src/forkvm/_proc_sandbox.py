@@ -227,8 +227,8 @@ class SandboxFs:
         self._sandbox.client.remove_file(self._sandbox.id, path)
 
     def watch(self, path: str, recursive: bool = False) -> WatchStream:
-        """The changes in a directory as they happen: ``with`` it (or ``await`` it) to start
-        the watch, then iterate (see :class:`~forkvm.WatchStream`)."""
+        """The changes in a directory as they happen: enter it (``with``), or call its
+        ``open()``, to start the watch, then iterate (see :class:`~forkvm.WatchStream`)."""
         return WatchStream(self._sandbox.client, _proc_ops.watch_dir(self._sandbox.id, path, recursive))
 
     def watcher(self, path: str, recursive: bool = False) -> FsWatcher:
