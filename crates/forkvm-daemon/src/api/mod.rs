@@ -238,6 +238,9 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
     for (op, _, path) in ROUTES {
         r = r.route(path, handler(*op));
     }
+    // MCP over streamable HTTP (crate::mcp): behind the same layers, and so
+    // the same bearer token on TCP, as /v1.
+    r = r.nest_service("/mcp", crate::mcp::service(state.clone()));
     let limit = state.cfg.limits.max_request_bytes as usize;
     let body_timeout = Duration::from_millis(state.cfg.limits.request_body_timeout_ms);
     let slots = Arc::new(tokio::sync::Semaphore::new(
