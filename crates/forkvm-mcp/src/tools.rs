@@ -446,7 +446,15 @@ pub fn parse<A: serde::de::DeserializeOwned>(
     args: Option<serde_json::Map<String, serde_json::Value>>,
 ) -> Result<A, ErrorData> {
     let v = serde_json::Value::Object(args.unwrap_or_default());
-    serde_json::from_value(v).map_err(|e| invalid(tool, format!("bad arguments: {e}")))
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let at = e.path().to_string();
+        let e = e.into_inner();
+        if at == "." {
+            invalid(tool, format!("bad arguments: {e}"))
+        } else {
+            invalid(tool, format!("bad argument {at}: {e}"))
+        }
+    })
 }
 
 fn need_id(tool: &str, id: &str) -> Result<(), ErrorData> {

@@ -316,8 +316,13 @@ async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) ->
     }
 }
 
-/// Bearer-token check for the TCP listener, in constant time.
+/// Bearer-token check for the TCP listener, in constant time. Liveness
+/// (`/v1/health`, which tells only that the daemon answers and its version)
+/// needs no token, so a supervisor or a test harness can poll it.
 async fn auth(token: &str, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/v1/health" {
+        return next.run(req).await;
+    }
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
