@@ -4,7 +4,10 @@ and the bearer token on /mcp."""
 from __future__ import annotations
 
 import httpx
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from conftest import http_client, run, stdio_client
@@ -119,17 +122,15 @@ def test_the_sdk_with_a_wrong_token_fails_cleanly(daemon):
     assert any(isinstance(x, MCPError) for x in seen), repr(e.value)
 
 
-def test_unix_socket_serves_mcp_without_a_token(daemon):
-    transport = httpx.HTTPTransport(uds=str(daemon.socket))
-    with httpx.Client(transport=transport, base_url="http://localhost", timeout=30) as http:
-        r = http.post(
-            "/mcp",
-            json={"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}},
-            headers={
-                "Accept": "application/json, text/event-stream",
-                "MCP-Protocol-Version": "2026-07-28",
-                "Mcp-Method": "server/discover",
-            },
+def test_unix_socket_serves_mcp_without_a_token(daemon, sandbox):
+    async def body():
+        http = httpx2.AsyncClient(
+            transport=httpx2.AsyncHTTPTransport(uds=str(daemon.socket)), timeout=300
         )
-    assert r.status_code == 200, r.text
-    assert "forkvm" in r.text
+        async with Client(streamable_http_client("http://localhost/mcp", http_client=http)) as c:
+            assert len((await c.list_tools()).tools) == 10
+            r = await c.call_tool("run_command", {"sandbox_id": sandbox, "command": "echo via-socket"})
+            assert r.structured_content["stdout"] == "via-socket\n"
+        await http.aclose()
+
+    run(body)
