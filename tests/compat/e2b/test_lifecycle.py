@@ -150,3 +150,24 @@ def test_envd_needs_the_sandboxs_own_access_token(e2b_env, sandbox):
     assert httpx.get(url, headers={**h, "X-Access-Token": "nope"}).status_code == 401
     token = sandbox._envd_access_token  # what the control plane handed the SDK
     assert httpx.get(url, headers={**h, "X-Access-Token": token}).status_code in (200, 204)
+
+
+def test_port_49999_reaches_a_server_in_the_guest(e2b_env, sandbox):
+    sandbox.files.write("/home/user/www/hello.txt", "from the guest")
+    sandbox.commands.run("cd /home/user/www && python3 -m http.server 49999", background=True)
+    h = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "E2b-Sandbox-Port": "49999",
+        "X-Access-Token": sandbox._envd_access_token,
+    }
+    deadline = time.monotonic() + 60
+    while True:
+        r = httpx.get(f"{e2b_env.url}/hello.txt", headers=h, timeout=10)
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert r.status_code == 200, r.text
+    assert r.text == "from the guest"
+    # A port that was not published is refused with what to do.
+    r = httpx.get(f"{e2b_env.url}/", headers={**h, "E2b-Sandbox-Port": "8080"}, timeout=10)
+    assert r.status_code == 502 and "not published" in r.json()["message"]

@@ -225,6 +225,7 @@ async fn create(
             "volume mounts are not offered through the E2B API".into(),
         );
     }
+    let networked = req.allow_internet_access != Some(false) && m.net.available();
     // templateID names a snapshot (id or tag) when one exists, else an image.
     let from_snapshot = matches!(m.db.snapshot(&req.template_id), Ok(Some(_)));
     let spec = CreateSandbox {
@@ -234,7 +235,10 @@ async fn create(
         env: req.env_vars,
         timeout: Some(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
         on_timeout: req.auto_pause.unwrap_or(false).then_some(OnTimeout::Pause),
-        network: (req.allow_internet_access == Some(false)).then_some(NetworkMode::None),
+        network: (!networked).then_some(NetworkMode::None),
+        // Port 49999 (a code interpreter, when the image serves one) is
+        // reachable through E2b-Sandbox-Port (super::ports).
+        ports: networked.then(super::ports::published),
         ..Default::default()
     };
     let mm = m.clone();

@@ -23,6 +23,7 @@
 pub(crate) mod control;
 pub(crate) mod envd;
 pub(crate) mod model;
+pub(crate) mod ports;
 
 use std::sync::Arc;
 
@@ -61,16 +62,8 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
             let sandbox = header(req.headers(), "e2b-sandbox-id").map(str::to_owned);
             match sandbox {
                 Some(id) => {
-                    let port = header(req.headers(), "e2b-sandbox-port").unwrap_or("");
-                    if port != ENVD_PORT.to_string() {
-                        return error(
-                            StatusCode::BAD_GATEWAY,
-                            format!(
-                                "port {port:?} of sandbox {id} is not served through this \
-                                 listener; only envd ({ENVD_PORT}) is"
-                            ),
-                        );
-                    }
+                    let port: Option<u16> =
+                        header(req.headers(), "e2b-sandbox-port").and_then(|p| p.parse().ok());
                     let given = header(req.headers(), "x-access-token").unwrap_or("");
                     let want = access_token(&key, &id);
                     if !constant_time_eq(given.as_bytes(), want.as_bytes()) {
@@ -82,8 +75,8 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
                     // As E2B's edge proxy does, a sandbox that is not
                     // running answers 502: the SDK reads that as "not
                     // running" (`is_running()` is false) rather than an error.
-                    match mgr.get(&id) {
-                        Ok(sb) if sb.state == forkvm_api::SandboxState::Running => {}
+                    let sb = match mgr.get(&id) {
+                        Ok(sb) if sb.state == forkvm_api::SandboxState::Running => sb,
                         Ok(sb) => {
                             return error(
                                 StatusCode::BAD_GATEWAY,
@@ -100,6 +93,16 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
                             return error(
                                 StatusCode::BAD_GATEWAY,
                                 format!("sandbox {id} not found"),
+                            )
+                        }
+                    };
+                    match port {
+                        Some(ENVD_PORT) => {}
+                        Some(p) => return ports::relay(&sb, p, req).await,
+                        None => {
+                            return error(
+                                StatusCode::BAD_REQUEST,
+                                "E2b-Sandbox-Port must be a port number".into(),
                             )
                         }
                     }
