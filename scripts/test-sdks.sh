@@ -26,7 +26,9 @@ for w in "${which[@]}"; do
         python)
             echo "== Python SDK (pytest)"
             [ -x "$REPO/.venv/bin/pytest" ] || { echo "test-sdks: pytest missing; run scripts/setup.sh" >&2; exit 1; }
-            (cd "$REPO/sdk/python" && "$REPO/.venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+            # This checkout's SDK, whatever checkout the venv's editable install points at.
+            (cd "$REPO/sdk/python" && PYTHONPATH="$REPO/sdk/python/src${PYTHONPATH:+:$PYTHONPATH}" \
+                "$REPO/.venv/bin/python" -m pytest -q -p no:cacheprovider tests)
             ;;
         typescript)
             echo "== TypeScript SDK (node --test)"

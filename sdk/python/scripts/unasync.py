@@ -7,6 +7,9 @@ mechanical rewrite, checked in so that readers and type checkers see it:
     src/forkvm/async_client.py  ->  src/forkvm/client.py    (Client)
     src/forkvm/aio.py           ->  src/forkvm/sandbox.py   (Sandbox, Snapshot, Branch)
     src/forkvm/_async_stream.py ->  src/forkvm/_stream.py   (ExecStream)
+    src/forkvm/_async_proc_client.py  -> src/forkvm/_proc_client.py  (ProcessOps, inherited by Client)
+    src/forkvm/_async_proc_streams.py -> src/forkvm/_proc_streams.py (ProcessStream, WatchStream)
+    src/forkvm/_async_proc_sandbox.py -> src/forkvm/_proc_sandbox.py (sb.processes, sb.fs)
 
 The rewrite works on Python tokens (names, and the words inside strings and
 comments), so it never touches a substring of a longer identifier:
@@ -37,7 +40,14 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "src" / "forkvm"
 
 # (async source, generated sync module)
-FILES = [("async_client.py", "client.py"), ("aio.py", "sandbox.py"), ("_async_stream.py", "_stream.py")]
+FILES = [
+    ("async_client.py", "client.py"),
+    ("aio.py", "sandbox.py"),
+    ("_async_stream.py", "_stream.py"),
+    ("_async_proc_client.py", "_proc_client.py"),
+    ("_async_proc_streams.py", "_proc_streams.py"),
+    ("_async_proc_sandbox.py", "_proc_sandbox.py"),
+]
 
 NAMES = {
     "AsyncClient": "Client",
@@ -46,6 +56,17 @@ NAMES = {
     "AsyncSnapshot": "Snapshot",
     "AsyncBranch": "Branch",
     "AsyncExecStream": "ExecStream",
+    "AsyncProcessOps": "ProcessOps",
+    "AsyncProcessStream": "ProcessStream",
+    "AsyncWatchStream": "WatchStream",
+    "_AsyncLineStream": "_LineStream",
+    "AsyncSandboxProcesses": "SandboxProcesses",
+    "AsyncSandboxProcess": "SandboxProcess",
+    "AsyncSandboxFs": "SandboxFs",
+    "AsyncFsWatcher": "FsWatcher",
+    "_async_proc_client": "_proc_client",
+    "_async_proc_streams": "_proc_streams",
+    "_async_proc_sandbox": "_proc_sandbox",
     "AsyncOutputCallback": "OutputCallback",
     "AsyncIterator": "Iterator",
     "AsyncHTTPTransport": "HTTPTransport",

@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { ProcessOps } from "./client-procs.js";
 import { ForkvmError, ProtocolError, StreamingUnsupportedError } from "./errors.js";
 import {
   buildQuery,
@@ -27,12 +28,12 @@ import {
   type TransportRequest,
   type TransportResponse,
 } from "./transport.js";
+import { errorFrom, errorFromDetail, jsonBody, ndjsonLines, parseJson } from "./wire.js";
 import type {
   BranchRequest,
   BranchResult,
   CreateSandbox,
   CreateSnapshot,
-  ErrorDetail,
   ExecRequest,
   ExecResult,
   ExecEvent,
@@ -121,11 +122,16 @@ export type ExecStreamParams = Omit<ExecRequest, "stream" | "max_output_bytes" |
 
 const seg = (value: string): string => encodeURIComponent(value);
 
-/** Low-level forkvm client. */
-export class Client {
+/**
+ * Low-level forkvm client. The operations on background processes and files
+ * (`startProcess`, `attachProcess`, `statFile`, `watchDir`,
+ * `downloadArchive`…) are inherited from {@link ProcessOps}.
+ */
+export class Client extends ProcessOps {
   readonly transport: Transport;
 
   constructor(options: ClientOptions = {}) {
+    super();
     this.transport = options.transport ?? Client.#transportFor(options);
   }
 
@@ -516,6 +522,11 @@ export class Client {
 
   // ---- plumbing -------------------------------------------------------
 
+  /** The transport for the operations of {@link ProcessOps} (processes and files). */
+  protected override send(req: TransportRequest): Promise<TransportResponse> {
+    return this.#send(req);
+  }
+
   /** Send a request; a 4xx/5xx becomes a {@link ForkvmError}. */
   async #send(req: TransportRequest): Promise<TransportResponse> {
     const res = await this.transport.request(req);
@@ -538,42 +549,6 @@ function metadataQuery(metadata: Record<string, string> | undefined): Record<str
   const query: Record<string, string> = {};
   for (const [key, value] of Object.entries(metadata)) query[`metadata.${key}`] = String(value);
   return query;
-}
-
-function jsonBody(value: object): Pick<TransportRequest, "body" | "headers"> {
-  return { body: JSON.stringify(value), headers: { "content-type": "application/json" } };
-}
-
-async function parseJson<T>(res: TransportResponse): Promise<T> {
-  const text = new TextDecoder().decode(await res.bytes());
-  try {
-    return JSON.parse(text) as T;
-  } catch (cause) {
-    throw new ProtocolError(`the daemon sent invalid JSON (HTTP ${res.status}): ${text.slice(0, 200)}`, res.status, {
-      cause,
-    });
-  }
-}
-
-async function errorFrom(res: TransportResponse): Promise<ForkvmError> {
-  const text = new TextDecoder().decode(await res.bytes());
-  let detail: Partial<ErrorDetail> | undefined;
-  try {
-    detail = (JSON.parse(text) as { error?: Partial<ErrorDetail> }).error;
-  } catch {
-    // not JSON: fall through with the raw text
-  }
-  return errorFromDetail(
-    {
-      code: detail?.code ?? `http_${res.status}`,
-      message: detail?.message ?? (text.trim() || `HTTP ${res.status}`),
-    },
-    res.status,
-  );
-}
-
-function errorFromDetail(detail: ErrorDetail, status: number): ForkvmError {
-  return ForkvmError.fromResponse(status, detail.code, detail.message);
 }
 
 /** An older daemon refuses `stream` as an unknown field: say so clearly. */
@@ -618,22 +593,7 @@ function parseLine(line: string, status: number): ExecEvent {
   return event as ExecEvent;
 }
 
-/** Split a byte stream into its non-empty lines (NDJSON). */
-export async function* ndjsonLines(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<string, void> {
-  const decoder = new TextDecoder();
-  let pending = "";
-  for await (const chunk of chunks) {
-    pending += decoder.decode(chunk, { stream: true });
-    let newline: number;
-    while ((newline = pending.indexOf("\n")) >= 0) {
-      const line = pending.slice(0, newline).trim();
-      pending = pending.slice(newline + 1);
-      if (line) yield line;
-    }
-  }
-  const rest = (pending + decoder.decode()).trim();
-  if (rest) yield rest;
-}
+export { ndjsonLines } from "./wire.js";
 
 let shared: Client | undefined;
 

@@ -18,6 +18,25 @@ export {
   type LifetimeOptions,
   type SandboxCreateOptions,
 } from "./sandbox.js";
+export {
+  ProcessStream,
+  SandboxProcess,
+  SandboxProcesses,
+  startParams,
+  type ProcessExit,
+  type ProcessStreamEvent,
+  type StartProcessOptions,
+} from "./processes.js";
+export { FsWatcher, SandboxFs, WatchStream } from "./fs.js";
+export {
+  ProcessOps,
+  signalNumber,
+  type ProcessRef,
+  type ProcessStreamFrame,
+  type SignalSpec,
+  type StartProcessParams,
+  type WatchStreamFrame,
+} from "./client-procs.js";
 export { MAX_TIMEOUT_S, type Lifetime, type OnTimeout, type PauseInfo } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
 export { Snapshot } from "./snapshot.js";

@@ -16,6 +16,8 @@ import {
   type ExecOptions,
   type ExecStreamOptions,
 } from "./exec.js";
+import { SandboxFs } from "./fs.js";
+import { SandboxProcesses } from "./processes.js";
 import { networkFields, type NetworkOptions, type PortSpec } from "./network.js";
 import { Snapshot } from "./snapshot.js";
 import type * as api from "./types.js";
@@ -141,6 +143,10 @@ export class Sandbox implements AsyncDisposable {
   info: api.Sandbox;
   /** Its files. */
   readonly files: SandboxFiles;
+  /** Its background processes: `start`, `list`, `attach`, `sendStdin`, `signal`, `kill`, `resize`… */
+  readonly processes: SandboxProcesses;
+  /** Its filesystem: `stat`, `exists`, `list`, `mkdir`, `move`, `remove`, `watch`, archives… */
+  readonly fs: SandboxFs;
   #closed = false;
 
   /** Wrap a sandbox the daemon described. Use {@link Sandbox.create} or {@link Sandbox.get} instead. */
@@ -149,6 +155,8 @@ export class Sandbox implements AsyncDisposable {
     this.id = info.id;
     this.info = info;
     this.files = new SandboxFiles(this);
+    this.processes = new SandboxProcesses(this);
+    this.fs = new SandboxFs(this);
   }
 
   /**

@@ -15,7 +15,8 @@ export interface TransportRequest {
   method: "GET" | "POST" | "PUT" | "DELETE" | (string & {});
   /** Absolute path, e.g. `/v1/sandboxes`; already percent-encoded. */
   path: string;
-  query?: Record<string, string | undefined>;
+  /** Query parameters; an array repeats its parameter (`?path=/a&path=/b`). */
+  query?: Record<string, string | readonly string[] | undefined>;
   headers?: Record<string, string>;
   /**
    * The body: bytes, text, or a stream of bytes sent as it is produced
@@ -62,7 +63,8 @@ export interface TransportOptions {
 function buildPath(req: TransportRequest): string {
   const params = new URLSearchParams();
   for (const [key, value] of Object.entries(req.query ?? {})) {
-    if (value !== undefined) params.append(key, value);
+    if (typeof value === "string") params.append(key, value);
+    else if (value !== undefined) for (const item of value) params.append(key, item);
   }
   const qs = params.toString();
   return qs ? `${req.path}?${qs}` : req.path;

@@ -14,6 +14,8 @@ import type { Capacity, SandboxLimits, Usage } from "./resources.js";
 /** The lifetime schemas live in `lifecycle.ts`, those of resources in `resources.ts`. */
 export type { Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
+/** The schemas of processes and filesystem operations live in `proc-types.ts`. */
+export type * from "./proc-types.js";
 
 /** The accelerator in use and why it was chosen. */
 export interface AccelInfo {

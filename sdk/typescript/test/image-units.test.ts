@@ -424,7 +424,7 @@ class ScriptedTransport implements Transport {
     };
   }
   close(): void {}
-  query(): Record<string, string | undefined> {
+  query(): Record<string, string | readonly string[] | undefined> {
     return this.requests.at(-1)?.query ?? {};
   }
 }

@@ -137,6 +137,38 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
         start: { command: ["sleep", "1d"], ready_port: 80 },
       }),
   ],
+  start_process: [
+    (c) =>
+      c.startProcess("ID", {
+        argv: ["sleep", "1"],
+        env: { A: "1" },
+        cwd: "/",
+        user: "1000",
+        tag: "t",
+        pty: { cols: 80, rows: 24 },
+        stdin: true,
+      }),
+    (c) => c.startProcessStream("ID", { argv: ["true"] }).next(),
+  ],
+  list_processes: [(c) => c.listProcesses("ID")],
+  kill_process: [(c) => c.killProcess("ID", 812)],
+  attach_process: [(c) => c.attachProcess("ID", "web").next()],
+  resize_pty: [(c) => c.resizePty("ID", "tty", { cols: 100, rows: 40 })],
+  signal_process: [(c) => c.signalProcess("ID", "web", "INT")],
+  write_stdin: [(c) => c.writeStdin("ID", 812, "data\n")],
+  close_stdin: [(c) => c.closeStdin("ID", 812)],
+  stat_file: [(c) => c.statFile("ID", "/etc")],
+  file_exists: [(c) => c.fileExists("ID", "/etc")],
+  list_dir: [(c) => c.listDir("ID", "/etc", { depth: 2 })],
+  make_dir: [(c) => c.makeDir("ID", "/tmp/d")],
+  move_file: [(c) => c.moveFile("ID", "/tmp/a", "/tmp/b")],
+  remove_file: [(c) => c.removeFile("ID", "/tmp/a")],
+  watch_dir: [(c) => c.watchDir("ID", "/tmp", { recursive: true }).next()],
+  create_watcher: [(c) => c.createWatcher("ID", "/tmp", { recursive: true })],
+  poll_watcher: [(c) => c.pollWatcher("ID", "W")],
+  remove_watcher: [(c) => c.removeWatcher("ID", "W")],
+  download_archive: [(c) => c.downloadArchive("ID", ["/etc/hostname", "/tmp"])],
+  upload_archive: [(c) => c.uploadArchive("ID", "/tmp/up", new Uint8Array(1024))],
   import_image: [(c) => c.importImage(archive, { name: "x", disk_size: 1 << 30, replace: true })],
   build_image: [
     (c) =>
@@ -242,7 +274,7 @@ describe("errors", () => {
 });
 
 /** The modules of the wire types: src/types.ts and those it re-exports. */
-const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts", "src/resources.ts"];
+const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts", "src/resources.ts", "src/proc-types.ts"];
 
 /** The exported interfaces and type aliases of the wire-type modules. */
 function declaredTypes(): Map<string, ts.InterfaceDeclaration | ts.TypeAliasDeclaration> {
@@ -294,7 +326,7 @@ function assertProperties(name: string, schema: Schema, node: ts.Node): void {
   }
 }
 
-describe("src/types.ts (with src/lifecycle.ts and src/resources.ts) covers every schema of docs/openapi.json", () => {
+describe("src/types.ts (with src/lifecycle.ts, src/resources.ts and src/proc-types.ts) covers every schema of docs/openapi.json", () => {
   const types = declaredTypes();
   for (const [name, schema] of Object.entries(doc.components.schemas)) {
     test(`schema ${name}`, () => {

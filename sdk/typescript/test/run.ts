@@ -41,6 +41,8 @@ const TEST_FILES = [
   "sandbox.test.js",
   "lifecycle.test.js",
   "stream.test.js",
+  "processes.test.js",
+  "fs.test.js",
   "network.test.js",
   "quickstart.test.js",
   "images.test.js",

@@ -73,15 +73,17 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
                         );
                     }
                     // As E2B's edge proxy does, a sandbox that is not
-                    // running answers 502: the SDK reads that as "not
-                    // running" (`is_running()` is false) rather than an error.
+                    // running answers 502 with "was not found" in the
+                    // message: the SDK matches those words to tell a gone
+                    // sandbox (`is_running()` false, SandboxNotRunning) from
+                    // an unreachable one.
                     let sb = match mgr.get(&id) {
                         Ok(sb) if sb.state == forkvm_api::SandboxState::Running => sb,
                         Ok(sb) => {
                             return error(
                                 StatusCode::BAD_GATEWAY,
                                 format!(
-                                    "sandbox {id} is {}; connect to it to resume it",
+                                    "sandbox {id} was not found running: it is {}; connect to it to resume it",
                                     serde_json::to_value(sb.state)
                                         .ok()
                                         .and_then(|v| v.as_str().map(str::to_owned))
@@ -92,7 +94,7 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
                         Err(_) => {
                             return error(
                                 StatusCode::BAD_GATEWAY,
-                                format!("sandbox {id} not found"),
+                                format!("sandbox {id} was not found"),
                             )
                         }
                     };

@@ -25,6 +25,10 @@ The daemon is found through ``FORKVM_URL`` (``unix:///path.sock`` or
 __version__ = "0.1.0"
 
 from . import models
+from ._async_proc_sandbox import AsyncFsWatcher, AsyncSandboxFs, AsyncSandboxProcess, AsyncSandboxProcesses
+from ._async_proc_streams import AsyncProcessStream, AsyncWatchStream
+from ._proc_sandbox import FsWatcher, SandboxFs, SandboxProcess, SandboxProcesses
+from ._proc_streams import ProcessStream, WatchStream
 from .aio import AsyncBranch, AsyncSandbox, AsyncSandboxFiles, AsyncSnapshot
 from .async_client import AsyncClient, default_async_client
 from .client import Client, default_client
@@ -71,6 +75,7 @@ from .models import (
     SandboxLimits,
     SandboxState,
 )
+from .processes import ProcessEnd, ProcessOutput, ProcessStart
 from .sandbox import Branch, Sandbox, SandboxFiles, Snapshot
 from .streaming import AsyncExecStream, ExecEvent, ExecStream, ExitEvent, OutputEvent
 
@@ -86,6 +91,14 @@ __all__ = [
     "AsyncSnapshot",
     "AsyncBranch",
     "AsyncSandboxFiles",
+    "SandboxProcesses",
+    "SandboxProcess",
+    "SandboxFs",
+    "FsWatcher",
+    "AsyncSandboxProcesses",
+    "AsyncSandboxProcess",
+    "AsyncSandboxFs",
+    "AsyncFsWatcher",
     # clients
     "Client",
     "AsyncClient",
@@ -106,6 +119,13 @@ __all__ = [
     "ExecEvent",
     "OutputEvent",
     "ExitEvent",
+    "ProcessStream",
+    "AsyncProcessStream",
+    "WatchStream",
+    "AsyncWatchStream",
+    "ProcessStart",
+    "ProcessOutput",
+    "ProcessEnd",
     # errors
     "ForkvmError",
     "InvalidRequest",

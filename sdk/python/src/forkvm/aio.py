@@ -28,8 +28,20 @@ import asyncio  # async-only
 import inspect  # async-only
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, Iterable, List, Mapping, Optional, Sequence, Union  # async-only
-# sync-only: from typing import Iterable, List, Mapping, Optional, Sequence, Union
+from typing import (  # async-only
+    TYPE_CHECKING,  # async-only
+    Any,  # async-only
+    Awaitable,  # async-only
+    Callable,  # async-only
+    Generator,  # async-only
+    Iterable,  # async-only
+    List,  # async-only
+    Mapping,  # async-only
+    Optional,  # async-only
+    Sequence,  # async-only
+    Union,  # async-only
+)  # async-only
+# sync-only: from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops, models
 from ._ops import EgressSpec, LimitsSpec, PortSpec
@@ -37,6 +49,9 @@ from .async_client import AsyncClient, default_async_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import AsyncExecStream  # async-only
 # sync-only: from .streaming import ExecStream, OutputCallback
+
+if TYPE_CHECKING:
+    from ._async_proc_sandbox import AsyncSandboxFs, AsyncSandboxProcesses
 
 __all__ = ["AsyncSandbox", "AsyncSnapshot", "AsyncBranch", "AsyncSandboxFiles"]
 
@@ -270,6 +285,20 @@ class AsyncSandbox:
     @property
     def files(self) -> AsyncSandboxFiles:
         return AsyncSandboxFiles(self)
+
+    @property
+    def processes(self) -> AsyncSandboxProcesses:
+        """Background processes: ``start``, ``list``, ``attach``, ``send_stdin``, ``signal``, ``kill``..."""
+        from ._async_proc_sandbox import AsyncSandboxProcesses  # it imports this module
+
+        return AsyncSandboxProcesses(self)
+
+    @property
+    def fs(self) -> AsyncSandboxFs:
+        """Filesystem operations: ``stat``, ``exists``, ``list``, ``mkdir``, ``move``, ``remove``, ``watch``..."""
+        from ._async_proc_sandbox import AsyncSandboxFs  # it imports this module
+
+        return AsyncSandboxFs(self)
 
     @property
     def network(self) -> Optional[models.NetworkInfo]:

@@ -27,6 +27,7 @@ import httpx
 
 from . import _images, _ops, models
 from ._base import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
+from ._async_proc_client import AsyncProcessOps
 from ._default import default_async_client
 from ._images import ImageEventCallback
 from ._ops import EgressSpec, LimitsSpec, PortSpec
@@ -39,13 +40,17 @@ from ._async_stream import _settle  # noqa: E402, I001
 __all__ = ["AsyncClient", "default_async_client"]
 
 
-class AsyncClient(_BaseClient):
+class AsyncClient(_BaseClient, AsyncProcessOps):
     """A connection to a forkvm daemon.
 
     ``url`` and ``token`` default to ``FORKVM_URL`` and ``FORKVM_TOKEN``; with
     neither, the client uses the unix socket ``$FORKVM_HOME/forkvm.sock``.
     ``timeout`` (seconds or an :class:`httpx.Timeout`) applies to every
     request but exec, which waits as long as the command may run.
+
+    The background process and filesystem operations (``start_process``,
+    ``attach_process``, ``stat_file``, ``watch_dir``, ``download_archive``...)
+    come from :class:`~forkvm._async_proc_client.AsyncProcessOps`.
     """
 
     def __init__(

@@ -28,6 +28,7 @@ import httpx
 
 from . import _images, _ops, models
 from ._base import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
+from ._proc_client import ProcessOps
 from ._default import default_client
 from ._images import ImageEventCallback
 from ._ops import EgressSpec, LimitsSpec, PortSpec
@@ -40,13 +41,17 @@ from ._stream import _settle  # noqa: E402, I001
 __all__ = ["Client", "default_client"]
 
 
-class Client(_BaseClient):
+class Client(_BaseClient, ProcessOps):
     """A connection to a forkvm daemon.
 
     ``url`` and ``token`` default to ``FORKVM_URL`` and ``FORKVM_TOKEN``; with
     neither, the client uses the unix socket ``$FORKVM_HOME/forkvm.sock``.
     ``timeout`` (seconds or an :class:`httpx.Timeout`) applies to every
     request but exec, which waits as long as the command may run.
+
+    The background process and filesystem operations (``start_process``,
+    ``attach_process``, ``stat_file``, ``watch_dir``, ``download_archive``...)
+    come from :class:`~forkvm._proc_client.ProcessOps`.
     """
 
     def __init__(

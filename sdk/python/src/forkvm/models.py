@@ -780,9 +780,11 @@ class PruneResult(Model):
 
 
 # --------------------------------------------------------------------------
-# Images, lifetimes and resources: in modules of their own (re-exported here), after
+# Images, lifetimes, resources and processes: in modules of their own (re-exported here), after
 # the base classes they use.
 
+# Processes and filesystem operations (docs/processes.md): every name of their module.
+from . import _proc_models  # noqa: E402
 from ._image_models import (  # noqa: E402
     BuildQuery,
     Image,
@@ -794,4 +796,7 @@ from ._image_models import (  # noqa: E402
     StartCommand,
 )
 from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout  # noqa: E402
+from ._proc_models import *  # noqa: E402, F401, F403
 from ._resource_models import Capacity, SandboxLimits, Usage  # noqa: E402
+
+__all__ += _proc_models.__all__

@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops, models
 from ._ops import EgressSpec, LimitsSpec, PortSpec
 from .client import Client, default_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import ExecStream, OutputCallback
+
+if TYPE_CHECKING:
+    from ._proc_sandbox import SandboxFs, SandboxProcesses
 
 __all__ = ["Sandbox", "Snapshot", "Branch", "SandboxFiles"]
 
@@ -262,6 +265,20 @@ class Sandbox:
     @property
     def files(self) -> SandboxFiles:
         return SandboxFiles(self)
+
+    @property
+    def processes(self) -> SandboxProcesses:
+        """Background processes: ``start``, ``list``, ``attach``, ``send_stdin``, ``signal``, ``kill``..."""
+        from ._proc_sandbox import SandboxProcesses  # it imports this module
+
+        return SandboxProcesses(self)
+
+    @property
+    def fs(self) -> SandboxFs:
+        """Filesystem operations: ``stat``, ``exists``, ``list``, ``mkdir``, ``move``, ``remove``, ``watch``..."""
+        from ._proc_sandbox import SandboxFs  # it imports this module
+
+        return SandboxFs(self)
 
     @property
     def network(self) -> Optional[models.NetworkInfo]:
