@@ -54,8 +54,10 @@ def test_pty_output_input_resize_and_exit(sandbox):
     assert "24 80" in screen.text()
 
     sandbox.pty.resize(h.pid, PtySize(rows=40, cols=120))
-    sandbox.pty.send_stdin(h.pid, b"stty size; echo RESIZED\n")
-    screen.wait_for("RESIZED")
+    # The terminal echoes what is typed: wait for what only the shell's
+    # arithmetic prints.
+    sandbox.pty.send_stdin(h.pid, b"stty size; echo RESIZED$((1+1))\n")
+    screen.wait_for("RESIZED2")
     assert "40 120" in screen.text()
 
     sandbox.pty.send_stdin(h.pid, b"exit 0\n")
@@ -67,8 +69,8 @@ def test_pty_output_input_resize_and_exit(sandbox):
 def test_pty_kill(sandbox):
     h = sandbox.pty.create(PtySize(rows=24, cols=80))
     screen = _Screen(h)
-    sandbox.pty.send_stdin(h.pid, b"echo READY\n")
-    screen.wait_for("READY")
+    sandbox.pty.send_stdin(h.pid, b"echo READY$((2+2))\n")
+    screen.wait_for("READY4")
     assert sandbox.pty.kill(h.pid) is True
     screen.join()
     assert isinstance(screen.error, CommandExitException)

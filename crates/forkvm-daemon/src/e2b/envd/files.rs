@@ -43,6 +43,11 @@ fn api_error(e: ApiError) -> Response {
     http_error(e.status, e.message)
 }
 
+/// An error of `/files`; only its status and message reach the client.
+fn fail(status: StatusCode, message: impl Into<String>) -> ApiError {
+    ApiError::new(status, forkvm_api::codes::INVALID_REQUEST, message)
+}
+
 /// Who the request is for: `?username=`, else the `Authorization` header,
 /// else the image's `User`.
 fn user_of(
@@ -50,22 +55,22 @@ fn user_of(
     id: &str,
     q: &FileQuery,
     h: &HeaderMap,
-) -> Result<Option<String>, Response> {
+) -> Result<Option<String>, ApiError> {
     let named = match q.username.clone().filter(|u| !u.is_empty()) {
         Some(u) => Some(u),
-        None => basic_user(h).map_err(|e| http_error(StatusCode::UNAUTHORIZED, e.message))?,
+        None => basic_user(h).map_err(|e| fail(StatusCode::UNAUTHORIZED, e.message))?,
     };
     Ok(named.or_else(|| m.exec_defaults_of(id).ok().and_then(|d| d.user)))
 }
 
-fn path_of(q: &FileQuery, user: Option<&str>) -> Result<String, Response> {
+fn path_of(q: &FileQuery, user: Option<&str>) -> Result<String, ApiError> {
     let p = q.path.as_deref().ok_or_else(|| {
-        http_error(
+        fail(
             StatusCode::BAD_REQUEST,
-            "name the file: ?path=/absolute/path (or a path relative to the user's home)".into(),
+            "name the file: ?path=/absolute/path (or a path relative to the user's home)",
         )
     })?;
-    resolve_path(p, user).map_err(|e| http_error(StatusCode::BAD_REQUEST, e.message))
+    resolve_path(p, user).map_err(|e| fail(StatusCode::BAD_REQUEST, e.message))
 }
 
 /// `GET /files`.
@@ -83,13 +88,13 @@ pub(crate) async fn download(
     let r = async {
         let user = user_of(&m, &id, &q, &headers)?;
         let path = path_of(&q, user.as_deref())?;
-        let agent = m.guest_agent(&id).await.map_err(api_error)?;
+        let agent = m.guest_agent(&id).await?;
         let data = agent
             .read_file(&path, m.cfg.limits.max_file_bytes, Duration::from_secs(120))
             .await
-            .map_err(|e| api_error(agent_error(&id, e)))?;
+            .map_err(|e| agent_error(&id, e))?;
         let name = path.rsplit('/').next().unwrap_or("").replace('"', "");
-        Ok::<_, Response>(
+        Ok::<_, ApiError>(
             (
                 [
                     (header::CONTENT_TYPE, "application/octet-stream".to_string()),
@@ -104,7 +109,7 @@ pub(crate) async fn download(
         )
     }
     .await;
-    r.unwrap_or_else(|e| e)
+    r.unwrap_or_else(api_error)
 }
 
 /// One file written: what the SDK's `WriteInfo` reads.
@@ -133,7 +138,7 @@ pub(crate) async fn upload(
         let user = user_of(&m, &id, &q, &parts.headers)?;
         let limit = m.cfg.limits.max_request_bytes as usize;
         let body = axum::body::to_bytes(body, limit).await.map_err(|e| {
-            http_error(
+            fail(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("the upload is over the limit of {limit} bytes: {e}"),
             )
@@ -146,19 +151,18 @@ pub(crate) async fn upload(
         let mut files: Vec<(String, Bytes)> = Vec::new();
         if let Some(boundary) = boundary_of(ct) {
             let parts =
-                multipart(&boundary, &body).map_err(|e| http_error(StatusCode::BAD_REQUEST, e))?;
+                multipart(&boundary, &body).map_err(|e| fail(StatusCode::BAD_REQUEST, e))?;
             let single = parts.len() == 1;
             for (filename, data) in parts {
                 let path = match (&q.path, filename) {
                     (Some(_), _) if single => path_of(&q, user.as_deref())?,
                     (_, Some(f)) => resolve_path(&f, user.as_deref())
-                        .map_err(|e| http_error(StatusCode::BAD_REQUEST, e.message))?,
+                        .map_err(|e| fail(StatusCode::BAD_REQUEST, e.message))?,
                     (_, None) => {
-                        return Err(http_error(
+                        return Err(fail(
                             StatusCode::BAD_REQUEST,
                             "each file part needs a filename (its path) when ?path= does \
-                             not name the one file"
-                                .into(),
+                             not name the one file",
                         ))
                     }
                 };
@@ -176,10 +180,7 @@ pub(crate) async fn upload(
             files.push((path, data));
         }
         if files.is_empty() {
-            return Err(http_error(
-                StatusCode::BAD_REQUEST,
-                "the upload holds no file".into(),
-            ));
+            return Err(fail(StatusCode::BAD_REQUEST, "the upload holds no file"));
         }
         let mut out = Vec::new();
         for (path, data) in files {
@@ -190,25 +191,25 @@ pub(crate) async fn upload(
                 path,
             });
         }
-        Ok::<_, Response>(Json(out).into_response())
+        Ok::<_, ApiError>(Json(out).into_response())
     }
     .await;
-    r.unwrap_or_else(|e| e)
+    r.unwrap_or_else(api_error)
 }
 
-fn gunzip(body: &[u8], limit: usize) -> Result<Bytes, Response> {
+fn gunzip(body: &[u8], limit: usize) -> Result<Bytes, ApiError> {
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(body)
         .take(limit as u64 + 1)
         .read_to_end(&mut out)
         .map_err(|e| {
-            http_error(
+            fail(
                 StatusCode::BAD_REQUEST,
                 format!("the gzip body is bad: {e}"),
             )
         })?;
     if out.len() > limit {
-        return Err(http_error(
+        return Err(fail(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the file unpacks to over the limit of {limit} bytes"),
         ));
@@ -224,18 +225,18 @@ async fn write_as(
     path: &str,
     data: &[u8],
     user: Option<&str>,
-) -> Result<(), Response> {
+) -> Result<(), ApiError> {
     let (dir, name) = match path.rsplit_once('/') {
         Some((d, n)) if !n.is_empty() => (if d.is_empty() { "/" } else { d }, n),
         _ => {
-            return Err(http_error(
+            return Err(fail(
                 StatusCode::BAD_REQUEST,
                 format!("{path:?} does not name a file"),
             ))
         }
     };
     if data.len() as u64 > m.cfg.limits.max_file_bytes {
-        return Err(http_error(
+        return Err(fail(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "{path} is {} bytes, over the limit of {}",
@@ -245,12 +246,12 @@ async fn write_as(
         ));
     }
     let tar = one_file_tar(name, data)
-        .map_err(|e| http_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let agent = m.guest_agent(id).await.map_err(api_error)?;
+        .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let agent = m.guest_agent(id).await?;
     agent
         .put_archive(dir, user, &tar, Duration::from_secs(300))
         .await
-        .map_err(|e| api_error(agent_error(id, e)))?;
+        .map_err(|e| agent_error(id, e))?;
     Ok(())
 }
 
