@@ -15,6 +15,7 @@
 //! the daemon implements it on its manager's typed actions, the CLI on the
 //! REST client. So both serve the same tools with the same checks.
 
+pub mod render;
 pub mod tools;
 
 use std::future::Future;
