@@ -91,8 +91,19 @@ impl Backend for Rest {
 }
 
 /// Serve MCP on stdin/stdout until the client closes stdin.
+///
+/// A daemon that cannot be reached (or started) does not stop the server:
+/// it starts anyway, and each tool call says that the daemon is not
+/// reachable and what to do, which an MCP client shows, where an exit would
+/// only show "server disconnected". A call made once the daemon is up works.
 pub(crate) async fn run() -> anyhow::Result<()> {
-    let client = crate::daemon::client().await?;
+    let client = match crate::daemon::client().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("forkvm mcp: {e:#}; serving anyway, each tool call will retry");
+            Client::from_env().map_err(anyhow::Error::msg)?
+        }
+    };
     forkvm_mcp::serve_stdio(Arc::new(Rest(client)))
         .await
         .map_err(anyhow::Error::msg)

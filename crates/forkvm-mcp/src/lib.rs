@@ -15,6 +15,7 @@
 //! the daemon implements it on its manager's typed actions, the CLI on the
 //! REST client. So both serve the same tools with the same checks.
 
+pub mod render;
 pub mod tools;
 
 use std::future::Future;
@@ -304,6 +305,7 @@ pub fn failed(tool: &str, e: BackendError) -> CallToolResult {
 /// wrong and, mostly, what to do), its code, and a hint by kind.
 pub fn error_text(tool: &str, e: &BackendError) -> String {
     let hint = match (e.status, e.code.as_str()) {
+        (401, _) => "set FORKVM_TOKEN (or the Authorization header) to the daemon's token",
         (404, _) => "check the id with list_sandboxes (or the image/snapshot name)",
         (409, _) => "the sandbox is not in a state for this; check it with list_sandboxes",
         (413, _) => "the data is over the daemon's limit; use smaller pieces",
@@ -312,7 +314,7 @@ pub fn error_text(tool: &str, e: &BackendError) -> String {
         }
         (504, _) => "the sandbox did not answer in time; retry, or remove it and create a new one",
         (502, _) => "the sandbox's guest failed; remove it and create a new one",
-        (0, _) => "the forkvm daemon could not be reached; is `forkvm serve` running?",
+        (0, _) => "start the daemon (`forkvm serve`), or point FORKVM_URL at a running one",
         (s, _) if s >= 500 => "a host-side failure; retry, and see the daemon's log if it repeats",
         _ => "fix the arguments and call again",
     };

@@ -165,7 +165,10 @@ fn failed_actions_are_tool_errors_that_say_what_to_do() {
     let t = text(&call(&s, "branch_sandbox", json!({"sandbox_id": "sb-1"})).unwrap());
     assert!(t.contains("resume it first [conflict]"), "{t}");
     let t = text(&call(&s, "remove_sandbox", json!({"sandbox_id": "sb-1"})).unwrap());
-    assert!(t.contains("forkvm serve"), "{t}");
+    assert!(
+        t.contains("forkvm serve") && t.ends_with("running one."),
+        "{t}"
+    );
     assert!(!t.contains("[]"), "{t}");
 }
 

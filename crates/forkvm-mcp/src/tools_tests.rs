@@ -1,4 +1,5 @@
 use super::*;
+use forkvm_api::ExecResult;
 use serde_json::json;
 
 fn args(v: serde_json::Value) -> Option<serde_json::Map<String, serde_json::Value>> {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import httpx2
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -132,5 +132,30 @@ def test_unix_socket_serves_mcp_without_a_token(daemon, sandbox):
             r = await c.call_tool("run_command", {"sandbox_id": sandbox, "command": "echo via-socket"})
             assert r.structured_content["stdout"] == "via-socket\n"
         await http.aclose()
+
+    run(body)
+
+
+@pytest.mark.parametrize(
+    "env,words",
+    [
+        ({"FORKVM_URL": "http://127.0.0.1:9"}, "forkvm serve"),
+        ({"FORKVM_TOKEN": "wrong"}, "FORKVM_TOKEN"),
+    ],
+)
+def test_stdio_without_a_usable_daemon_says_so_in_each_call(daemon, env, words):
+    """`forkvm mcp` keeps serving when the daemon is unreachable or refuses
+    its token: each call is a tool error that says what to do."""
+
+    async def body():
+        e = dict(daemon.env(), **env)
+        if "FORKVM_TOKEN" in env:
+            e["FORKVM_URL"] = daemon.url
+        params = StdioServerParameters(command=str(daemon.binary), args=["mcp"], env=e)
+        async with Client(params, read_timeout_seconds=60) as c:
+            assert len((await c.list_tools()).tools) == 10
+            r = await c.call_tool("list_sandboxes", {})
+            assert r.is_error
+            assert words in text(r), text(r)
 
     run(body)
