@@ -368,6 +368,10 @@ pub(crate) enum Cmd {
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
+    /// Serve MCP (Model Context Protocol) on stdin/stdout, for Claude Desktop
+    /// and other MCP clients: tools to create, run in, branch and remove
+    /// sandboxes of the daemon (docs/mcp.md).
+    Mcp,
 }
 
 pub(crate) fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {

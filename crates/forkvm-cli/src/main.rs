@@ -19,6 +19,7 @@ mod files;
 mod gc;
 mod image;
 mod lifetime;
+mod mcp;
 mod procs;
 mod snapshot;
 
@@ -113,6 +114,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Openapi => {
             print!("{}", forkvm_daemon::api::openapi_json());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Mcp => {
+            mcp::run().await?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Doctor => doctor::run(json).await,

@@ -16,8 +16,6 @@ use super::body::{body_error, JsonBody};
 use super::AppState;
 use crate::agent::ExecSpec;
 use crate::error::{agent_error, ApiError};
-use crate::fs::check_guest_path;
-use crate::manager::Manager;
 
 /// Stop a sandbox and delete everything it had.
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
@@ -51,104 +49,17 @@ pub(crate) async fn exec(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> Result<Response, ApiError> {
-    let l = &m.cfg.limits;
-    // The image's config gives the defaults (docs/images.md).
-    let mut req = req;
-    let defaults = m.exec_defaults_of(&id)?;
-    if req.argv.is_empty() {
-        req.argv = defaults.default_argv();
-        if req.argv.is_empty() {
-            return Err(ApiError::invalid(
-                "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"] \
-                 (this sandbox's image has no default command: no Entrypoint or Cmd)",
-            ));
-        }
-    }
-    if req.argv[0].is_empty() {
-        return Err(ApiError::invalid(
-            "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"]",
-        ));
-    }
-    // The image's Env, then the sandbox's own, then the request's.
-    let mut env = defaults.env_map();
-    env.append(&mut m.get(&id)?.env);
-    env.append(&mut req.env);
-    req.env = env;
-    req.cwd = req.cwd.or(defaults.working_dir);
-    req.user = req.user.or(defaults.user);
-    let stdin = match (req.stdin, req.stdin_base64) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid("give stdin or stdin_base64, not both"))
-        }
-        (Some(s), None) => s.into_bytes(),
-        (None, Some(b)) => base64::engine::general_purpose::STANDARD
-            .decode(b.as_bytes())
-            .map_err(|e| ApiError::invalid(format!("stdin_base64 is not valid base64: {e}")))?,
-        (None, None) => Vec::new(),
-    };
-    if stdin.len() as u64 > l.max_file_bytes {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            codes::PAYLOAD_TOO_LARGE,
-            format!(
-                "stdin is {} bytes, over the limit of {}",
-                stdin.len(),
-                l.max_file_bytes
-            ),
-        ));
-    }
-    let timeout_ms = req.timeout_ms.unwrap_or(l.max_exec_timeout_ms);
-    if timeout_ms == 0 || timeout_ms > l.max_exec_timeout_ms {
-        return Err(ApiError::invalid(format!(
-            "timeout_ms must be between 1 and {}",
-            l.max_exec_timeout_ms
-        )));
-    }
-    let max_output = req.max_output_bytes.unwrap_or(l.max_exec_output_bytes);
-    if max_output > l.max_exec_output_bytes {
-        return Err(ApiError::invalid(format!(
-            "max_output_bytes may be at most {}",
-            l.max_exec_output_bytes
-        )));
-    }
-    let live = m.running(&id)?;
-    let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
-    let spec = ExecSpec {
-        argv: req.argv,
-        env: req.env,
-        cwd: req.cwd,
-        user: req.user,
-        stdin,
-        timeout_ms: Some(timeout_ms),
-        max_output,
-    };
-    let deadline = Duration::from_millis(timeout_ms) + Manager::HOST_GRACE;
-    if req.stream {
+    let stream = req.stream;
+    let encoding = req.encoding.unwrap_or_default();
+    let (agent, spec, deadline) = m.prepare_exec(&id, req).await?;
+    if stream {
         return Ok(exec_stream(id, agent, spec, deadline));
     }
     let out = agent
         .exec(spec, deadline)
         .await
         .map_err(|e| agent_error(&id, e))?;
-    let encoding = req.encoding.unwrap_or_default();
-    let render = |b: &[u8]| match encoding {
-        OutputEncoding::Utf8 => String::from_utf8_lossy(b).into_owned(),
-        OutputEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(b),
-    };
-    Ok(Json(ExecResult {
-        exit_code: out.exit_code,
-        signal: out.signal,
-        timed_out: out.timed_out,
-        stdout: render(&out.stdout),
-        stderr: render(&out.stderr),
-        encoding,
-        stdout_truncated: out.stdout_bytes > out.stdout.len() as u64,
-        stderr_truncated: out.stderr_bytes > out.stderr.len() as u64,
-        stdout_bytes: out.stdout_bytes,
-        stderr_bytes: out.stderr_bytes,
-        duration_ms: out.duration_ms,
-    })
-    .into_response())
+    Ok(Json(crate::exec::render_exec(out, encoding)).into_response())
 }
 
 /// The streamed form of exec: output chunks become NDJSON lines as the agent
@@ -254,35 +165,15 @@ pub(crate) async fn write_file(
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<FileWritten>, ApiError> {
     let q = file_query(q)?;
-    check_guest_path(&q.path)?;
     let body = body.map_err(|e| body_error(e.status(), e.body_text()))?;
-    let mode = match &q.mode {
-        Some(s) => u32::from_str_radix(s, 8)
-            .ok()
-            .filter(|m| *m <= 0o7777)
-            .ok_or_else(|| {
+    let mode =
+        match &q.mode {
+            Some(s) => Some(u32::from_str_radix(s, 8).map_err(|_| {
                 ApiError::invalid(format!("mode {s:?} is not an octal mode like 644"))
-            })?,
-        None => 0o644,
-    };
-    if body.len() as u64 > m.cfg.limits.max_file_bytes {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            codes::PAYLOAD_TOO_LARGE,
-            format!(
-                "file is {} bytes, over the limit of {}",
-                body.len(),
-                m.cfg.limits.max_file_bytes
-            ),
-        ));
-    }
-    let live = m.running(&id)?;
-    let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
-    let size = agent
-        .write_file(&q.path, mode, &body, Duration::from_secs(120))
-        .await
-        .map_err(|e| agent_error(&id, e))?;
-    Ok(Json(FileWritten { path: q.path, size }))
+            })?),
+            None => None,
+        };
+    m.write_file(&id, q.path, mode, &body).await.map(Json)
 }
 
 /// Read a file from the guest.
@@ -297,17 +188,7 @@ pub(crate) async fn read_file(
     q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = file_query(q)?;
-    check_guest_path(&q.path)?;
-    let live = m.running(&id)?;
-    let agent = live.agent().await.map_err(|e| agent_error(&id, e))?;
-    let data = agent
-        .read_file(
-            &q.path,
-            m.cfg.limits.max_file_bytes,
-            Duration::from_secs(120),
-        )
-        .await
-        .map_err(|e| agent_error(&id, e))?;
+    let data = m.read_file(&id, &q.path).await?;
     let mut h = HeaderMap::new();
     h.insert(
         header::CONTENT_TYPE,

@@ -238,6 +238,9 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
     for (op, _, path) in ROUTES {
         r = r.route(path, handler(*op));
     }
+    // MCP over streamable HTTP (crate::mcp): behind the same layers, and so
+    // the same bearer token on TCP, as /v1.
+    r = r.nest_service("/mcp", crate::mcp::service(state.clone()));
     let limit = state.cfg.limits.max_request_bytes as usize;
     let body_timeout = Duration::from_millis(state.cfg.limits.request_body_timeout_ms);
     let slots = Arc::new(tokio::sync::Semaphore::new(
@@ -313,8 +316,13 @@ async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) ->
     }
 }
 
-/// Bearer-token check for the TCP listener, in constant time.
+/// Bearer-token check for the TCP listener, in constant time. Liveness
+/// (`/v1/health`, which tells only that the daemon answers and its version)
+/// needs no token, so a supervisor or a test harness can poll it.
 async fn auth(token: &str, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/v1/health" {
+        return next.run(req).await;
+    }
     let given = req
         .headers()
         .get(header::AUTHORIZATION)

@@ -296,11 +296,43 @@ fn pct_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// An RFC 3339 time with `Z` or a numeric offset (the SDK sends its local
+/// time with one).
+fn parse_time(s: &str) -> Option<std::time::SystemTime> {
+    if s.ends_with('Z') || s.ends_with('z') {
+        return crate::util::parse_rfc3339(&s.replace('z', "Z"));
+    }
+    let (base, sign, off) = match s.len().checked_sub(6).map(|i| s.split_at(i)) {
+        Some((b, o)) if o.starts_with('+') => (b, 1i64, &o[1..]),
+        Some((b, o)) if o.starts_with('-') => (b, -1i64, &o[1..]),
+        _ => return None,
+    };
+    let (h, mi) = off.split_once(':')?;
+    let off_s = sign * (h.parse::<i64>().ok()? * 3600 + mi.parse::<i64>().ok()? * 60);
+    let t = crate::util::parse_rfc3339(&format!("{base}Z"))?;
+    // Local time minus its offset is UTC.
+    if off_s >= 0 {
+        t.checked_sub(std::time::Duration::from_secs(off_s as u64))
+    } else {
+        t.checked_add(std::time::Duration::from_secs((-off_s) as u64))
+    }
+}
+
 fn all_listed(m: &Manager, q: &BTreeMap<String, String>) -> Result<Vec<ListedSandbox>, Refusal> {
     let filter = metadata_filter(q);
     let states: Option<Vec<String>> = q
         .get("state")
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+    let after = match q.get("startedAfter") {
+        None => None,
+        Some(t) => Some(parse_time(t).ok_or_else(|| {
+            Refusal(
+                StatusCode::BAD_REQUEST,
+                format!("startedAfter {t:?} is not an RFC 3339 time"),
+            )
+        })?),
+    };
+    let template = q.get("template");
     let mut v: Vec<ListedSandbox> = m
         .list(&filter)?
         .iter()
@@ -309,6 +341,10 @@ fn all_listed(m: &Manager, q: &BTreeMap<String, String>) -> Result<Vec<ListedSan
             states
                 .as_ref()
                 .is_none_or(|s| s.iter().any(|x| x == l.state))
+        })
+        .filter(|l| template.is_none_or(|t| *t == l.template_id))
+        .filter(|l| {
+            after.is_none_or(|a| crate::util::parse_rfc3339(&l.started_at).is_some_and(|s| s > a))
         })
         .collect();
     v.sort_by(|a, b| (&a.started_at, &a.sandbox_id).cmp(&(&b.started_at, &b.sandbox_id)));
@@ -345,9 +381,10 @@ async fn list_v2(
             )
         }
     };
+    // E2B lists the newest first unless asked otherwise.
     let desc = match q.get("order").map(String::as_str) {
-        None | Some("asc") => false,
-        Some("desc") => true,
+        Some("asc") => false,
+        None | Some("desc") => true,
         Some(o) => {
             return super::error(StatusCode::BAD_REQUEST, format!("order {o:?}: asc or desc"))
         }
@@ -481,7 +518,12 @@ async fn wake(
                 format!("sandbox {id} is already running"),
             );
         }
-        if let Some(t) = req.timeout {
+        // Connecting extends a running sandbox's timeout, never shortens it.
+        let left = sb.lifetime.as_ref().map(|l| l.remaining_s);
+        if let Some(t) = req
+            .timeout
+            .filter(|t| left.is_some_and(|l| (*t as f64) > l))
+        {
             if let Err(e) = m.set_timeout(
                 &id,
                 SetTimeout {
@@ -542,6 +584,8 @@ fn retime(m: &Manager, id: &str, seconds: u64) -> Response {
     if let Err(r) = lookup(m, id) {
         return r.into_response();
     }
+    // E2B takes 0 as "now"; forkvm's shortest timeout is a second.
+    let seconds = seconds.max(1);
     match m.set_timeout(
         id,
         SetTimeout {
@@ -579,7 +623,11 @@ async fn refresh(
 /// One sample, now: forkvm keeps no history of a sandbox's use. CPU is the
 /// average since the sandbox started; memory is its QEMU's proportional
 /// share on the host (what admission counts), disk its own files on the host.
-async fn metrics(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Response {
+async fn metrics(
+    State(m): State<Arc<Manager>>,
+    Path(id): Path<String>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
     let sb = match lookup(&m, &id) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
@@ -589,6 +637,11 @@ async fn metrics(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Respo
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    // `start`/`end` (unix seconds) bound the window; the one sample is now.
+    let bound = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
+    if bound("start").is_some_and(|s| s > unix) || bound("end").is_some_and(|e| e < unix) {
+        return Json(Vec::<Metric>::new()).into_response();
+    }
     let Some(usage) = sb.usage.as_ref() else {
         return Json(Vec::<Metric>::new()).into_response(); // paused: no samples
     };
@@ -724,6 +777,14 @@ mod tests {
         assert_eq!(f["a"], "1");
         assert_eq!(f["b"], "x y");
         assert_eq!(f["c"], "");
+    }
+
+    #[test]
+    fn times_with_offsets_are_utc() {
+        let z = parse_time("2026-11-25T10:00:00Z").unwrap();
+        assert_eq!(parse_time("2026-11-25T12:00:00+02:00"), Some(z));
+        assert_eq!(parse_time("2026-11-25T09:30:00.000000-00:30"), Some(z));
+        assert_eq!(parse_time("yesterday"), None);
     }
 
     #[test]
