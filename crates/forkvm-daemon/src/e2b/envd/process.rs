@@ -150,7 +150,7 @@ fn render(id: String, ps: ProcessStream) -> Response {
 pub(crate) async fn list(call: Call) -> Response {
     connect::unary(
         async {
-            let _: Empty2 = connect::unary_request(call.content_type(), &call.body)?;
+            let _: EmptyRequest = connect::unary_request(call.content_type(), &call.body)?;
             let list = call.mgr.list_processes(&call.id).await?;
             Ok(ListResponse {
                 processes: list
@@ -178,7 +178,7 @@ pub(crate) async fn list(call: Call) -> Response {
 
 /// An empty request message; whatever it holds is ignored.
 #[derive(serde::Deserialize)]
-struct Empty2 {}
+struct EmptyRequest {}
 
 /// `SendInput`: bytes for a process's stdin or its PTY.
 pub(crate) async fn send_input(call: Call) -> Response {
