@@ -3,9 +3,9 @@
 //! one manager action and renders the answer.
 //!
 //! Relative paths are taken from the user's home directory, as envd does
-//! ([`Call::resolve`]). The operations run as the guest agent (root): a
-//! username does not narrow what they may see or change (see
-//! `docs/e2b.md`).
+//! ([`Call::resolve`]). `MakeDir` runs as the user, so what it makes is
+//! theirs; the other operations run as the guest agent (root): a username
+//! does not narrow what they may see or change (see `docs/e2b.md`).
 
 use axum::response::Response;
 
@@ -21,7 +21,23 @@ pub(crate) async fn stat(call: Call) -> Response {
         async {
             let req: PathRequest = connect::unary_request(call.content_type(), &call.body)?;
             let path = call.resolve(&req.path)?;
-            let entry = call.mgr.stat_file(&call.id, &path).await?;
+            let mut entry = call.mgr.stat_file(&call.id, &path).await?;
+            // envd's Stat describes what a symlink points at (its kind and
+            // size), keeping the link's own name, path and target.
+            if let (forkvm_api::FileKind::Symlink, Some(to)) =
+                (entry.kind, entry.symlink_target.clone())
+            {
+                let target = if to.starts_with('/') {
+                    to
+                } else {
+                    let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+                    format!("{dir}/{to}")
+                };
+                if let Ok(t) = call.mgr.stat_file(&call.id, &target).await {
+                    entry.kind = t.kind;
+                    entry.size = t.size;
+                }
+            }
             Ok(EntryResponse {
                 entry: entry.into(),
             })
@@ -37,15 +53,42 @@ pub(crate) async fn make_dir(call: Call) -> Response {
         async {
             let req: PathRequest = connect::unary_request(call.content_type(), &call.body)?;
             let path = call.resolve(&req.path)?;
-            let made = call.mgr.make_dir(&call.id, &path).await?;
-            if made.existed {
+            let user = call.effective_user();
+            let as_root = user
+                .as_deref()
+                .is_none_or(|u| matches!(u.split(':').next(), Some("root" | "0" | "")));
+            if as_root {
+                let made = call.mgr.make_dir(&call.id, &path).await?;
+                if made.existed {
+                    return Err(exists(&path));
+                }
+                return Ok(EntryResponse {
+                    entry: made.entry.into(),
+                });
+            }
+            // As envd does, the directories are made by the user, so they
+            // are theirs (a later `ln -s` or write in them as that user
+            // works): `mkdir -p` runs in the guest as that user.
+            match call.mgr.stat_file(&call.id, &path).await {
+                Ok(_) => return Err(exists(&path)),
+                Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => {}
+                Err(e) => return Err(e.into()),
+            }
+            let run = forkvm_api::ExecRequest {
+                argv: vec!["mkdir".into(), "-p".into(), "--".into(), path.clone()],
+                user,
+                timeout_ms: Some(30_000),
+                ..Default::default()
+            };
+            let r = call.mgr.exec(&call.id, run).await?;
+            if r.exit_code != Some(0) {
                 return Err(ConnectError::new(
-                    Code::AlreadyExists,
-                    format!("directory {path} already exists"),
+                    Code::PermissionDenied,
+                    format!("cannot make directory {path}: {}", r.stderr.trim()),
                 ));
             }
             Ok(EntryResponse {
-                entry: made.entry.into(),
+                entry: call.mgr.stat_file(&call.id, &path).await?.into(),
             })
         }
         .await,
@@ -83,14 +126,19 @@ pub(crate) async fn list_dir(call: Call) -> Response {
     )
 }
 
-/// `Remove`: a file, or a directory with all it holds.
+/// `Remove`: a file, or a directory with all it holds; a missing path is
+/// not an error.
 pub(crate) async fn remove(call: Call) -> Response {
     connect::unary(
         async {
             let req: PathRequest = connect::unary_request(call.content_type(), &call.body)?;
             let path = call.resolve(&req.path)?;
-            call.mgr.remove_file(&call.id, &path).await?;
-            Ok(Empty {})
+            // envd removes as `rm -rf` does: a path that is not there is
+            // already removed.
+            match call.mgr.remove_file(&call.id, &path).await {
+                Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => Ok(Empty {}),
+                r => r.map(|()| Empty {}).map_err(Into::into),
+            }
         }
         .await,
     )
@@ -190,6 +238,13 @@ pub(crate) async fn get_watcher_events(call: Call) -> Response {
             })
         }
         .await,
+    )
+}
+
+fn exists(path: &str) -> ConnectError {
+    ConnectError::new(
+        Code::AlreadyExists,
+        format!("directory {path} already exists"),
     )
 }
 
