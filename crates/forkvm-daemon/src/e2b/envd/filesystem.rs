@@ -23,7 +23,8 @@ pub(crate) async fn stat(call: Call) -> Response {
             let path = call.resolve(&req.path)?;
             let mut entry = call.mgr.stat_file(&call.id, &path).await?;
             // envd's Stat describes what a symlink points at (its kind and
-            // size), keeping the link's own name, path and target.
+            // size, and the target as an absolute path), keeping the link's
+            // own name and path.
             if let (forkvm_api::FileKind::Symlink, Some(to)) =
                 (entry.kind, entry.symlink_target.clone())
             {
@@ -36,6 +37,8 @@ pub(crate) async fn stat(call: Call) -> Response {
                 if let Ok(t) = call.mgr.stat_file(&call.id, &target).await {
                     entry.kind = t.kind;
                     entry.size = t.size;
+                    // envd gives the target as an absolute path.
+                    entry.symlink_target = Some(target);
                 }
             }
             Ok(EntryResponse {
