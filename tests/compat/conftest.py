@@ -114,7 +114,9 @@ def daemon() -> Iterator[Daemon]:
     deadline = time.monotonic() + 60
     while True:
         if process.poll() is not None:
-            pytest.exit(f"forkvm serve exited with {process.returncode}:\n{d.log()}", returncode=2)
+            log = d.log()
+            shutil.rmtree(home, ignore_errors=True)
+            pytest.exit(f"forkvm serve exited with {process.returncode}:\n{log}", returncode=2)
         try:
             if httpx.get(f"{d.url}/v1/health", headers={"Authorization": f"Bearer {token}"}, timeout=2).status_code == 200:
                 break
@@ -122,7 +124,9 @@ def daemon() -> Iterator[Daemon]:
             pass
         if time.monotonic() > deadline:
             _stop(process)
-            pytest.exit(f"forkvm serve did not answer within 60 s:\n{d.log()}", returncode=2)
+            log = d.log()
+            shutil.rmtree(home, ignore_errors=True)
+            pytest.exit(f"forkvm serve did not answer within 60 s:\n{log}", returncode=2)
         time.sleep(0.1)
     try:
         yield d
