@@ -344,7 +344,7 @@ fn all_listed(m: &Manager, q: &BTreeMap<String, String>) -> Result<Vec<ListedSan
         })
         .filter(|l| template.is_none_or(|t| *t == l.template_id))
         .filter(|l| {
-            after.is_none_or(|a| crate::util::parse_rfc3339(&l.started_at).is_some_and(|s| s > a))
+            after.is_none_or(|a| crate::util::parse_rfc3339(&l.started_at).is_some_and(|s| s >= a))
         })
         .collect();
     v.sort_by(|a, b| (&a.started_at, &a.sandbox_id).cmp(&(&b.started_at, &b.sandbox_id)));
