@@ -316,13 +316,10 @@ async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) ->
     }
 }
 
-/// Bearer-token check for the TCP listener, in constant time. Liveness
-/// (`/v1/health`, which tells only that the daemon answers and its version)
-/// needs no token, so a supervisor or a test harness can poll it.
+/// Bearer-token check for the TCP listener, in constant time. Every route
+/// needs it, `/v1/health` too: a client learns at its first call whether its
+/// token is right.
 async fn auth(token: &str, req: Request, next: Next) -> Response {
-    if req.uri().path() == "/v1/health" {
-        return next.run(req).await;
-    }
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
