@@ -152,21 +152,56 @@ pub(crate) fn error(status: StatusCode, message: String) -> Response {
         .into_response()
 }
 
-/// Route a TCP request: `/v1/…` and `/mcp` to forkvm's own API, anything else
-/// to the E2B API.
+/// Route a TCP request: paths of forkvm's own API (those under the first
+/// segment of any route in `forkvm_api::routes::ROUTES`, so `/v1/…` and
+/// `/metrics`, and `/mcp`) to it, anything else to the E2B API. E2B's
+/// control plane has no path under those.
 pub async fn dispatch(rest: Router, e2b: Router, req: Request) -> Response {
     use tower::ServiceExt;
-    let p = req.uri().path();
-    if p.starts_with("/v1/") || p == "/v1" || p == "/mcp" || p.starts_with("/mcp/") {
+    if is_forkvm_path(req.uri().path()) {
         rest.oneshot(req).await.into_response()
     } else {
         e2b.oneshot(req).await.into_response()
     }
 }
 
+fn first_segment(p: &str) -> &str {
+    p.trim_start_matches('/').split('/').next().unwrap_or("")
+}
+
+fn is_forkvm_path(p: &str) -> bool {
+    let seg = first_segment(p);
+    seg == "mcp"
+        || forkvm_api::routes::ROUTES
+            .iter()
+            .any(|(_, _, route)| first_segment(route) == seg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forkvm_paths_go_to_forkvm_and_the_rest_to_e2b() {
+        for p in [
+            "/v1/health",
+            "/v1/sandboxes/x",
+            "/metrics",
+            "/mcp",
+            "/mcp/x",
+        ] {
+            assert!(is_forkvm_path(p), "{p}");
+        }
+        for p in [
+            "/sandboxes",
+            "/v2/sandboxes",
+            "/health",
+            "/files",
+            "/process.Process/Start",
+        ] {
+            assert!(!is_forkvm_path(p), "{p}");
+        }
+    }
 
     #[test]
     fn access_tokens_differ_per_sandbox_and_key() {
