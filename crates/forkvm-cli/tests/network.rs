@@ -376,8 +376,8 @@ fn guests_cannot_reach_the_host_or_each_other_unless_allowed() {
         l.local_addr().unwrap().port()
     };
     let d = Daemon::start_with(Some((format!("0.0.0.0:{port}"), token.into())));
-    // An endpoint behind the token (not /v1/health, which answers anyone):
-    // a 401 proves the request reached the daemon.
+    // An endpoint behind the token: a 401 proves the request reached the
+    // daemon.
     let api = format!("http://{}:{port}/v1/info", net.host_addr);
     // Negative control: the host itself reaches the daemon at that address.
     let o = Command::new("curl")
