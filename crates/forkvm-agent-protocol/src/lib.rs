@@ -65,6 +65,7 @@
 
 pub mod caps;
 pub mod tar;
+pub mod volume;
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
