@@ -1,0 +1,213 @@
+//! The server threads of one volume port: a reader, a worker pool and a
+//! shared writer.
+//!
+//! ```text
+//!  port ──reader──► queue ──► worker × 16 ──► (write mutex) ──► port
+//!            └─ QUIESCED ──► quiesce() waiter
+//! ```
+//!
+//! Requests are handled concurrently and each reply is written as soon as
+//! it is ready (FUSE matches replies by `unique`, so order does not matter):
+//! a slow fsync does not hold up the reads behind it.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use forkvm_agent_protocol::volume::{read_frame, write_frame, FrameKind};
+
+use crate::fs::Volume;
+use crate::{ops, VolumeConfig, VolumeError};
+
+const WORKERS: usize = 16;
+
+#[derive(Default)]
+struct Flags {
+    quiesced: bool,
+    closed: bool,
+}
+
+struct Shared {
+    writer: Mutex<UnixStream>,
+    flags: Mutex<Flags>,
+    cond: Condvar,
+    vols: HashMap<u8, Arc<Volume>>,
+    log_id: String,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn send(&self, kind: FrameKind, volume: u8, payload: &[u8]) -> io::Result<()> {
+        write_frame(&mut *lock(&self.writer), kind, volume, payload)
+    }
+}
+
+/// A running server; see the crate docs.
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    stream: UnixStream,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// Starts serving `volumes` on `stream` (the volume port's host end).
+/// Sends RESUME(resend=1) first: this instance knows nothing of requests a
+/// predecessor was sent, so the relay must send its unanswered ones again.
+pub fn serve(
+    stream: UnixStream,
+    volumes: Vec<VolumeConfig>,
+    log_id: String,
+) -> io::Result<ServerHandle> {
+    let mut vols = HashMap::new();
+    for cfg in volumes {
+        let index = cfg.index;
+        let v = Volume::open(cfg, log_id.clone()).map_err(io::Error::other)?;
+        if let Some(p) = v.init_params() {
+            // A restored guest will not send INIT; these stay in force.
+            tracing::debug!(sandbox = %log_id, index, ?p, "volume: restored FUSE parameters");
+        }
+        vols.insert(index, Arc::new(v));
+    }
+    let shared = Arc::new(Shared {
+        writer: Mutex::new(stream.try_clone()?),
+        flags: Mutex::new(Flags::default()),
+        cond: Condvar::new(),
+        vols,
+        log_id,
+    });
+    shared.send(FrameKind::Resume, 0, &[1])?;
+    let (tx, rx) = channel::<(u8, Vec<u8>)>();
+    let rx = Arc::new(Mutex::new(rx));
+    let mut threads = Vec::new();
+    for i in 0..WORKERS {
+        let (s, rx) = (shared.clone(), rx.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("vol-worker-{i}"))
+                .spawn(move || worker(s, rx))?,
+        );
+    }
+    let s = shared.clone();
+    let mut reader = stream.try_clone()?;
+    threads.push(
+        std::thread::Builder::new()
+            .name("vol-reader".into())
+            .spawn(move || {
+                loop {
+                    match read_frame(&mut reader) {
+                        Ok(Some(f)) => match f.kind {
+                            FrameKind::Request => {
+                                if tx.send((f.volume, f.payload)).is_err() {
+                                    break;
+                                }
+                            }
+                            FrameKind::Quiesced => {
+                                lock(&s.flags).quiesced = true;
+                                s.cond.notify_all();
+                            }
+                            k => tracing::warn!(sandbox = %s.log_id, ?k, "volume: unexpected frame from the guest"),
+                        },
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(sandbox = %s.log_id, error = %e, "volume: bad frame from the guest, closing");
+                            break;
+                        }
+                    }
+                }
+                lock(&s.flags).closed = true;
+                s.cond.notify_all();
+                // Dropping `tx` ends the workers once the queue is drained.
+            })?,
+    );
+    Ok(ServerHandle {
+        shared,
+        stream,
+        threads,
+    })
+}
+
+fn worker(s: Arc<Shared>, rx: Arc<Mutex<Receiver<(u8, Vec<u8>)>>>) {
+    loop {
+        let msg = lock(&rx).recv();
+        let Ok((index, req)) = msg else { return };
+        let reply = match s.vols.get(&index) {
+            Some(v) => ops::handle(v, &req),
+            None => {
+                tracing::warn!(sandbox = %s.log_id, index, "volume: request for an unknown volume");
+                crate::abi::InHeader::parse(&req)
+                    .map(|(h, _)| crate::abi::reply_err(h.unique, libc::ENODEV))
+            }
+        };
+        if let Some(r) = reply {
+            if s.send(FrameKind::Reply, index, &r).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl ServerHandle {
+    /// Sends QUIESCE and waits for QUIESCED: afterwards no request is being
+    /// served, and new ones wait in the guest's relay.
+    pub fn quiesce(&self, timeout: Duration) -> Result<(), VolumeError> {
+        lock(&self.shared.flags).quiesced = false;
+        self.shared
+            .send(FrameKind::Quiesce, 0, &[])
+            .map_err(|e| VolumeError::Io {
+                what: "sending QUIESCE".into(),
+                source: e,
+            })?;
+        let deadline = Instant::now() + timeout;
+        let mut f = lock(&self.shared.flags);
+        while !f.quiesced {
+            if f.closed {
+                return Err(VolumeError::Closed);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(VolumeError::QuiesceTimeout(timeout));
+            }
+            f = self
+                .shared
+                .cond
+                .wait_timeout(f, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    /// Sends RESUME(resend=0): the relay forwards what it held.
+    pub fn resume(&self) {
+        lock(&self.shared.flags).quiesced = false;
+        let _ = self.shared.send(FrameKind::Resume, 0, &[0]);
+    }
+
+    /// Writes a compacted journal per volume as `dir/<index>.journal`,
+    /// atomically. Only meaningful while quiesced (no table change races).
+    pub fn save_journals(&self, dir: &Path) -> Result<(), VolumeError> {
+        for (index, v) in &self.shared.vols {
+            crate::journal::write_all(&dir.join(format!("{index}.journal")), &v.snapshot())?;
+        }
+        Ok(())
+    }
+
+    pub fn is_closed(&self) -> bool {
+        lock(&self.shared.flags).closed
+    }
+
+    /// Stops the threads and closes the stream (the relay sees EOF).
+    pub fn shutdown(self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
