@@ -26,6 +26,9 @@ use crate::{ops, VolumeConfig, VolumeError};
 
 const WORKERS: usize = 16;
 
+/// The request queue shared by the workers: (volume index, raw request).
+type Queue = Arc<Mutex<Receiver<(u8, Vec<u8>)>>>;
+
 #[derive(Default)]
 struct Flags {
     quiesced: bool,
@@ -133,7 +136,7 @@ pub fn serve(
     })
 }
 
-fn worker(s: Arc<Shared>, rx: Arc<Mutex<Receiver<(u8, Vec<u8>)>>>) {
+fn worker(s: Arc<Shared>, rx: Queue) {
     loop {
         let msg = lock(&rx).recv();
         let Ok((index, req)) = msg else { return };
