@@ -342,12 +342,15 @@ impl Volume {
         }
         let p = proc_path(pfd.as_raw_fd());
         let extra = if dir { libc::O_DIRECTORY } else { 0 };
-        // SAFETY: `p` is NUL-terminated. Reopening through /proc/self/fd
-        // reaches the very inode checked above, never a swapped path.
+        // Reopening through /proc/self/fd reaches the very inode checked
+        // above, never a swapped path. No O_NOFOLLOW: the /proc entry is
+        // itself a (magic) link, and the inode behind it was checked to be
+        // a regular file or a directory.
+        // SAFETY: `p` is NUL-terminated.
         let fd = unsafe {
             libc::open(
                 p.as_ptr(),
-                flags | extra | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                flags | extra | libc::O_CLOEXEC | libc::O_NONBLOCK,
             )
         };
         if fd < 0 {
