@@ -15,10 +15,10 @@ pub const HOST_OWNER: (u32, u32) = (4321, 4322);
 
 /// Fails (never skips) when the host cannot run these tests.
 pub fn require_fuse() {
-    // SAFETY: getuid has no preconditions.
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
+        euid, 0,
         "the forkvm-volume integration tests mount FUSE and must run as root"
     );
     assert!(
