@@ -623,3 +623,7 @@ fn lseek(vol: &Volume, a: &[u8]) -> Res {
     b.u64(r as u64);
     Ok(b.0)
 }
+
+#[cfg(test)]
+#[path = "ops_tests.rs"]
+mod tests;
