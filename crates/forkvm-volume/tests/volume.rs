@@ -237,3 +237,66 @@ fn quiesce_holds_requests_until_resume() {
     assert_eq!(fs::read_to_string(m.h("q2")).unwrap(), "later");
     assert!(!m.server().is_closed());
 }
+
+#[test]
+fn deleted_while_open_is_estale_after_restore() {
+    let mut m = Mount::new(false);
+    fs::write(m.h("gone"), "g").unwrap();
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.p("gone"))
+        .unwrap();
+    fs::remove_file(m.p("gone")).unwrap();
+    // The same server still has the fd.
+    f.write_all(b"1").unwrap();
+    m.server().quiesce(Duration::from_secs(5)).unwrap();
+    let saved = m.tmp.path().join("saved");
+    fs::create_dir(&saved).unwrap();
+    m.server().save_journals(&saved).unwrap();
+    let root = m.root.clone();
+    m.restart(&root, &saved.join("0.journal"));
+    let e = f.write_all(b"2").unwrap_err();
+    assert_eq!(
+        errno_of(&e),
+        libc::ESTALE,
+        "documented rule: no name, no reopen"
+    );
+}
+
+/// Many guest workers at once, as in the benchmark (reads, and writes with
+/// fsync): everything completes and lands on the host intact.
+#[test]
+fn parallel_workers() {
+    let m = Mount::new(false);
+    let files = 1024;
+    let workers = 64;
+    fs::create_dir(m.h("data")).unwrap();
+    for i in 0..files {
+        fs::write(m.h(&format!("data/{i}")), vec![(i % 251) as u8; 4096]).unwrap();
+    }
+    let mnt = m.mnt.clone();
+    let threads: Vec<_> = (0..workers)
+        .map(|w| {
+            let mnt = mnt.clone();
+            std::thread::spawn(move || {
+                for i in (w..files).step_by(workers) {
+                    let p = mnt.join(format!("data/{i}"));
+                    let got = fs::read(&p).unwrap();
+                    assert_eq!(got, vec![(i % 251) as u8; 4096]);
+                    let mut f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+                    f.write_all(&vec![(i % 13) as u8; 4096]).unwrap();
+                    f.sync_all().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for i in 0..files {
+        assert_eq!(
+            fs::read(m.h(&format!("data/{i}"))).unwrap(),
+            vec![(i % 13) as u8; 4096]
+        );
+    }
+}
