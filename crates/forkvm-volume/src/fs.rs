@@ -32,6 +32,11 @@ const RESOLVE_BENEATH: u64 = 0x08;
 const RESOLVE: u64 =
     RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
 
+/// A journal grows by one record per lookup (entries time out after 1 s,
+/// so a busy guest looks names up again and again). Past this size it is
+/// rewritten compacted, and again each time it has grown 4x since.
+const COMPACT_AT: u64 = if cfg!(test) { 4096 } else { 16 << 20 };
+
 /// How many O_PATH fds are kept; the oldest quarter goes when full.
 const FD_CACHE: usize = 4096;
 
@@ -138,6 +143,8 @@ pub struct Volume {
     pub log_id: String,
     pub root: OwnedFd,
     table: Mutex<(Table, Journal)>,
+    /// Size of the journal right after the last compaction.
+    compacted: std::sync::atomic::AtomicU64,
     fds: Mutex<FdCache>,
     handles: Mutex<HashMap<u64, Handle>>,
 }
@@ -174,6 +181,7 @@ impl Volume {
             log_id,
             root,
             table: Mutex::new((table, journal)),
+            compacted: std::sync::atomic::AtomicU64::new(0),
             fds: Mutex::new(FdCache {
                 map: HashMap::new(),
                 tick: 0,
@@ -198,6 +206,25 @@ impl Volume {
         t.0.apply(&r);
         if let Err(e) = t.1.append(&r) {
             self.warn("journal append failed", 0, &e);
+        }
+        let base = self.compacted.load(std::sync::atomic::Ordering::Relaxed);
+        if t.1.len > COMPACT_AT.max(base * 4) {
+            self.compact(t);
+        }
+    }
+
+    /// Rewrites the journal in place from the table (tmp + rename, so a
+    /// crash leaves either the old or the new one) and appends from there.
+    fn compact(&self, t: &mut (Table, Journal)) {
+        let res = crate::journal::write_all(&self.cfg.journal, &t.0.snapshot())
+            .and_then(|()| Journal::open(&self.cfg.journal));
+        match res {
+            Ok((j, _)) => {
+                self.compacted
+                    .store(j.len, std::sync::atomic::Ordering::Relaxed);
+                t.1 = j;
+            }
+            Err(e) => self.warn("journal compaction failed", 0, &e),
         }
     }
 

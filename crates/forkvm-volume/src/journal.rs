@@ -179,6 +179,8 @@ pub fn decode(buf: &[u8], path: &Path) -> Result<(Vec<Record>, usize), VolumeErr
 pub struct Journal {
     file: File,
     buf: Vec<u8>,
+    /// Bytes in the file, to know when to compact.
+    pub len: u64,
 }
 
 impl Journal {
@@ -198,15 +200,15 @@ impl Journal {
             .map_err(io_err)?;
         let mut buf = Vec::new();
         file.read_to_end(&mut buf).map_err(io_err)?;
-        let recs = if buf.is_empty() {
+        let (recs, len) = if buf.is_empty() {
             file.write_all(&header()).map_err(io_err)?;
-            Vec::new()
+            (Vec::new(), HEADER)
         } else {
             let (recs, good) = decode(&buf, path)?;
             if good < buf.len() {
                 file.set_len(good as u64).map_err(io_err)?;
             }
-            recs
+            (recs, good)
         };
         // Append mode from here: every record is one write at the end.
         drop(file);
@@ -215,6 +217,7 @@ impl Journal {
             Journal {
                 file,
                 buf: Vec::new(),
+                len: len as u64,
             },
             recs,
         ))
@@ -224,6 +227,7 @@ impl Journal {
     pub fn append(&mut self, rec: &Record) -> io::Result<()> {
         self.buf.clear();
         rec.encode(&mut self.buf);
+        self.len += self.buf.len() as u64;
         self.file.write_all(&self.buf)
     }
 }

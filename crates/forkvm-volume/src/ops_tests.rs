@@ -411,3 +411,57 @@ fn read_only_answers_erofs() {
     assert_eq!(t.call(op::WRITE, n, &w).0, libc::EROFS);
     assert_eq!(fs::read_to_string(t.root.join("f")).unwrap(), "f");
 }
+
+/// A new server instance (empty fd cache) resolves every node from the
+/// root with openat2: a directory swapped on the host for a symlink to the
+/// outside is refused, never followed.
+#[test]
+fn restored_server_never_follows_a_swapped_directory() {
+    let t = setup(false);
+    let outside = t._tmp.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("f"), "MARKER").unwrap();
+    fs::create_dir(t.root.join("d")).unwrap();
+    fs::write(t.root.join("d/f"), "inside").unwrap();
+    let d = t.lookup(ROOT, "d");
+    let f = t.lookup(d, "f");
+    fs::rename(t.root.join("d"), t.root.join("d_old")).unwrap();
+    std::os::unix::fs::symlink(&outside, t.root.join("d")).unwrap();
+
+    let t2 = T {
+        vol: Volume::open(t.vol.cfg.clone(), "unit-2".into()).unwrap(),
+        root: t.root.clone(),
+        unique: std::cell::Cell::new(1),
+        _tmp: tempfile::tempdir().unwrap(),
+    };
+    let mut o = Body::default();
+    o.u32(0).u32(0);
+    assert_eq!(t2.call(op::OPEN, f, &o.0).0, libc::ELOOP);
+    assert_eq!(
+        t2.call(op::GETATTR, d, &[0u8; 16]).0,
+        0,
+        "d itself is the symlink"
+    );
+    // d's fd is the symlink itself, which is no directory to look in.
+    assert_eq!(t2.call(op::LOOKUP, d, &z("f")).0, libc::ENOTDIR);
+    // A forged handle for the node is refused the same way.
+    let fh = crate::security::fh_encode(f, libc::O_RDONLY);
+    assert_eq!(t2.call(op::READ, f, &io_args(fh, 0, 10)).0, libc::ELOOP);
+}
+
+/// Repeated lookups grow the journal; it compacts itself and still
+/// replays to the same lookup counts.
+#[test]
+fn journal_compacts_itself() {
+    let t = setup(false);
+    fs::write(t.root.join("a-file-with-a-long-name"), "").unwrap();
+    let mut n = 0;
+    for _ in 0..2000 {
+        n = t.lookup(ROOT, "a-file-with-a-long-name");
+    }
+    let size = fs::metadata(&t.vol.cfg.journal).unwrap().len();
+    assert!(size < 4096 * 4, "journal is {size} bytes");
+    let (_, recs) = crate::journal::Journal::open(&t.vol.cfg.journal).unwrap();
+    let table = crate::table::Table::replay(&recs);
+    assert_eq!(table.nodes[&n].lookups, 2000);
+}
