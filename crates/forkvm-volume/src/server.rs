@@ -26,6 +26,15 @@ use crate::{ops, VolumeConfig, VolumeError};
 
 const WORKERS: usize = 16;
 
+/// How many recent (volume, unique) pairs the reader remembers to drop
+/// duplicate requests. A request can reach one server twice: the relay may
+/// have been writing it when the previous host went away (a virtio-serial
+/// write waits for the host to come back) and then re-sends it on our
+/// RESUME(resend=1). The kernel never reuses a unique, and duplicates only
+/// come in the burst after connecting (at most the requests outstanding at
+/// that time), so a bounded window suffices.
+const DEDUP_WINDOW: usize = 65536;
+
 /// The request queue shared by the workers: (volume index, raw request).
 type Queue = Arc<Mutex<Receiver<(u8, Vec<u8>)>>>;
 
@@ -103,10 +112,24 @@ pub fn serve(
         std::thread::Builder::new()
             .name("vol-reader".into())
             .spawn(move || {
+                let mut seen = std::collections::HashSet::new();
+                let mut order = std::collections::VecDeque::new();
                 loop {
                     match read_frame(&mut reader) {
                         Ok(Some(f)) => match f.kind {
                             FrameKind::Request => {
+                                if let Some((h, _)) = crate::abi::InHeader::parse(&f.payload) {
+                                    let key = (f.volume, h.unique);
+                                    if !seen.insert(key) {
+                                        continue;
+                                    }
+                                    order.push_back(key);
+                                    if order.len() > DEDUP_WINDOW {
+                                        if let Some(old) = order.pop_front() {
+                                            seen.remove(&old);
+                                        }
+                                    }
+                                }
                                 if tx.send((f.volume, f.payload)).is_err() {
                                     break;
                                 }
@@ -212,5 +235,103 @@ impl ServerHandle {
         for t in self.threads {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn getattr_root(unique: u64) -> Vec<u8> {
+        let mut r = vec![0u8; 56];
+        r[0..4].copy_from_slice(&56u32.to_le_bytes());
+        r[4..8].copy_from_slice(&crate::abi::op::GETATTR.to_le_bytes());
+        r[8..16].copy_from_slice(&unique.to_le_bytes());
+        r[16..24].copy_from_slice(&1u64.to_le_bytes());
+        r
+    }
+
+    #[test]
+    fn protocol_resume_dedup_quiesce_save_close() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("vol");
+        std::fs::create_dir(&root).unwrap();
+        let (mut relay, host) = UnixStream::pair().unwrap();
+        relay
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let cfg = VolumeConfig {
+            index: 3,
+            root,
+            read_only: false,
+            journal: tmp.path().join("j"),
+            host_owner: (0, 0),
+            guest_owner: (0, 0),
+        };
+        let h = serve(host, vec![cfg], "proto".into()).unwrap();
+        // A fresh server asks for a resend first.
+        let f = read_frame(&mut relay).unwrap().unwrap();
+        assert_eq!(
+            (f.kind, f.payload.as_slice()),
+            (FrameKind::Resume, &[1u8][..])
+        );
+
+        // The same unique twice (a resend racing a late write): one reply.
+        write_frame(&mut relay, FrameKind::Request, 3, &getattr_root(7)).unwrap();
+        write_frame(&mut relay, FrameKind::Request, 3, &getattr_root(7)).unwrap();
+        write_frame(&mut relay, FrameKind::Request, 3, &getattr_root(8)).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let f = read_frame(&mut relay).unwrap().unwrap();
+            assert_eq!((f.kind, f.volume), (FrameKind::Reply, 3));
+            got.push(u64::from_le_bytes(f.payload[8..16].try_into().unwrap()));
+        }
+        got.sort();
+        assert_eq!(got, [7, 8]);
+        // Unknown volume: ENODEV.
+        write_frame(&mut relay, FrameKind::Request, 9, &getattr_root(9)).unwrap();
+        let f = read_frame(&mut relay).unwrap().unwrap();
+        assert_eq!(
+            i32::from_le_bytes(f.payload[4..8].try_into().unwrap()),
+            -libc::ENODEV
+        );
+
+        // QUIESCE with a guest that never answers: a clear timeout error.
+        let e = h.quiesce(Duration::from_millis(100)).unwrap_err();
+        assert!(e.to_string().contains("did not answer"), "{e}");
+        assert_eq!(
+            read_frame(&mut relay).unwrap().unwrap().kind,
+            FrameKind::Quiesce
+        );
+        // And with one that does.
+        let r2 = relay.try_clone().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut r2 = r2;
+            let f = read_frame(&mut r2).unwrap().unwrap();
+            assert_eq!(f.kind, FrameKind::Quiesce);
+            write_frame(&mut r2, FrameKind::Quiesced, 0, &[]).unwrap();
+        });
+        h.quiesce(Duration::from_secs(5)).unwrap();
+        t.join().unwrap();
+        h.save_journals(tmp.path()).unwrap();
+        assert!(tmp.path().join("3.journal").exists());
+        h.resume();
+        let f = read_frame(&mut relay).unwrap().unwrap();
+        assert_eq!(
+            (f.kind, f.payload.as_slice()),
+            (FrameKind::Resume, &[0u8][..])
+        );
+
+        // The guest side closing ends the server.
+        relay.shutdown(std::net::Shutdown::Both).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !h.is_closed() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(h.is_closed());
+        h.shutdown();
+        let mut rest = Vec::new();
+        let _ = relay.read_to_end(&mut rest);
     }
 }
