@@ -40,6 +40,34 @@
 //!   where possible) and the saved journal: the child's open handles then
 //!   refer to the copy, because paths, not inodes, are what is journaled.
 //!
+//! # Using it (the daemon's side)
+//!
+//! ```text
+//!  boot / restore:  h = serve(port_stream, vec![VolumeConfig{..}], sandbox_id)
+//!  snapshot:        h.quiesce(t)?; h.save_journals(snapdir)?; <snapshot VM>; h.resume()
+//!  fork child:      copy the saved <i>.journal to the child's journal path
+//!                   (`copy` fork: copy_tree(root, child_root) taken while the
+//!                   source was quiesced), then serve() on the child's port
+//!  daemon restart:  serve() again with the same journal paths
+//! ```
+//!
+//! `VolumeConfig::journal` is the live journal: it is read at start and
+//! then appended to in place (and compacted in place past 16 MiB), so each
+//! server instance needs its own copy. [`compact_journal`] rewrites one
+//! offline. A FUSE_INIT (the guest mounted anew) resets it.
+//!
+//! # Limits
+//!
+//! * A file unlinked while open cannot be reopened by a new server: ESTALE.
+//! * RENAME_EXCHANGE/WHITEOUT, xattrs, POSIX locks, ioctl, copy_file_range
+//!   and READDIRPLUS are not offered (EINVAL/ENOSYS); the kernel falls
+//!   back where it can (locks stay local to the guest).
+//! * A cached O_PATH fd follows its inode: if the host itself moves a
+//!   directory the guest has looked up, this server instance keeps serving
+//!   it at its new place until the guest forgets it.
+//! * Host inode numbers are shown in the guest; after a `copy` fork they
+//!   change once the guest refreshes its attributes.
+//!
 //! # Security
 //!
 //! The guest is untrusted. Every host path is resolved below an fd of the
