@@ -9,7 +9,9 @@
 //! directory fd use the `*at` calls with `AT_SYMLINK_NOFOLLOW`.
 //!
 //! A cached O_PATH fd follows its inode, not its path: a rename by the
-//! guest keeps it right; a node dropped or replaced evicts it.
+//! guest keeps it right, an unlinked node keeps working while this server
+//! runs (fstat of an open unlinked file), and only a forgotten node is
+//! evicted.
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
@@ -323,9 +325,9 @@ impl Volume {
                 return n;
             }
             // The name now holds another file: the guest's old node keeps
-            // its id but loses its path.
+            // its id (and its cached fd, still that old inode) but loses
+            // its path.
             self.record(&mut t, Record::Remove { node: n });
-            self.evict(n);
         }
         let node = t.0.alloc();
         self.record(
@@ -443,6 +445,14 @@ impl Volume {
             refs: 1,
         });
         Ok((x.file.clone(), x.lock.clone()))
+    }
+
+    /// Any open file handle of `node`.
+    pub fn any_handle(&self, node: u64) -> Option<Arc<File>> {
+        lock(&self.handles)
+            .iter()
+            .find(|(fh, _)| *fh >> 8 == node)
+            .map(|(_, h)| h.file.clone())
     }
 
     pub fn handle_release(&self, fh: u64) {

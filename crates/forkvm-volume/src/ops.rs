@@ -51,7 +51,7 @@ pub fn handle(vol: &Volume, req: &[u8]) -> Option<Vec<u8>> {
         op::INIT => init(vol, args),
         op::DESTROY => Ok(Vec::new()),
         op::LOOKUP => lookup(vol, h.nodeid, args),
-        op::GETATTR => getattr(vol, h.nodeid),
+        op::GETATTR => getattr(vol, h.nodeid, args),
         op::SETATTR => setattr(vol, h.nodeid, args),
         op::READLINK => readlink(vol, h.nodeid),
         op::SYMLINK => symlink(vol, h.nodeid, args),
@@ -187,9 +187,23 @@ fn lookup(vol: &Volume, parent: u64, a: &[u8]) -> Res {
     entry(vol, parent, name)
 }
 
-fn getattr(vol: &Volume, node: u64) -> Res {
-    let fd = vol.node_fd(node)?;
-    Ok(abi::attr_out(&attr(vol, &fstat(fd.as_raw_fd())?)).0)
+/// `fuse_getattr_in.getattr_flags` bit: `fh` is set (fstat of an open file).
+const FUSE_GETATTR_FH: u32 = 1;
+
+fn getattr(vol: &Volume, node: u64, a: &[u8]) -> Res {
+    let st = if rd_u32(a, 0).unwrap_or(0) & FUSE_GETATTR_FH != 0 {
+        // An open file answers even when its name is gone.
+        fstat(vol.handle(rd_u64(a, 8).ok_or(libc::EINVAL)?)?.0.as_raw_fd())?
+    } else {
+        match vol.node_fd(node) {
+            Ok(fd) => fstat(fd.as_raw_fd())?,
+            // Unlinked before its path was ever resolved: any open handle
+            // of the node still has the inode.
+            Err(libc::ESTALE) => fstat(vol.any_handle(node).ok_or(libc::ESTALE)?.as_raw_fd())?,
+            Err(e) => return Err(e),
+        }
+    };
+    Ok(abi::attr_out(&attr(vol, &st)).0)
 }
 
 fn setattr(vol: &Volume, node: u64, a: &[u8]) -> Res {
@@ -356,16 +370,14 @@ fn remove(vol: &Volume, parent: u64, a: &[u8], flags: i32) -> Res {
     let n = cpath(name.as_bytes())?;
     // SAFETY: NUL-terminated name below a directory fd we hold.
     check(unsafe { libc::unlinkat(pfd.as_raw_fd(), n.as_ptr(), flags) })?;
-    let gone = vol.with_table(|t| {
-        let c = t.0.child(parent, name);
-        if let Some(node) = c {
+    // The node keeps its cached fd (the inode lives on while open, and
+    // fstat of an unlinked open file must still work); it only loses its
+    // name.
+    vol.with_table(|t| {
+        if let Some(node) = t.0.child(parent, name) {
             vol.record(t, Record::Remove { node });
         }
-        c
     });
-    if let Some(node) = gone {
-        vol.evict(node);
-    }
     Ok(Vec::new())
 }
 
@@ -390,7 +402,7 @@ fn rename(vol: &Volume, parent: u64, newdir: Option<u64>, flags: u32, names: Opt
             flags,
         )
     })?;
-    let replaced = vol.with_table(|t| {
+    vol.with_table(|t| {
         let replaced = t.0.child(newdir, new);
         match t.0.child(parent, old) {
             Some(node) => vol.record(
@@ -407,11 +419,7 @@ fn rename(vol: &Volume, parent: u64, newdir: Option<u64>, flags: u32, names: Opt
                 }
             }
         }
-        replaced
     });
-    if let Some(r) = replaced {
-        vol.evict(r);
-    }
     Ok(Vec::new())
 }
 

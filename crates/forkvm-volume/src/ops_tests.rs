@@ -119,7 +119,7 @@ fn lookup_getattr_forget() {
     assert_eq!(t.lookup(ROOT, "f"), n, "same file, same nodeid");
     let b = t.ok(op::GETATTR, n, &[0u8; 16]);
     assert_eq!(rd_u64(&b, 16 + 8), Some(5), "size");
-    assert_eq!(rd_u32(&b, 16 + 72), Some(1000), "uid shows guest_owner");
+    assert_eq!(rd_u32(&b, 16 + 68), Some(1000), "uid shows guest_owner");
     assert_eq!(t.call(op::LOOKUP, ROOT, &z("nope")).0, libc::ENOENT);
     for bad in ["..", ".", "a/b", ""] {
         assert_eq!(t.call(op::LOOKUP, ROOT, &z(bad)).0, libc::EINVAL, "{bad}");
@@ -464,4 +464,25 @@ fn journal_compacts_itself() {
     let (_, recs) = crate::journal::Journal::open(&t.vol.cfg.journal).unwrap();
     let table = crate::table::Table::replay(&recs);
     assert_eq!(table.nodes[&n].lookups, 2000);
+}
+
+/// An open file whose name is gone still answers fstat and I/O on the
+/// same server.
+#[test]
+fn unlinked_open_file_keeps_working() {
+    let t = setup(false);
+    let mut a = Body::default();
+    a.u32(libc::O_RDWR as u32).u32(0o600).u32(0).u32(0);
+    let b = t.ok(op::CREATE, ROOT, &cat(&[&a.0, &z("tmp")]));
+    let (node, fh) = (rd_u64(&b, 0).unwrap(), rd_u64(&b, 128).unwrap());
+    t.ok(op::UNLINK, ROOT, &z("tmp"));
+    let b = t.ok(op::GETATTR, node, &[0u8; 16]);
+    assert_eq!(rd_u32(&b, 16 + 64), Some(0), "nlink 0");
+    let mut g = Body::default();
+    g.u32(1).u32(0).u64(fh);
+    t.ok(op::GETATTR, node, &g.0);
+    let mut w = io_args(fh, 0, 2);
+    w.extend_from_slice(b"hi");
+    t.ok(op::WRITE, node, &w);
+    assert_eq!(t.ok(op::READ, node, &io_args(fh, 0, 10)), b"hi");
 }
