@@ -4,7 +4,10 @@
 //! extents, so a copy of a large tree is instant and takes no space until
 //! written; otherwise they are copied. Symlinks are recreated as symlinks
 //! and never followed; devices, fifos and sockets are skipped (a volume
-//! never serves them). The copy is built in `dst.tmp-<rand>` and renamed
+//! never serves them). Regular files with more than one hard link are
+//! skipped too: the volume server refuses to open them (the other link may
+//! be a host file outside the volume), and a copy with a single link would
+//! hand their content to the guest. The copy is built in `dst.tmp-<rand>` and renamed
 //! into place at the end, so `dst` either is complete or does not exist.
 
 use std::ffi::CString;
@@ -79,6 +82,8 @@ fn copy_dir(
             let target = fs::read_link(&s).map_err(io_err("reading link", &s))?;
             std::os::unix::fs::symlink(&target, &d).map_err(io_err("creating link", &d))?;
             finish(&d, &m, false)?;
+        } else if ft.is_file() && m.nlink() > 1 {
+            tracing::warn!(path = %s.display(), "volume copy: skipped a file with several hard links");
         } else if ft.is_file() {
             copy_file(&s, &d, &m, stats)?;
         }
@@ -164,7 +169,10 @@ mod tests {
         fs::set_permissions(src.join("sub/a"), fs::Permissions::from_mode(0o640)).unwrap();
         symlink(&outside, src.join("out")).unwrap();
         symlink("sub/a", src.join("rel")).unwrap();
+        fs::hard_link(&outside, src.join("hard")).unwrap();
         let st = copy_tree(&src, &dst).unwrap();
+        // A hard link (maybe to a host file) must not become a readable copy.
+        assert!(!dst.join("hard").exists());
         assert_eq!((st.files, st.bytes), (1, 5));
         assert_eq!(fs::read_to_string(dst.join("sub/a")).unwrap(), "hello");
         let m = fs::metadata(dst.join("sub/a")).unwrap();
