@@ -15,11 +15,8 @@ struct Xfs {
 impl Xfs {
     fn new() -> Xfs {
         // SAFETY: geteuid has no preconditions.
-        assert_eq!(
-            unsafe { libc::geteuid() },
-            0,
-            "this test mounts XFS and must run as root"
-        );
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(euid, 0, "this test mounts XFS and must run as root");
         let mkfs = Command::new("mkfs.xfs").arg("-V").output();
         assert!(
             mkfs.is_ok_and(|o| o.status.success()),
