@@ -274,6 +274,30 @@ mod tests {
         assert_eq!(Manifest::decode(&b).unwrap().machine.machine, None);
     }
 
+    /// Volumes and the volume port round-trip; a manifest from before
+    /// volumes (neither field written) reads as "no port, no volumes".
+    #[test]
+    fn volumes_round_trip_and_old_manifests_have_none() {
+        let old = sample().encode();
+        let body = std::str::from_utf8(&old[16..old.len() - 32]).unwrap();
+        assert!(!body.contains("volume"), "{body}");
+        let m = Manifest::decode(&old).unwrap();
+        assert!(!m.machine.volume_port && m.volumes.is_none());
+        let mut m = sample();
+        m.machine.volume_port = true;
+        m.volumes = Some(vec![SnapVolume {
+            index: 0,
+            source: "data".into(),
+            path: "/data".into(),
+            read_only: false,
+            mode: "copy".into(),
+            host_path: "/var/lib/forkvm/volumes/data".into(),
+            uid: 1000,
+            gid: 1000,
+        }]);
+        assert_eq!(Manifest::decode(&m.encode()).unwrap(), m);
+    }
+
     #[test]
     fn every_single_bit_flip_is_detected() {
         let b = sample().encode();
