@@ -54,6 +54,8 @@ import type {
   SetTimeout,
   Snapshot,
   SnapshotList,
+  Volume,
+  VolumeList,
 } from "./types.js";
 
 /** The data directory when `FORKVM_HOME` is not set. */
@@ -417,6 +419,32 @@ export class Client extends ProcessOps {
    */
   pruneSnapshots(req: PruneRequest = {}, opts?: RequestOptions): Promise<PruneResult> {
     return this.#json({ method: "POST", path: "/v1/snapshots/prune", ...jsonBody(req), signal: opts?.signal });
+  }
+
+  // ---- volumes --------------------------------------------------------
+
+  /** `GET /v1/volumes` (operation `list_volumes`): the named volumes, with the sandboxes that mount each. */
+  listVolumes(opts?: RequestOptions): Promise<VolumeList> {
+    return this.#json({ method: "GET", path: "/v1/volumes", signal: opts?.signal });
+  }
+
+  /**
+   * `POST /v1/volumes` (operation `create_volume`): create the named volume
+   * `name` (an empty directory under the daemon's home; 1 to 64 letters,
+   * digits, `.`, `_` or `-`, not starting with `.` or `-`). A
+   * {@link ConflictError} when it exists.
+   */
+  createVolume(name: string, opts?: RequestOptions): Promise<Volume> {
+    return this.#json({ method: "POST", path: "/v1/volumes", ...jsonBody({ name }), signal: opts?.signal });
+  }
+
+  /**
+   * `DELETE /v1/volumes/{name}` (operation `delete_volume`): remove a named
+   * volume and its files; a {@link ConflictError} while a sandbox mounts it,
+   * a {@link NotFoundError} when there is none.
+   */
+  async deleteVolume(name: string, opts?: RequestOptions): Promise<void> {
+    await this.#empty({ method: "DELETE", path: `/v1/volumes/${seg(name)}`, signal: opts?.signal });
   }
 
   // ---- images ---------------------------------------------------------
