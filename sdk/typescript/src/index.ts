@@ -67,6 +67,7 @@ export {
   defaultClient,
   setDefaultClient,
   type ClientOptions,
+  type CreateSandboxParams,
   type DeleteSnapshotOptions,
   type ImageOptions,
   type ListSandboxesOptions,

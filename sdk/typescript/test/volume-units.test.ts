@@ -151,6 +151,18 @@ describe("volume specs", () => {
 });
 
 describe("volumes in requests", () => {
+  test("the low-level createSandbox takes the strings too", async () => {
+    const transport = new TableTransport();
+    const client = new Client({ transport });
+    await client.createSandbox({ volumes: ["/a:/b:ro", { source: "v", path: "/v", uid: 1 }] });
+    await client.createSandbox({ volumes: null, image: "default" });
+    await assert.rejects(client.createSandbox({ volumes: ["/a:/b:bad"] }), /unknown volume option "bad"/);
+    assert.deepEqual(transport.sent(), [
+      ["POST", "/v1/sandboxes", { volumes: [{ source: "/a", path: "/b", read_only: true, mode: "shared" }, { source: "v", path: "/v", uid: 1 }] }],
+      ["POST", "/v1/sandboxes", { volumes: null, image: "default" }],
+    ]);
+  });
+
   test("create, spawn and the named-volume operations", async () => {
     const transport = new TableTransport();
     const client = new Client({ transport });
