@@ -30,6 +30,13 @@
 //! host side is closed. The relay then stops forwarding, polls every 20 ms
 //! until the host is back (or [`Relay::reconnect`] gives it a new port), and
 //! forwards again only after the new server's RESUME.
+//!
+//! Known edge: a virtio-serial write blocks while the host is away, so a
+//! request being written at the moment the host disconnects reaches the
+//! next server and is then re-sent by RESUME(resend=1); the host server
+//! drops the second copy by its `unique`. A frame larger than one port
+//! write (32 KiB) cut by a disconnect would leave its tail for the next
+//! server, which then fails to decode it and closes; the daemon reconnects.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
