@@ -40,7 +40,8 @@ mkdir -p "$LOG_DIR"
 MAIN_PKGS=(mmdebstrap debian-archive-keyring ca-certificates e2fsprogs zstd xz-utils
            kmod cpio sqlite3 nftables iproute2 iperf3 python3-venv python3-pip
            gcc libc6-dev file
-           docker-registry skopeo umoci buildah apache2-utils busybox-static openssl)
+           docker-registry skopeo umoci buildah apache2-utils busybox-static openssl
+           xfsprogs)
 # Packages from bookworm-backports (QEMU >= 10 is required).
 BPO_PKGS=(qemu-system-x86 qemu-utils)
 QEMU_MIN_MAJOR=10

@@ -226,6 +226,7 @@ pub async fn run(json: bool) -> Result<ExitCode> {
     ));
     checks.push(uffd_check());
     checks.extend(crate::doctor_jail::checks(&cfg.qemu));
+    checks.extend(crate::doctor_volumes::checks(&cfg.home));
 
     // The daemon.
     let client = forkvm_api::Client::from_env().map_err(|e| anyhow::anyhow!(e))?;

@@ -14,6 +14,7 @@ mod daemon;
 mod doctor;
 mod doctor_jail;
 mod doctor_net;
+mod doctor_volumes;
 mod exec;
 mod files;
 mod gc;

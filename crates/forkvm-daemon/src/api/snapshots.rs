@@ -16,7 +16,9 @@ use crate::error::ApiError;
     request_body = CreateSnapshot,
     responses((status = 201, body = Snapshot), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "not running, tag taken, or a snapshot is already in progress"),
-        (status = 500, body = ErrorBody)))]
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody, description = "its volumes are not being served (a moment after a daemon restart)"),
+        (status = 504, body = ErrorBody, description = "its volumes did not come to rest: the guest did not answer")))]
 pub(crate) async fn snapshot_sandbox(
     State(m): State<AppState>,
     Path(id): Path<String>,

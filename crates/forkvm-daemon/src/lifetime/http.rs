@@ -54,6 +54,8 @@ pub async fn set_timeout(
         (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "not running, or busy with a snapshot"),
         (status = 500, body = ErrorBody, description = "saving failed; the sandbox runs on"),
+        (status = 503, body = ErrorBody, description = "its volumes are not being served yet; the sandbox runs on"),
+        (status = 504, body = ErrorBody, description = "its volumes did not come to rest; the sandbox runs on"),
         (status = 507, body = ErrorBody, description = "no space for the saved state; the sandbox runs on")))]
 pub async fn pause(
     State(m): State<Arc<Manager>>,

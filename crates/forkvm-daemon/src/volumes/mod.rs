@@ -468,3 +468,48 @@ impl Drop for VolumeHold {
         self.handle.resume();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_paths_must_be_clean_absolute_and_outside_kernel_trees() {
+        for ok in [
+            "/work",
+            "/home/user/repo",
+            "/data.d/x-1",
+            "/runx",
+            "/devices",
+        ] {
+            assert!(check_guest_path(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "/",
+            "work",
+            "/work/",
+            "/a//b",
+            "/a/./b",
+            "/a/../b",
+            "/proc",
+            "/proc/x",
+            "/sys",
+            "/dev/shm",
+            "/run/forkvm",
+            "/run/forkvm/x",
+        ] {
+            assert!(check_guest_path(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn guest_owner_defaults_gid_to_uid() {
+        let mut m = VolumeMount::parse("/a:/b").unwrap();
+        assert_eq!(guest_owner(&m), (0, 0));
+        m.uid = Some(1000);
+        assert_eq!(guest_owner(&m), (1000, 1000));
+        m.gid = Some(5);
+        assert_eq!(guest_owner(&m), (1000, 5));
+    }
+}
