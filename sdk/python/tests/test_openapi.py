@@ -80,8 +80,18 @@ def test_methods_take_the_request_body_fields(spec: dict) -> None:
             assert fields <= params, f"{cls.__name__}.{name} lacks {sorted(fields - params)}"
 
 
-def _fields_of(schema: dict) -> Tuple[Set[str], Set[str]]:
-    """The properties of an object schema, or of the union of a oneOf, and those always required."""
+def _fields_of(schema: dict, schemas: Dict[str, dict]) -> Tuple[Set[str], Set[str]]:
+    """The properties of an object schema, of the union of a oneOf, or of the parts of an allOf
+    (``#[serde(flatten)]``: ``MountedVolume``), and those always required."""
+    if "allOf" in schema:
+        props: Set[str] = set()
+        required: Set[str] = set()
+        for part in schema["allOf"]:
+            ref = part.get("$ref")
+            part_props, part_required = _fields_of(schemas[ref.rsplit("/", 1)[1]] if ref else part, schemas)
+            props |= part_props
+            required |= part_required
+        return props, required
     if "oneOf" in schema:
         variants = [v for v in schema["oneOf"] if v.get("type") == "object"]
         props = set().union(*(set(v.get("properties", {})) for v in variants))
@@ -106,7 +116,7 @@ def test_every_schema_has_a_model(spec: dict) -> None:
             elif {m.value for m in cls} != set(schema["enum"]):
                 problems.append(f"models.{name} values {sorted(m.value for m in cls)} != {sorted(schema['enum'])}")
             continue
-        props, required = _fields_of(schema)
+        props, required = _fields_of(schema, spec["components"]["schemas"])
         fields = {f.name: f for f in dataclasses.fields(cls)}
         for prop in sorted(props - set(fields)):
             problems.append(f"models.{name} lacks field {prop!r}")

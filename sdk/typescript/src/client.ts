@@ -28,6 +28,7 @@ import {
   type TransportRequest,
   type TransportResponse,
 } from "./transport.js";
+import { volumeMounts, type VolumeSpec } from "./volumes.js";
 import { errorFrom, errorFromDetail, jsonBody, ndjsonLines, parseJson } from "./wire.js";
 import type {
   BranchRequest,
@@ -54,6 +55,8 @@ import type {
   SetTimeout,
   Snapshot,
   SnapshotList,
+  Volume,
+  VolumeList,
 } from "./types.js";
 
 /** The data directory when `FORKVM_HOME` is not set. */
@@ -107,6 +110,9 @@ export interface ImageOptions extends RequestOptions {
   /** Called with each event of the progress stream, the last `done` or `error` included. */
   onEvent?: ImageEventCallback | undefined;
 }
+
+/** `POST /v1/sandboxes`: the wire fields, with `volumes` also as `"SOURCE:GUEST_PATH[:OPTIONS]"` strings. */
+export type CreateSandboxParams = Omit<CreateSandbox, "volumes"> & { volumes?: VolumeSpec[] | null | undefined };
 
 /** `POST /v1/images`: what to pull (`stream` is set by {@link Client.pullImage}). */
 export type PullImageParams = Omit<PullImage, "stream">;
@@ -190,13 +196,15 @@ export class Client extends ProcessOps {
   /**
    * `POST /v1/sandboxes` (operation `create_sandbox`). Resolves once every
    * guest agent answers (and, unless `wait_for_network: false`, its network
-   * works): with one sandbox, or a batch when `count` is given.
+   * works): with one sandbox, or a batch when `count` is given. `volumes`
+   * may also be given as `"SOURCE:GUEST_PATH[:OPTIONS]"` strings (see `parseVolume`).
    */
-  createSandbox(req: CreateSandbox & { count: number }, opts?: RequestOptions): Promise<SandboxBatch>;
-  createSandbox(req?: CreateSandbox & { count?: null | undefined }, opts?: RequestOptions): Promise<Sandbox>;
-  createSandbox(req?: CreateSandbox, opts?: RequestOptions): Promise<Sandbox | SandboxBatch>;
-  createSandbox(req: CreateSandbox = {}, opts?: RequestOptions): Promise<Sandbox | SandboxBatch> {
-    return this.#json({ method: "POST", path: "/v1/sandboxes", ...jsonBody(req), signal: opts?.signal });
+  createSandbox(req: CreateSandboxParams & { count: number }, opts?: RequestOptions): Promise<SandboxBatch>;
+  createSandbox(req?: CreateSandboxParams & { count?: null | undefined }, opts?: RequestOptions): Promise<Sandbox>;
+  createSandbox(req?: CreateSandboxParams, opts?: RequestOptions): Promise<Sandbox | SandboxBatch>;
+  async createSandbox(req: CreateSandboxParams = {}, opts?: RequestOptions): Promise<Sandbox | SandboxBatch> {
+    const body: CreateSandbox = req.volumes ? { ...req, volumes: volumeMounts(req.volumes) } : (req as CreateSandbox);
+    return this.#json({ method: "POST", path: "/v1/sandboxes", ...jsonBody(body), signal: opts?.signal });
   }
 
   /** `GET /v1/sandboxes/{id}` (operation `get_sandbox`), with the memory use of its QEMU. */
@@ -417,6 +425,32 @@ export class Client extends ProcessOps {
    */
   pruneSnapshots(req: PruneRequest = {}, opts?: RequestOptions): Promise<PruneResult> {
     return this.#json({ method: "POST", path: "/v1/snapshots/prune", ...jsonBody(req), signal: opts?.signal });
+  }
+
+  // ---- volumes --------------------------------------------------------
+
+  /** `GET /v1/volumes` (operation `list_volumes`): the named volumes, with the sandboxes that mount each. */
+  listVolumes(opts?: RequestOptions): Promise<VolumeList> {
+    return this.#json({ method: "GET", path: "/v1/volumes", signal: opts?.signal });
+  }
+
+  /**
+   * `POST /v1/volumes` (operation `create_volume`): create the named volume
+   * `name` (an empty directory under the daemon's home; 1 to 64 letters,
+   * digits, `.`, `_` or `-`, not starting with `.` or `-`). A
+   * {@link ConflictError} when it exists.
+   */
+  createVolume(name: string, opts?: RequestOptions): Promise<Volume> {
+    return this.#json({ method: "POST", path: "/v1/volumes", ...jsonBody({ name }), signal: opts?.signal });
+  }
+
+  /**
+   * `DELETE /v1/volumes/{name}` (operation `delete_volume`): remove a named
+   * volume and its files; a {@link ConflictError} while a sandbox mounts it,
+   * a {@link NotFoundError} when there is none.
+   */
+  async deleteVolume(name: string, opts?: RequestOptions): Promise<void> {
+    await this.#empty({ method: "DELETE", path: `/v1/volumes/${seg(name)}`, signal: opts?.signal });
   }
 
   // ---- images ---------------------------------------------------------

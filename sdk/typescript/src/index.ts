@@ -39,6 +39,16 @@ export {
 } from "./client-procs.js";
 export { MAX_TIMEOUT_S, type Lifetime, type OnTimeout, type PauseInfo } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
+export {
+  parseVolume,
+  volumeMount,
+  volumeMounts,
+  type MountedVolume,
+  type Volume,
+  type VolumeMode,
+  type VolumeMount,
+  type VolumeSpec,
+} from "./volumes.js";
 export { Snapshot } from "./snapshot.js";
 export { egressRule, portForward, type EgressSpec, type NetworkOptions, type PortSpec } from "./network.js";
 export {
@@ -57,6 +67,7 @@ export {
   defaultClient,
   setDefaultClient,
   type ClientOptions,
+  type CreateSandboxParams,
   type DeleteSnapshotOptions,
   type ImageOptions,
   type ListSandboxesOptions,

@@ -21,6 +21,7 @@ import { SandboxProcesses } from "./processes.js";
 import { networkFields, type NetworkOptions, type PortSpec } from "./network.js";
 import { Snapshot } from "./snapshot.js";
 import type * as api from "./types.js";
+import { volumeMounts, type VolumeSpec } from "./volumes.js";
 
 /** The lifetime of a new sandbox (every field is optional): labels, default env, timeout. */
 export interface LifetimeOptions {
@@ -67,6 +68,12 @@ export interface SandboxCreateOptions extends NetworkOptions, LifetimeOptions, R
    * fields: unlimited; docs/limits.md). A branch's children inherit them.
    */
   limits?: api.SandboxLimits | undefined;
+  /**
+   * Host directories and named volumes to mount (docs/volumes.md), each the
+   * CLI string `"SOURCE:GUEST_PATH[:OPTIONS]"` or a {@link api.VolumeMount},
+   * e.g. `["/srv/repo:/work:ro", { source: "data", path: "/data", mode: "copy" }]`.
+   */
+  volumes?: VolumeSpec[] | undefined;
   /** The daemon to use (default: from the environment). */
   client?: Client | undefined;
 }
@@ -173,6 +180,7 @@ export class Sandbox implements AsyncDisposable {
     if (opts.useTemplate !== undefined) req.use_template = opts.useTemplate;
     if (opts.diskSize !== undefined) req.disk_size = opts.diskSize;
     if (opts.limits !== undefined) req.limits = opts.limits;
+    if (opts.volumes !== undefined) req.volumes = volumeMounts(opts.volumes);
     Object.assign(req, networkFields(opts), lifetimeFields(opts));
     return new Sandbox(client, await client.createSandbox(req, opts));
   }
@@ -203,6 +211,11 @@ export class Sandbox implements AsyncDisposable {
   /** Its timeout as last seen (undefined without one). */
   get lifetime(): api.Lifetime | undefined {
     return this.info.lifetime ?? undefined;
+  }
+
+  /** Its volumes as last seen, each with the `host_path` its guest reads and writes. */
+  get volumes(): api.MountedVolume[] {
+    return this.info.volumes ?? [];
   }
 
   /** Its resource limits as last seen (undefined without any). */

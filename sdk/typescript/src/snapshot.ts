@@ -8,6 +8,7 @@ import { ForkvmError } from "./errors.js";
 import { networkFields, type NetworkOptions } from "./network.js";
 import { lifetimeFields, Sandbox, type LifetimeOptions } from "./sandbox.js";
 import type * as api from "./types.js";
+import { volumeMounts, type VolumeSpec } from "./volumes.js";
 
 /** A snapshot of a sandbox: memory, devices and disk at one instant. */
 export class Snapshot {
@@ -59,11 +60,16 @@ export class Snapshot {
 
   /**
    * Spawn `count` (default 1) sandboxes from it, concurrently; all or nothing.
-   * The network, lifetime and `limits` options are those of `Sandbox.create`; with `count` above 1,
-   * published ports need host port 0 (one is allocated for each).
+   * The network, lifetime, `limits` and `volumes` options are those of `Sandbox.create`; with `count` above 1,
+   * published ports need host port 0 (one is allocated for each). A snapshot taken with volumes
+   * gives its clones the same ones (`volumes` is then refused).
    */
   async spawn(
-    opts: { count?: number | undefined; limits?: api.SandboxLimits | undefined } & NetworkOptions &
+    opts: {
+      count?: number | undefined;
+      limits?: api.SandboxLimits | undefined;
+      volumes?: VolumeSpec[] | undefined;
+    } & NetworkOptions &
       LifetimeOptions &
       RequestOptions = {},
   ): Promise<Sandbox[]> {
@@ -74,6 +80,7 @@ export class Snapshot {
       ...lifetimeFields(opts),
     };
     if (opts.limits !== undefined) req.limits = opts.limits;
+    if (opts.volumes !== undefined) req.volumes = volumeMounts(opts.volumes);
     const batch = await this.client.createSandbox(req, opts);
     return batch.sandboxes.map((info) => new Sandbox(this.client, info));
   }

@@ -10,10 +10,13 @@
  */
 import type { Lifetime, OnTimeout, PauseInfo } from "./lifecycle.js";
 import type { Capacity, SandboxLimits, Usage } from "./resources.js";
+import type { MountedVolume, VolumeMount } from "./volumes.js";
 
 /** The lifetime schemas live in `lifecycle.ts`, those of resources in `resources.ts`. */
 export type { Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
+/** The schemas of volumes live in `volumes.ts`. */
+export type { CreateVolume, MountedVolume, Volume, VolumeList, VolumeMode, VolumeMount } from "./volumes.js";
 /** The schemas of processes and filesystem operations live in `proc-types.ts`. */
 export type * from "./proc-types.js";
 
@@ -114,6 +117,11 @@ export interface CreateSandbox {
   on_timeout?: OnTimeout | null;
   /** Resource limits (omitted fields: unlimited); a branch's children inherit them. */
   limits?: SandboxLimits | null;
+  /**
+   * Host directories and named volumes to mount (docs/volumes.md). A
+   * snapshot taken with volumes fixes them: its clones get the same ones.
+   */
+  volumes?: VolumeMount[] | null;
 }
 
 /** `POST /v1/sandboxes/{id}/snapshot`. */
@@ -584,6 +592,8 @@ export interface Sandbox {
   limits?: SandboxLimits | null;
   /** What it has used: present on `GET /v1/sandboxes/{id}` of a running sandbox. */
   usage?: Usage | null;
+  /** Its volumes, each with the `host_path` its guest reads and writes (absent when it has none). */
+  volumes?: MountedVolume[];
 }
 
 /** The response to `POST /v1/sandboxes` with `count`. */

@@ -32,6 +32,9 @@ interface Schema {
   properties?: Record<string, Schema>;
   required?: string[];
   oneOf?: Schema[];
+  /** `#[serde(flatten)]` of another schema: `[{ $ref }, { properties }]`. */
+  allOf?: Schema[];
+  $ref?: string;
 }
 interface OpenApi {
   paths: Record<string, Record<string, Operation>>;
@@ -82,6 +85,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
       }),
     (c) => c.createSandbox({ metadata: { team: "a" }, env: { A: "1" }, timeout: 60, on_timeout: "pause" }),
     (c) => c.createSandbox({ limits: { disk_iops: 100, net_kbps: 10000 } }),
+    (c) => c.createSandbox({ volumes: [{ source: "/srv", path: "/work", read_only: true, mode: "copy", uid: 1, gid: 2 }] }),
   ],
   set_timeout: [(c) => c.setTimeout("ID", { timeout: 60, on_timeout: "kill" }), (c) => c.setTimeout("ID", { timeout: null })],
   pause: [(c) => c.pause("ID")],
@@ -121,6 +125,9 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   pin_snapshot: [(c) => c.pinSnapshot("ID")],
   unpin_snapshot: [(c) => c.unpinSnapshot("ID")],
   prune_snapshots: [(c) => c.pruneSnapshots({ all: true, dry_run: true })],
+  list_volumes: [(c) => c.listVolumes()],
+  create_volume: [(c) => c.createVolume("NAME")],
+  delete_volume: [(c) => c.deleteVolume("NAME")],
   list_images: [(c) => c.listImages()],
   get_image: [(c) => c.getImage("NAME")],
   delete_image: [(c) => c.deleteImage("NAME")],
@@ -274,7 +281,7 @@ describe("errors", () => {
 });
 
 /** The modules of the wire types: src/types.ts and those it re-exports. */
-const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts", "src/resources.ts", "src/proc-types.ts"];
+const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts", "src/resources.ts", "src/proc-types.ts", "src/volumes.ts"];
 
 /** The exported interfaces and type aliases of the wire-type modules. */
 function declaredTypes(): Map<string, ts.InterfaceDeclaration | ts.TypeAliasDeclaration> {
@@ -292,11 +299,21 @@ function declaredTypes(): Map<string, ts.InterfaceDeclaration | ts.TypeAliasDecl
   return types;
 }
 
-/** Property name → optional?, of an interface or an object type literal. */
-function membersOf(node: ts.Node): Map<string, boolean> | undefined {
+/** The names an interface extends (`interface MountedVolume extends VolumeMount`). */
+function extendsOf(node: ts.Node): string[] {
+  if (!ts.isInterfaceDeclaration(node)) return [];
+  return (node.heritageClauses ?? []).flatMap((c) => c.types.map((t) => t.expression.getText()));
+}
+
+/** Property name → optional?, of an interface (with those it extends among `types`) or an object type literal. */
+function membersOf(node: ts.Node, types?: Map<string, ts.Node>): Map<string, boolean> | undefined {
   const members = ts.isInterfaceDeclaration(node) || ts.isTypeLiteralNode(node) ? node.members : undefined;
   if (!members) return undefined;
   const out = new Map<string, boolean>();
+  for (const parent of extendsOf(node)) {
+    const inherited = types?.get(parent);
+    for (const [key, optional] of (inherited && membersOf(inherited, types)) ?? []) out.set(key, optional);
+  }
   for (const member of members) {
     if (ts.isPropertySignature(member) && member.name && ts.isIdentifier(member.name)) {
       out.set(member.name.text, member.questionToken !== undefined);
@@ -316,8 +333,8 @@ function tagOf(node: ts.TypeLiteralNode): string | undefined {
   return undefined;
 }
 
-function assertProperties(name: string, schema: Schema, node: ts.Node): void {
-  const members = membersOf(node);
+function assertProperties(name: string, schema: Schema, node: ts.Node, types?: Map<string, ts.Node>): void {
+  const members = membersOf(node, types);
   assert.ok(members, `${name} is an interface or object type`);
   const required = new Set(schema.required ?? []);
   for (const prop of Object.keys(schema.properties ?? {})) {
@@ -326,7 +343,7 @@ function assertProperties(name: string, schema: Schema, node: ts.Node): void {
   }
 }
 
-describe("src/types.ts (with src/lifecycle.ts, src/resources.ts and src/proc-types.ts) covers every schema of docs/openapi.json", () => {
+describe("src/types.ts (with src/lifecycle.ts, src/resources.ts, src/proc-types.ts and src/volumes.ts) covers every schema of docs/openapi.json", () => {
   const types = declaredTypes();
   for (const [name, schema] of Object.entries(doc.components.schemas)) {
     test(`schema ${name}`, () => {
@@ -352,8 +369,15 @@ describe("src/types.ts (with src/lifecycle.ts, src/resources.ts and src/proc-typ
           assertProperties(`${name}(${tag})`, variant, literal);
         }
         assert.equal(variants.size, schema.oneOf.length, `${name} has variants the document lacks`);
+      } else if (schema.allOf) {
+        // A flattened struct: the type extends each referenced schema's type and declares the rest.
+        for (const part of schema.allOf) {
+          const ref = part.$ref?.split("/").pop();
+          if (ref) assert.ok(extendsOf(body).includes(ref), `${name} should extend ${ref}`);
+          else assertProperties(name, part, body);
+        }
       } else if (schema.properties) {
-        assertProperties(name, schema, body);
+        assertProperties(name, schema, body, types);
       } else {
         assert.fail(`schema ${name} has a shape this test does not know; extend it`);
       }

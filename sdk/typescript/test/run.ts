@@ -35,6 +35,7 @@ const TEST_FILES = [
   "openapi.test.js",
   "image-units.test.js",
   "resources.test.js",
+  "volume-units.test.js",
   "transport.test.js",
   "early-response.test.js",
   "api.test.js",
@@ -44,6 +45,7 @@ const TEST_FILES = [
   "processes.test.js",
   "fs.test.js",
   "network.test.js",
+  "volumes.test.js",
   "quickstart.test.js",
   "images.test.js",
 ];

@@ -74,7 +74,11 @@ from .models import (
     PortForward,
     SandboxLimits,
     SandboxState,
+    Volume,
+    VolumeMode,
+    VolumeMount,
 )
+from ._volume_models import parse_volume
 from .processes import ProcessEnd, ProcessOutput, ProcessStart
 from .sandbox import Branch, Sandbox, SandboxFiles, Snapshot
 from .streaming import AsyncExecStream, ExecEvent, ExecStream, ExitEvent, OutputEvent
@@ -114,6 +118,10 @@ __all__ = [
     "SandboxState",
     "OnTimeout",
     "SandboxLimits",
+    "VolumeMount",
+    "VolumeMode",
+    "Volume",
+    "parse_volume",
     "ExecStream",
     "AsyncExecStream",
     "ExecEvent",

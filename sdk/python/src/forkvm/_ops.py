@@ -19,6 +19,7 @@ import httpx
 from . import models
 from ._config import EXEC_GRACE_SECONDS
 from ._resource_models import sandbox_limits
+from ._volume_models import VolumeSpec, volume_mounts
 from .errors import ProtocolError
 
 Parser = Callable[[httpx.Response], Any]
@@ -316,6 +317,18 @@ def build_image(query: models.BuildQuery, context_tar: str) -> Request:
     return _upload("/v1/images/build", query, context_tar)
 
 
+def list_volumes() -> Request:
+    return Request("GET", "/v1/volumes", _model(models.VolumeList))
+
+
+def create_volume(body: models.CreateVolume) -> Request:
+    return Request("POST", "/v1/volumes", _model(models.Volume), json=body.to_dict())
+
+
+def delete_volume(name: str) -> Request:
+    return Request("DELETE", f"/v1/volumes/{_seg(name)}")
+
+
 # --------------------------------------------------------------------------
 # Helpers for building network fields from friendly arguments.
 
@@ -424,6 +437,7 @@ def create_request(
     timeout: Optional[int] = None,
     on_timeout: Union[models.OnTimeout, str, None] = None,
     limits: Optional[LimitsSpec] = None,
+    volumes: Optional[Iterable[VolumeSpec]] = None,
 ) -> models.CreateSandbox:
     """Build a :class:`~forkvm.models.CreateSandbox` from friendly arguments."""
     return models.CreateSandbox(
@@ -443,6 +457,7 @@ def create_request(
         timeout=timeout,
         on_timeout=on_timeout_mode(on_timeout),
         limits=sandbox_limits(limits),
+        volumes=volume_mounts(volumes),
     )
 
 

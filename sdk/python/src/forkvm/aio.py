@@ -45,6 +45,7 @@ from typing import (  # async-only
 
 from . import _ops, models
 from ._ops import EgressSpec, LimitsSpec, PortSpec
+from ._volume_models import VolumeSpec
 from .async_client import AsyncClient, default_async_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import AsyncExecStream  # async-only
@@ -115,6 +116,10 @@ class AsyncSandbox:
     :class:`~forkvm.models.SandboxLimits`) bounds them; see :attr:`limits`
     and :attr:`usage`.
 
+    Volumes: ``volumes=["/srv/repo:/work:ro", "data:/data"]`` mounts host
+    directories and named volumes (strings of the CLI form, mappings or
+    :class:`~forkvm.models.VolumeMount`; see :attr:`volumes`).
+
     To wrap a sandbox that already exists, use :meth:`AsyncSandbox.get`.
     """
 
@@ -136,6 +141,7 @@ class AsyncSandbox:
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
         limits: Optional[LimitsSpec] = None,
+        volumes: Optional[Iterable[VolumeSpec]] = None,
         client: Optional[AsyncClient] = None,
     ) -> None:
         self._spec = _ops.create_request(
@@ -154,6 +160,7 @@ class AsyncSandbox:
             timeout=timeout,
             on_timeout=on_timeout,
             limits=limits,
+            volumes=volumes,
         )
         self._client = client
         self._info: Optional[models.Sandbox] = None
@@ -179,6 +186,7 @@ class AsyncSandbox:
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
         limits: Optional[LimitsSpec] = None,
+        volumes: Optional[Iterable[VolumeSpec]] = None,
         client: Optional[AsyncClient] = None,
     ) -> "AsyncSandbox":
         """Spawn a sandbox and return it."""
@@ -198,6 +206,7 @@ class AsyncSandbox:
             timeout=timeout,
             on_timeout=on_timeout,
             limits=limits,
+            volumes=volumes,
             client=client,
         )
         return await sandbox.start()
@@ -222,6 +231,7 @@ class AsyncSandbox:
                 timeout=spec.timeout,
                 on_timeout=spec.on_timeout,
                 limits=spec.limits,
+                volumes=spec.volumes,
             )
             assert isinstance(info, models.Sandbox)
             self._info = info
@@ -319,6 +329,11 @@ class AsyncSandbox:
     def limits(self) -> Optional[models.SandboxLimits]:
         """Its resource limits as last seen (``None`` without any)."""
         return self.info.limits
+
+    @property
+    def volumes(self) -> List[models.MountedVolume]:
+        """Its volumes as last seen, each with the ``host_path`` its guest reads and writes."""
+        return self.info.volumes
 
     @property
     def usage(self) -> Optional[models.Usage]:
@@ -618,12 +633,14 @@ class AsyncSnapshot:
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
         limits: Optional[LimitsSpec] = None,
+        volumes: Optional[Iterable[VolumeSpec]] = None,
     ) -> List[AsyncSandbox]:
         """Spawn ``count`` sandboxes from this snapshot (all or nothing).
 
-        The network, lifetime and ``limits`` arguments are those of :class:`AsyncSandbox`;
-        with ``count`` above 1, published ports need host port 0 (one
-        allocated for each).
+        The network, lifetime, ``limits`` and ``volumes`` arguments are those of
+        :class:`AsyncSandbox`; with ``count`` above 1, published ports need
+        host port 0 (one allocated for each). A snapshot taken with volumes
+        gives its clones the same ones (``volumes`` is then refused).
         """
         batch = await self.client.create_sandbox(
             snapshot=self.id,
@@ -637,6 +654,7 @@ class AsyncSnapshot:
             timeout=timeout,
             on_timeout=on_timeout,
             limits=limits,
+            volumes=volumes,
         )
         assert isinstance(batch, models.SandboxBatch)
         return [AsyncSandbox._wrap(self.client, info) for info in batch.sandboxes]

@@ -31,6 +31,7 @@ from ._async_proc_client import AsyncProcessOps
 from ._default import default_async_client
 from ._images import ImageEventCallback
 from ._ops import EgressSpec, LimitsSpec, PortSpec
+from ._volume_models import VolumeSpec
 from .errors import error_from_response
 from .streaming import AsyncExecStream, _is_json
 
@@ -185,6 +186,7 @@ class AsyncClient(_BaseClient, AsyncProcessOps):
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
         limits: Optional[LimitsSpec] = None,
+        volumes: Optional[Iterable[VolumeSpec]] = None,
     ) -> Union[models.Sandbox, models.SandboxBatch]:
         """``POST /v1/sandboxes``: start a sandbox, or ``count`` of them.
 
@@ -209,6 +211,12 @@ class AsyncClient(_BaseClient, AsyncProcessOps):
         ``limits`` (a :class:`~forkvm.models.SandboxLimits` or a mapping of
         its fields, e.g. ``{"disk_iops": 100, "net_kbps": 10000}``) bounds
         its resources; a branch's children inherit them.
+
+        ``volumes`` mounts host directories and named volumes
+        (docs/volumes.md), each a :class:`~forkvm.models.VolumeMount`, its
+        fields as a dict, or the CLI string ``"SOURCE:GUEST_PATH[:OPTIONS]"``
+        (``["/srv/repo:/work:ro", "data:/data:copy"]``). A snapshot taken
+        with volumes fixes them: its clones get the same ones.
         """
         body = _ops.create_request(
             image=image,
@@ -227,6 +235,7 @@ class AsyncClient(_BaseClient, AsyncProcessOps):
             timeout=timeout,
             on_timeout=on_timeout,
             limits=limits,
+            volumes=volumes,
         )
         return await self._send(_ops.create_sandbox(body))
 
@@ -409,6 +418,29 @@ class AsyncClient(_BaseClient, AsyncProcessOps):
         """``POST /v1/snapshots/prune``: remove the branch points nothing needs, past the grace
         period (or however young, with ``all``); ``dry_run`` only lists them."""
         return await self._send(_ops.prune_snapshots(models.PruneRequest(all=all, dry_run=dry_run)))
+
+    # -- volumes -----------------------------------------------------------
+
+    async def list_volumes(self) -> models.VolumeList:
+        """``GET /v1/volumes``: the named volumes, with the sandboxes that mount each."""
+        return await self._send(_ops.list_volumes())
+
+    async def create_volume(self, name: str) -> models.Volume:
+        """``POST /v1/volumes``: create the named volume ``name`` (an empty directory under the daemon's home).
+
+        ``name`` is 1 to 64 letters, digits, ``.``, ``_`` or ``-``, not
+        starting with ``.`` or ``-``. Raises :class:`~forkvm.Conflict` when it
+        exists.
+        """
+        return await self._send(_ops.create_volume(models.CreateVolume(name=name)))
+
+    async def delete_volume(self, name: str) -> None:
+        """``DELETE /v1/volumes/{name}``: remove a named volume and its files.
+
+        Raises :class:`~forkvm.Conflict` while a sandbox mounts it, and
+        :class:`~forkvm.NotFound` when there is none.
+        """
+        await self._send(_ops.delete_volume(name))
 
     # -- images ------------------------------------------------------------
 

@@ -462,6 +462,8 @@ class Sandbox(Model):
     #: Its resource limits (``None`` without any); what it has used (``GET`` of a running one).
     limits: Optional[SandboxLimits] = None
     usage: Optional[Usage] = None
+    #: Its volumes (docs/volumes.md), each with the ``host_path`` its guest reads and writes.
+    volumes: List[MountedVolume] = dataclasses.field(default_factory=list)
 
 
 @dataclass
@@ -490,7 +492,8 @@ class CreateSandbox(Model):
     proven to work. ``metadata`` labels it, ``env`` is the default
     environment of its execs (a branch's children inherit both);
     ``timeout`` (seconds) removes it, or pauses it with ``on_timeout=pause``.
-    ``limits`` bounds its resources (children inherit them).
+    ``limits`` bounds its resources (children inherit them). ``volumes``
+    mounts host directories and named volumes (a snapshot fixes them).
     """
 
     image: Optional[str] = None
@@ -510,6 +513,7 @@ class CreateSandbox(Model):
     timeout: Optional[int] = None
     on_timeout: Optional[OnTimeout] = None
     limits: Optional[SandboxLimits] = None
+    volumes: Optional[List[VolumeMount]] = None
 
 
 # --------------------------------------------------------------------------
@@ -780,23 +784,15 @@ class PruneResult(Model):
 
 
 # --------------------------------------------------------------------------
-# Images, lifetimes, resources and processes: in modules of their own (re-exported here), after
-# the base classes they use.
-
-# Processes and filesystem operations (docs/processes.md): every name of their module.
-from . import _proc_models  # noqa: E402
-from ._image_models import (  # noqa: E402
-    BuildQuery,
-    Image,
-    ImageConfig,
-    ImageEvent,
-    ImageList,
-    ImportQuery,
-    PullImage,
-    StartCommand,
-)
+# Images, lifetimes, resources, volumes and processes: in modules of their own (re-exported
+# here), after the base classes they use. Of processes and filesystem operations
+# (docs/processes.md) and of volumes (docs/volumes.md): every name of their module.
+from . import _proc_models, _volume_models  # noqa: E402
+from ._image_models import BuildQuery, Image, ImageConfig, ImageEvent, ImageList, ImportQuery  # noqa: E402
+from ._image_models import PullImage, StartCommand  # noqa: E402
 from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout  # noqa: E402
 from ._proc_models import *  # noqa: E402, F401, F403
 from ._resource_models import Capacity, SandboxLimits, Usage  # noqa: E402
+from ._volume_models import *  # noqa: E402, F401, F403
 
-__all__ += _proc_models.__all__
+__all__ += _proc_models.__all__ + _volume_models.__all__

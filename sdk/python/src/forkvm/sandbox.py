@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional, Sequence, U
 
 from . import _ops, models
 from ._ops import EgressSpec, LimitsSpec, PortSpec
+from ._volume_models import VolumeSpec
 from .client import Client, default_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import ExecStream, OutputCallback
@@ -97,6 +98,10 @@ class Sandbox:
     :class:`~forkvm.models.SandboxLimits`) bounds them; see :attr:`limits`
     and :attr:`usage`.
 
+    Volumes: ``volumes=["/srv/repo:/work:ro", "data:/data"]`` mounts host
+    directories and named volumes (strings of the CLI form, mappings or
+    :class:`~forkvm.models.VolumeMount`; see :attr:`volumes`).
+
     To wrap a sandbox that already exists, use :meth:`Sandbox.get`.
     """
 
@@ -118,6 +123,7 @@ class Sandbox:
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
         limits: Optional[LimitsSpec] = None,
+        volumes: Optional[Iterable[VolumeSpec]] = None,
         client: Optional[Client] = None,
     ) -> None:
         self._spec = _ops.create_request(
@@ -136,6 +142,7 @@ class Sandbox:
             timeout=timeout,
             on_timeout=on_timeout,
             limits=limits,
+            volumes=volumes,
         )
         self._client = client
         self._info: Optional[models.Sandbox] = None
@@ -161,6 +168,7 @@ class Sandbox:
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
         limits: Optional[LimitsSpec] = None,
+        volumes: Optional[Iterable[VolumeSpec]] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
         """Spawn a sandbox and return it."""
@@ -180,6 +188,7 @@ class Sandbox:
             timeout=timeout,
             on_timeout=on_timeout,
             limits=limits,
+            volumes=volumes,
             client=client,
         )
         return sandbox.start()
@@ -204,6 +213,7 @@ class Sandbox:
                 timeout=spec.timeout,
                 on_timeout=spec.on_timeout,
                 limits=spec.limits,
+                volumes=spec.volumes,
             )
             assert isinstance(info, models.Sandbox)
             self._info = info
@@ -299,6 +309,11 @@ class Sandbox:
     def limits(self) -> Optional[models.SandboxLimits]:
         """Its resource limits as last seen (``None`` without any)."""
         return self.info.limits
+
+    @property
+    def volumes(self) -> List[models.MountedVolume]:
+        """Its volumes as last seen, each with the ``host_path`` its guest reads and writes."""
+        return self.info.volumes
 
     @property
     def usage(self) -> Optional[models.Usage]:
@@ -593,12 +608,14 @@ class Snapshot:
         timeout: Optional[int] = None,
         on_timeout: Union[models.OnTimeout, str, None] = None,
         limits: Optional[LimitsSpec] = None,
+        volumes: Optional[Iterable[VolumeSpec]] = None,
     ) -> List[Sandbox]:
         """Spawn ``count`` sandboxes from this snapshot (all or nothing).
 
-        The network, lifetime and ``limits`` arguments are those of :class:`Sandbox`;
-        with ``count`` above 1, published ports need host port 0 (one
-        allocated for each).
+        The network, lifetime, ``limits`` and ``volumes`` arguments are those of
+        :class:`Sandbox`; with ``count`` above 1, published ports need
+        host port 0 (one allocated for each). A snapshot taken with volumes
+        gives its clones the same ones (``volumes`` is then refused).
         """
         batch = self.client.create_sandbox(
             snapshot=self.id,
@@ -612,6 +629,7 @@ class Snapshot:
             timeout=timeout,
             on_timeout=on_timeout,
             limits=limits,
+            volumes=volumes,
         )
         assert isinstance(batch, models.SandboxBatch)
         return [Sandbox._wrap(self.client, info) for info in batch.sandboxes]
