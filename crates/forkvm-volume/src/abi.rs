@@ -175,7 +175,7 @@ impl Body {
 }
 
 /// Attributes as the guest sees them (uid/gid already mapped).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Attr {
     pub ino: u64,
     pub size: u64,

@@ -188,7 +188,14 @@ fn entry(vol: &Volume, parent: u64, name: &OsStr) -> Res {
 
 fn lookup(vol: &Volume, parent: u64, a: &[u8]) -> Res {
     let (name, _) = name_arg(vol, parent, a)?;
-    entry(vol, parent, name)
+    match entry(vol, parent, name) {
+        // A negative entry (node id 0) that the guest caches for the entry
+        // timeout, as it caches positive ones: a program probing for files
+        // that do not exist (Python's imports, a shell's PATH search) pays
+        // one round trip per name and second, not one per probe.
+        Err(libc::ENOENT) => Ok(abi::entry_out(0, &abi::Attr::default()).0),
+        r => r,
+    }
 }
 
 /// `fuse_getattr_in.getattr_flags` bit: `fh` is set (fstat of an open file).

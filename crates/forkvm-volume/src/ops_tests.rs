@@ -120,7 +120,14 @@ fn lookup_getattr_forget() {
     let b = t.ok(op::GETATTR, n, &[0u8; 16]);
     assert_eq!(rd_u64(&b, 16 + 8), Some(5), "size");
     assert_eq!(rd_u32(&b, 16 + 68), Some(1000), "uid shows guest_owner");
-    assert_eq!(t.call(op::LOOKUP, ROOT, &z("nope")).0, libc::ENOENT);
+    // A missing name is a negative entry (node id 0) the guest may cache.
+    let (e, b) = t.call(op::LOOKUP, ROOT, &z("nope"));
+    assert_eq!((e, rd_u64(&b, 0)), (0, Some(0)), "negative entry");
+    assert_eq!(
+        rd_u64(&b, 16),
+        Some(abi::TIMEOUT_SECS),
+        "cached for the timeout"
+    );
     for bad in ["..", ".", "a/b", ""] {
         assert_eq!(t.call(op::LOOKUP, ROOT, &z(bad)).0, libc::EINVAL, "{bad}");
     }
