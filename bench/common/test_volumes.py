@@ -34,7 +34,8 @@ def result(read_ms, write_ms, op_us):
     for every single op."""
     return {"parallel": {"read": [int(v * 1e6) for v in read_ms],
                          "write": [int(v * 1e6) for v in write_ms]},
-            "ops": {op: [int(v * 1e3) for v in op_us] for op in bv.OPS}}
+            "ops": {op: [int(v * 1e3) for v in op_us] for op in bv.OPS},
+            "floor_ns": [100, 300]}
 
 
 def rows3(vol_read=(40.0, 60.0), vol_write=(150.0,)):
@@ -112,6 +113,8 @@ def test_report_has_the_header_the_targets_and_fcvm():
     assert "| getattr | 2.0 | 2.8 | 10.0 | 10.0 | 50.0 | 50.0 | **25.00×** | 5.00× | 1.05× |" \
         in text
     assert "SMOKE" not in text
+    assert "- Timing floor (the same timed loop around an empty op, p50): host directory " \
+        "0.20 µs, guest root disk 0.20 µs, guest volume 0.20 µs;" in text
 
 
 def test_report_of_a_short_run_without_volumes_says_so():
@@ -135,7 +138,7 @@ def test_fsbench_runs_and_prints_every_workload(tmp_path):
                        capture_output=True, text=True, check=True)
     res = json.loads(p.stdout)
     assert len(res["parallel"]["read"]) == 2 and len(res["parallel"]["write"]) == 2
-    assert set(res["ops"]) == set(bv.OPS)
+    assert set(res["ops"]) == set(bv.OPS) and len(res["floor_ns"]) == 100
     assert len(res["ops"]["getattr"]) == 20 and len(res["ops"]["readdir"]) == 2
     assert list(tmp_path.iterdir()) == []  # cleaned up
     rows = bv.rows_from_result("host", 1, res)

@@ -59,7 +59,8 @@ TARGET_LABEL = {"host": "host directory", "guest_root": "guest root disk",
                 "guest_volume": "guest volume"}
 PARALLEL = ("parallel_read", "parallel_write")
 OPS = ("getattr", "lookup", "read_4k", "write_4k", "open_close", "readdir", "create_unlink")
-WORKLOADS = PARALLEL + OPS
+FLOOR = "timer_floor"  # the timing loop around an empty op
+WORKLOADS = PARALLEL + OPS + (FLOOR,)
 FIELDS = ["target", "round", "workload", "sample", "value_us"]
 MIN_REPEATS = 5   # parallel repeats per target for a valid result
 MIN_ITERS = 200   # iterations per single op for a valid result
@@ -100,6 +101,9 @@ def rows_from_result(target: str, rnd: int, res: dict) -> list[dict]:
         for i, ns in enumerate(xs):
             rows.append({"target": target, "round": rnd, "workload": op, "sample": i,
                          "value_us": ns / 1e3})
+    for i, ns in enumerate(res.get("floor_ns", [])):
+        rows.append({"target": target, "round": rnd, "workload": FLOOR, "sample": i,
+                     "value_us": ns / 1e3})
     return rows
 
 
@@ -215,6 +219,12 @@ def result_lines(stats: dict, ctx: dict, args) -> list[str]:
         f"op ({max(1, args.iters // 10):,} for readdir), after 10 untimed ones; "
         f"{args.rounds} round(s), targets interleaved in each.",
     ]
+    fl = stats.get(FLOOR, {})
+    if fl:
+        L.append("- Timing floor (the same timed loop around an empty op, p50): "
+                 + ", ".join(f"{TARGET_LABEL[t]} {rp.fmt(fl[t]['p50'], 2)} µs"
+                             for t in TARGETS if t in fl)
+                 + "; the guest's is what the emulated CPU adds to every timed iteration.")
     noise = ctx.get("noise", {})
     if noise:
         worst = max((c for cs in noise.values() for c in cs), default=0.0)

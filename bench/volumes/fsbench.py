@@ -28,7 +28,10 @@ Workloads (fcvm's published ones, seeds/004):
   readdir       os.listdir() of the F-entry directory;
   create_unlink open(O_CREAT|O_EXCL) of a fresh name + close() + unlink().
 
-Output: {"python": ..., "dir": ..., "fs": ..., "params": {...},
+Also the timing floor: the same loop around an empty op (Python's own cost
+per timed iteration, which an emulated CPU inflates like everything else).
+
+Output: {"python": ..., "dir": ..., "fs": ..., "params": {...}, "floor_ns": [...],
 "parallel": {"read": [ns, ...], "write": [ns, ...]},
 "ops": {"getattr": [ns, ...], ...}}.
 """
@@ -227,6 +230,7 @@ def main() -> int:
                        "repeats": args.repeats, "iters": args.iters},
             "parallel": parallel(root, args) if args.repeats > 0 else {"read": [], "write": []},
             "ops": single_ops(root, args, wanted) if args.iters > 0 else {},
+            "floor_ns": timed(max(args.iters, 100), lambda i: None),
         }
     finally:
         if not args.keep:
