@@ -282,16 +282,23 @@ def result_lines(stats: dict, ctx: dict, args) -> list[str]:
         L.append(f"| {w} | " + " | ".join(cells) + f" | **{rp.fmt(r['vol_host'], 2)}×** | "
                  f"{rp.fmt(r['vol_root'], 2)}× | {FCVM['ops'][w]}× |")
     L += ["", "## What is cached", "",
+          "On a volume (docs/volumes.md, crates/forkvm-volume): attributes and directory "
+          "entries are cached by the guest's FUSE client for 1 s, a file's pages stay in the "
+          "guest's page cache while its mtime does not change, and there is no writeback "
+          "cache: every write(2) is a round trip to the daemon.",
+          "",
           "- Parallel reads: the 1,024 files are written just before the first repeat and read "
           "whole in every repeat, so all targets read through warm caches (the host's page "
-          "cache; in the guest its own page cache, over the volume whatever the volume's "
-          "FUSE cache mode keeps). Nothing is dropped between repeats: dropping the host's "
+          "cache; in the guest its own page cache, kept on a volume as the files do not "
+          "change between repeats, but each open is still a round trip). Nothing is dropped between repeats: dropping the host's "
           "caches would touch every other user of this host.",
           "- Parallel writes: new files in a fresh directory per repeat, each fsync'd, so every "
           "write reaches the host file system (for the root disk: QEMU's disk file) before "
           "its close.",
           "- getattr, read_4k, write_4k (no fsync), open_close: the same file every iteration, "
-          "so attributes and data may be served from caches after the first iteration.",
+          "so attributes and data may be served from caches after the first iteration (on a "
+          "volume: getattr from the 1 s attribute cache, with one round trip per second; "
+          "read_4k from the page cache; write_4k and open_close a round trip each).",
           "- lookup: a fresh name that does not exist, each iteration: no positive or "
           "negative dentry can be cached, so every iteration is a real lookup (on a volume, a "
           "round trip to the daemon unless the FUSE client answers misses itself).",
@@ -490,6 +497,8 @@ def main() -> int:
     targets = [t for t in args.targets.split(",") if t]
     if bad := [t for t in targets if t not in TARGETS]:
         ap.error(f"unknown targets {bad}")
+    if "ro" in args.volume_opts.split(","):
+        ap.error("--volume-opts ro: the workload writes (its files, and the write workloads)")
     if args.workers < 1 or args.files < 1 or args.size < 1 or args.rounds < 1:
         ap.error("--workers, --files, --size and --rounds must be at least 1")
     out = Path(args.out)
