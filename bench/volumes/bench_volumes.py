@@ -196,7 +196,7 @@ def result_lines(stats: dict, ctx: dict, args) -> list[str]:
         "# Volumes benchmark: file I/O on a volume, the guest's root disk and the host",
         "",
         rp.date_line(ctx["started"], ctx["elapsed"]),
-        rp.forkvm_line(info, ctx.get("revision", "?")),
+        rp.forkvm_line(info, ctx.get("revision", "?"), ctx.get("build_note", "")),
         f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}; load average at "
         f"start {rp.loadavg_text(machine)}",
         rp.accel_line(info),
@@ -506,6 +506,8 @@ def main() -> int:
     ctx = {"started": dt.datetime.now().astimezone(), "machine": rp.machine_info(),
            "revision": rp.git_revision(), "noise": {}, "guest": {}, "others": {},
            "others_busy": 0, "runs": 0}
+    if "/debug/" in args.binary:
+        ctx["build_note"] = " (**debug build**: the daemon's volume server is unoptimised)"
     t_start = time.monotonic()
     if args.wait_quiet:
         fb.wait_for_quiet_host(args.wait_quiet)
