@@ -65,6 +65,7 @@
 
 pub mod caps;
 pub mod tar;
+pub mod volume;
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -100,6 +101,10 @@ pub const PROTOCOL_V3: u32 = 3;
 pub const DEFAULT_LOG_DIR: &str = "/run/forkvm";
 /// The virtio-serial port name the agent listens on.
 pub const PORT_NAME: &str = "org.forkvm.agent.0";
+
+/// The name of the volume port ([`volume`]), present on machines booted
+/// since volumes exist.
+pub const VOLUME_PORT_NAME: &str = "org.forkvm.volumes.0";
 
 /// A message from the host to the guest agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -232,6 +237,13 @@ pub enum HostMsg {
     ResizeRootfs { id: u64 },
     /// Flush every filesystem (sync(2)). Answered by `Synced`. Protocol 2.
     Sync { id: u64 },
+    /// Mount volumes: FUSE mounts whose requests the agent relays over the
+    /// volume port ([`volume`]) to the host, which serves them. Answered by
+    /// `Ack` once every mount is in place, or `Error` (nothing mounted).
+    MountVolumes {
+        id: u64,
+        volumes: Vec<VolumeMountSpec>,
+    },
     /// Start a background process; a stream (see [`caps`]). Protocol 3.
     ProcStart(ProcStart),
     /// Attach to a process: replay its buffered output, then follow it.
@@ -304,6 +316,16 @@ fn default_mode() -> u32 {
     0o644
 }
 
+/// One mount of [`HostMsg::MountVolumes`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeMountSpec {
+    /// The volume's index on the volume port.
+    pub index: u8,
+    /// The guest directory (created if missing).
+    pub path: String,
+    pub read_only: bool,
+}
+
 impl HostMsg {
     /// The request id.
     pub fn id(&self) -> u64 {
@@ -320,6 +342,7 @@ impl HostMsg {
             | HostMsg::PutArchive { id, .. }
             | HostMsg::ResizeRootfs { id }
             | HostMsg::Sync { id }
+            | HostMsg::MountVolumes { id, .. }
             | HostMsg::ProcList { id }
             | HostMsg::StreamCancel { id, .. }
             | HostMsg::FsStat { id, .. }

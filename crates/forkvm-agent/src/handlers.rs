@@ -249,6 +249,10 @@ pub fn handle(frame: Frame<HostMsg>, agent: &Agent) {
             crate::sys::sync();
             reply(GuestMsg::Synced { id });
         }
+        HostMsg::MountVolumes { id, volumes } => match crate::volumes::mount(&volumes) {
+            Ok(()) => reply(GuestMsg::Ack { id }),
+            Err(e) => error(id, e),
+        },
         other => crate::handlers_v3::handle(other, payload, agent),
     }
 }

@@ -68,6 +68,7 @@ mod start;
 mod streams;
 mod sys;
 mod users;
+mod volumes;
 mod watch;
 
 use std::io::{self, Write};

@@ -301,6 +301,17 @@ pub fn poll_readable(fd: RawFd, timeout_ms: libc::c_int) -> io::Result<bool> {
 }
 
 /// sync(2).
+/// Detach a mount (`umount2(MNT_DETACH)`), ignoring errors: used to undo
+/// a half-done set of mounts.
+pub fn umount_detach(path: &str) {
+    if let Ok(c) = CString::new(path) {
+        // SAFETY: `c` is a valid NUL-terminated string for the call.
+        unsafe {
+            libc::umount2(c.as_ptr(), libc::MNT_DETACH);
+        }
+    }
+}
+
 pub fn sync() {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };

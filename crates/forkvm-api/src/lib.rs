@@ -7,6 +7,7 @@
 //! * [`lifecycle`]: timeouts, pause and resume;
 //! * [`processes`] and [`fs`]: background processes and PTYs, filesystem
 //!   operations, watches and archives in a sandbox;
+//! * [`volumes`]: host directories and named volumes in sandboxes;
 //! * [`codes`]: the machine-readable error codes;
 //! * [`client`]: a small HTTP/1.1 client for the unix socket and TCP.
 //!
@@ -21,6 +22,7 @@ mod client_fs;
 mod client_images;
 mod client_lifecycle;
 mod client_procs;
+mod client_volumes;
 pub mod codes;
 pub mod fs;
 pub mod images;
@@ -28,6 +30,7 @@ pub mod lifecycle;
 pub mod processes;
 pub mod routes;
 pub mod types;
+pub mod volumes;
 
 pub use client::{Client, ClientError, Target};
 pub use fs::*;
@@ -36,6 +39,7 @@ pub use images::*;
 pub use lifecycle::*;
 pub use processes::*;
 pub use types::*;
+pub use volumes::*;
 
 /// The environment variable naming the daemon's address.
 pub const ENV_URL: &str = "FORKVM_URL";

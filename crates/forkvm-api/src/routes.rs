@@ -58,6 +58,9 @@ pub enum Op {
     RemoveWatcher,
     DownloadArchive,
     UploadArchive,
+    ListVolumes,
+    CreateVolume,
+    DeleteVolume,
 }
 
 /// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
@@ -152,4 +155,8 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     // Several files at once, as a tar.
     (Op::DownloadArchive, "GET", "/v1/sandboxes/{id}/archive"),
     (Op::UploadArchive, "PUT", "/v1/sandboxes/{id}/archive"),
+    // Named volumes (host directories are given by path at spawn).
+    (Op::ListVolumes, "GET", "/v1/volumes"),
+    (Op::CreateVolume, "POST", "/v1/volumes"),
+    (Op::DeleteVolume, "DELETE", "/v1/volumes/{name}"),
 ];

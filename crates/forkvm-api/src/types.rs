@@ -79,6 +79,10 @@ pub struct CreateSandbox {
     /// rate and pids (docs/limits.md). A branch's children inherit them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<crate::SandboxLimits>,
+    /// Host directories and named volumes to mount (docs/volumes.md). A
+    /// snapshot taken with volumes fixes them: its clones get the same ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Vec<crate::VolumeMount>>,
 }
 
 /// A sandbox's network.
@@ -268,6 +272,9 @@ pub struct Sandbox {
     /// runs (memory is in `memory`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::Usage>,
+    /// Its volumes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::MountedVolume>,
 }
 
 /// The response to `POST /v1/sandboxes` with `count`.

@@ -39,6 +39,12 @@ pub(crate) struct SpawnArgs {
     /// the filesystem.
     #[arg(long, value_name = "SIZE", value_parser = image::parse_size)]
     pub(crate) disk_size: Option<u64>,
+    /// Mount a host directory or named volume (repeatable):
+    /// SOURCE:GUEST_PATH[:OPTIONS], OPTIONS from ro, rw, shared (children of
+    /// a branch see the same directory; the default), copy (each child gets
+    /// its own copy), uid=N, gid=N. See docs/volumes.md.
+    #[arg(long = "volume", short = 'v', value_name = "SRC:PATH[:OPTS]", value_parser = forkvm_api::VolumeMount::parse)]
+    pub(crate) volumes: Vec<forkvm_api::VolumeMount>,
     #[command(flatten)]
     pub(crate) net: NetArgs,
     #[command(flatten)]
@@ -196,6 +202,11 @@ pub(crate) enum Cmd {
     Image {
         #[command(subcommand)]
         cmd: image::ImageCmd,
+    },
+    /// Create, list and remove named volumes (docs/volumes.md).
+    Volume {
+        #[command(subcommand)]
+        cmd: crate::volume::VolumeCmd,
     },
     /// Spawn sandboxes (from an image or a snapshot) and print their ids.
     Spawn {

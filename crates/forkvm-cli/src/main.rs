@@ -22,6 +22,7 @@ mod lifetime;
 mod mcp;
 mod procs;
 mod snapshot;
+mod volume;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -248,6 +249,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let c = client().await?;
             image::run(&c, cmd, json).await
         }
+        Cmd::Volume { cmd } => {
+            let c = client().await?;
+            volume::run(&c, cmd, json).await
+        }
         Cmd::Proc { cmd } => procs::run(&client().await?, cmd, json).await,
         Cmd::Fs { cmd } => files::run(&client().await?, cmd, json).await,
         Cmd::Exec { id, exec } => {
@@ -371,7 +376,7 @@ fn init_tracing() {
         .try_init();
 }
 
-fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
@@ -390,6 +395,7 @@ fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
         egress: (!a.net.allow.is_empty()).then(|| a.net.allow.clone()),
         wait_for_network: a.net.no_wait_network.then_some(false),
         disk_size: a.disk_size,
+        volumes: (!a.volumes.is_empty()).then(|| a.volumes.clone()),
         ..Default::default()
     };
     req.limits = a.limits.limits();

@@ -13,11 +13,13 @@
 //!   uploads/                         archives and build contexts being received
 //!   certs.d/<host[:port]>/*.crt      CAs of private registries
 //!   sandboxes/<id>/disk.qcow2        copy-on-write root disk
-//!   sandboxes/<id>/{qmp,agent}.sock  QEMU sockets
+//!   sandboxes/<id>/{qmp,agent,volumes}.sock  QEMU sockets
 //!   sandboxes/<id>/console.log       the serial console
 //!   sandboxes/<id>/qemu.log          QEMU's own stderr
 //!   sandboxes/<id>/qemu.pid          QEMU's pid (finds orphans after a crash)
 //!   snapshots/<id>/                  published snapshots (see forkvm-store)
+//!   volume-data/<id>/                a sandbox's volume state, node journals and copies
+//!   volumes/<name>/                  named volumes (docs/volumes.md)
 //! /dev/shm/forkvm-<hash of home>/<id>.mem   guest RAM (RAM-backed)
 //! /dev/shm/forkvm-<hash of home>/<id>.d/    RAM-backed scratch a live snapshot streams to
 //! $FORKVM_HOME/jail-root/            empty; a jailed QEMU's root is mounted on it (crate::jail)
@@ -185,6 +187,10 @@ impl Config {
             disk: dir.join("disk.qcow2"),
             qmp: dir.join("qmp.sock"),
             agent: dir.join("agent.sock"),
+            volumes_sock: dir.join("volumes.sock"),
+            // Outside the directory a jailed QEMU may write: only the
+            // daemon touches volume files (docs/volumes.md).
+            volumes: self.home.join("volume-data").join(id),
             console: dir.join("console.log"),
             qemu_log: dir.join("qemu.log"),
             mem: self.run_dir.join(format!("{id}.mem")),
@@ -201,6 +207,11 @@ pub struct SandboxPaths {
     pub disk: PathBuf,
     pub qmp: PathBuf,
     pub agent: PathBuf,
+    /// The volume port's socket (QEMU listens on it).
+    pub volumes_sock: PathBuf,
+    /// The daemon's volume files of this sandbox: its state, node journals
+    /// and the private copies of its `copy` volumes.
+    pub volumes: PathBuf,
     pub console: PathBuf,
     pub qemu_log: PathBuf,
     pub mem: PathBuf,
@@ -212,13 +223,26 @@ impl SandboxPaths {
     /// Remove what only a running VM needs (RAM, disk, sockets), keeping the
     /// console and QEMU logs so a failed sandbox can still be inspected.
     pub fn remove_runtime(&self) {
-        for p in [&self.mem, &self.disk, &self.qmp, &self.agent] {
+        for p in [
+            &self.mem,
+            &self.disk,
+            &self.qmp,
+            &self.agent,
+            &self.volumes_sock,
+        ] {
             let _ = std::fs::remove_file(p);
         }
         let _ = std::fs::remove_dir_all(&self.shm);
     }
 
-    /// Remove everything.
+    /// Remove the daemon's volume files of the sandbox (its state, journals
+    /// and private copies). Separate from [`Self::remove_all`]: a paused
+    /// sandbox keeps them, since it serves them again when it resumes.
+    pub fn remove_volumes(&self) {
+        let _ = std::fs::remove_dir_all(&self.volumes);
+    }
+
+    /// Remove everything a VM of the sandbox used (not its volume files).
     pub fn remove_all(&self) {
         self.remove_runtime();
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -136,6 +136,8 @@ mod tests {
             disk: d.join("disk.qcow2"),
             qmp: d.join("qmp.sock"),
             agent: d.join("agent.sock"),
+            volumes_sock: d.join("volumes.sock"),
+            volumes: d.join("volume-data"),
             console: d.join("console.log"),
             qemu_log: d.join("qemu.log"),
             mem: d.join("x.mem"),

@@ -47,6 +47,7 @@ pub mod spawn;
 pub mod template;
 pub mod usage;
 pub mod util;
+pub mod volumes;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -96,6 +96,7 @@ impl Manager {
             memory,
             root_disk: paths.disk.clone(),
             agent_socket: paths.agent.clone(),
+            volume_socket: m.machine.volume_port.then(|| paths.volumes_sock.clone()),
             qmp_socket: paths.qmp.clone(),
             console_log: paths.console.clone(),
             incoming: Some("defer".into()),
@@ -413,6 +414,10 @@ impl Manager {
             None
         };
         *live.agent_slot().lock().await = Some(conn);
+        // The guest has its volumes mounted already; serve them (a copy of
+        // each `copy` one for a fresh clone, its own for a resume).
+        self.attach_restored_volumes(&id, snap, !fresh_identity)
+            .await?;
         let timings = SpawnTimings {
             prepare_ms: if from_pool { 0.0 } else { prepare_ms },
             qemu_start_ms: if from_pool { 0.0 } else { qemu_start_ms },

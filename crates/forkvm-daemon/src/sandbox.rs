@@ -56,6 +56,7 @@ impl Manager {
             Default::default()
         });
         Sandbox {
+            volumes: crate::volumes::view(&self.cfg.sandbox_paths(&r.id)),
             lifetime: crate::lifetime::lifetime_view(&life),
             metadata: life.metadata,
             env: life.env,
@@ -212,7 +213,9 @@ impl Manager {
             }
         }
         self.net.teardown(id, row.network.as_ref()).await;
+        self.detach_volumes(id);
         self.cfg.sandbox_paths(id).remove_all();
+        self.cfg.sandbox_paths(id).remove_volumes();
         self.db.delete(id)?;
         // The saved states of its pauses go with it.
         self.drop_pause_snapshots(id).await;
@@ -289,6 +292,7 @@ impl Manager {
                         Waiter::Foreign,
                         cmdline,
                     );
+                    self.recover_volumes(&row.id).await;
                 }
                 (SandboxState::Starting, pid) if self.resuming(&row.id) => {
                     // A resume died with the old daemon: the sandbox is
@@ -307,6 +311,7 @@ impl Manager {
                     }
                     self.jail.release(&row.id);
                     paths.remove_all();
+                    paths.remove_volumes();
                     self.db.delete(&row.id)?;
                 }
                 (SandboxState::Running, _) => {

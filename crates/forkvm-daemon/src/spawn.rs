@@ -152,6 +152,10 @@ impl Manager {
                 ),
             ));
         }
+        let volumes = match &req.volumes {
+            Some(v) if !v.is_empty() => Some(self.resolve_volumes(v)?),
+            _ => None,
+        };
         let sandboxes = if let Some(snap_ref) = &req.snapshot {
             if req.image.is_some()
                 || req.memory_mib.is_some()
@@ -172,6 +176,19 @@ impl Manager {
             // Held until the sandbox rows exist: they keep it from then on.
             let _lease = self.gc_lease(&row.id)?;
             let snap = self.open_verified(&row.id).await?;
+            if volumes.is_some() && snap.manifest.volumes.is_some() {
+                return Err(ApiError::invalid(format!(
+                    "snapshot {} has volumes of its own, which its clones get; omit volumes",
+                    row.id
+                )));
+            }
+            if volumes.is_some() && !snap.manifest.machine.volume_port {
+                return Err(ApiError::invalid(format!(
+                    "snapshot {} was taken before volumes existed and cannot mount them; spawn \
+                     from an image, or from a snapshot taken since",
+                    row.id
+                )));
+            }
             let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
             let net = self.net_request(&req, nic, n)?;
             self.spawn_clones(&snap, n, &net).await?
@@ -203,6 +220,17 @@ impl Manager {
             }
         };
         let ids: Vec<String> = sandboxes.iter().map(|s| s.id.clone()).collect();
+        if let Some(v) = &volumes {
+            for id in &ids {
+                if let Err(e) = self.attach_volumes(id, v).await {
+                    tracing::warn!(sandbox = %id, "volumes of sandbox {id} failed: {}", e.message);
+                    for id in &ids {
+                        let _ = self.remove(id).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
         if let Err(e) = self.start_lifecycle(&ids, &life).await {
             for id in &ids {
                 let _ = self.remove(id).await;
@@ -212,15 +240,20 @@ impl Manager {
         // Shown with what was just stored (nothing to re-read otherwise).
         let sandboxes = sandboxes
             .into_iter()
-            .map(
-                |s| match self.db.get(&s.id).ok().filter(|_| !life.is_empty()) {
+            .map(|s| {
+                match self
+                    .db
+                    .get(&s.id)
+                    .ok()
+                    .filter(|_| !life.is_empty() || volumes.is_some())
+                {
                     Some(Some(r)) => Sandbox {
                         timings: s.timings.clone(),
                         ..self.view(r, false)
                     },
                     _ => s,
-                },
-            )
+                }
+            })
             .collect::<Vec<_>>();
         Ok(match req.count {
             None => Created::One(Box::new(
@@ -361,7 +394,9 @@ impl Manager {
         }
         let net = self.db.get(id).ok().flatten().and_then(|r| r.network);
         self.net.teardown(id, net.as_ref()).await;
+        self.detach_volumes(id);
         self.cfg.sandbox_paths(id).remove_all();
+        self.cfg.sandbox_paths(id).remove_volumes();
         let _ = self.db.delete(id);
     }
 
@@ -415,6 +450,7 @@ impl Manager {
             },
             root_disk: paths.disk.clone(),
             agent_socket: paths.agent.clone(),
+            volume_socket: Some(paths.volumes_sock.clone()),
             qmp_socket: paths.qmp.clone(),
             console_log: paths.console.clone(),
             incoming: None,

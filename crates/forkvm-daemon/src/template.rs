@@ -20,9 +20,10 @@ pub fn template_key(m: &Manager, boot: &crate::images::BootReq) -> String {
     let (image, memory_mib, cpus) = (boot.image.as_str(), boot.memory_mib, boot.cpus);
     // Whether sandboxes get a NIC is part of the machine: a template made
     // without one cannot give its clones a network. The disk size and the
-    // image's metadata (its start command) shape the template too.
+    // image's metadata (its start command) shape the template too, and so
+    // does the volume port (templates from before it cannot mount volumes).
     let mut s = format!(
-        "{image}|{memory_mib}|{cpus}|{}|nic={}|disk={:?}",
+        "{image}|{memory_mib}|{cpus}|{}|nic={}|disk={:?}|volume-port",
         m.accel.accel,
         m.net.available(),
         boot.disk_size

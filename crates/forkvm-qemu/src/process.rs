@@ -219,6 +219,19 @@ pub fn machine_arg(pid: u32) -> Option<String> {
     Some(strip_memory_backend(&m))
 }
 
+/// Does the QEMU with this pid have the volume port (a machine booted since
+/// volumes exist, or restored from one)? `None` when its command line
+/// cannot be read.
+pub fn has_volume_port(pid: u32) -> Option<bool> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let needle = format!("name={}", crate::spec::VOLUME_PORT_NAME);
+    Some(
+        cmdline
+            .split(|b| *b == 0)
+            .any(|a| String::from_utf8_lossy(a).contains(&needle)),
+    )
+}
+
 fn strip_memory_backend(m: &str) -> String {
     m.split(',')
         .filter(|o| !o.starts_with("memory-backend="))

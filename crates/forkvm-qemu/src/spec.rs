@@ -12,6 +12,9 @@
 //! * one virtio-blk root disk: a qcow2 overlay over a read-only image;
 //! * one virtio-serial port for the guest agent on a unix-socket chardev that
 //!   QEMU listens on (the daemon connects, and may reconnect after a restart);
+//! * a second port for volumes (FUSE requests relayed to the daemon,
+//!   docs/volumes.md), on every machine booted since volumes exist: a port
+//!   cannot be added to a restored guest whose driver sized itself for fewer;
 //! * the serial console written to a log file;
 //! * QMP on a unix socket.
 
@@ -127,6 +130,9 @@ pub struct MachineSpec {
     /// The root disk: a qcow2 file (usually an overlay over a read-only base).
     pub root_disk: PathBuf,
     pub agent_socket: PathBuf,
+    /// The volume port's socket; `None` recreates a machine from before
+    /// volumes (its snapshots' streams have no such port).
+    pub volume_socket: Option<PathBuf>,
     pub qmp_socket: PathBuf,
     pub console_log: PathBuf,
     /// `Some("defer")` starts QEMU waiting for `migrate-incoming`.
@@ -223,7 +229,10 @@ impl MachineSpec {
             "-device".into(),
             "virtio-blk-device,drive=root".into(),
             "-device".into(),
-            "virtio-serial-device,max_ports=2".into(),
+            format!(
+                "virtio-serial-device,max_ports={}",
+                if self.volume_socket.is_some() { 3 } else { 2 }
+            ),
             "-chardev".into(),
             format!(
                 "socket,id=agent,path={},server=on,wait=off",
@@ -237,6 +246,17 @@ impl MachineSpec {
             "-qmp".into(),
             format!("unix:{},server=on,wait=off", self.qmp_socket.display()),
         ];
+        if let Some(v) = &self.volume_socket {
+            a.push("-chardev".into());
+            a.push(format!(
+                "socket,id=volumes,path={},server=on,wait=off",
+                v.display()
+            ));
+            a.push("-device".into());
+            a.push(format!(
+                "virtserialport,chardev=volumes,name={VOLUME_PORT_NAME},nr=2"
+            ));
+        }
         if let Some(n) = &self.nic {
             a.push("-netdev".into());
             a.push(match tap_fd {
@@ -266,6 +286,10 @@ impl MachineSpec {
 /// QEMU's own seccomp filter for a jailed QEMU: no obsolete syscalls, no
 /// set*id, no fork/exec, no scheduler or affinity changes.
 pub const SECCOMP: &str = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
+
+/// The volume port's name (kept in sync with
+/// `forkvm_agent_protocol::volume::PORT_NAME` by the same daemon test).
+pub const VOLUME_PORT_NAME: &str = "org.forkvm.volumes.0";
 
 /// Kept in sync with `forkvm_agent_protocol::PORT_NAME` (checked by a test in
 /// the daemon, which depends on both crates).
@@ -334,6 +358,7 @@ mod tests {
             },
             root_disk: "/d.qcow2".into(),
             agent_socket: "/a.sock".into(),
+            volume_socket: None,
             qmp_socket: "/q.sock".into(),
             console_log: "/c.log".into(),
             incoming: None,

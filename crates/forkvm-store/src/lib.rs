@@ -40,7 +40,9 @@ use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
-pub use manifest::{Artefact, MachineInfo, Manifest, ManifestError, ParentRef};
+pub use manifest::{
+    Artefact, MachineInfo, Manifest, ManifestError, ParentRef, SnapVolume, VOLUMES_DIR,
+};
 
 /// The manifest file name.
 pub const MANIFEST: &str = "manifest.fvs";

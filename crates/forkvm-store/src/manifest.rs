@@ -71,6 +71,10 @@ pub struct MachineInfo {
     /// all `microvm,acpi=on` (with the PIC and the PIT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
+    /// The machine has the volume port (docs/volumes.md); its restores must
+    /// have it too. Absent in snapshots made before volumes existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub volume_port: bool,
 }
 
 /// The manifest body.
@@ -101,7 +105,34 @@ pub struct Manifest {
     /// Absent means a whole migration stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_format: Option<String>,
+    /// The volumes the guest had mounted (docs/volumes.md). Their node
+    /// journals are `volumes/<index>.journal` in the snapshot directory, and
+    /// a `copy` volume's tree as of the snapshot is `volumes/<index>/`.
+    /// Absent: none (and the machine has no volume port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Vec<SnapVolume>>,
 }
+
+/// One volume of a snapshot's guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapVolume {
+    /// Its index on the volume port (the guest's mount is keyed by it).
+    pub index: u8,
+    /// What the spawn asked for: a host path or a named volume.
+    pub source: String,
+    /// The guest path.
+    pub path: String,
+    pub read_only: bool,
+    /// `shared` or `copy`.
+    pub mode: String,
+    /// The host directory a `shared` volume's clones serve.
+    pub host_path: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The directory of a snapshot's volume files, relative to the snapshot.
+pub const VOLUMES_DIR: &str = "volumes";
 
 /// Why a manifest could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -200,6 +231,7 @@ pub(crate) mod tests_support {
                 initrd: "/i".into(),
                 cmdline: "console=ttyS0".into(),
                 machine: Some("microvm,acpi=on,pic=off,pit=off".into()),
+                volume_port: false,
             },
             base_image: "/images/default/rootfs.ext4".into(),
             artefacts: vec![Artefact {
@@ -211,6 +243,7 @@ pub(crate) mod tests_support {
             }],
             ram_format: None,
             state_format: None,
+            volumes: None,
         }
     }
 }

@@ -223,4 +223,24 @@ impl AgentConn {
             other => Err(unexpected("synced", &other)),
         }
     }
+
+    /// Mount volumes in the guest (FUSE relayed over the volume port).
+    pub async fn mount_volumes(
+        &self,
+        volumes: Vec<forkvm_agent_protocol::VolumeMountSpec>,
+        timeout: Duration,
+    ) -> Result<(), AgentError> {
+        let f = self
+            .one_reply(
+                move |id| HostMsg::MountVolumes { id, volumes },
+                b"",
+                timeout,
+                "mount its volumes",
+            )
+            .await?;
+        match f.msg {
+            GuestMsg::Ack { .. } => Ok(()),
+            other => Err(unexpected("ack", &other)),
+        }
+    }
 }

@@ -97,7 +97,10 @@ type AppState = Arc<Manager>;
         poll_watcher,
         remove_watcher,
         download_archive,
-        upload_archive
+        upload_archive,
+        crate::volumes::http::list_volumes,
+        crate::volumes::http::create_volume,
+        crate::volumes::http::delete_volume
     ),
     components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent, ProcessEvent, WatchEvent)),
     modifiers(&CommonErrors)
@@ -229,6 +232,9 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::RemoveWatcher => delete(remove_watcher),
         Op::DownloadArchive => get(download_archive),
         Op::UploadArchive => put(upload_archive),
+        Op::ListVolumes => get(crate::volumes::http::list_volumes),
+        Op::CreateVolume => post(crate::volumes::http::create_volume),
+        Op::DeleteVolume => delete(crate::volumes::http::delete_volume),
     }
 }
 

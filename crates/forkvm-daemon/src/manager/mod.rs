@@ -41,6 +41,8 @@ pub struct Manager {
     pub(crate) admissions: crate::admission::reserve::Reservations,
     /// How QEMUs are confined (crate::jail).
     pub jail: crate::jail::Jailer,
+    /// The volume servers of running sandboxes (crate::volumes).
+    pub(crate) volumes: crate::volumes::servers::Servers,
 }
 
 impl Manager {
@@ -69,6 +71,7 @@ impl Manager {
             net,
             gc: Default::default(),
             admissions: Default::default(),
+            volumes: Default::default(),
         })
     }
 

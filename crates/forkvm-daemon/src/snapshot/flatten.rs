@@ -108,6 +108,16 @@ impl Manager {
                 head.path(forkvm_store::DEVICE_STATE),
                 staging.path(forkvm_store::DEVICE_STATE),
             )?;
+            // The volumes' journals and `copy` trees belong to the head's
+            // instant, which the flattened snapshot is.
+            let vdir = head.path(forkvm_store::VOLUMES_DIR);
+            if vdir.is_dir() {
+                let to = staging.path(forkvm_store::VOLUMES_DIR);
+                forkvm_volume::copy_tree(&vdir, &to).map_err(|e| StoreError::Io {
+                    path: to.display().to_string(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            }
             std::fs::hard_link(
                 head.path(forkvm_store::DISK),
                 staging.path(forkvm_store::DISK),

@@ -69,6 +69,10 @@ impl Manager {
             ))
         })?;
         let t0 = Instant::now();
+        // Volumes come to rest first: nothing in flight between the guest
+        // and the host directories at the instant saved (crate::volumes).
+        // They resume when `vols` is dropped, on every path out of here.
+        let vols = self.hold_volumes(id).await?;
         // The devices of the running QEMU, which the snapshot's restores
         // must recreate (a clone of an old snapshot still has the PIC/PIT).
         let machine = forkvm_qemu::process::machine_arg(live.pid).ok_or_else(|| {
@@ -267,6 +271,14 @@ impl Manager {
         }
         let staging = staging
             .ok_or_else(|| ApiError::internal("the snapshot's staging directory vanished"))?;
+        if let Some(v) = &vols {
+            // The guest runs again, but its volume I/O waits until the
+            // journals (and `copy` trees) are saved.
+            let t = Instant::now();
+            v.save_into(staging.path(forkvm_store::VOLUMES_DIR), hold)
+                .await?;
+            tracing::debug!(sandbox = %id, ms = ms(t.elapsed()), "saved the volumes for a snapshot");
+        }
 
         let mut artefacts = vec![
             forkvm_store::Artefact {
@@ -319,11 +331,13 @@ impl Manager {
                 initrd: self.cfg.initrd().display().to_string(),
                 cmdline: live.cmdline.clone(),
                 machine: Some(machine),
+                volume_port: forkvm_qemu::process::has_volume_port(live.pid).unwrap_or(false),
             },
             base_image: self.cfg.image_rootfs(&row.image).display().to_string(),
             artefacts,
             ram_format: live_mode.then(|| "mapped-ram".to_string()),
             state_format: diff_mode.then(|| DEVICES_ONLY.to_string()),
+            volumes: vols.as_ref().map(|h| h.manifest_entries()),
         };
         let diff = diff::capture(chain, captured, ram_bytes);
         let srow = SnapshotRow {
