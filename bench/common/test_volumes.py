@@ -113,6 +113,7 @@ def test_report_has_the_header_the_targets_and_fcvm():
     assert "| getattr | 2.0 | 2.8 | 10.0 | 10.0 | 50.0 | 50.0 | **25.00×** | 5.00× | 1.05× |" \
         in text
     assert "SMOKE" not in text
+    assert "takes p50 **0.05 ms**, against 10 µs for the same lookup" in text
     assert "- Timing floor (the same timed loop around an empty op, p50): host directory " \
         "0.20 µs, guest root disk 0.20 µs, guest volume 0.20 µs;" in text
 
@@ -125,6 +126,7 @@ def test_report_of_a_short_run_without_volumes_says_so():
     assert "**guest volume not measured:** no --volume flag" in text
     assert "**(busy: timings inflated)**" in text
     assert "| parallel_read | ≤ 5.0× | **–×** | 2.00× | –× | **not measured** |" in text
+    assert "One uncached request" not in text
 
 
 def test_plot_writes_a_png(tmp_path):
