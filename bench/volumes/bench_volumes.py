@@ -262,7 +262,7 @@ def result_lines(stats: dict, ctx: dict, args) -> list[str]:
                  f"p50 **{rp.fmt(rt['volume'] / 1e3, 2)} ms**, against "
                  f"{rp.fmt(rt['root'], 0)} µs for the same lookup on the guest's root disk and "
                  f"{rp.fmt(rt['host'], 1)} µs on the host. The parallel workloads overlap such "
-                 "requests (256 guest threads, the daemon's worker pool), which is why their "
+                 f"requests ({args.workers} guest threads, the daemon's worker pool), which is why their "
                  "volume/root ratio is far lower than the single ops'.")
     fc = fcvm_comparison(stats)
     best = FCVM["parallel_read"]
@@ -307,7 +307,7 @@ def result_lines(stats: dict, ctx: dict, args) -> list[str]:
           "guest's page cache while its mtime does not change, and there is no writeback "
           "cache: every write(2) is a round trip to the daemon.",
           "",
-          "- Parallel reads: the 1,024 files are written just before the first repeat and read "
+          f"- Parallel reads: the {args.files:,} files are written just before the first repeat and read "
           "whole in every repeat, so all targets read through warm caches (the host's page "
           "cache; in the guest its own page cache, kept on a volume as the files do not "
           "change between repeats, but each open is still a round trip). Nothing is dropped between repeats: dropping the host's "
@@ -322,7 +322,7 @@ def result_lines(stats: dict, ctx: dict, args) -> list[str]:
           "- lookup: a fresh name that does not exist, each iteration: no positive or "
           "negative dentry can be cached, so every iteration is a real lookup (on a volume, a "
           "round trip to the daemon unless the FUSE client answers misses itself).",
-          "- readdir: the full 1,024-entry directory each time (dentries cached, the listing "
+          f"- readdir: the full {args.files:,}-entry directory each time (dentries cached, the listing "
           "itself is read each time); create_unlink: a fresh name each time.",
           "", "## fcvm's published figures (for scale, not comparable in absolute time)", "",
           "From seeds/004 (fcvm's performance guide: AWS c7g.metal, 64 Graviton3 cores, btrfs on "
@@ -493,7 +493,7 @@ def main() -> int:
                     "and entries of the lookup/readdir directory")
     ap.add_argument("--size", type=int, default=4096, help="bytes per file, read and write")
     ap.add_argument("--repeats", type=int, default=5, help="parallel runs per target and round")
-    ap.add_argument("--iters", type=int, default=1000, help="iterations per single op")
+    ap.add_argument("--iters", type=int, default=300, help="iterations per single op")
     ap.add_argument("--rounds", type=int, default=1,
                     help="times each target runs (interleaved host, root, volume, ...)")
     ap.add_argument("--targets", default=",".join(TARGETS), help="which of " + ", ".join(TARGETS))

@@ -15,7 +15,7 @@
 #                                  [--out DIR]
 #   --repeats N      parallel runs per target and round (default 5; at least 5 in all for a
 #                    valid result)
-#   --iters N        iterations per single operation (default 1000; at least 200)
+#   --iters N        iterations per single operation (default 300; at least 200)
 #   --rounds N       times each target runs, interleaved (default 1)
 #   --workers N      parallel threads (default 256)
 #   --files N        files in the parallel workloads and the big directory (default 1024)
@@ -32,7 +32,8 @@
 # (created by scripts/setup.sh). Writes volumes.csv, RESULTS.md and
 # volumes.png into the results dir.
 #
-# Default run: a few minutes on a 2-core TCG host. Longer, steadier figures:
+# Default run: about 6 minutes on a 2-core TCG host (most of it the volume: each
+# uncached request is a round trip to the daemon). Longer, steadier figures:
 #   bash bench/volumes/run.sh --rounds 3 --iters 3000 --wait-quiet 600
 # Smoke test (not a valid result):
 #   bash bench/volumes/run.sh --repeats 1 --iters 50 --out /tmp/bench-volumes-smoke
