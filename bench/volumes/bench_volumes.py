@@ -498,7 +498,9 @@ def main() -> int:
                     help="times each target runs (interleaved host, root, volume, ...)")
     ap.add_argument("--targets", default=",".join(TARGETS), help="which of " + ", ".join(TARGETS))
     ap.add_argument("--memory", type=int, default=1024, help="guest RAM in MiB")
-    ap.add_argument("--cpus", type=int, default=2, help="guest vCPUs")
+    ap.add_argument("--cpus", type=int, default=1,
+                    help="guest vCPUs (default 1: on a 2-core TCG host a second vCPU made a "
+                         "volume request 5-10x slower, likely competing with the daemon)")
     ap.add_argument("--volume-opts", default="",
                     help="OPTS of --volume HOST:GUEST[:OPTS] (e.g. shared); default none")
     ap.add_argument("--host-dir", default=None,

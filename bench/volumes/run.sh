@@ -19,8 +19,12 @@
 #   --rounds N       times each target runs, interleaved (default 1)
 #   --workers N      parallel threads (default 256)
 #   --files N        files in the parallel workloads and the big directory (default 1024)
-#   --memory MiB     guest RAM (default 1024); --cpus N  guest vCPUs (default 2)
-#   --volume-opts O  OPTS of --volume HOST:GUEST[:OPTS], e.g. ro, shared or copy (default none)
+#   --memory MiB     guest RAM (default 1024)
+#   --cpus N         guest vCPUs (default 1: on this 2-core TCG host one uncached volume
+#                    request took 1.4 ms with 1 vCPU and 7-14 ms with 2, likely because
+#                    a second vCPU thread competes with the daemon that serves the volume)
+#   --volume-opts O  OPTS of --volume HOST:GUEST[:OPTS], e.g. shared or copy (default none;
+#                    ro is refused: the workload writes)
 #   --wait-quiet S   first wait up to S seconds for other processes to leave the CPUs idle
 #   --out DIR        results directory (default bench/volumes/results)
 #   (bench_volumes.py --help lists the rest: --host-dir, --guest-root-dir, --guest-mount,
@@ -32,7 +36,7 @@
 # (created by scripts/setup.sh). Writes volumes.csv, RESULTS.md and
 # volumes.png into the results dir.
 #
-# Default run: about 6 minutes on a 2-core TCG host (most of it the volume: each
+# Default run: about 4-5 minutes on a 2-core TCG host (most of it the volume: each
 # uncached request is a round trip to the daemon). Longer, steadier figures:
 #   bash bench/volumes/run.sh --rounds 3 --iters 3000 --wait-quiet 600
 # Smoke test (not a valid result):
