@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail
+.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail bench-volumes
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -53,3 +53,6 @@ bench-images: build
 
 bench-jail: build
 	bash bench/jail/run.sh
+
+bench-volumes: build
+	bash bench/volumes/run.sh
