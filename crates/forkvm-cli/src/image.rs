@@ -188,19 +188,9 @@ pub async fn run(c: &Client, cmd: ImageCmd, json: bool) -> Result<ExitCode> {
         }
         ImageCmd::Inspect { name } => print_json(&c.get_image(&name).await?)?,
         ImageCmd::Rm { names } => {
-            let mut failed = false;
-            for n in names {
-                match c.delete_image(&n).await {
-                    Ok(()) => println!("{n}"),
-                    Err(e) => {
-                        eprintln!("forkvm: {n}: {e}");
-                        failed = true;
-                    }
-                }
-            }
-            if failed {
-                return Ok(ExitCode::FAILURE);
-            }
+            return Ok(
+                crate::remove_each(names, |n| async move { c.delete_image(&n).await }).await,
+            );
         }
         ImageCmd::Pull {
             reference,

@@ -377,6 +377,31 @@ fn init_tracing() {
         .try_init();
 }
 
+/// Remove each named thing with `rm`: print each name removed, each error
+/// with its name, and fail if any failed (`image rm`, `volume rm`).
+pub(crate) async fn remove_each<F, Fut, E>(names: Vec<String>, mut rm: F) -> ExitCode
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let mut failed = false;
+    for n in names {
+        match rm(n.clone()).await {
+            Ok(()) => println!("{n}"),
+            Err(e) => {
+                eprintln!("forkvm: {n}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())

@@ -49,19 +49,9 @@ pub async fn run(c: &Client, cmd: VolumeCmd, json: bool) -> Result<ExitCode> {
             }
         }
         VolumeCmd::Rm { names } => {
-            let mut failed = false;
-            for n in names {
-                match c.delete_volume(&n).await {
-                    Ok(()) => println!("{n}"),
-                    Err(e) => {
-                        eprintln!("forkvm: {n}: {e}");
-                        failed = true;
-                    }
-                }
-            }
-            if failed {
-                return Ok(ExitCode::FAILURE);
-            }
+            return Ok(
+                crate::remove_each(names, |n| async move { c.delete_volume(&n).await }).await,
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
