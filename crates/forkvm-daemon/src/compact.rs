@@ -282,11 +282,17 @@ impl Manager {
         // the sandbox's own links to the frozen layers (the store keeps its
         // copies while their snapshots exist).
         for n in detached {
-            if n.node_name == "root" {
-                for node in ["root", "root-file"] {
-                    if let Err(e) = blockjob::delete_node(&qmp, node).await {
-                        tracing::debug!(sandbox = %id, "cannot delete node {node}: {e}");
-                    }
+            // The layers a freeze opened (`blockdev-add`) are the monitor's
+            // too; older ones, from `blockdev-snapshot-sync`, QEMU closed
+            // already and refuses to delete.
+            let nodes: &[&str] = if n.node_name == "root" {
+                &["root", "root-file"]
+            } else {
+                &[n.node_name.as_str()]
+            };
+            for node in nodes {
+                if let Err(e) = blockjob::delete_node(&qmp, node).await {
+                    tracing::debug!(sandbox = %id, "cannot delete node {node}: {e}");
                 }
             }
             let f = Path::new(&n.file);

@@ -255,23 +255,33 @@ pub async fn top_disk(qmp: &Qmp) -> Result<(String, Option<String>, u64), QmpErr
         })
 }
 
-/// Freeze the disk in place: the current top image becomes a read-only
-/// backing layer and new writes go to a fresh qcow2 overlay at `new_file`.
-pub async fn freeze_disk(
-    qmp: &Qmp,
-    top_node: &str,
-    new_file: &Path,
-    new_node: &str,
-) -> Result<(), QmpError> {
+/// Open a new, empty qcow2 overlay as node `node` without its backing
+/// chain, ready for [`attach_overlay`]. Opening a file (and reading its
+/// header) takes a few milliseconds, so a freeze does it before it stops the
+/// guest. The node is the monitor's: a caller that does not attach it
+/// removes it with [`crate::blockjob::delete_node`].
+pub async fn add_overlay(qmp: &Qmp, file: &Path, node: &str) -> Result<(), QmpError> {
     qmp.execute(
-        "blockdev-snapshot-sync",
+        "blockdev-add",
         Some(json!({
-            "node-name": top_node,
-            "snapshot-file": new_file.display().to_string(),
-            "snapshot-node-name": new_node,
-            "format": "qcow2",
-            "mode": "absolute-paths",
+            "driver": "qcow2",
+            "node-name": node,
+            "file": {"driver": "file", "filename": file.display().to_string()},
+            "backing": null,
         })),
+    )
+    .await
+    .map(drop)
+}
+
+/// Freeze the disk in place: the current top image `top_node` becomes the
+/// read-only backing layer of `overlay` (opened by [`add_overlay`]), which
+/// takes the guest's writes from now on. Only the graph changes here, so
+/// the guest's pause does not pay for opening a file.
+pub async fn attach_overlay(qmp: &Qmp, top_node: &str, overlay: &str) -> Result<(), QmpError> {
+    qmp.execute(
+        "blockdev-snapshot",
+        Some(json!({"node": top_node, "overlay": overlay})),
     )
     .await
     .map(drop)

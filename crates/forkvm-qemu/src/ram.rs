@@ -92,8 +92,25 @@ pub fn is_private(entry: u64) -> bool {
 /// pages written since the image was mapped. Read the guest stopped, or the
 /// set may grow while it is read (a superset is harmless to callers that
 /// take page contents at the same instant).
+///
+/// A diff branch calls this with the source paused, so it is on the pause's
+/// critical path: the kernel's `PAGEMAP_SCAN` (Linux 6.7) filters the page
+/// tables itself and returns only matching ranges, where reading the
+/// pagemap costs 8 bytes per page copied out and filtered here (about
+/// 2.5 ms per GiB of guest RAM on this host's kernel). Older kernels answer
+/// the ioctl with `ENOTTY` (or `EINVAL`) and get the read.
 pub fn private_pages(m: &RamMapping) -> io::Result<Vec<u64>> {
     let f = File::open(format!("/proc/{}/pagemap", m.pid))?;
+    match scan::private_pages(&f, m) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTTY | libc::EINVAL)) => {
+            private_pages_read(&f, m)
+        }
+        r => r,
+    }
+}
+
+/// [`private_pages`] by reading one pagemap entry per page.
+fn private_pages_read(f: &File, m: &RamMapping) -> io::Result<Vec<u64>> {
     let n = m.pages() as usize;
     let mut raw = vec![0u8; n * 8];
     f.read_exact_at(&mut raw, m.start / PAGE * 8)?;
@@ -103,6 +120,105 @@ pub fn private_pages(m: &RamMapping) -> io::Result<Vec<u64>> {
         .filter(|(_, c)| is_private(u64::from_le_bytes((*c).try_into().unwrap())))
         .map(|(i, _)| i as u64)
         .collect())
+}
+
+/// The `PAGEMAP_SCAN` ioctl on `/proc/<pid>/pagemap`
+/// (include/uapi/linux/fs.h): the kernel walks `[start, end)` and fills an
+/// array of `page_region`s, each a run of pages whose categories match,
+/// stopping early (at `walk_end`) when the array is full.
+mod scan {
+    use super::{RamMapping, PAGE};
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::AsRawFd;
+
+    /// `struct pm_scan_arg`.
+    #[repr(C)]
+    struct PmScanArg {
+        size: u64,
+        flags: u64,
+        start: u64,
+        end: u64,
+        walk_end: u64,
+        vec: u64,
+        vec_len: u64,
+        max_pages: u64,
+        category_inverted: u64,
+        category_mask: u64,
+        category_anyof_mask: u64,
+        return_mask: u64,
+    }
+
+    /// `struct page_region`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct PageRegion {
+        start: u64,
+        end: u64,
+        categories: u64,
+    }
+
+    const PAGE_IS_FILE: u64 = 1 << 2;
+    const PAGE_IS_PRESENT: u64 = 1 << 3;
+    const PAGE_IS_SWAPPED: u64 = 1 << 4;
+    /// `_IOWR('f', 16, struct pm_scan_arg)`: direction read|write (3) in
+    /// bits 30-31, the argument's size in 16-29, the type and number below.
+    const PAGEMAP_SCAN: u64 =
+        (3 << 30) | ((std::mem::size_of::<PmScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
+    /// Regions asked for per call.
+    const REGIONS: usize = 512;
+
+    /// Private pages are present and not file-backed, or swapped out: two
+    /// walks, since a scan matches one conjunction of categories.
+    pub(super) fn private_pages(f: &File, m: &RamMapping) -> io::Result<Vec<u64>> {
+        let mut pages = walk(f, m, PAGE_IS_PRESENT | PAGE_IS_FILE, PAGE_IS_FILE)?;
+        let swapped = walk(f, m, PAGE_IS_SWAPPED, 0)?;
+        if !swapped.is_empty() {
+            pages.extend(swapped);
+            pages.sort_unstable();
+            pages.dedup();
+        }
+        Ok(pages)
+    }
+
+    /// The page indices (in `m`) of every page whose categories, with
+    /// `inverted` flipped, include all of `mask`.
+    fn walk(f: &File, m: &RamMapping, mask: u64, inverted: u64) -> io::Result<Vec<u64>> {
+        let end = m.start + m.len;
+        let mut out = Vec::new();
+        let mut regions = vec![PageRegion::default(); REGIONS];
+        let mut start = m.start;
+        while start < end {
+            let mut arg = PmScanArg {
+                size: std::mem::size_of::<PmScanArg>() as u64,
+                flags: 0,
+                start,
+                end,
+                walk_end: 0,
+                vec: regions.as_mut_ptr() as u64,
+                vec_len: REGIONS as u64,
+                max_pages: 0,
+                category_inverted: inverted,
+                category_mask: mask,
+                category_anyof_mask: 0,
+                return_mask: mask,
+            };
+            // SAFETY: `arg` is a valid pm_scan_arg whose `vec` points at
+            // `regions`, REGIONS entries long, alive for the call.
+            let n = unsafe { libc::ioctl(f.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            for r in &regions[..n as usize] {
+                out.extend((r.start - m.start) / PAGE..(r.end - m.start) / PAGE);
+            }
+            if arg.walk_end <= start {
+                return Err(io::Error::other("PAGEMAP_SCAN made no progress"));
+            }
+            start = arg.walk_end;
+        }
+        Ok(out)
+    }
 }
 
 /// Read the given pages (ascending indices) into one buffer, in order.
@@ -258,6 +374,14 @@ mod tests {
         let m = find_mapping(me, &path, len).unwrap();
         assert_eq!(m.start, base as u64);
         assert_eq!(private_pages(&m).unwrap(), vec![3, 10, 63]);
+        let pagemap = File::open(format!("/proc/{me}/pagemap")).unwrap();
+        assert_eq!(private_pages_read(&pagemap, &m).unwrap(), vec![3, 10, 63]);
+        match scan::private_pages(&pagemap, &m) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTTY | libc::EINVAL)) => {
+                eprintln!("this kernel has no PAGEMAP_SCAN ({e}): only the pagemap read was tested")
+            }
+            r => assert_eq!(r.unwrap(), vec![3, 10, 63]),
+        }
 
         // A run of adjacent pages (one iovec) reads in order.
         let run = read_pages(&m, &[9, 10, 11]).unwrap();
@@ -275,6 +399,10 @@ mod tests {
         assert_eq!(peek(20 * PAGE as usize), 1);
         assert_eq!(peek(20 * PAGE as usize + 1), 0xab);
         assert_eq!(private_pages(&m).unwrap(), vec![3, 10, 20, 63]);
+        assert_eq!(
+            private_pages_read(&pagemap, &m).unwrap(),
+            vec![3, 10, 20, 63]
+        );
         assert!(
             write_pages(&m, &[64], &page).is_err(),
             "outside the mapping"

@@ -17,8 +17,8 @@
 //!   A clone of a `shared` snapshot maps RAM privately, and QEMU can only skip
 //!   *shared* RAM in a migration, so its own snapshot carries RAM inside the
 //!   migration stream: a `stream` snapshot, whose clones load RAM privately.
-//! * Disk: the running top qcow2 layer is frozen with `blockdev-snapshot-sync`
-//!   in `existing` mode onto a new overlay we create first, whose header
+//! * Disk: the running top qcow2 layer is frozen with `blockdev-snapshot`
+//!   onto a new overlay we create (and QEMU opens) before the pause, whose header
 //!   already names the frozen layer's final path in the store. The frozen file
 //!   is hard-linked into the snapshot, so it outlives the source.
 //!

@@ -33,30 +33,50 @@ pub(crate) fn find_ram(pid: u32, c: &Chain, ram_bytes: u64) -> Result<RamMapping
         .map_err(|e| ApiError::internal(format!("cannot find the clone's RAM: {e}")))
 }
 
-/// Save the device state only, then read the clone's private pages (the
-/// source is stopped). `t` is when the save started.
-pub(crate) async fn save(
+/// The clone's private pages and their contents, read while it is stopped.
+pub(crate) type Captured = (Vec<u64>, Vec<u8>);
+
+/// Start reading the clone's private pages (the source is stopped) on a
+/// blocking thread, and answer how long it took with them. The caller saves
+/// the device state and freezes the disk meanwhile: QEMU does those, the
+/// daemon does this, and neither touches guest RAM, so the pause costs the
+/// longer of the two rather than their sum.
+pub(crate) fn start_capture(
+    m: RamMapping,
+) -> tokio::task::JoinHandle<std::io::Result<(Captured, f64)>> {
+    tokio::task::spawn_blocking(move || {
+        let t = Instant::now();
+        let pages = forkvm_qemu::ram::private_pages(&m)?;
+        let data = forkvm_qemu::ram::read_pages(&m, &pages)?;
+        Ok(((pages, data), ms(t.elapsed())))
+    })
+}
+
+/// Wait for [`start_capture`].
+pub(crate) async fn finish_capture(
+    task: tokio::task::JoinHandle<std::io::Result<(Captured, f64)>>,
+    timings: &mut SnapshotTimings,
+) -> Result<Captured, ApiError> {
+    let (c, took) = task
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("cannot read the clone's pages: {e}")))?;
+    timings.copy_memory_ms = took;
+    Ok(c)
+}
+
+/// Save the device state only: a diff's RAM is its captured pages.
+pub(crate) async fn save_devices(
     qmp: &Qmp,
     state_path: &Path,
-    m: RamMapping,
     t: Instant,
     timings: &mut SnapshotTimings,
-) -> Result<(Vec<u64>, Vec<u8>), ApiError> {
+) -> Result<(), ApiError> {
     migrate::save_device_state(qmp, state_path)
         .await
         .map_err(|e| qemu_err("saving the device state failed", e))?;
     timings.save_state_ms = ms(t.elapsed());
-    let t = Instant::now();
-    let (pages, data) = tokio::task::spawn_blocking(move || {
-        let pages = forkvm_qemu::ram::private_pages(&m)?;
-        let data = forkvm_qemu::ram::read_pages(&m, &pages)?;
-        Ok::<_, std::io::Error>((pages, data))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::internal(format!("cannot read the clone's pages: {e}")))?;
-    timings.copy_memory_ms = ms(t.elapsed());
-    Ok((pages, data))
+    Ok(())
 }
 
 /// The manifest entry of the changed pages (written at publish).
@@ -73,7 +93,7 @@ pub(crate) fn artefact() -> forkvm_store::Artefact {
 /// What publish needs to reduce the captured pages to the changed ones.
 pub(crate) fn capture(
     chain: Option<Chain>,
-    captured: Option<(Vec<u64>, Vec<u8>)>,
+    captured: Option<Captured>,
     ram_bytes: u64,
 ) -> Option<DiffCapture> {
     match (chain, captured) {

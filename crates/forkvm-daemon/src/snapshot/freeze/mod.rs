@@ -140,7 +140,8 @@ impl Manager {
         let layer_n = util::new_id("l");
         let new_top = paths.dir.join(format!("disk-{layer_n}.qcow2"));
         // The new top layer is created by us, naming the frozen layer by its
-        // final path in the store, then handed to QEMU in `existing` mode.
+        // final path in the store, then opened by QEMU with no backing and
+        // attached over the running top in the pause.
         forkvm_qemu::disk::create_overlay_unchecked(&final_disk, "qcow2", &new_top, vsize)
             .await
             .map_err(ApiError::internal)?;
@@ -150,15 +151,27 @@ impl Manager {
         if let Some(t) = &live_tmp {
             live::create_tmp(&paths, t, &new_top)?;
         }
+        // QEMU opens the new layer now, while the guest still runs: in the
+        // pause only the block graph changes (see migrate::attach_overlay).
+        let new_node = format!("root-{layer_n}");
+        if let Err(e) = migrate::add_overlay(&qmp, &new_top, &new_node).await {
+            let _ = std::fs::remove_file(&new_top);
+            if let Some(t) = &live_tmp {
+                let _ = std::fs::remove_file(t);
+            }
+            return Err(qemu_err("cannot open the new disk layer", e));
+        }
         let mut timings = SnapshotTimings::default();
         let frozen = std::sync::atomic::AtomicBool::new(false);
         let t_stop = Instant::now();
         // Subscribe before `stop`, so the STOP and RESUME events are ours.
         let mut events = qmp.events();
         if !live_mode {
-            qmp.execute("stop", None)
-                .await
-                .map_err(|e| qemu_err("cannot pause the source", e))?;
+            if let Err(e) = qmp.execute("stop", None).await {
+                let _ = forkvm_qemu::blockjob::delete_node(&qmp, &new_node).await;
+                let _ = std::fs::remove_file(&new_top);
+                return Err(qemu_err("cannot pause the source", e));
+            }
         }
         // From here on the source must be resumed whatever happens. (A live
         // save runs while the guest does, and QEMU itself stops it for the
@@ -177,8 +190,10 @@ impl Manager {
                     ApiError::internal(format!("cannot create {}: {e}", state_path.display()))
                 })?;
             }
-            if let Some(m) = mapping {
-                captured = Some(diff::save(&qmp, &state_path, m, t, &mut timings).await?);
+            // A diff's pages are read while QEMU saves and freezes.
+            let capture = mapping.map(diff::start_capture);
+            if capture.is_some() {
+                diff::save_devices(&qmp, &state_path, t, &mut timings).await?;
             } else {
                 migrate::save_state(&qmp, &state_path)
                     .await
@@ -195,23 +210,17 @@ impl Manager {
                     })?;
             }
             let t = Instant::now();
-            qmp.execute(
-                "blockdev-snapshot-sync",
-                Some(serde_json::json!({
-                    "node-name": top_node,
-                    "snapshot-file": new_top.display().to_string(),
-                    "snapshot-node-name": format!("root-{layer_n}"),
-                    "format": "qcow2",
-                    "mode": "existing",
-                })),
-            )
-            .await
-            .map_err(|e| qemu_err("freezing the disk failed", e))?;
+            migrate::attach_overlay(&qmp, &top_node, &new_node)
+                .await
+                .map_err(|e| qemu_err("freezing the disk failed", e))?;
             frozen.store(true, std::sync::atomic::Ordering::SeqCst);
             std::fs::hard_link(&top_file, staging.path(forkvm_store::DISK)).map_err(|e| {
                 ApiError::internal(format!("cannot link the frozen disk layer: {e}"))
             })?;
             timings.freeze_disk_ms = ms(t.elapsed());
+            if let Some(c) = capture {
+                captured = Some(diff::finish_capture(c, &mut timings).await?);
+            }
             if shared {
                 full::copy_memory(&paths, &staging, &mut timings).await?;
             }
@@ -265,6 +274,9 @@ impl Manager {
                 let _ = std::fs::create_dir_all(self.store.dir(&snap_id));
                 let _ = std::fs::hard_link(&top_file, &final_disk);
             } else {
+                if let Err(e) = forkvm_qemu::blockjob::delete_node(&qmp, &new_node).await {
+                    tracing::warn!(sandbox = %id, "cannot close the unused disk layer {new_node}: {e}");
+                }
                 let _ = std::fs::remove_file(&new_top);
             }
             return Err(e);
