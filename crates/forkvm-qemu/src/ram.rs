@@ -96,9 +96,11 @@ pub fn is_private(entry: u64) -> bool {
 /// A diff branch calls this with the source paused, so it is on the pause's
 /// critical path: the kernel's `PAGEMAP_SCAN` (Linux 6.7) filters the page
 /// tables itself and returns only matching ranges, where reading the
-/// pagemap costs 8 bytes per page copied out and filtered here (about
-/// 2.5 ms per GiB of guest RAM on this host's kernel). Older kernels answer
-/// the ioctl with `ENOTTY` (or `EINVAL`) and get the read.
+/// pagemap copies out 8 bytes per page to filter here. On this host's
+/// kernel (6.18, a loaded 2-core VM) the scan of a fully populated private
+/// mapping took 61 ms for 2 GiB and 104 ms for 4 GiB where the bare read
+/// took 79 and 127 ms, before any filtering. Older kernels answer the ioctl
+/// with `ENOTTY` (or `EINVAL`) and get the read.
 pub fn private_pages(m: &RamMapping) -> io::Result<Vec<u64>> {
     let f = File::open(format!("/proc/{}/pagemap", m.pid))?;
     match scan::private_pages(&f, m) {
