@@ -377,7 +377,8 @@ def measure(c: Ctx, case: str, mode: str, run: int, n_runs: int, call) -> tuple[
 def branch_call(c: Ctx, mode: str):
     def call():
         r = c.d.api.request("POST", f"/v1/sandboxes/{c.source['id']}/branch",
-                            {"mode": mode, "count": c.args.count}, expect=(201,),
+                            {"mode": mode, "count": c.args.count, **net_fields(c.args)},
+                            expect=(201,),
                             timeout=c.args.call_timeout)
         sbs = r.get("children") or []
         snap = r.get("snapshot") or {}
@@ -391,12 +392,19 @@ def branch_call(c: Ctx, mode: str):
 
 def spawn_call(c: Ctx, snap_id: str):
     def call():
-        r = c.d.api.request("POST", "/v1/sandboxes", {"snapshot": snap_id, "count": c.args.count},
+        r = c.d.api.request("POST", "/v1/sandboxes", {"snapshot": snap_id, "count": c.args.count,
+                                                      **net_fields(c.args)},
                             expect=(201,), timeout=c.args.call_timeout)
         sbs = r.get("sandboxes") or []
         check_children(sbs, c.args.count, "spawn --count", snap_id)
         return sbs, {"server_total_ms": r.get("total_ms")}
     return call
+
+
+def net_fields(args) -> dict:
+    """`wait_for_network` for the fan-out requests: left out (the daemon's
+    default, true) unless --wait-for-network was given."""
+    return {} if args.wait_for_network is None else {"wait_for_network": args.wait_for_network}
 
 
 def drop_branch_snapshots(c: Ctx) -> None:
@@ -668,7 +676,15 @@ def write_results(path: Path, runs, children, ctx: dict, args) -> None:
           f"`POST /v1/sandboxes {{\"memory_mib\": {args.memory}}}` (the defaults: a clone of the "
           f"image's boot template, snapshot `{ctx.get('source_snapshot')}`, restore "
           f"{ms(ctx.get('source_restore_ms'))} ms; network `{ctx.get('source_network')}`), idle "
-          f"{args.settle:.0f} s before the first run; every child keeps its network mode.",
+          f"{args.settle:.0f} s before the first run; every child keeps its network mode. "
+          + ("`wait_for_network` left out of the requests (the default: true), so each call "
+             "returns once every child's agent proved its route to the gateway."
+             if getattr(args, "wait_for_network", None) is None else
+             f"**`wait_for_network: {str(args.wait_for_network).lower()}`** sent with every "
+             "branch and spawn (`--wait-for-network`/`--no-wait-for-network`)"
+             + (": the call returns after each child's identity step, without the network "
+                "probe; the network is set up either way." if args.wait_for_network is False
+                else ".")),
           f"- Runs: {args.runs} per case ({', '.join(case_names(modes))}), {args.count} children "
           f"each, interleaved (run i of every case, then run i+1); naive: {args.naive_runs} "
           f"batch(es) of {args.count} restores by {ctx.get('naive_workers')} workers "
@@ -784,6 +800,9 @@ def main() -> int:
                     help="idle time of the source before the first run")
     ap.add_argument("--rest", type=float, default=2.0, metavar="SECONDS",
                     help="rest after each cleanup before the next run")
+    ap.add_argument("--wait-for-network", action=argparse.BooleanOptionalAction, default=None,
+                    help="send wait_for_network true/false with every branch and spawn "
+                         "(default: leave it out, i.e. the daemon's default, true)")
     ap.add_argument("--exec-timeout", type=float, default=600.0, metavar="SECONDS")
     ap.add_argument("--call-timeout", type=float, default=1800.0, metavar="SECONDS")
     ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
