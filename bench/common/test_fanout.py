@@ -125,3 +125,11 @@ def test_results_and_plots_from_made_up_rows(tmp_path):
     bf.write_results(tmp_path / "s.md", runs, kids, ctx, smoke)
     assert (tmp_path / "s.md").read_text().startswith(
         "# Fan-out benchmark") and "SMOKE RUN" in (tmp_path / "s.md").read_text()
+
+
+def test_cores_busy_is_cpu_over_wall():
+    assert bf.cores_busy({"qemu_cpu_ms": 150.0, "daemon_cpu_ms": 30.0, "helper_cpu_ms": 20.0,
+                          "total_ms": 100.0}) == 2.0
+    assert bf.cores_busy({"qemu_cpu_ms": 50.0, "daemon_cpu_ms": 50.0, "helper_cpu_ms": None,
+                          "total_ms": 100.0}) == 1.0
+    assert math.isnan(bf.cores_busy({"total_ms": 100.0}))

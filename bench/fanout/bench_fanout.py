@@ -627,8 +627,24 @@ def cpu_section(children, runs, modes) -> list[str]:
     return L
 
 
-def where_cpu_goes(children, modes) -> list[str]:
+def cores_busy(run: dict) -> float:
+    """The CPU a run used (children's QEMUs, the daemon, its helpers) over
+    its wall: how many cores it kept busy on average."""
+    parts = [run.get(k) for k in ("qemu_cpu_ms", "daemon_cpu_ms", "helper_cpu_ms")]
+    parts = [p for p in parts if p is not None and p == p]
+    return rp.ratio(sum(parts), run.get("total_ms")) if parts else math.nan
+
+
+def where_cpu_goes(children, modes, runs=()) -> list[str]:
     L = []
+    for c in case_names(modes) + [NAIVE_CASE]:
+        rs = ok_runs(list(runs), c)
+        if rs:
+            b = rp.summarize(cores_busy(r) for r in rs)
+            o = rp.summarize(r.get("other_cpu_cores") for r in rs)
+            L.append(f"- **{c}** kept p50 {b['p50']:.2f} cores busy over its wall (all the CPU "
+                     f"it used ÷ wall), while other processes took p50 {o['p50']:.2f}: the "
+                     "fan-out is CPU-bound when the two add up to the host's cores.")
     for c in case_names(modes):
         s = cpu_summary(children, c)
         q, d, h = (s[k]["mean"] for k, _ in CPU_PARTS)
@@ -655,7 +671,6 @@ def write_results(path: Path, runs, children, ctx: dict, args) -> None:
     info, machine = ctx["info"], ctx["machine"]
     modes = args.modes
     kf = key_figures(runs, modes, args.count)
-    timed = [r for r in runs if r.get("ok")]
     L = ["# Fan-out benchmark: 100 children of one running clone vs 100 naive QEMU restores",
          ""]
     if args.smoke:
@@ -663,7 +678,7 @@ def write_results(path: Path, runs, children, ctx: dict, args) -> None:
                              "bash bench/fanout/run.sh")
     elif args.runs < MIN_RUNS:
         L += [f"> **Reduced run**: {args.runs} runs per case instead of {MIN_RUNS}.", ""]
-    oc = rp.summarize(r.get("other_cpu_cores") for r in timed)
+    oc = rp.summarize(r.get("other_cpu_cores") for r in runs)
     L += [rp.date_line(ctx["started"], ctx["elapsed"], minutes=True),
           rp.forkvm_line(info, ctx["revision"]),
           f"- Machine: {rp.machine_text(machine)}",
@@ -696,9 +711,9 @@ def write_results(path: Path, runs, children, ctx: dict, args) -> None:
           f"- Host noise — average cores kept busy by processes other than this bench's per "
           f"timed run (`other_cpu_cores` in fanout.csv): p50 {oc['p50']:.2f}, max "
           f"{oc['max']:.2f} of {machine['cores']}; "
-          f"{sum((r.get('other_cpu_cores') or 0) > NOISY_CORES for r in timed)} of {len(timed)} "
-          f"runs above {NOISY_CORES}.",
-          *rp.other_qemu_lines(ctx.get("others") or {}, ctx.get("busy_runs", 0), len(timed)),
+          f"{sum((r.get('other_cpu_cores') or 0) > NOISY_CORES for r in runs)} of {len(runs)} "
+          f"runs (failed ones included) above {NOISY_CORES}.",
+          *rp.other_qemu_lines(ctx.get("others") or {}, ctx.get("busy_runs", 0), len(runs)),
           f"- Leak check: QEMU processes naming the daemon's home after the runs and the "
           f"cleanup: {ctx.get('leaked', '?')}.",
           ""]
@@ -711,7 +726,7 @@ def write_results(path: Path, runs, children, ctx: dict, args) -> None:
           "|---|---:|---:|---:|---|---|---:|"]
     for c, f in kf["cases"].items():
         L.append(f"| {c} | {ms(f['wall']['p50'])} ms | {ms(f['wall']['p90'])} ms | "
-                 f"**{f['speedup']:.2f}×** | {verdict(f['speed_met'])} | "
+                 f"**{rp.fmt(f['speedup'], 2)}×** | {verdict(f['speed_met'])} | "
                  f"{verdict(f['wall_met'])} | {f['failed']} |")
     L += ["", "Wall: from the request until the last child answered its exec (`true`).", ""]
     L += ctx.get("verdict_text", [])
@@ -736,7 +751,7 @@ def write_results(path: Path, runs, children, ctx: dict, args) -> None:
         L += ["", "### Failed runs", ""]
         L += [f"- {r['case']} run {r['run']}: `{r.get('error')}`" for r in fails]
     L += [""] + cpu_section(children, runs, modes)
-    L += ["", "### Where the CPU goes", ""] + where_cpu_goes(children, modes)
+    L += ["", "### Where the CPU goes", ""] + where_cpu_goes(children, modes, runs)
     L += ctx.get("cpu_text", [])
     L += ["", "## Method", "", *method_text(args, ctx), "",
           "Files: `fanout.csv` (one row per run), `children.csv` (one row per child and per "
