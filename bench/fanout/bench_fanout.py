@@ -644,7 +644,7 @@ def where_cpu_goes(children, modes, runs=()) -> list[str]:
             o = rp.summarize(r.get("other_cpu_cores") for r in rs)
             L.append(f"- **{c}** kept p50 {b['p50']:.2f} cores busy over its wall (all the CPU "
                      f"it used ÷ wall), while other processes took p50 {o['p50']:.2f}: the "
-                     "fan-out is CPU-bound when the two add up to the host's cores.")
+                     "run is CPU-bound when the two add up to the host's cores.")
     for c in case_names(modes):
         s = cpu_summary(children, c)
         q, d, h = (s[k]["mean"] for k, _ in CPU_PARTS)
