@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail bench-volumes
+.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail bench-volumes bench-fanout
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -56,3 +56,6 @@ bench-jail: build
 
 bench-volumes: build
 	bash bench/volumes/run.sh
+
+bench-fanout: build
+	bash bench/fanout/run.sh

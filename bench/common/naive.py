@@ -169,6 +169,12 @@ def restore_argv(saved: SavedVm, rdir: str, mem: str, name: str) -> tuple[list[s
         (os.path.join(saved.sbdir, "disk.qcow2"), paths["disk"]),
         (saved.mem_path, mem),
     ]
+    # The volume port's socket (crate forkvm-volume), in a source new enough
+    # to have one: QEMU listens on it, so each copy needs its own.
+    optional = [(os.path.join(saved.sbdir, "volumes.sock"), os.path.join(rdir, "volumes.sock"))]
+    if any(optional[0][0] in a for a in saved.argv):
+        paths["volumes"] = optional[0][1]
+        subst += optional
     out = []
     hits = {old: 0 for old, _ in subst}
     for a in saved.argv:
