@@ -158,21 +158,7 @@ fn write_head(
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(tmp)(e)),
         _ => {}
     }
-    let src = File::open(base).map_err(io(base))?;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .map_err(io(tmp))?;
-    // SAFETY: FICLONE takes the source fd as its argument; both fds are ours.
-    let cloned = unsafe { libc::ioctl(f.as_raw_fd(), FICLONE, src.as_raw_fd()) } == 0;
-    let (how, base_bytes) = if cloned {
-        (BaseCopy::Reflink, 0)
-    } else {
-        let n = copy_extents(&src, &f).map_err(io(tmp))?;
-        (BaseCopy::Sparse, n)
-    };
+    let (f, how, base_bytes) = clone_into(base, tmp)?;
     // The base may be shorter (a trailing hole); RAM past it reads zero.
     if f.metadata().map_err(io(tmp))?.len() != ram_bytes {
         f.set_len(ram_bytes).map_err(io(tmp))?;
@@ -201,6 +187,29 @@ fn write_head(
         base_bytes,
         pages,
     })
+}
+
+/// Copy `src` to a new file `dst` sparsely: a reflink where the
+/// filesystem can share extents, else its data extents copied (holes stay
+/// holes). Returns how, and the bytes of data copied.
+pub fn clone_file(src: &Path, dst: &Path) -> Result<(BaseCopy, u64), MemDiffError> {
+    clone_into(src, dst).map(|(_, how, n)| (how, n))
+}
+
+fn clone_into(src: &Path, dst: &Path) -> Result<(File, BaseCopy, u64), MemDiffError> {
+    let s = File::open(src).map_err(io(src))?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dst)
+        .map_err(io(dst))?;
+    // SAFETY: FICLONE takes the source fd as its argument; both fds are ours.
+    if unsafe { libc::ioctl(f.as_raw_fd(), FICLONE, s.as_raw_fd()) } == 0 {
+        return Ok((f, BaseCopy::Reflink, 0));
+    }
+    let n = copy_extents(&s, &f).map_err(io(dst))?;
+    Ok((f, BaseCopy::Sparse, n))
 }
 
 /// Copy the data extents of `src` into `dst` at the same offsets (holes

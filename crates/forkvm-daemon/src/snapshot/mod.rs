@@ -42,6 +42,7 @@ use crate::util;
 
 pub mod flatten;
 pub mod freeze;
+pub mod head;
 pub mod publish;
 pub mod store;
 
