@@ -168,7 +168,7 @@ impl Manager {
 
     /// Does this sandbox own its RAM file (`share=on`)? Booted sandboxes
     /// and clones of `stream`/`live` snapshots do; clones of `shared` and
-    /// `diff` snapshots map their base image privately.
+    /// `diff` snapshots map an image privately (the base, or the flattened head).
     pub(crate) fn owns_ram(&self, row: &SandboxRow) -> bool {
         match &row.snapshot {
             None => true,
