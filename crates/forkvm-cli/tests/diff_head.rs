@@ -143,7 +143,7 @@ fn siblings_of_a_diff_chain_share_its_flattened_head() {
         })
         .sum();
     assert!(
-        link_bytes >= 4 * HELD_MIB << 20,
+        link_bytes >= (4 * HELD_MIB) << 20,
         "the links hold {link_bytes} bytes"
     );
 
@@ -195,7 +195,7 @@ fn siblings_of_a_diff_chain_share_its_flattened_head() {
             kid.id
         );
         assert!(
-            shared >= 4 * HELD_MIB << 20,
+            shared >= (4 * HELD_MIB) << 20,
             "{}: only {shared} bytes shared",
             kid.id
         );
