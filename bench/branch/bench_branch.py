@@ -257,18 +257,22 @@ class Ctx:
         return fb.allocated_bytes(self.ram_file(sid)) / 2**20
 
     def clone_private_mib(self, sid: str) -> float | None:
-        """MiB of a clone's guest RAM that are private to it (pages it wrote,
-        or had written in by a spawn from a diff chain): the `Anonymous`
-        part of its QEMU's mapping of the base memory image. This is what a
+        """MiB of a clone's guest RAM that are private to it (pages it wrote):
+        the `Anonymous` part of its QEMU's mapping of its snapshot's memory
+        (the chain's flattened `memory.head` for a clone of a diff snapshot,
+        the base memory image for a clone of a shared one). This is what a
         diff branch reads while the clone is stopped."""
         sb = self.d.api.request("GET", f"/v1/sandboxes/{sid}")
         snap = sb.get("snapshot")
         if not snap or not sb.get("pid"):
             return None
-        base = self.base_of(snap)
-        m = fb.mapping_smaps(sb["pid"], os.path.join(self.d.home, "snapshots", base,
-                                                    "memory.img"), sb["memory_mib"] << 20)
-        return m["Anonymous"] / 1024 if "Anonymous" in m else None
+        snaps = os.path.join(self.d.home, "snapshots")
+        for path in (os.path.join(snaps, snap, "memory.head"),
+                     os.path.join(snaps, self.base_of(snap), "memory.img")):
+            m = fb.mapping_smaps(sb["pid"], path, sb["memory_mib"] << 20)
+            if "Anonymous" in m:
+                return m["Anonymous"] / 1024
+        return None
 
     def base_of(self, snap_id: str) -> str:
         """The snapshot at the bottom of a diff chain (the one holding memory.img)."""
@@ -1316,8 +1320,9 @@ def chain_stats(rows, label: str, key: str = "spawn_total_ms") -> dict:
     return pstat([r for r in rows if r["experiment"] == "chain" and r["mode"] == label], key)
 
 
-CHAIN_STAGES = [("prepare_ms", "prepare (dirs, disk overlay, chain check)"),
-                ("qemu_start_ms", "QEMU start (a diff: + writing the chain's pages in)"),
+CHAIN_STAGES = [("prepare_ms", "prepare (dirs, disk overlay, chain check; a diff's first "
+                 "spawn: + building its flattened head)"),
+                ("qemu_start_ms", "QEMU start"),
                 ("restore_ms", "restore (device state, cont)"),
                 ("identity_ms", "identity (agent)")]
 
@@ -1834,9 +1839,10 @@ def chain_section(rows, ctx, args, L) -> None:
                  f"{stage('prepare_ms')} | {stage('qemu_start_ms')} | {stage('restore_ms')} | "
                  f"{stage('identity_ms')} | {ratio(st['p50'], flat):.2f}× | "
                  f"{ratio(st['p50'], d0):.2f}× |")
-    L += ["", "For a diff snapshot the daemon verifies every link (inside `prepare`), maps the "
-          "base's memory image and writes each link's pages into the new QEMU before loading "
-          "the device state (inside `qemu_start`). A run-1 child of every snapshot was checked "
+    L += ["", "For a diff snapshot the daemon verifies every link (inside `prepare`); the first "
+          "spawn of each (or its flatten) also builds the chain's flattened `memory.head` there "
+          "(the depth-3 head's was built by the flatten above, before the spawns), which every "
+          "child then maps like a `shared` snapshot's memory image. A run-1 child of every snapshot was checked "
           f"to see exactly the files of links 1..k (`{CHAIN_FILE.format(k='k')}`)."]
 
 

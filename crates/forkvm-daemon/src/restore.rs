@@ -40,11 +40,13 @@ impl Manager {
         let k = kind(m);
         let shared = k == "shared";
         let devices_only = m.state_format.as_deref() == Some(DEVICES_ONLY);
-        // A diff maps its chain's base and has its links' pages written in.
-        let chain = if k == "diff" {
+        // A diff's clones map its chain flattened into one file, built at
+        // the first spawn (crate::snapshot::head), like a `shared` image.
+        let head = if k == "diff" {
             let c = self.chain(snap)?;
             self.verify_chain(&c).await?;
-            Some(c)
+            let ram_bytes = u64::from(m.machine.memory_mib) << 20;
+            Some(self.chain_head(&c, ram_bytes).await?)
         } else {
             None
         };
@@ -59,9 +61,9 @@ impl Manager {
         } else {
             None
         };
-        let memory = if let Some(c) = &chain {
+        let memory = if let Some(head) = head {
             MemoryBackend {
-                path: c.base.path(forkvm_store::MEMORY),
+                path: head,
                 share: false,
                 readonly: true,
             }
@@ -136,39 +138,6 @@ impl Manager {
         )
         .await
         .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
-        if let Some(c) = chain {
-            let ram_bytes = u64::from(m.machine.memory_mib) << 20;
-            let base = c.base.path(forkvm_store::MEMORY);
-            let links: Vec<PathBuf> = c
-                .links
-                .iter()
-                .map(|l| l.path(forkvm_store::MEMORY_DIFF))
-                .collect();
-            let applied = tokio::task::spawn_blocking(move || {
-                let map = forkvm_qemu::ram::find_mapping(pid, &base, ram_bytes)
-                    .map_err(|e| e.to_string())?;
-                for l in &links {
-                    let d = forkvm_store::memdiff::MemDiff::open(l).map_err(|e| e.to_string())?;
-                    let data = d.read_data().map_err(|e| e.to_string())?;
-                    forkvm_qemu::ram::write_pages(&map, &d.pages, &data)
-                        .map_err(|e| format!("writing the pages of {}: {e}", l.display()))?;
-                }
-                Ok::<(), String>(())
-            })
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-            if let Err(e) = applied {
-                let _ = qmp.execute("quit", None).await;
-                let mut child = child;
-                let _ = child.wait().await;
-                self.jail.release(id);
-                self.net.teardown(id, None).await;
-                paths.remove_all();
-                return Err(ApiError::internal(format!(
-                    "cannot lay the snapshot's memory diff into the clone: {e}"
-                )));
-            }
-        }
         Ok(Prepared {
             id: id.to_string(),
             paths,

@@ -1,5 +1,5 @@
 //! Guest RAM seen from outside QEMU: finding it, telling which pages a clone
-//! has written, and reading or writing pages while the guest is stopped.
+//! has written, and reading pages while the guest is stopped.
 //!
 //! A clone maps its snapshot's memory image with `share=off`, so the kernel
 //! gives every page the guest writes a private anonymous copy, and leaves
@@ -14,14 +14,12 @@
 //! | 61  | page is file-backed or shared-anonymous   |
 //!
 //! A page that is present without bit 61, or swapped, is private: the
-//! guest (or forkvm, restoring a diff) wrote it. That set is an exact diff
+//! guest wrote it. That set is an exact diff
 //! against the image, found without any help from QEMU and without
 //! soft-dirty tracking, which these hosts' kernels lack.
 //!
-//! Pages move with `process_vm_readv`/`process_vm_writev` in batches, which
-//! need the same rights as ptrace (the daemon runs as root, QEMU as its
-//! child). A write into the private mapping breaks copy-on-write exactly as
-//! a guest write would, so restored pages become private too.
+//! Pages are read with `process_vm_readv` in batches, which needs the same
+//! rights as ptrace (the daemon runs as root, QEMU as its child).
 
 use std::fs::File;
 use std::io;
@@ -226,22 +224,7 @@ mod scan {
 /// Read the given pages (ascending indices) into one buffer, in order.
 pub fn read_pages(m: &RamMapping, pages: &[u64]) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; pages.len() * PAGE as usize];
-    transfer(m, pages, buf.as_mut_ptr(), false)?;
-    Ok(buf)
-}
-
-/// Write `data` (pages in the order of `pages`) into the mapping.
-pub fn write_pages(m: &RamMapping, pages: &[u64], data: &[u8]) -> io::Result<()> {
-    if data.len() as u64 != pages.len() as u64 * PAGE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "page data does not match the page list",
-        ));
-    }
-    transfer(m, pages, data.as_ptr() as *mut u8, true)
-}
-
-fn transfer(m: &RamMapping, pages: &[u64], buf: *mut u8, write: bool) -> io::Result<()> {
+    let ptr = buf.as_mut_ptr();
     if let Some(&bad) = pages.iter().find(|&&p| p >= m.pages()) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -250,9 +233,9 @@ fn transfer(m: &RamMapping, pages: &[u64], buf: *mut u8, write: bool) -> io::Res
     }
     for (n, chunk) in pages.chunks(IOV_BATCH).enumerate() {
         let local = libc::iovec {
-            // SAFETY: the caller's buffer holds pages.len() pages; this chunk
-            // starts at page n * IOV_BATCH within it.
-            iov_base: unsafe { buf.add(n * IOV_BATCH * PAGE as usize) } as *mut libc::c_void,
+            // SAFETY: `buf` holds pages.len() pages; this chunk starts at
+            // page n * IOV_BATCH within it.
+            iov_base: unsafe { ptr.add(n * IOV_BATCH * PAGE as usize) } as *mut libc::c_void,
             iov_len: chunk.len() * PAGE as usize,
         };
         // Adjacent pages go in one iovec: the kernel pins and copies a run
@@ -274,25 +257,14 @@ fn transfer(m: &RamMapping, pages: &[u64], buf: *mut u8, write: bool) -> io::Res
         // the remote iovecs are only interpreted by the kernel, which checks
         // them against the target's address space.
         let done = unsafe {
-            if write {
-                libc::process_vm_writev(
-                    m.pid as libc::pid_t,
-                    &local,
-                    1,
-                    remote.as_ptr(),
-                    remote.len() as libc::c_ulong,
-                    0,
-                )
-            } else {
-                libc::process_vm_readv(
-                    m.pid as libc::pid_t,
-                    &local,
-                    1,
-                    remote.as_ptr(),
-                    remote.len() as libc::c_ulong,
-                    0,
-                )
-            }
+            libc::process_vm_readv(
+                m.pid as libc::pid_t,
+                &local,
+                1,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
         };
         if done < 0 {
             return Err(io::Error::last_os_error());
@@ -300,11 +272,11 @@ fn transfer(m: &RamMapping, pages: &[u64], buf: *mut u8, write: bool) -> io::Res
         if done != want {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("moved {done} of {want} bytes of guest RAM"),
+                format!("read {done} of {want} bytes of guest RAM"),
             ));
         }
     }
-    Ok(())
+    Ok(buf)
 }
 
 #[cfg(test)]
@@ -335,7 +307,7 @@ mod tests {
     }
 
     /// The real kernel, on this process: map a file privately, write some
-    /// pages, and find exactly those; then move pages both ways.
+    /// pages, and find exactly those; then read them.
     #[test]
     fn finds_written_pages_of_a_private_file_mapping() {
         let dir = tempfile::tempdir().unwrap();
@@ -395,21 +367,13 @@ mod tests {
         assert_eq!(data[PAGE as usize + 5], 63);
         assert_eq!(data[6], 7);
 
-        let mut page = vec![0xabu8; PAGE as usize];
-        page[0] = 1;
-        write_pages(&m, &[20], &page).unwrap();
-        assert_eq!(peek(20 * PAGE as usize), 1);
-        assert_eq!(peek(20 * PAGE as usize + 1), 0xab);
+        poke(20 * PAGE as usize, 1);
         assert_eq!(private_pages(&m).unwrap(), vec![3, 10, 20, 63]);
         assert_eq!(
             private_pages_read(&pagemap, &m).unwrap(),
             vec![3, 10, 20, 63]
         );
-        assert!(
-            write_pages(&m, &[64], &page).is_err(),
-            "outside the mapping"
-        );
-        assert!(write_pages(&m, &[1, 2], &page).is_err(), "short data");
+        assert!(read_pages(&m, &[64]).is_err(), "outside the mapping");
         // SAFETY: unmapping the mapping made above; nothing uses it after.
         unsafe { libc::munmap(p, len as usize) };
     }

@@ -7,6 +7,9 @@
 //!   <id>/memory.diff      or, for a diff snapshot, the pages it changed over
 //!                         its parent (see [`memdiff`])
 //!   <id>/device.state     QEMU device state (a migration stream without RAM)
+//!   <id>/memory.head      a diff snapshot's RAM flattened for its clones: a
+//!                         cache built at its first spawn, not an artefact
+//!                         (see [`head`])
 //!   <id>/disk.qcow2       the frozen disk layer (its backing file is the
 //!                         image or the parent's layer)
 //!   .tmp-<id>/            a snapshot being written: never listed
@@ -28,6 +31,7 @@
 //! filesystem is caught at the next spawn, while a spawn of a verified
 //! snapshot never re-reads its memory.
 
+pub mod head;
 pub mod manifest;
 pub mod memdiff;
 
@@ -325,8 +329,8 @@ impl Store {
     }
 
     /// Delete a snapshot. The manifest goes first, so the snapshot
-    /// disappears at once; then its memory (image or diff) and device
-    /// state. Its disk layer
+    /// disappears at once; then its memory (image or diff, and a diff's
+    /// flattened head) and device state. Its disk layer
     /// stays where it is, because qcow2 headers of other layers (the source's
     /// current disk, later snapshots of the same source) may name it by path;
     /// [`Store::collect_layers`] deletes it once nothing does.
@@ -337,7 +341,16 @@ impl Store {
             return Err(StoreError::NotFound(id.to_string()));
         }
         std::fs::remove_file(&mp).map_err(io(&mp))?;
-        for f in [MEMORY, MEMORY_DIFF, DEVICE_STATE] {
+        let head_tmp_stamp = format!("{}.stamp", head::TMP);
+        for f in [
+            MEMORY,
+            MEMORY_DIFF,
+            DEVICE_STATE,
+            head::STAMP,
+            head::HEAD,
+            head::TMP,
+            &head_tmp_stamp,
+        ] {
             let _ = std::fs::remove_file(dir.join(f));
         }
         if !dir.join(DISK).exists() {
@@ -614,6 +627,10 @@ mod tests {
                 ),
             )
             .unwrap();
+        // A flattened head (a cache beside the artefacts) and a crashed build.
+        for f in [head::HEAD, head::STAMP, head::TMP] {
+            std::fs::write(dir.path().join("sn-g").join(f), b"head").unwrap();
+        }
         store.remove("sn-g").unwrap();
         assert!(store.ids().is_empty());
         // Everything but the disk layer goes at once (other layers' headers

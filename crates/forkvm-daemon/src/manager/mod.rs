@@ -43,6 +43,8 @@ pub struct Manager {
     pub jail: crate::jail::Jailer,
     /// The volume servers of running sandboxes (crate::volumes).
     pub(crate) volumes: crate::volumes::servers::Servers,
+    /// One builder at a time per diff snapshot's head (crate::snapshot::head).
+    pub(crate) heads: crate::snapshot::head::Builders,
 }
 
 impl Manager {
@@ -72,6 +74,7 @@ impl Manager {
             gc: Default::default(),
             admissions: Default::default(),
             volumes: Default::default(),
+            heads: Default::default(),
         })
     }
 

@@ -15,7 +15,8 @@ use crate::util::{self, ms};
 
 impl Manager {
     /// Merge a diff snapshot's chain into one `shared` snapshot with no
-    /// parent: the base image with every link's pages written over it, the
+    /// parent: the chain's flattened head (the base image with every link's
+    /// pages written over it, see crate::snapshot::head) copied, the
     /// head's device state, and the head's disk layer (qcow2 chains are the
     /// disk's own business; its layers stay reachable through the collector).
     pub async fn flatten(
@@ -37,6 +38,9 @@ impl Manager {
         self.check_tag(tag.as_deref())?;
         let chain = self.chain(&head)?;
         self.verify_chain(&chain).await?;
+        let flat = self
+            .chain_head(&chain, u64::from(head.manifest.machine.memory_mib) << 20)
+            .await?;
         let new_id = util::new_id("sn");
         let staging = self.store.begin(&new_id).map_err(store_err)?;
         let mut manifest = head.manifest.clone();
@@ -61,41 +65,12 @@ impl Manager {
         .collect();
         let store = self.clone();
         let published = tokio::task::spawn_blocking(move || {
+            // The head is the chain's RAM already: a reflink or sparse copy.
             let mem = staging.path(forkvm_store::MEMORY);
-            forkvm_store::sparse_copy(&chain.base.path(forkvm_store::MEMORY), &mem)?;
-            let ioerr = |e: std::io::Error| StoreError::Io {
+            forkvm_store::head::clone_file(&flat, &mem).map_err(|e| StoreError::Io {
                 path: mem.display().to_string(),
-                source: e,
-            };
-            {
-                use std::os::unix::fs::{FileExt, PermissionsExt};
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&mem)
-                    .or_else(|_| {
-                        // sparse_copy leaves files read-only.
-                        std::fs::set_permissions(&mem, std::fs::Permissions::from_mode(0o644))?;
-                        std::fs::OpenOptions::new().write(true).open(&mem)
-                    })
-                    .map_err(ioerr)?;
-                for l in &chain.links {
-                    let d =
-                        forkvm_store::memdiff::MemDiff::open(&l.path(forkvm_store::MEMORY_DIFF))
-                            .map_err(|e| StoreError::Corrupt {
-                                id: l.manifest.id.clone(),
-                                why: e.to_string(),
-                            })?;
-                    let data = d.read_data().map_err(|e| StoreError::Corrupt {
-                        id: l.manifest.id.clone(),
-                        why: e.to_string(),
-                    })?;
-                    for (i, &p) in d.pages.iter().enumerate() {
-                        let pg = forkvm_store::memdiff::PAGE as usize;
-                        f.write_all_at(&data[i * pg..(i + 1) * pg], p * pg as u64)
-                            .map_err(ioerr)?;
-                    }
-                }
-            }
+                source: std::io::Error::other(e.to_string()),
+            })?;
             let copy = |from: PathBuf, to: PathBuf| {
                 std::fs::copy(&from, &to)
                     .map(drop)

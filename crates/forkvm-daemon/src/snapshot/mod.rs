@@ -42,6 +42,7 @@ use crate::util;
 
 pub mod flatten;
 pub mod freeze;
+pub mod head;
 pub mod publish;
 pub mod store;
 
@@ -167,7 +168,7 @@ impl Manager {
 
     /// Does this sandbox own its RAM file (`share=on`)? Booted sandboxes
     /// and clones of `stream`/`live` snapshots do; clones of `shared` and
-    /// `diff` snapshots map their base image privately.
+    /// `diff` snapshots map an image privately (the base, or the flattened head).
     pub(crate) fn owns_ram(&self, row: &SandboxRow) -> bool {
         match &row.snapshot {
             None => true,

@@ -27,9 +27,19 @@ pub(crate) struct DiffCapture {
     pub(crate) links: Vec<PathBuf>,
 }
 
-/// The clone's RAM: its QEMU's mapping of the chain's base image.
+/// The clone's RAM: its QEMU's mapping of the chain's base image (a clone
+/// of a `shared` snapshot) or flattened head (of a `diff` one). A head
+/// rebuilt since the clone started is still found: /proc lists the old file
+/// by its path with " (deleted)" after it, and its content is the same. A
+/// clone of a diff that an older daemon started maps the base with the
+/// links' pages written privately: its private pages are then a superset of
+/// its changes, which publish reduces against the chain as for any clone.
 pub(crate) fn find_ram(pid: u32, c: &Chain, ram_bytes: u64) -> Result<RamMapping, ApiError> {
-    forkvm_qemu::ram::find_mapping(pid, &c.base.path(forkvm_store::MEMORY), ram_bytes)
+    forkvm_qemu::ram::find_mapping(pid, &c.mapped(), ram_bytes)
+        .or_else(|e| {
+            forkvm_qemu::ram::find_mapping(pid, &c.base.path(forkvm_store::MEMORY), ram_bytes)
+                .map_err(|_| e)
+        })
         .map_err(|e| ApiError::internal(format!("cannot find the clone's RAM: {e}")))
 }
 
