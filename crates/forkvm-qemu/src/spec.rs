@@ -185,8 +185,9 @@ impl MachineSpec {
         }
         let (accel, cpu) = match self.accel {
             Accel::Kvm => ("kvm", "host"),
-            // thread=multi runs each vCPU on its own host thread under TCG.
-            Accel::Tcg => ("tcg,thread=multi", "max"),
+            // thread=multi runs each vCPU on its own host thread under TCG;
+            // tb-size: see TCG_TB_SIZE_MIB.
+            Accel::Tcg => (TCG_ACCEL, "max"),
         };
         let mut a: Vec<String> = vec![
             "-name".into(),
@@ -283,6 +284,29 @@ impl MachineSpec {
     }
 }
 
+/// The TCG translation buffer in MiB (`-accel tcg,tb-size=`), TCG only.
+///
+/// QEMU's default is 1 GiB per process, an anonymous mapping that fills
+/// with translated code and is never given back: every page the code
+/// generator once wrote stays resident until QEMU exits (a flush of a full
+/// buffer starts again at its start, over the same pages). A clone
+/// starts with an empty buffer (translated code is not part of a
+/// snapshot), so the buffer holds what the clone itself ran: 10-11 MiB per
+/// idle 512 MiB clone 30 s after its spawn (restore, identity, idle) on our
+/// guest, the largest single item of a clone's ~34 MiB PSS, and with the
+/// default it keeps growing with every new piece of guest code a workload
+/// runs, up to the 1 GiB. 32 MiB (QEMU's system-mode default before 5.0)
+/// bounds that; it leaves an idle clone as it was (it never fills 32 MiB,
+/// so nothing is flushed), and it is ~3x what a spawn, a few execs and a
+/// `find /` plus `ls -lR /usr` translate. A smaller buffer (8 MiB) cut the
+/// idle clone by a further ~3 MiB but made repeated commands re-translate
+/// (flushes), so it is not used. docs/benchmarks.md ("Clone density") has
+/// the measurements. KVM has no translation buffer and is unaffected.
+pub const TCG_TB_SIZE_MIB: u32 = 32;
+
+/// The `-accel` option of a TCG machine (see [`TCG_TB_SIZE_MIB`]).
+const TCG_ACCEL: &str = "tcg,thread=multi,tb-size=32";
+
 /// QEMU's own seccomp filter for a jailed QEMU: no obsolete syscalls, no
 /// set*id, no fork/exec, no scheduler or affinity changes.
 pub const SECCOMP: &str = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
@@ -376,7 +400,7 @@ mod tests {
         assert!(a.contains("-M microvm,acpi=on,pic=off,pit=off,memory-backend=mem"));
         assert!(a.contains("memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/x,share=on"));
         assert!(!a.contains("rom=off"));
-        assert!(a.contains("-accel tcg,thread=multi -cpu max"));
+        assert!(a.contains("-accel tcg,thread=multi,tb-size=32 -cpu max"));
         assert!(a.contains("name=org.forkvm.agent.0"));
         assert!(!a.contains("-incoming"));
         assert!(!a.contains("-netdev"));
@@ -389,6 +413,23 @@ mod tests {
             a.contains("earlyprintk=serial"),
             "early boot failures must reach the console log: {a}"
         );
+    }
+
+    #[test]
+    fn tcg_caps_its_translation_buffer_and_kvm_has_none() {
+        assert_eq!(
+            TCG_ACCEL,
+            format!("tcg,thread=multi,tb-size={TCG_TB_SIZE_MIB}")
+        );
+        let a = spec().to_args();
+        let i = a.iter().position(|x| x == "-accel").unwrap();
+        assert_eq!(a[i + 1], TCG_ACCEL);
+        let mut k = spec();
+        k.accel = Accel::Kvm;
+        let a = k.to_args();
+        let i = a.iter().position(|x| x == "-accel").unwrap();
+        assert_eq!(a[i + 1], "kvm");
+        assert!(!a.join(" ").contains("tb-size"));
     }
 
     #[test]
