@@ -286,26 +286,27 @@ impl MachineSpec {
 
 /// The TCG translation buffer in MiB (`-accel tcg,tb-size=`), TCG only.
 ///
-/// QEMU's default is 1 GiB per process, an anonymous mapping that fills
-/// with translated code and is never given back: every page the code
-/// generator once wrote stays resident until QEMU exits (a flush of a full
-/// buffer starts again at its start, over the same pages). A clone
-/// starts with an empty buffer (translated code is not part of a
-/// snapshot), so the buffer holds what the clone itself ran: 10-11 MiB per
-/// idle 512 MiB clone 30 s after its spawn (restore, identity, idle) on our
-/// guest, the largest single item of a clone's ~34 MiB PSS, and with the
-/// default it keeps growing with every new piece of guest code a workload
-/// runs, up to the 1 GiB. 32 MiB (QEMU's system-mode default before 5.0)
-/// bounds that; it leaves an idle clone as it was (it never fills 32 MiB,
-/// so nothing is flushed), and it is ~3x what a spawn, a few execs and a
-/// `find /` plus `ls -lR /usr` translate. A smaller buffer (8 MiB) cut the
-/// idle clone by a further ~3 MiB but made repeated commands re-translate
-/// (flushes), so it is not used. docs/benchmarks.md ("Clone density") has
-/// the measurements. KVM has no translation buffer and is unaffected.
-pub const TCG_TB_SIZE_MIB: u32 = 32;
+/// QEMU's default is 1 GiB per process: an anonymous mapping that fills
+/// with translated code and is never given back (every page the code
+/// generator once wrote stays resident until QEMU exits; a flush of a full
+/// buffer starts again at its start, over the same pages). A clone starts
+/// with an empty buffer (translated code is not part of a snapshot), so the
+/// buffer holds what the clone itself has run, and with the default it
+/// keeps growing with every new piece of guest code, up to the 1 GiB.
+/// Measured on our guest (QEMU's `info jit`, 512 MiB, 1 vCPU): a cold boot
+/// translates 57 MiB of code, an idle clone has ~10 MiB resident 30 s after
+/// its spawn, and a spawn plus `find /` and `ls -lR /usr` ~29 MiB.
+/// 64 MiB keeps a cold boot and those commands free of flushes (32 MiB
+/// flushed twice during a cold boot and was nearly full after the
+/// commands; 8 MiB cut an idle clone by ~3 MiB but made repeated commands
+/// re-translate) while bounding what one busy clone can pin at 64 MiB
+/// instead of 1 GiB. An idle clone never reaches the cap, so its PSS is
+/// unchanged by it: the idle figures are in docs/benchmarks.md ("Clone
+/// density"). KVM has no translation buffer and is unaffected.
+pub const TCG_TB_SIZE_MIB: u32 = 64;
 
 /// The `-accel` option of a TCG machine (see [`TCG_TB_SIZE_MIB`]).
-const TCG_ACCEL: &str = "tcg,thread=multi,tb-size=32";
+const TCG_ACCEL: &str = "tcg,thread=multi,tb-size=64";
 
 /// QEMU's own seccomp filter for a jailed QEMU: no obsolete syscalls, no
 /// set*id, no fork/exec, no scheduler or affinity changes.
@@ -400,7 +401,7 @@ mod tests {
         assert!(a.contains("-M microvm,acpi=on,pic=off,pit=off,memory-backend=mem"));
         assert!(a.contains("memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/x,share=on"));
         assert!(!a.contains("rom=off"));
-        assert!(a.contains("-accel tcg,thread=multi,tb-size=32 -cpu max"));
+        assert!(a.contains("-accel tcg,thread=multi,tb-size=64 -cpu max"));
         assert!(a.contains("name=org.forkvm.agent.0"));
         assert!(!a.contains("-incoming"));
         assert!(!a.contains("-netdev"));
