@@ -185,8 +185,9 @@ impl MachineSpec {
         }
         let (accel, cpu) = match self.accel {
             Accel::Kvm => ("kvm", "host"),
-            // thread=multi runs each vCPU on its own host thread under TCG.
-            Accel::Tcg => ("tcg,thread=multi", "max"),
+            // thread=multi runs each vCPU on its own host thread under TCG;
+            // tb-size: see TCG_TB_SIZE_MIB.
+            Accel::Tcg => (TCG_ACCEL, "max"),
         };
         let mut a: Vec<String> = vec![
             "-name".into(),
@@ -283,6 +284,30 @@ impl MachineSpec {
     }
 }
 
+/// The TCG translation buffer in MiB (`-accel tcg,tb-size=`), TCG only.
+///
+/// QEMU's default is 1 GiB per process: an anonymous mapping that fills
+/// with translated code and is never given back (every page the code
+/// generator once wrote stays resident until QEMU exits; a flush of a full
+/// buffer starts again at its start, over the same pages). A clone starts
+/// with an empty buffer (translated code is not part of a snapshot), so the
+/// buffer holds what the clone itself has run, and with the default it
+/// keeps growing with every new piece of guest code, up to the 1 GiB.
+/// Measured on our guest (QEMU's `info jit`, 512 MiB, 1 vCPU): a cold boot
+/// translates 57 MiB of code, an idle clone has ~10 MiB resident 30 s after
+/// its spawn, and a spawn plus `find /` and `ls -lR /usr` ~29 MiB.
+/// 64 MiB keeps a cold boot and those commands free of flushes (32 MiB
+/// flushed twice during a cold boot and was nearly full after the
+/// commands; 8 MiB cut an idle clone by ~3 MiB but made repeated commands
+/// re-translate) while bounding what one busy clone can pin at 64 MiB
+/// instead of 1 GiB. An idle clone never reaches the cap, so its PSS is
+/// unchanged by it: the idle figures are in docs/benchmarks.md ("Clone
+/// density"). KVM has no translation buffer and is unaffected.
+pub const TCG_TB_SIZE_MIB: u32 = 64;
+
+/// The `-accel` option of a TCG machine (see [`TCG_TB_SIZE_MIB`]).
+const TCG_ACCEL: &str = "tcg,thread=multi,tb-size=64";
+
 /// QEMU's own seccomp filter for a jailed QEMU: no obsolete syscalls, no
 /// set*id, no fork/exec, no scheduler or affinity changes.
 pub const SECCOMP: &str = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
@@ -376,7 +401,7 @@ mod tests {
         assert!(a.contains("-M microvm,acpi=on,pic=off,pit=off,memory-backend=mem"));
         assert!(a.contains("memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/x,share=on"));
         assert!(!a.contains("rom=off"));
-        assert!(a.contains("-accel tcg,thread=multi -cpu max"));
+        assert!(a.contains("-accel tcg,thread=multi,tb-size=64 -cpu max"));
         assert!(a.contains("name=org.forkvm.agent.0"));
         assert!(!a.contains("-incoming"));
         assert!(!a.contains("-netdev"));
@@ -389,6 +414,23 @@ mod tests {
             a.contains("earlyprintk=serial"),
             "early boot failures must reach the console log: {a}"
         );
+    }
+
+    #[test]
+    fn tcg_caps_its_translation_buffer_and_kvm_has_none() {
+        assert_eq!(
+            TCG_ACCEL,
+            format!("tcg,thread=multi,tb-size={TCG_TB_SIZE_MIB}")
+        );
+        let a = spec().to_args();
+        let i = a.iter().position(|x| x == "-accel").unwrap();
+        assert_eq!(a[i + 1], TCG_ACCEL);
+        let mut k = spec();
+        k.accel = Accel::Kvm;
+        let a = k.to_args();
+        let i = a.iter().position(|x| x == "-accel").unwrap();
+        assert_eq!(a[i + 1], "kvm");
+        assert!(!a.join(" ").contains("tb-size"));
     }
 
     #[test]
