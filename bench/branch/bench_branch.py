@@ -284,14 +284,8 @@ class Ctx:
         raise fb.BenchError(f"the diff chain of {snap_id} does not end")
 
     def check_others(self) -> None:
-        now = fb.other_qemu_processes(exclude_substrings=(self.d.home, self.shm))
-        new = {p: c for p, c in now.items() if p not in self.others}
-        if new:
-            print("warning: QEMU processes not started by this bench are running; they compete "
-                  "for CPU and skew the timings:\n  "
-                  + "\n  ".join(f"{p}: {c}" for p, c in new.items()), flush=True)
-        self.others.update(now)
-        self.busy_runs += bool(now)
+        self.busy_runs += fb.warn_other_qemus(self.others,
+                                              exclude_substrings=(self.d.home, self.shm))
 
     def measured(self, fn, *a, **kw) -> dict:
         """Run one measurement with the host-noise meter around it."""

@@ -626,6 +626,21 @@ def other_qemu_processes(exclude_substrings=()) -> dict[int, str]:
     return out
 
 
+def warn_other_qemus(seen: dict[int, str], exclude_substrings=()) -> bool:
+    """Check for QEMU processes we did not start (`other_qemu_processes`) and
+    warn about those not in `seen` yet; add them all to `seen` (pid -> command
+    line). Returns whether any is running now, for a bench's count of the runs
+    that started on a busy host."""
+    now = other_qemu_processes(exclude_substrings=exclude_substrings)
+    new = {p: c for p, c in now.items() if p not in seen}
+    if new:
+        print("warning: QEMU processes not started by this bench are running; they compete "
+              "for CPU and skew the timings:\n  "
+              + "\n  ".join(f"{p}: {c}" for p, c in new.items()), flush=True)
+    seen.update(now)
+    return bool(now)
+
+
 # --------------------------------------------------------------------------
 # Small helpers shared by the benchmark scripts
 # --------------------------------------------------------------------------

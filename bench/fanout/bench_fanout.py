@@ -237,14 +237,7 @@ class Ctx:
         return c
 
     def check_others(self) -> None:
-        now = fb.other_qemu_processes(exclude_substrings=(self.d.home,))
-        new = {p: c for p, c in now.items() if p not in self.others}
-        if new:
-            print("warning: QEMU processes not started by this bench are running; they compete "
-                  "for CPU and skew the timings:\n  "
-                  + "\n  ".join(f"{p}: {c}" for p, c in new.items()), flush=True)
-        self.others.update(now)
-        self.busy_runs += bool(now)
+        self.busy_runs += fb.warn_other_qemus(self.others, exclude_substrings=(self.d.home,))
 
     def clean(self) -> None:
         """Delete every sandbox but the source (not measured), then wait until

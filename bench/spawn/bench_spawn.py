@@ -1311,14 +1311,7 @@ def main() -> int:
 
     def check_others() -> None:
         nonlocal busy_runs
-        now = fb.other_qemu_processes(exclude_substrings=(home, shm))
-        new = {p: c for p, c in now.items() if p not in others}
-        if new:
-            print("warning: QEMU processes not started by this bench are running; they compete "
-                  "for CPU and skew the timings:\n  "
-                  + "\n  ".join(f"{p}: {c}" for p, c in new.items()), flush=True)
-        others.update(now)
-        busy_runs += bool(now)
+        busy_runs += fb.warn_other_qemus(others, exclude_substrings=(home, shm))
 
     try:
         # The jail comparison's segments; the first unjailed one also makes the
