@@ -357,11 +357,7 @@ def main() -> int:
                     help=f"allow --runs < {MIN_RUNS} (or --loop < {boot_loop.LOOP_MIN}); "
                          "results are marked SMOKE")
     ap.add_argument("--memory", type=int, default=512, help="guest RAM in MiB")
-    ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
-    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                    help="before starting, wait up to this long for the host to be quiet "
-                         "(other processes using < 0.2 cores over 5 s); 0: only warn")
+    fb.add_common_args(ap, HERE)
     args = ap.parse_args()
     if args.loop is not None:
         if args.runs is not None:

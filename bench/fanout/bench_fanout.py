@@ -478,11 +478,7 @@ def main() -> int:
                          "(default: leave it out, i.e. the daemon's default, true)")
     ap.add_argument("--exec-timeout", type=float, default=600.0, metavar="SECONDS")
     ap.add_argument("--call-timeout", type=float, default=1800.0, metavar="SECONDS")
-    ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
-    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                    help="before starting, wait up to this long for the host to be quiet "
-                         "(other processes using < 0.2 cores over 5 s); 0: only warn")
+    fb.add_common_args(ap, HERE)
     args = ap.parse_args()
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not args.modes or any(m not in MODES for m in args.modes):
