@@ -357,11 +357,7 @@ def main() -> int:
                     help=f"allow --runs < {MIN_RUNS} (or --loop < {boot_loop.LOOP_MIN}); "
                          "results are marked SMOKE")
     ap.add_argument("--memory", type=int, default=512, help="guest RAM in MiB")
-    ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
-    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                    help="before starting, wait up to this long for the host to be quiet "
-                         "(other processes using < 0.2 cores over 5 s); 0: only warn")
+    fb.add_common_args(ap, HERE)
     args = ap.parse_args()
     if args.loop is not None:
         if args.runs is not None:
@@ -393,14 +389,7 @@ def main() -> int:
 
     def check_others(home: str) -> None:
         nonlocal busy_runs
-        now = fb.other_qemu_processes(exclude_substrings=(home, shm))
-        new = {p: c for p, c in now.items() if p not in others}
-        if new:
-            print("warning: QEMU processes not started by this bench are running; they compete "
-                  "for CPU and skew the timings:\n  "
-                  + "\n  ".join(f"{p}: {c}" for p, c in new.items()), flush=True)
-        others.update(now)
-        busy_runs += bool(now)
+        busy_runs += fb.warn_other_qemus(others, exclude_substrings=(home, shm))
 
     try:
         with fb.Daemon(binary=args.binary) as d:

@@ -284,14 +284,8 @@ class Ctx:
         raise fb.BenchError(f"the diff chain of {snap_id} does not end")
 
     def check_others(self) -> None:
-        now = fb.other_qemu_processes(exclude_substrings=(self.d.home, self.shm))
-        new = {p: c for p, c in now.items() if p not in self.others}
-        if new:
-            print("warning: QEMU processes not started by this bench are running; they compete "
-                  "for CPU and skew the timings:\n  "
-                  + "\n  ".join(f"{p}: {c}" for p, c in new.items()), flush=True)
-        self.others.update(now)
-        self.busy_runs += bool(now)
+        self.busy_runs += fb.warn_other_qemus(self.others,
+                                              exclude_substrings=(self.d.home, self.shm))
 
     def measured(self, fn, *a, **kw) -> dict:
         """Run one measurement with the host-noise meter around it."""
@@ -2370,11 +2364,7 @@ def main() -> int:
     ap.add_argument("--jail-sizes", default="512,2048", help="guest sizes of the jail comparison")
     ap.add_argument("--jail-chain", action=argparse.BooleanOptionalAction, default=True,
                     help="include chain spawns (depth 0 and the deepest) in the jail comparison")
-    ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
-    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                    help="before starting, wait up to this long for the host to be quiet "
-                         "(other processes using < 0.2 cores over 5 s); 0: only warn")
+    fb.add_common_args(ap, HERE)
     args = ap.parse_args()
     args.sizes = parse_list(args.sizes, "--sizes", ap)
     args.dirty = parse_list(args.dirty, "--dirty", ap)

@@ -626,6 +626,21 @@ def other_qemu_processes(exclude_substrings=()) -> dict[int, str]:
     return out
 
 
+def warn_other_qemus(seen: dict[int, str], exclude_substrings=()) -> bool:
+    """Check for QEMU processes we did not start (`other_qemu_processes`) and
+    warn about those not in `seen` yet; add them all to `seen` (pid -> command
+    line). Returns whether any is running now, for a bench's count of the runs
+    that started on a busy host."""
+    now = other_qemu_processes(exclude_substrings=exclude_substrings)
+    new = {p: c for p, c in now.items() if p not in seen}
+    if new:
+        print("warning: QEMU processes not started by this bench are running; they compete "
+              "for CPU and skew the timings:\n  "
+              + "\n  ".join(f"{p}: {c}" for p, c in new.items()), flush=True)
+    seen.update(now)
+    return bool(now)
+
+
 # --------------------------------------------------------------------------
 # Small helpers shared by the benchmark scripts
 # --------------------------------------------------------------------------
@@ -643,6 +658,17 @@ def tail(path: str, n: int = 20) -> str:
             return "\n".join(f.read().decode(errors="replace").splitlines()[-n:])
     except OSError:
         return "(no log)"
+
+
+def add_common_args(ap, here) -> None:
+    """The options every harness takes last: --out (default `here`/results,
+    `here` being the bench's directory), --binary (the repo's release build;
+    run.sh passes the one it built) and --wait-quiet (for wait_for_quiet_host)."""
+    ap.add_argument("--out", default=str(Path(here) / "results"), help="results directory")
+    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
+    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                    help="before starting, wait up to this long for the host to be quiet "
+                         "(other processes using < 0.2 cores over 5 s); 0: only warn")
 
 
 def wait_for_quiet_host(max_wait: float, threshold: float = 0.2, window: float = 5.0,

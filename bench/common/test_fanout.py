@@ -19,6 +19,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fanout"))
 
 import bench_fanout as bf  # noqa: E402
+import fanout_report as fr  # noqa: E402
 
 MACHINE = {"cpu_model": "Test CPU", "cpu_detail": "family 6", "cores": 2, "mem_gib": 3.5,
            "kernel": "6.1.0-test", "loadavg": (0.5, 0.25, 0.125)}
@@ -86,7 +87,7 @@ def children_fixture():
 
 
 def test_key_figures_ratios_and_verdicts():
-    kf = bf.key_figures(runs_fixture(), ["diff"], 100)
+    kf = fr.key_figures(runs_fixture(), ["diff"], 100)
     assert kf["naive"]["p50"] == 58000
     b = kf["cases"]["branch_diff"]
     assert b["wall"]["p50"] == 2900 and b["wall"]["n"] == 3 and b["failed"] == 1
@@ -94,12 +95,12 @@ def test_key_figures_ratios_and_verdicts():
     s = kf["cases"]["spawn_count"]
     assert s["wall_met"] is False and s["speed_met"] is True
     # another count than 100: the wall target is not assessed
-    assert bf.key_figures(runs_fixture(), ["diff"], 20)["cases"]["branch_diff"]["wall_met"] is None
+    assert fr.key_figures(runs_fixture(), ["diff"], 20)["cases"]["branch_diff"]["wall_met"] is None
     # no naive batch: no ratio, no speed verdict
     no_naive = [r for r in runs_fixture() if r["case"] != "naive"]
-    k2 = bf.key_figures(no_naive, ["diff"], 100)["cases"]["branch_diff"]
+    k2 = fr.key_figures(no_naive, ["diff"], 100)["cases"]["branch_diff"]
     assert math.isnan(k2["speedup"]) and k2["speed_met"] is None
-    assert bf.verdict(True) == "**met**" and bf.verdict(False) == "**missed**"
+    assert fr.verdict(True) == "**met**" and fr.verdict(False) == "**missed**"
 
 
 def test_results_and_plots_from_made_up_rows(tmp_path):
@@ -112,24 +113,24 @@ def test_results_and_plots_from_made_up_rows(tmp_path):
            "naive_workers": 2, "others": {}, "busy_runs": 0, "leaked": "none",
            "memory_commit_mib": 21000}
     runs, kids = runs_fixture(), children_fixture()
-    bf.write_results(tmp_path / "RESULTS.md", runs, kids, ctx, args)
+    fr.write_results(tmp_path / "RESULTS.md", runs, kids, ctx, args)
     text = (tmp_path / "RESULTS.md").read_text()
     assert "Reduced run" in text and "SMOKE" not in text
     assert "| branch_diff | 2,900 ms | 3,380 ms | **20.00×** | **met** | **met** | 1 |" in text
     assert "HTTP 503 [capacity_exceeded] full" in text  # the failure's text, exactly
     assert "| branch_diff | CPU: QEMU | 4 |" in text
     assert "**branch_diff**: 452 ms of CPU per child" in text
-    bf.write_plots(tmp_path, runs, kids, ["diff"], "t")
+    fr.write_plots(tmp_path, runs, kids, ["diff"], "t")
     assert (tmp_path / "fanout.png").stat().st_size > 0 and (tmp_path / "cpu.png").stat().st_size > 0
     smoke = SimpleNamespace(**{**vars(args), "smoke": True, "runs": 2, "count": 20})
-    bf.write_results(tmp_path / "s.md", runs, kids, ctx, smoke)
+    fr.write_results(tmp_path / "s.md", runs, kids, ctx, smoke)
     assert (tmp_path / "s.md").read_text().startswith(
         "# Fan-out benchmark") and "SMOKE RUN" in (tmp_path / "s.md").read_text()
 
 
 def test_cores_busy_is_cpu_over_wall():
-    assert bf.cores_busy({"qemu_cpu_ms": 150.0, "daemon_cpu_ms": 30.0, "helper_cpu_ms": 20.0,
+    assert fr.cores_busy({"qemu_cpu_ms": 150.0, "daemon_cpu_ms": 30.0, "helper_cpu_ms": 20.0,
                           "total_ms": 100.0}) == 2.0
-    assert bf.cores_busy({"qemu_cpu_ms": 50.0, "daemon_cpu_ms": 50.0, "helper_cpu_ms": None,
+    assert fr.cores_busy({"qemu_cpu_ms": 50.0, "daemon_cpu_ms": 50.0, "helper_cpu_ms": None,
                           "total_ms": 100.0}) == 1.0
-    assert math.isnan(bf.cores_busy({"total_ms": 100.0}))
+    assert math.isnan(fr.cores_busy({"total_ms": 100.0}))

@@ -1363,11 +1363,7 @@ def main() -> int:
                     help="iperf3 -t (default 10)")
     ap.add_argument("--iperf-runs", type=int, default=3, help="iperf3 runs per direction "
                     "(0: skip the throughput part)")
-    ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
-    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                    help="before starting, wait up to this long for the host to be quiet "
-                         "(other processes using < 0.2 cores over 5 s); 0: only warn")
+    fb.add_common_args(ap, HERE)
     args = ap.parse_args()
     series_list = [s.strip() for s in args.series.split(",") if s.strip()]
     bad = [s for s in series_list if s not in SERIES]

@@ -1262,11 +1262,7 @@ def main() -> int:
                     help="idle time before each memory measurement")
     ap.add_argument("--mem-reserve-mib", type=int, default=4096,
                     help="never let naive copies / clones push MemAvailable below this")
-    ap.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
-    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                    help="before starting, wait up to this long for the host to be quiet "
-                         "(other processes using < 0.2 cores over 5 s); 0: only warn")
+    fb.add_common_args(ap, HERE)
     ap.add_argument("--jail-compare", action=argparse.BooleanOptionalAction, default=True,
                     help="first time spawn_cold_pool_off and spawn_warm_pool under daemons "
                          "jailed, unjailed, unjailed, jailed (one at a time) for the jail's "
@@ -1311,14 +1307,7 @@ def main() -> int:
 
     def check_others() -> None:
         nonlocal busy_runs
-        now = fb.other_qemu_processes(exclude_substrings=(home, shm))
-        new = {p: c for p, c in now.items() if p not in others}
-        if new:
-            print("warning: QEMU processes not started by this bench are running; they compete "
-                  "for CPU and skew the timings:\n  "
-                  + "\n  ".join(f"{p}: {c}" for p, c in new.items()), flush=True)
-        others.update(now)
-        busy_runs += bool(now)
+        busy_runs += fb.warn_other_qemus(others, exclude_substrings=(home, shm))
 
     try:
         # The jail comparison's segments; the first unjailed one also makes the
