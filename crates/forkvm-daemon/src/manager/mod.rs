@@ -44,7 +44,7 @@ pub struct Manager {
     /// The volume servers of running sandboxes (crate::volumes).
     pub(crate) volumes: crate::volumes::servers::Servers,
     /// One builder at a time per diff snapshot's head (crate::snapshot::head).
-    pub(crate) heads: crate::snapshot::head::Builders,
+    pub(crate) heads: crate::snapshot::head_locks::Builders,
 }
 
 impl Manager {

@@ -9,19 +9,14 @@
 //! the page cache, shared, and makes a spawn from a diff cost what a spawn
 //! from a `shared` snapshot costs once the head exists.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::ApiError;
 use crate::manager::Manager;
 use crate::snapshot::{store_err, Chain};
 use crate::util::ms;
-
-/// A lock per diff snapshot whose head is being made ready.
-#[derive(Default)]
-pub struct Builders(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
 
 impl Chain {
     /// The file a private clone of this chain maps as its RAM: the base

@@ -43,6 +43,7 @@ use crate::util;
 pub mod flatten;
 pub mod freeze;
 pub mod head;
+pub mod head_locks;
 pub mod publish;
 pub mod store;
 
