@@ -40,6 +40,7 @@ impl Manager {
         let k = kind(m);
         let shared = k == "shared";
         let devices_only = m.state_format.as_deref() == Some(DEVICES_ONLY);
+        let mapped_ram = m.ram_format.as_deref() == Some("mapped-ram");
         // A diff's clones map its chain flattened into one file, built at
         // the first spawn (crate::snapshot::head), like a `shared` image.
         let head = if k == "diff" {
@@ -132,8 +133,10 @@ impl Manager {
         migrate::set_capabilities(
             &qmp,
             &[
-                ("x-ignore-shared", shared && !devices_only),
-                ("mapped-ram", k == "live"),
+                // A live save's stream (of any kind: a clone's is a diff)
+                // was written with mapped-ram and without x-ignore-shared.
+                ("x-ignore-shared", shared && !devices_only && !mapped_ram),
+                ("mapped-ram", mapped_ram),
             ],
         )
         .await

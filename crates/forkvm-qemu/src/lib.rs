@@ -10,6 +10,7 @@
 //! * [`qcow2`]: the backing file named by a qcow2 header;
 //! * [`blockjob`]: the block graph of a running QEMU and streaming its layers together;
 //! * [`migrate`]: saving and loading device state, freezing disks;
+//! * [`mapped_ram`]: the RAM layout of a mapped-ram migration file;
 //! * [`ram`]: a clone's written pages, read and written from outside QEMU;
 //! * [`tsc`]: the host TSC rate for TCG guests.
 
@@ -18,6 +19,7 @@ pub mod blockjob;
 pub mod disk;
 pub mod features;
 pub mod jail;
+pub mod mapped_ram;
 pub mod migrate;
 pub mod process;
 pub mod qcow2;

@@ -48,7 +48,9 @@ impl Manager {
         manifest.tag = tag.clone();
         manifest.parent = None;
         manifest.created_at = util::now_rfc3339();
-        manifest.ram_format = None;
+        // `ram_format` stays: the device state is the head's own, and one
+        // from a live save of a clone is a mapped-ram stream (whose guest RAM
+        // block is empty; children load it over `memory.img`).
         manifest.artefacts = [
             ("device_state", forkvm_store::DEVICE_STATE),
             ("disk", forkvm_store::DISK),

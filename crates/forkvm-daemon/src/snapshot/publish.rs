@@ -9,7 +9,8 @@ use forkvm_store::StoreError;
 
 use crate::error::ApiError;
 use crate::manager::Manager;
-use crate::snapshot::freeze::Frozen;
+use crate::snapshot::freeze::diff::Pending;
+use crate::snapshot::freeze::{live, Frozen};
 use crate::snapshot::store_err;
 use crate::util::ms;
 
@@ -46,35 +47,39 @@ impl Manager {
             live_tmp,
         } = f;
         let t = Instant::now();
+        let diff_ram_bytes = diff.as_ref().map_or(0, |d| d.ram_bytes);
         let store = self.clone();
         let published = tokio::task::spawn_blocking(move || {
-            // A live save moves from tmpfs into the store (sparse).
+            let sp = staging.path(forkvm_store::DEVICE_STATE);
+            let state_err = |e: String| StoreError::Io {
+                path: sp.display().to_string(),
+                source: std::io::Error::other(e),
+            };
+            // A live save moves from tmpfs into the store (sparse); a live
+            // save of a clone first gives up its RAM but the changed pages.
+            let mut live_pages = None;
             if let Some(tmp) = &live_tmp {
-                let r = forkvm_store::sparse_copy(tmp, &staging.path(forkvm_store::DEVICE_STATE));
+                let r = match diff.as_ref().map(|d| &d.pages) {
+                    Some(Pending::Live(m)) => live::thin(tmp, diff_ram_bytes, m)
+                        .map(|c| live_pages = Some(c))
+                        .map_err(|e| state_err(format!("cannot keep the clone's pages: {e}"))),
+                    _ => Ok(()),
+                }
+                .and_then(|()| forkvm_store::sparse_copy(tmp, &sp));
                 let _ = std::fs::remove_file(tmp);
                 r?;
             }
             // A diff keeps only the pages that differ from its parent's view.
             if let Some(d) = diff {
-                // The device state gets the configuration section a normal
-                // stream has (see forkvm_qemu::migrate::add_configuration).
-                let sp = staging.path(forkvm_store::DEVICE_STATE);
-                let state_err = |e: String| StoreError::Io {
-                    path: sp.display().to_string(),
-                    source: std::io::Error::other(e),
+                let (pages, data) = match d.pages {
+                    Pending::Read(c) => {
+                        state_configuration(&sp, &d.base_state).map_err(state_err)?;
+                        c
+                    }
+                    Pending::Live(_) => live_pages
+                        .take()
+                        .ok_or_else(|| state_err("the live save's pages were not read".into()))?,
                 };
-                let raw = std::fs::read(&sp).map_err(|e| state_err(e.to_string()))?;
-                let mut head = [0u8; 64];
-                let machine = std::fs::File::open(&d.base_state)
-                    .and_then(|f| {
-                        use std::os::unix::fs::FileExt;
-                        f.read_at(&mut head, 0)
-                    })
-                    .ok()
-                    .and_then(|n| migrate::stream_machine(&head[..n]))
-                    .unwrap_or_else(|| "microvm".to_string());
-                let fixed = migrate::add_configuration(&raw, &machine).map_err(state_err)?;
-                std::fs::write(&sp, fixed).map_err(|e| state_err(e.to_string()))?;
                 let out = staging.path(forkvm_store::MEMORY_DIFF);
                 let corrupt = |e: forkvm_store::memdiff::MemDiffError| StoreError::Io {
                     path: out.display().to_string(),
@@ -82,7 +87,7 @@ impl Manager {
                 };
                 let view =
                     forkvm_store::memdiff::ChainView::open(&d.base, &d.links).map_err(corrupt)?;
-                let (pages, data) = view.changed(&d.pages, &d.data).map_err(corrupt)?;
+                let (pages, data) = view.changed(&pages, &data).map_err(corrupt)?;
                 forkvm_store::memdiff::write(&out, d.ram_bytes, &pages, &data).map_err(corrupt)?;
             }
             store.store.publish(staging, manifest)
@@ -106,4 +111,22 @@ impl Manager {
         view.timings = Some(timings);
         Ok(view)
     }
+}
+
+/// Give a devices-only stream (from `xen-save-devices-state`) the
+/// configuration section a normal stream has, naming the machine of the
+/// chain's base (see forkvm_qemu::migrate::add_configuration).
+fn state_configuration(sp: &std::path::Path, base_state: &std::path::Path) -> Result<(), String> {
+    let raw = std::fs::read(sp).map_err(|e| e.to_string())?;
+    let mut head = [0u8; 64];
+    let machine = std::fs::File::open(base_state)
+        .and_then(|f| {
+            use std::os::unix::fs::FileExt;
+            f.read_at(&mut head, 0)
+        })
+        .ok()
+        .and_then(|n| migrate::stream_machine(&head[..n]))
+        .unwrap_or_else(|| "microvm".to_string());
+    let fixed = migrate::add_configuration(&raw, &machine)?;
+    std::fs::write(sp, fixed).map_err(|e| e.to_string())
 }

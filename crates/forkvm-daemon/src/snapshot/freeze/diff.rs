@@ -15,11 +15,11 @@ use crate::error::ApiError;
 use crate::snapshot::{qemu_err, Chain};
 use crate::util::ms;
 
-/// The private pages of a clone, read while it was stopped.
+/// The pages a clone's snapshot keeps, reduced at publish to those that
+/// differ from its parent's view.
 pub(crate) struct DiffCapture {
     pub(crate) ram_bytes: u64,
-    pub(crate) pages: Vec<u64>,
-    pub(crate) data: Vec<u8>,
+    pub(crate) pages: Pending,
     /// The view the clone started from: its snapshot's chain.
     pub(crate) base: PathBuf,
     /// The base's device state: an ordinary stream, naming the machine.
@@ -45,6 +45,15 @@ pub(crate) fn find_ram(pid: u32, c: &Chain, ram_bytes: u64) -> Result<RamMapping
 
 /// The clone's private pages and their contents, read while it is stopped.
 pub(crate) type Captured = (Vec<u64>, Vec<u8>);
+
+/// A clone's changed pages, as a freeze leaves them for publish.
+pub(crate) enum Pending {
+    /// Read in the pause (a `diff` or `full` save).
+    Read(Captured),
+    /// In a live save's mapped-ram file: publish reads the pages this
+    /// mapping holds privately from the file (see super::live::thin).
+    Live(RamMapping),
+}
 
 /// Start reading the clone's private pages (the source is stopped) on a
 /// blocking thread, and answer how long it took with them. The caller saves
@@ -103,14 +112,13 @@ pub(crate) fn artefact() -> forkvm_store::Artefact {
 /// What publish needs to reduce the captured pages to the changed ones.
 pub(crate) fn capture(
     chain: Option<Chain>,
-    captured: Option<Captured>,
+    captured: Option<Pending>,
     ram_bytes: u64,
 ) -> Option<DiffCapture> {
     match (chain, captured) {
-        (Some(c), Some((pages, data))) => Some(DiffCapture {
+        (Some(c), Some(pages)) => Some(DiffCapture {
             ram_bytes,
             pages,
-            data,
             base: c.base.path(forkvm_store::MEMORY),
             base_state: c.base.path(forkvm_store::DEVICE_STATE),
             links: c

@@ -1,13 +1,16 @@
 //! A `live` freeze: RAM is copied while the guest runs (`mapped-ram`), and
 //! QEMU stops the guest itself for the final pass. The frame does not stop
-//! the source, and the state file is written to tmpfs.
+//! the source, and the state file is written to tmpfs. A live save of a
+//! clone is then thinned to the pages the clone changed ([`thin`]).
 
 use std::path::{Path, PathBuf};
 
+use forkvm_qemu::ram::RamMapping;
 use forkvm_qemu::{migrate, Qmp};
 
 use crate::config::SandboxPaths;
 use crate::error::ApiError;
+use crate::snapshot::freeze::diff::Captured;
 use crate::snapshot::qemu_err;
 
 /// Where a live save is written. It goes to tmpfs: QEMU finishes the file
@@ -47,4 +50,29 @@ pub(crate) fn create_tmp(paths: &SandboxPaths, t: &Path, new_top: &Path) -> Resu
         }
     }
     Ok(())
+}
+
+/// Keep only a clone's changed pages out of its live save, `tmp`: read the
+/// pages the clone's QEMU holds privately (`m`; every page it wrote before
+/// the save ended is among them) as the file has them, then take the guest
+/// RAM block out of the file (forkvm_qemu::mapped_ram). The file keeps the
+/// device state and the small firmware blocks; its children load it over
+/// the chain's RAM, which they map, so the pages it no longer holds are the
+/// parent's. Publish reduces the pages read here to those that differ from
+/// the parent, as for a diff.
+pub(crate) fn thin(tmp: &Path, ram_bytes: u64, m: &RamMapping) -> std::io::Result<Captured> {
+    const PAGE: usize = forkvm_qemu::mapped_ram::PAGE as usize;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(tmp)?;
+    let block = forkvm_qemu::mapped_ram::guest_ram(&f, ram_bytes)?;
+    let bitmap = block.bitmap(&f)?;
+    let pages = forkvm_qemu::ram::private_pages(m)?;
+    let mut data = vec![0u8; pages.len() * PAGE];
+    for (chunk, &p) in data.chunks_exact_mut(PAGE).zip(&pages) {
+        block.read_page(&f, &bitmap, p, chunk)?;
+    }
+    block.clear(&f)?;
+    Ok((pages, data))
 }

@@ -83,13 +83,15 @@ impl Manager {
         })?;
         let snap_id = util::new_id("sn");
         let live_mode = how == Save::Live;
-        // A diff needs a clone whose RAM is a private mapping of a chain's
-        // base image: its private pages are then exactly what it changed.
-        let chain = match how {
-            Save::Diff => self.clone_chain(&row),
-            _ => None,
-        };
-        let diff_mode = chain.is_some();
+        // A clone's RAM is a private mapping of a chain's base image (or
+        // head): its private pages are then exactly what it changed, and in
+        // every mode its snapshot stores only those, over its parent. A
+        // stopped save of a clone *is* a diff; a live one copies RAM while
+        // the guest runs, and keeps only the changed pages at publish
+        // (freeze::live::thin).
+        let chain = self.clone_chain(&row);
+        // Devices only, the pages read by the daemon in the pause.
+        let diff_mode = chain.is_some() && !live_mode;
         // A live snapshot copies RAM while the guest runs, so RAM travels in
         // the (mapped-ram) stream whatever the sandbox's kind.
         let shared = self.owns_ram(&row) && !live_mode;
@@ -191,7 +193,7 @@ impl Manager {
                 })?;
             }
             // A diff's pages are read while QEMU saves and freezes.
-            let capture = mapping.map(diff::start_capture);
+            let capture = mapping.filter(|_| diff_mode).map(diff::start_capture);
             if capture.is_some() {
                 diff::save_devices(&qmp, &state_path, t, &mut timings).await?;
             } else {
@@ -311,7 +313,7 @@ impl Manager {
         if shared && !diff_mode {
             artefacts.push(full::memory_artefact());
         }
-        if diff_mode {
+        if chain.is_some() {
             artefacts.push(diff::artefact());
         }
         let (parent, parent_ref) = match &row.snapshot {
@@ -350,6 +352,13 @@ impl Manager {
             ram_format: live_mode.then(|| "mapped-ram".to_string()),
             state_format: diff_mode.then(|| DEVICES_ONLY.to_string()),
             volumes: vols.as_ref().map(|h| h.manifest_entries()),
+        };
+        // A live save of a clone: its changed pages are found at publish,
+        // among the pages it holds privately then (a superset of those it
+        // had written when the save ended).
+        let captured = match (captured, &mapping) {
+            (None, Some(m)) if live_mode => Some(diff::Pending::Live(*m)),
+            (c, _) => c.map(diff::Pending::Read),
         };
         let diff = diff::capture(chain, captured, ram_bytes);
         let srow = SnapshotRow {
