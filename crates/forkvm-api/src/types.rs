@@ -318,6 +318,11 @@ pub struct SnapshotSizes {
     /// A diff snapshot's changed pages (`memory.diff`), header included.
     #[serde(default)]
     pub memory_diff_bytes: u64,
+    /// Device state bytes actually allocated: a live save keeps RAM pages
+    /// at fixed offsets in it, and one of a clone keeps none of the guest's
+    /// (they are in `memory.diff`), so it is sparse.
+    #[serde(default)]
+    pub device_state_allocated_bytes: u64,
 }
 
 /// A snapshot as the API shows it.
@@ -336,9 +341,10 @@ pub struct Snapshot {
     pub memory_mib: u32,
     pub cpus: u32,
     pub created_at: String,
-    /// `shared` (memory image mapped copy-on-write by clones), `stream`
-    /// (RAM inside the device state; clones load it privately) or `live`
-    /// (RAM in QEMU's mapped-ram layout, written while the guest ran).
+    /// `shared` (memory image mapped copy-on-write by clones), `diff` (the
+    /// pages changed over its parent; every branch point of a clone),
+    /// `stream` (RAM inside the device state; clones load it privately) or
+    /// `live` (RAM in QEMU's mapped-ram layout, written while the guest ran).
     pub kind: String,
     /// Diff links between this snapshot and its base memory image: 0 for
     /// every kind but `diff`.

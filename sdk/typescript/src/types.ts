@@ -665,6 +665,8 @@ export interface SnapshotSizes {
   disk_bytes: number;
   /** A diff snapshot's changed pages (`memory.diff`), header included. */
   memory_diff_bytes?: number;
+  /** Device state bytes actually allocated (a live save's file is sparse). */
+  device_state_allocated_bytes?: number;
 }
 
 /** Where the time of a snapshot went, in milliseconds. */

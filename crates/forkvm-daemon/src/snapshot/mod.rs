@@ -14,9 +14,11 @@
 //!   migration stream holds only device state and the RAM file is copied
 //!   sparsely into `memory.img`. That is a `shared` snapshot: its clones map
 //!   `memory.img` copy-on-write and share every page they do not write.
-//!   A clone of a `shared` snapshot maps RAM privately, and QEMU can only skip
-//!   *shared* RAM in a migration, so its own snapshot carries RAM inside the
-//!   migration stream: a `stream` snapshot, whose clones load RAM privately.
+//!   A clone of a `shared` or `diff` snapshot maps RAM privately, and QEMU
+//!   can only skip *shared* RAM in a migration, so the daemon reads the
+//!   pages the clone wrote itself: its snapshot, in every mode, is a `diff`
+//!   holding only the pages that differ from its parent (a live one takes
+//!   them out of QEMU's mapped-ram file, see `freeze::live::thin`).
 //! * Disk: the running top qcow2 layer is frozen with `blockdev-snapshot`
 //!   onto a new overlay we create (and QEMU opens) before the pause, whose header
 //!   already names the frozen layer's final path in the store. The frozen file
@@ -50,10 +52,11 @@ pub mod store;
 /// How a snapshot saves the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Save {
-    /// Stop, save devices and all RAM (copy the RAM file of a sandbox that
-    /// owns it, or stream RAM from a clone), resume.
+    /// Stop, save devices and RAM (copy the RAM file of a sandbox that owns
+    /// it; a clone's changed pages, as [`Save::Diff`]), resume.
     Stopped,
-    /// Copy RAM while the guest runs; stop only for the final pass.
+    /// Copy RAM while the guest runs; stop only for the final pass. A
+    /// clone's snapshot keeps only its changed pages of it.
     Live,
     /// Stop, save devices and the pages changed since the parent snapshot,
     /// resume. Needs a clone of a `shared` or `diff` snapshot; otherwise

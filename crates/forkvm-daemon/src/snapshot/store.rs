@@ -52,6 +52,7 @@ impl Manager {
                 device_state_bytes: size("device_state").0,
                 disk_bytes: size("disk").0,
                 memory_diff_bytes: size("memory_diff").0,
+                device_state_allocated_bytes: size("device_state").1,
             },
             pool_size: self.pool_size_of(r),
             pool_default: r.pool_size.is_none(),

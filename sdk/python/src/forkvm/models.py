@@ -639,6 +639,7 @@ class SnapshotSizes(Model):
     device_state_bytes: int
     disk_bytes: int
     memory_diff_bytes: Optional[int] = None
+    device_state_allocated_bytes: Optional[int] = None
 
 
 @dataclass
