@@ -60,7 +60,7 @@ impl Manager {
             let mut live_pages = None;
             if let Some(tmp) = &live_tmp {
                 let r = match diff.as_ref().map(|d| &d.pages) {
-                    Some(Pending::Live(m)) => live::thin(tmp, diff_ram_bytes, m)
+                    Some(Pending::Live(p)) => live::thin(tmp, diff_ram_bytes, p.as_deref())
                         .map(|c| live_pages = Some(c))
                         .map_err(|e| state_err(format!("cannot keep the clone's pages: {e}"))),
                     _ => Ok(()),

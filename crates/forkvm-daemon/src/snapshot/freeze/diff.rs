@@ -50,9 +50,10 @@ pub(crate) type Captured = (Vec<u64>, Vec<u8>);
 pub(crate) enum Pending {
     /// Read in the pause (a `diff` or `full` save).
     Read(Captured),
-    /// In a live save's mapped-ram file: publish reads the pages this
-    /// mapping holds privately from the file (see super::live::thin).
-    Live(RamMapping),
+    /// In a live save's mapped-ram file: publish reads these pages from the
+    /// file (see super::live::thin); `None` when the clone's private pages
+    /// could not be listed, and every page is compared.
+    Live(Option<Vec<u64>>),
 }
 
 /// Start reading the clone's private pages (the source is stopped) on a

@@ -52,15 +52,31 @@ pub(crate) fn create_tmp(paths: &SandboxPaths, t: &Path, new_top: &Path) -> Resu
     Ok(())
 }
 
-/// Keep only a clone's changed pages out of its live save, `tmp`: read the
-/// pages the clone's QEMU holds privately (`m`; every page it wrote before
-/// the save ended is among them) as the file has them, then take the guest
-/// RAM block out of the file (forkvm_qemu::mapped_ram). The file keeps the
-/// device state and the small firmware blocks; its children load it over
-/// the chain's RAM, which they map, so the pages it no longer holds are the
-/// parent's. Publish reduces the pages read here to those that differ from
-/// the parent, as for a diff.
-pub(crate) fn thin(tmp: &Path, ram_bytes: u64, m: &RamMapping) -> std::io::Result<Captured> {
+/// The pages a just-resumed clone holds privately: every page it wrote
+/// before its live save ended is among them. `None` (every page is then
+/// compared at publish, slower but as exact) if they cannot be listed.
+pub(crate) async fn written_pages(id: &str, m: RamMapping) -> Option<Vec<u64>> {
+    match tokio::task::spawn_blocking(move || forkvm_qemu::ram::private_pages(&m)).await {
+        Ok(Ok(p)) => Some(p),
+        Ok(Err(e)) => {
+            tracing::warn!(sandbox = %id, "cannot list sandbox {id}'s written pages ({e}); its live snapshot compares every page");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(sandbox = %id, "cannot list sandbox {id}'s written pages ({e}); its live snapshot compares every page");
+            None
+        }
+    }
+}
+
+/// Keep only a clone's changed pages out of its live save, `tmp`: read
+/// `pages` (from [`written_pages`]; all of them if `None`) as the file has
+/// them, then take the guest RAM block out of the file
+/// (forkvm_qemu::mapped_ram). The file keeps the device state and the small
+/// firmware blocks; its children load it over the chain's RAM, which they
+/// map, so the pages it no longer holds are the parent's. Publish reduces
+/// the pages read here to those that differ from the parent, as for a diff.
+pub(crate) fn thin(tmp: &Path, ram_bytes: u64, pages: Option<&[u64]>) -> std::io::Result<Captured> {
     const PAGE: usize = forkvm_qemu::mapped_ram::PAGE as usize;
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -68,7 +84,10 @@ pub(crate) fn thin(tmp: &Path, ram_bytes: u64, m: &RamMapping) -> std::io::Resul
         .open(tmp)?;
     let block = forkvm_qemu::mapped_ram::guest_ram(&f, ram_bytes)?;
     let bitmap = block.bitmap(&f)?;
-    let pages = forkvm_qemu::ram::private_pages(m)?;
+    let pages = match pages {
+        Some(p) => p.to_vec(),
+        None => (0..block.pages()).collect(),
+    };
     let mut data = vec![0u8; pages.len() * PAGE];
     for (chunk, &p) in data.chunks_exact_mut(PAGE).zip(&pages) {
         block.read_page(&f, &bitmap, p, chunk)?;

@@ -353,11 +353,14 @@ impl Manager {
             state_format: diff_mode.then(|| DEVICES_ONLY.to_string()),
             volumes: vols.as_ref().map(|h| h.manifest_entries()),
         };
-        // A live save of a clone: its changed pages are found at publish,
-        // among the pages it holds privately then (a superset of those it
-        // had written when the save ended).
-        let captured = match (captured, &mapping) {
-            (None, Some(m)) if live_mode => Some(diff::Pending::Live(*m)),
+        // A live save of a clone: its changed pages are among those it holds
+        // privately now, just resumed (a superset of those it had written
+        // when the save ended). Asked now, so that publish needs nothing of
+        // the source; their contents come from the saved file.
+        let captured = match (captured, mapping) {
+            (None, Some(m)) if live_mode => {
+                Some(diff::Pending::Live(live::written_pages(id, m).await))
+            }
             (c, _) => c.map(diff::Pending::Read),
         };
         let diff = diff::capture(chain, captured, ram_bytes);
