@@ -156,13 +156,17 @@ class Daemon:
 
     def __init__(self, binary: str | Path | None = None, artifacts: str | None = None,
                  startup_timeout: float = 30.0, keep_home: bool = False,
-                 delete_wait: float = 120.0, env: dict | None = None):
+                 delete_wait: float = 120.0, env: dict | None = None,
+                 home_parent: str = "/tmp"):
         self.binary = str(binary or REPO / "target" / "release" / "forkvm")
         self.artifacts = artifacts or os.environ.get("FORKVM_ARTIFACTS") or DEFAULT_ARTIFACTS
         self.startup_timeout = startup_timeout
         self.keep_home = keep_home
         self.delete_wait = delete_wait
         self.env = dict(env or {})  # set for the daemon on top of ours, e.g. FORKVM_NO_JAIL
+        # Where the home is made: a short path (the socket's name must fit
+        # in 108 bytes), on the filesystem a bench wants the store on.
+        self.home_parent = home_parent
         self.home: str | None = None
         self.proc: subprocess.Popen | None = None
         self.api: Api | None = None
@@ -198,7 +202,7 @@ class Daemon:
                                  "(or set FORKVM_ARTIFACTS to where the guest artefacts are)")
         if not os.access(self.binary, os.X_OK):
             raise BenchError(f"{self.binary} not found: cargo build --release -p forkvm-cli")
-        self.home = tempfile.mkdtemp(prefix="fvb-", dir="/tmp")
+        self.home = tempfile.mkdtemp(prefix="fvb-", dir=self.home_parent)
         for sub in ("guest", "images"):
             os.symlink(Path(self.artifacts) / sub, os.path.join(self.home, sub))
         env = dict(os.environ, **self.env, FORKVM_HOME=self.home)

@@ -62,6 +62,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
+# Its report module sits beside it: found when run as a script, and when a
+# test loads this file by path too.
+sys.path.insert(0, str(HERE))
 
 import forkvm_bench as fb  # noqa: E402
 import naive as nv  # noqa: E402
