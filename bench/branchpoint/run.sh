@@ -4,10 +4,11 @@
 # private guest RAM and the naive QEMU save of the same clone, with the store
 # on a loop-mounted ext4 and on XFS with reflinks. Needs root (loop mounts).
 #
-# Usage: bash bench/branchpoint/run.sh [--fs ext4,xfs] [--dirty 0,256] [--modes live,full,diff]
+# Usage: bash bench/branchpoint/run.sh [--fs ext4,xfs] [--dirty 0,256] [--modes diff,full,live]
 #                                      [--runs N] [--smoke] [--wait-quiet S] [--out DIR]
 #   --fs LIST       filesystems to hold the store (default ext4,xfs)
 #   --dirty LIST    MiB each source clone writes into a guest tmpfs first (default 0,256)
+#   --modes LIST    in this order on each clone (default diff,full,live; keep live last)
 #   --runs N        branch points per mode and case (default 10; below needs --smoke)
 #   (bench_branchpoint.py --help lists the rest: --naive-runs, --memory, --image-gib, --settle)
 # Environment:

@@ -40,7 +40,7 @@ def row(fs, mode, private, stored, **kw):
 
 
 def results(tmp_path, rows, runs=10):
-    args = SimpleNamespace(runs=runs, fs=["ext4"], dirty=[256], modes=["live", "full"],
+    args = SimpleNamespace(runs=runs, fs=["ext4"], dirty=[256], modes=["full", "live"],
                            naive_runs=3, memory=512)
     ctx = {"info": {"version": "0.1.0"}, "machine": rp.machine_info(),
            "started": dt.datetime.now().astimezone(), "elapsed": 1.0}
