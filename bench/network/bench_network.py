@@ -1000,6 +1000,9 @@ def write_results(path: Path, rows, ctx, args, series_list) -> None:
              "start " + rp.loadavg_text(m))
     L.append(rp.accel_line(info))
     L.append(f"- QEMU: {rp.qemu_text(info)}")
+    L.append("- Jail: **off** (`FORKVM_NO_JAIL=1`) for every sandbox of this bench: the naive "
+             "baseline replays a sandbox QEMU's command line and saves it into the bench's "
+             "files, which a jailed QEMU cannot do (bench/jail measures the jail's cost).")
     L.append(f"- Guests: {args.memory} MiB RAM, 1 vCPU, image `default`; network `nat` "
              "(the default)")
     L.append(f"- Runs: {args.forks} forks per series ({', '.join(series_list)}) and "
@@ -1412,7 +1415,10 @@ def main() -> int:
         if open("/proc/sys/net/ipv4/ip_forward").read().strip() != "1":
             print("note: IPv4 forwarding is off on the host; the daemon turns it on at start",
                   flush=True)
-        with fb.Daemon(binary=args.binary) as d:
+        # Unjailed: the naive baseline replays a sandbox QEMU's command line
+        # and saves it into the bench's own files, which a jailed QEMU (own
+        # mount namespace, inherited tap fd) cannot do. RESULTS.md says so.
+        with fb.Daemon(binary=args.binary, env={"FORKVM_NO_JAIL": "1"}) as d:
             home = d.home
             info = d.api.info()
             ctx["info"] = info
