@@ -353,11 +353,12 @@ mod tests {
         assert_eq!(&tail, b"\x04devices\x1f");
     }
 
-    /// Overwrite the start of the (only) block's mapped-ram header.
-    fn corrupt_header(bytes: &[u8]) -> io::Error {
+    /// Overwrite the (only) block's mapped-ram header at `at` (an offset
+    /// into the header) with what `bytes` makes of the block; the error.
+    fn corrupt_header(at: u64, bytes: impl Fn(&Block) -> Vec<u8>) -> io::Error {
         let (f, b) = build(&[("/objects/mem", 64, &[(0, 1)])]);
         f.as_file()
-            .write_all_at(bytes, b[0].bitmap_offset - HEADER_LEN)
+            .write_all_at(&bytes(&b[0]), b[0].bitmap_offset - HEADER_LEN + at)
             .unwrap();
         blocks(f.as_file()).unwrap_err()
     }
@@ -373,35 +374,17 @@ mod tests {
             .to_string()
             .contains("no RAM section"));
         // A header version from the future.
-        let e = corrupt_header(&2u32.to_be_bytes());
+        let e = corrupt_header(0, |_| 2u32.to_be_bytes().to_vec());
         assert!(e.to_string().contains("version 2"), "{e}");
         // A page size that is not 4 KiB.
-        let (f, b) = build(&[("/objects/mem", 64, &[])]);
-        let h = b[0].bitmap_offset - HEADER_LEN;
-        f.as_file()
-            .write_all_at(&65536u64.to_be_bytes(), h + 4)
-            .unwrap();
-        assert!(blocks(f.as_file())
-            .unwrap_err()
-            .to_string()
-            .contains("page size 65536"));
+        let e = corrupt_header(4, |_| 65536u64.to_be_bytes().to_vec());
+        assert!(e.to_string().contains("page size 65536"), "{e}");
         // A bitmap that is not right after its header (another layout).
-        let (f, b) = build(&[("/objects/mem", 64, &[])]);
-        let h = b[0].bitmap_offset - HEADER_LEN;
-        f.as_file()
-            .write_all_at(&(b[0].bitmap_offset + 8).to_be_bytes(), h + 12)
-            .unwrap();
-        assert!(blocks(f.as_file())
-            .unwrap_err()
-            .to_string()
-            .contains("layout"));
+        let e = corrupt_header(12, |b| (b.bitmap_offset + 8).to_be_bytes().to_vec());
+        assert!(e.to_string().contains("layout"), "{e}");
         // Pages not where the bitmap's end puts them.
-        let (f, b) = build(&[("/objects/mem", 64, &[])]);
-        let h = b[0].bitmap_offset - HEADER_LEN;
-        f.as_file()
-            .write_all_at(&(b[0].pages_offset + ALIGN).to_be_bytes(), h + 20)
-            .unwrap();
-        assert!(blocks(f.as_file()).is_err());
+        let e = corrupt_header(20, |b| (b.pages_offset + ALIGN).to_be_bytes().to_vec());
+        assert!(e.to_string().contains("layout"), "{e}");
         // A total that the blocks do not add up to: the walk runs off the end.
         let (f, b) = build(&[("/objects/mem", 64, &[])]);
         let total_at = b[0].bitmap_offset - HEADER_LEN - 8 - 1 - "/objects/mem".len() as u64 - 8;

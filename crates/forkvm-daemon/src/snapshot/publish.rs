@@ -43,7 +43,7 @@ impl Manager {
             t0,
             top_file,
             final_disk,
-            diff,
+            mut diff,
             live_tmp,
         } = f;
         let t = Instant::now();
@@ -59,8 +59,8 @@ impl Manager {
             // save of a clone first gives up its RAM but the changed pages.
             let mut live_pages = None;
             if let Some(tmp) = &live_tmp {
-                let r = match diff.as_ref().map(|d| &d.pages) {
-                    Some(Pending::Live(p)) => live::thin(tmp, diff_ram_bytes, p.as_deref())
+                let r = match diff.as_mut().map(|d| &mut d.pages) {
+                    Some(Pending::Live(p)) => live::thin(tmp, diff_ram_bytes, p.take())
                         .map(|c| live_pages = Some(c))
                         .map_err(|e| state_err(format!("cannot keep the clone's pages: {e}"))),
                     _ => Ok(()),

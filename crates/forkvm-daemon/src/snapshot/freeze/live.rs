@@ -56,17 +56,14 @@ pub(crate) fn create_tmp(paths: &SandboxPaths, t: &Path, new_top: &Path) -> Resu
 /// before its live save ended is among them. `None` (every page is then
 /// compared at publish, slower but as exact) if they cannot be listed.
 pub(crate) async fn written_pages(id: &str, m: RamMapping) -> Option<Vec<u64>> {
-    match tokio::task::spawn_blocking(move || forkvm_qemu::ram::private_pages(&m)).await {
-        Ok(Ok(p)) => Some(p),
-        Ok(Err(e)) => {
-            tracing::warn!(sandbox = %id, "cannot list sandbox {id}'s written pages ({e}); its live snapshot compares every page");
-            None
-        }
-        Err(e) => {
-            tracing::warn!(sandbox = %id, "cannot list sandbox {id}'s written pages ({e}); its live snapshot compares every page");
-            None
-        }
-    }
+    let r = tokio::task::spawn_blocking(move || forkvm_qemu::ram::private_pages(&m))
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+    r.map_err(|e| {
+        tracing::warn!(sandbox = %id, "cannot list sandbox {id}'s written pages ({e}); its live snapshot compares every page");
+    })
+    .ok()
 }
 
 /// Keep only a clone's changed pages out of its live save, `tmp`: read
@@ -76,7 +73,11 @@ pub(crate) async fn written_pages(id: &str, m: RamMapping) -> Option<Vec<u64>> {
 /// firmware blocks; its children load it over the chain's RAM, which they
 /// map, so the pages it no longer holds are the parent's. Publish reduces
 /// the pages read here to those that differ from the parent, as for a diff.
-pub(crate) fn thin(tmp: &Path, ram_bytes: u64, pages: Option<&[u64]>) -> std::io::Result<Captured> {
+pub(crate) fn thin(
+    tmp: &Path,
+    ram_bytes: u64,
+    pages: Option<Vec<u64>>,
+) -> std::io::Result<Captured> {
     const PAGE: usize = forkvm_qemu::mapped_ram::PAGE as usize;
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -84,10 +85,7 @@ pub(crate) fn thin(tmp: &Path, ram_bytes: u64, pages: Option<&[u64]>) -> std::io
         .open(tmp)?;
     let block = forkvm_qemu::mapped_ram::guest_ram(&f, ram_bytes)?;
     let bitmap = block.bitmap(&f)?;
-    let pages = match pages {
-        Some(p) => p.to_vec(),
-        None => (0..block.pages()).collect(),
-    };
+    let pages = pages.unwrap_or_else(|| (0..block.pages()).collect());
     let mut data = vec![0u8; pages.len() * PAGE];
     for (chunk, &p) in data.chunks_exact_mut(PAGE).zip(&pages) {
         block.read_page(&f, &bitmap, p, chunk)?;
