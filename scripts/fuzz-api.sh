@@ -78,6 +78,9 @@ args=(run "$REPO/docs/openapi.json" --url "http://127.0.0.1:$PORT"
       -H "Authorization: Bearer $TOKEN"
       --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
       --max-examples "$MAX_EXAMPLES" --workers 1 --seed 1 --no-color
-      --request-timeout 300 --suppress-health-check all --generation-database none)
+      --request-timeout 300 --suppress-health-check all --generation-database none
+      # The event stream never ends by itself, so no response would complete;
+      # crates/forkvm-cli/tests/events.rs tests it (auth, order, replay).
+      --exclude-path /v1/events)
 [ -n "$MAX_TIME" ] && args+=(--max-time "$MAX_TIME")
 "$ST" "${args[@]}"

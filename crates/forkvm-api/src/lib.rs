@@ -8,6 +8,7 @@
 //! * [`processes`] and [`fs`]: background processes and PTYs, filesystem
 //!   operations, watches and archives in a sandbox;
 //! * [`volumes`]: host directories and named volumes in sandboxes;
+//! * [`events`]: the event stream (`GET /v1/events`, Server-Sent Events);
 //! * [`codes`]: the machine-readable error codes;
 //! * [`client`]: a small HTTP/1.1 client for the unix socket and TCP.
 //!
@@ -24,6 +25,7 @@ mod client_lifecycle;
 mod client_procs;
 mod client_volumes;
 pub mod codes;
+pub mod events;
 pub mod fs;
 pub mod images;
 pub mod lifecycle;
@@ -33,6 +35,7 @@ pub mod types;
 pub mod volumes;
 
 pub use client::{Client, ClientError, Target};
+pub use events::{BranchEvent, Event, EventsReady, PoolEvent};
 pub use fs::*;
 pub use hyper::Method;
 pub use images::*;

@@ -61,6 +61,7 @@ pub enum Op {
     ListVolumes,
     CreateVolume,
     DeleteVolume,
+    Events,
 }
 
 /// Every operation with its method and path (axum/OpenAPI `{param}` syntax).
@@ -159,4 +160,6 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     (Op::ListVolumes, "GET", "/v1/volumes"),
     (Op::CreateVolume, "POST", "/v1/volumes"),
     (Op::DeleteVolume, "DELETE", "/v1/volumes/{name}"),
+    // Server-Sent Events (crate::events).
+    (Op::Events, "GET", "/v1/events"),
 ];

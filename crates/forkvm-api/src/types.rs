@@ -376,6 +376,16 @@ pub struct Snapshot {
     pub origin: String,
     /// Kept from garbage collection (`PUT /v1/snapshots/{id}/pin`).
     pub pinned: bool,
+    /// A branch point's mode: `live`, `diff` or `full`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// How long the source was paused to take it (branch points and
+    /// snapshots of a running sandbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_ms: Option<f64>,
+    /// The diff snapshot a `flatten` made this one from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flattened_from: Option<String>,
     /// Present in the response that created it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timings: Option<SnapshotTimings>,
@@ -706,10 +716,24 @@ pub enum BranchMode {
     /// the source stops only for the final short copy.
     #[default]
     Live,
-    /// Only the pages changed since the parent snapshot (not available yet).
+    /// Only the pages the source changed since the snapshot it was spawned
+    /// from, copied while it is paused: the branch point is a link of a
+    /// diff chain.
     Diff,
-    /// Stop, save device state and all memory, resume.
+    /// Stop, save device state and memory, resume (for a clone, only its
+    /// changed pages are kept, as for `diff`).
     Full,
+}
+
+impl BranchMode {
+    /// The name the API uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BranchMode::Live => "live",
+            BranchMode::Diff => "diff",
+            BranchMode::Full => "full",
+        }
+    }
 }
 
 /// `POST /v1/sandboxes/{id}/branch`.

@@ -379,6 +379,17 @@ pub(crate) enum Cmd {
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
+    /// Open the web dashboard (docs/dashboard.md): on the unix socket, relay
+    /// a loopback port to it and print a one-time login link; on TCP, print
+    /// the daemon's /ui URL.
+    Ui {
+        /// Loopback port for the relay (0: any free port).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Only print the URL; do not start a browser.
+        #[arg(long)]
+        no_open: bool,
+    },
     /// Serve MCP (Model Context Protocol) on stdin/stdout, for Claude Desktop
     /// and other MCP clients: tools to create, run in, branch and remove
     /// sandboxes of the daemon (docs/mcp.md).

@@ -23,6 +23,7 @@ mod lifetime;
 mod mcp;
 mod procs;
 mod snapshot;
+mod ui;
 mod volume;
 
 use std::io::Write;
@@ -120,6 +121,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Mcp => {
             mcp::run().await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Ui { port, no_open } => {
+            ui::run(port, !no_open).await?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Doctor => doctor::run(json).await,

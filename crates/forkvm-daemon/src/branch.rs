@@ -54,6 +54,19 @@ impl Manager {
                         };
                     }
                 }
+                // Through the notices, so that it follows the children's own.
+                self.db
+                    .changes
+                    .send(crate::changes::Change::Branch(Box::new(
+                        forkvm_api::BranchEvent {
+                            source: id.to_string(),
+                            snapshot: b.snapshot.id.clone(),
+                            mode: b.mode.as_str().into(),
+                            children: ids,
+                            pause_ms: b.pause_ms,
+                            total_ms: b.total_ms,
+                        },
+                    )));
             }
         }
         r
@@ -140,6 +153,7 @@ impl Manager {
         // A branch point: garbage collection takes it once nothing needs it
         // (see crate::gc), but not before its children run.
         frozen.srow.origin = Origin::Branch;
+        frozen.info.mode = Some(mode.as_str().into());
         let lease = self.gc_lease_new(&frozen.srow.id);
         if req.wait == Some(false) {
             // The source has resumed: answer now, finish in the background.
@@ -166,6 +180,9 @@ impl Manager {
                 children: Vec::new(),
                 origin: Origin::Branch.as_str().into(),
                 pinned: false,
+                mode: frozen.info.mode.clone(),
+                pause_ms: frozen.info.pause_ms,
+                flattened_from: None,
                 timings: Some(frozen.timings.clone()),
             };
             self.pending.set(pending.clone());

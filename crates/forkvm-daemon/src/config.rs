@@ -154,6 +154,22 @@ impl Config {
     pub fn images_dir(&self) -> PathBuf {
         self.home.join("images")
     }
+    /// The dashboard's built files (`scripts/setup.sh` installs them):
+    /// `$FORKVM_UI_DIR`, else `<home>/ui`, else a `ui` beside the guest
+    /// artefacts `<home>/guest` links to (as test homes do).
+    pub fn ui_dir(&self) -> PathBuf {
+        if let Some(d) = std::env::var_os("FORKVM_UI_DIR").filter(|v| !v.is_empty()) {
+            return PathBuf::from(d);
+        }
+        let own = self.home.join("ui");
+        if own.exists() {
+            return own;
+        }
+        std::fs::canonicalize(self.guest_dir())
+            .ok()
+            .and_then(|g| g.parent().map(|p| p.join("ui")))
+            .unwrap_or(own)
+    }
     pub fn image_rootfs(&self, name: &str) -> PathBuf {
         self.images_dir().join(name).join("rootfs.ext4")
     }

@@ -15,9 +15,12 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use forkvm_api::{SandboxState, SpawnTimings};
 
+use crate::changes::{Action, Change, Notifier};
 use crate::error::ApiError;
 
+mod info;
 mod lifecycle;
+pub use info::SnapshotInfo;
 pub use lifecycle::LifecycleRow;
 
 /// A stored sandbox.
@@ -118,9 +121,11 @@ pub enum DbError {
 /// A handle on the state database.
 pub struct Db {
     conn: Mutex<Connection>,
+    /// Every insert, update and delete is reported here (crate::changes).
+    pub changes: Notifier,
 }
 
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 /// A state's name, as stored and as the API spells it.
 pub(crate) fn state_str(s: SandboxState) -> &'static str {
@@ -151,9 +156,18 @@ impl Db {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let db = Db {
             conn: Mutex::new(conn),
+            changes: Notifier::default(),
         };
         db.migrate()?;
         Ok(db)
+    }
+
+    pub(crate) fn sandbox_changed(&self, id: &str, a: Action) {
+        self.changes.send(Change::Sandbox(id.to_string(), a));
+    }
+
+    pub(crate) fn snapshot_changed(&self, id: &str, a: Action) {
+        self.changes.send(Change::Snapshot(id.to_string(), a));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -252,7 +266,12 @@ impl Db {
             conn.execute_batch(lifecycle::CREATE)?;
             conn.pragma_update(None, "user_version", 6)?;
         }
-        debug_assert_eq!(SCHEMA_VERSION, 6);
+        if v < 7 {
+            // How each snapshot was made, for the dashboard (db/info.rs).
+            conn.execute_batch(info::CREATE)?;
+            conn.pragma_update(None, "user_version", 7)?;
+        }
+        debug_assert_eq!(SCHEMA_VERSION, 7);
         Ok(())
     }
 
@@ -281,6 +300,7 @@ impl Db {
                     .map(|n| serde_json::to_string(n).unwrap_or_default())
             ],
         )?;
+        self.sandbox_changed(&r.id, Action::Created);
         Ok(())
     }
 
@@ -291,6 +311,7 @@ impl Db {
             "UPDATE sandboxes SET state='running', pid=?2, timings=?3 WHERE id=?1",
             params![id, pid, t],
         )?;
+        self.sandbox_changed(id, Action::Updated);
         Ok(())
     }
 
@@ -305,6 +326,7 @@ impl Db {
             "UPDATE sandboxes SET network=?2 WHERE id=?1",
             params![id, j],
         )?;
+        self.sandbox_changed(id, Action::Updated);
         Ok(())
     }
 
@@ -313,6 +335,7 @@ impl Db {
     pub fn set_pid(&self, id: &str, pid: u32) -> Result<(), DbError> {
         self.lock()
             .execute("UPDATE sandboxes SET pid=?2 WHERE id=?1", params![id, pid])?;
+        self.sandbox_changed(id, Action::Updated);
         Ok(())
     }
 
@@ -321,13 +344,20 @@ impl Db {
             "UPDATE sandboxes SET state='failed', pid=NULL, failure=?2 WHERE id=?1",
             params![id, reason],
         )?;
+        self.sandbox_changed(id, Action::Updated);
         Ok(())
     }
 
     pub fn delete(&self, id: &str) -> Result<bool, DbError> {
-        let conn = self.lock();
-        self.delete_lifecycle(&conn, id)?;
-        Ok(conn.execute("DELETE FROM sandboxes WHERE id=?1", params![id])? > 0)
+        let gone = {
+            let conn = self.lock();
+            self.delete_lifecycle(&conn, id)?;
+            conn.execute("DELETE FROM sandboxes WHERE id=?1", params![id])? > 0
+        };
+        if gone {
+            self.sandbox_changed(id, Action::Deleted);
+        }
+        Ok(gone)
     }
 
     pub fn get(&self, id: &str) -> Result<Option<SandboxRow>, DbError> {
@@ -386,6 +416,7 @@ impl Db {
                 r.pinned
             ],
         )?;
+        self.snapshot_changed(&r.id, Action::Created);
         Ok(())
     }
 
@@ -444,10 +475,15 @@ impl Db {
     }
 
     pub fn delete_snapshot(&self, id: &str) -> Result<bool, DbError> {
-        Ok(self
-            .lock()
-            .execute("DELETE FROM snapshots WHERE id=?1", params![id])?
-            > 0)
+        let gone = {
+            let conn = self.lock();
+            conn.execute("DELETE FROM snapshot_info WHERE id=?1", params![id])?;
+            conn.execute("DELETE FROM snapshots WHERE id=?1", params![id])? > 0
+        };
+        if gone {
+            self.snapshot_changed(id, Action::Deleted);
+        }
+        Ok(gone)
     }
 
     /// Set (or with `None`, drop) a snapshot's own warm-pool size.
@@ -456,15 +492,20 @@ impl Db {
             "UPDATE snapshots SET pool_size=?2 WHERE id=?1",
             params![id, n],
         )?;
+        self.snapshot_changed(id, Action::Updated);
         Ok(())
     }
 
     /// Pin or unpin a snapshot; false when there is no such row.
     pub fn set_pinned(&self, id: &str, pinned: bool) -> Result<bool, DbError> {
-        Ok(self.lock().execute(
+        let found = self.lock().execute(
             "UPDATE snapshots SET pinned=?2 WHERE id=?1",
             params![id, pinned],
-        )? > 0)
+        )? > 0;
+        if found {
+            self.snapshot_changed(id, Action::Updated);
+        }
+        Ok(found)
     }
 
     /// How many sandboxes (in any state) run from each snapshot.

@@ -21,11 +21,13 @@ pub mod agent;
 pub mod api;
 pub mod branch;
 pub mod cgroup;
+pub mod changes;
 pub mod compact;
 pub mod config;
 pub mod db;
 pub mod e2b;
 pub mod error;
+pub mod events;
 pub mod exec;
 pub mod failure;
 pub mod fs;
@@ -220,6 +222,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
         mgr.refill_pool(&r.id);
     }
     mgr.start_gc();
+    mgr.start_events();
 
     // We hold the lock, so a socket file left here is stale.
     let _ = std::fs::remove_file(&socket);

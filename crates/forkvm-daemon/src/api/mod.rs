@@ -28,6 +28,7 @@ mod ndjson;
 mod processes;
 mod sandboxes;
 mod snapshots;
+pub mod ui;
 
 pub use body::{JsonBody, OptJsonBody};
 use exec::*;
@@ -100,9 +101,10 @@ type AppState = Arc<Manager>;
         upload_archive,
         crate::volumes::http::list_volumes,
         crate::volumes::http::create_volume,
-        crate::volumes::http::delete_volume
+        crate::volumes::http::delete_volume,
+        crate::events::events
     ),
-    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent, ProcessEvent, WatchEvent)),
+    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent, ProcessEvent, WatchEvent, Event, BranchEvent, PoolEvent, EventsReady)),
     modifiers(&CommonErrors)
 )]
 pub struct ApiDoc;
@@ -235,6 +237,7 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::ListVolumes => get(crate::volumes::http::list_volumes),
         Op::CreateVolume => post(crate::volumes::http::create_volume),
         Op::DeleteVolume => delete(crate::volumes::http::delete_volume),
+        Op::Events => get(crate::events::events),
     }
 }
 
@@ -247,6 +250,8 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
     // MCP over streamable HTTP (crate::mcp): behind the same layers, and so
     // the same bearer token on TCP, as /v1.
     r = r.nest_service("/mcp", crate::mcp::service(state.clone()));
+    // The dashboard, behind the same layers (crate::api::ui).
+    r = r.merge(ui::routes(token.clone()));
     let limit = state.cfg.limits.max_request_bytes as usize;
     let body_timeout = Duration::from_millis(state.cfg.limits.request_body_timeout_ms);
     let slots = Arc::new(tokio::sync::Semaphore::new(
@@ -287,9 +292,10 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
 
 /// The concurrency limit: a request beyond it is refused at once with 429
 /// rather than queued, so a client sees back-pressure instead of a hang.
-/// Health checks always pass.
+/// Health checks always pass, and so do event streams, which last as long
+/// as their client and have their own limit (crate::events).
 async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) -> Response {
-    if req.uri().path() == "/v1/health" {
+    if req.uri().path() == "/v1/health" || req.uri().path() == "/v1/events" {
         return next.run(req).await;
     }
     match slots.clone().try_acquire_owned() {
@@ -324,15 +330,25 @@ async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) ->
 
 /// Bearer-token check for the TCP listener, in constant time. Every route
 /// needs it, `/v1/health` too: a client learns at its first call whether its
-/// token is right.
+/// token is right. The dashboard's session cookie (crate::api::ui) counts
+/// as the token; a browser without either is sent to the login page.
 async fn auth(token: &str, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if ui::is_public(path) {
+        return next.run(req).await;
+    }
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+    if !constant_time_eq(given.as_bytes(), token.as_bytes())
+        && !ui::has_session(req.headers(), token)
+    {
+        if ui::is_ui(path) {
+            return ui::to_login();
+        }
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
             codes::UNAUTHORIZED,

@@ -26,6 +26,7 @@ use forkvm_api::{OnTimeout, PauseInfo};
 use rusqlite::{params, OptionalExtension};
 
 use super::{Db, DbError};
+use crate::changes::Action;
 
 /// One sandbox's lifecycle record.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -151,6 +152,7 @@ impl Db {
                 (!l.limits.is_empty()).then(|| serde_json::to_string(&l.limits).unwrap_or_default()),
             ],
         )?;
+        self.sandbox_changed(id, Action::Updated);
         Ok(())
     }
 
@@ -212,16 +214,21 @@ impl Db {
             "UPDATE sandboxes SET state='paused', pid=NULL WHERE id=?1",
             params![id],
         )?;
+        self.sandbox_changed(id, Action::Updated);
         Ok(())
     }
 
     /// Move a paused sandbox to `starting` (a resume begins); false when it
     /// was not paused (another resume or a removal got there first).
     pub fn claim_paused(&self, id: &str) -> Result<bool, DbError> {
-        Ok(self.lock().execute(
+        let claimed = self.lock().execute(
             "UPDATE sandboxes SET state='starting' WHERE id=?1 AND state='paused'",
             params![id],
-        )? == 1)
+        )? == 1;
+        if claimed {
+            self.sandbox_changed(id, Action::Updated);
+        }
+        Ok(claimed)
     }
 
     /// Record the snapshot a sandbox now restores from (its pause).
@@ -230,6 +237,7 @@ impl Db {
             "UPDATE sandboxes SET snapshot=?2 WHERE id=?1",
             params![id, snapshot],
         )?;
+        self.sandbox_changed(id, Action::Updated);
         Ok(())
     }
 }

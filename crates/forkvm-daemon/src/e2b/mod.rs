@@ -172,6 +172,7 @@ fn first_segment(p: &str) -> &str {
 fn is_forkvm_path(p: &str) -> bool {
     let seg = first_segment(p);
     seg == "mcp"
+        || seg == "ui"
         || forkvm_api::routes::ROUTES
             .iter()
             .any(|(_, _, route)| first_segment(route) == seg)
@@ -189,6 +190,8 @@ mod tests {
             "/metrics",
             "/mcp",
             "/mcp/x",
+            "/ui",
+            "/ui/login",
         ] {
             assert!(is_forkvm_path(p), "{p}");
         }

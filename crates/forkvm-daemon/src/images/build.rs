@@ -225,6 +225,10 @@ impl Manager {
         if replaced {
             self.drop_stale_templates(&meta.name).await;
         }
+        self.db.changes.send(crate::changes::Change::Image(
+            meta.name.clone(),
+            crate::changes::Action::Created,
+        ));
         tracing::info!(
             "image {}: built from {} in {} step(s)",
             meta.name,

@@ -388,6 +388,10 @@ impl Manager {
         if replaced {
             self.drop_stale_templates(&name).await;
         }
+        self.db.changes.send(crate::changes::Change::Image(
+            name.clone(),
+            crate::changes::Action::Created,
+        ));
         tracing::info!(
             "image {name}: installed ({} layer(s), {} bytes)",
             meta.layers.len(),

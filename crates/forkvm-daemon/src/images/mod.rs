@@ -253,6 +253,10 @@ impl Manager {
             tracing::warn!("image {name}: removal failed: {e}");
             install::image_error(&e)
         })?;
+        self.db.changes.send(crate::changes::Change::Image(
+            name.to_string(),
+            crate::changes::Action::Deleted,
+        ));
         tracing::info!("image {name}: removed");
         self.prune_blobs();
         Ok(())

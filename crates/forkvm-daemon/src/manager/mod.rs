@@ -45,6 +45,8 @@ pub struct Manager {
     pub(crate) volumes: crate::volumes::servers::Servers,
     /// One builder at a time per diff snapshot's head (crate::snapshot::head).
     pub(crate) heads: crate::snapshot::head_locks::Builders,
+    /// The event stream (crate::events).
+    pub events: crate::events::bus::Bus,
 }
 
 impl Manager {
@@ -58,6 +60,10 @@ impl Manager {
         net: crate::net::Net,
     ) -> Arc<Manager> {
         let jail = crate::jail::Jailer::new(&cfg);
+        let pools = Pools {
+            changes: db.changes.clone(),
+            ..Default::default()
+        };
         Arc::new(Manager {
             jail,
             cfg,
@@ -66,7 +72,7 @@ impl Manager {
             qemu_version,
             live: Mutex::new(HashMap::new()),
             store: Arc::new(store),
-            pools: Default::default(),
+            pools,
             pending: Default::default(),
             templating: Mutex::new(Default::default()),
             default_pool_size,
@@ -75,6 +81,7 @@ impl Manager {
             admissions: Default::default(),
             volumes: Default::default(),
             heads: Default::default(),
+            events: Default::default(),
         })
     }
 

@@ -60,6 +60,8 @@ pub struct Pools {
     /// default: their refills leave the network to the spawn, since
     /// undoing a ready-made uplink costs more than making none.
     pub(crate) bare: Mutex<HashSet<String>>,
+    /// Told whenever a pool gains or loses a waiting QEMU.
+    pub(crate) changes: crate::changes::Notifier,
 }
 
 impl Pools {
@@ -85,21 +87,35 @@ impl Pools {
             .map(|m| m.get(snap).map_or(0, |v| v.len() as u32))
             .unwrap_or(0)
     }
+    fn changed(&self, snap: &str) {
+        self.changes
+            .send(crate::changes::Change::Pool(snap.to_string()));
+    }
     pub(crate) fn take(&self, snap: &str) -> Option<Prepared> {
-        self.ready.lock().ok()?.get_mut(snap)?.pop()
+        let p = self.ready.lock().ok()?.get_mut(snap)?.pop();
+        if p.is_some() {
+            self.changed(snap);
+        }
+        p
     }
     pub(crate) fn put(&self, snap: &str, p: Prepared) {
         if let Ok(mut m) = self.ready.lock() {
             m.entry(snap.to_string()).or_default().push(p);
         }
+        self.changed(snap);
     }
     /// Remove every waiting process of a snapshot (to be killed).
     pub(crate) fn drain(&self, snap: &str) -> Vec<Prepared> {
-        self.ready
+        let v: Vec<Prepared> = self
+            .ready
             .lock()
             .ok()
             .and_then(|mut m| m.remove(snap))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if !v.is_empty() {
+            self.changed(snap);
+        }
+        v
     }
     pub(crate) fn drain_all(&self) -> Vec<Prepared> {
         self.ready

@@ -122,6 +122,13 @@ impl Manager {
             origin: Origin::Flatten,
             pinned: false,
         };
+        self.db.set_snapshot_info(
+            &srow.id,
+            &crate::db::SnapshotInfo {
+                flattened_from: Some(row.id.clone()),
+                ..Default::default()
+            },
+        )?;
         self.db.insert_snapshot(&srow)?;
         let mut view = self.snapshot_view(&srow)?;
         view.timings = Some(SnapshotTimings {

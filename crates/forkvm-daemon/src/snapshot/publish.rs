@@ -45,6 +45,7 @@ impl Manager {
             final_disk,
             mut diff,
             live_tmp,
+            info,
         } = f;
         let t = Instant::now();
         let diff_ram_bytes = diff.as_ref().map_or(0, |d| d.ram_bytes);
@@ -105,6 +106,8 @@ impl Manager {
             return Err(store_err(e));
         }
         timings.publish_ms = ms(t.elapsed());
+        // First, so that the row's `created` notice finds it.
+        self.db.set_snapshot_info(&srow.id, &info)?;
         self.db.insert_snapshot(&srow)?;
         timings.total_ms = ms(t0.elapsed());
         let mut view = self.snapshot_view(&srow)?;

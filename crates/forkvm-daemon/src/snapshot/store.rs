@@ -25,6 +25,7 @@ impl Manager {
                 .artefact(k)
                 .map_or((0, 0), |a| (a.size, a.allocated))
         };
+        let info = self.db.snapshot_info(&r.id)?;
         let live_children: Vec<String> =
             self.db.sandboxes_of_snapshot(&r.id)?.into_iter().collect();
         Ok(forkvm_api::Snapshot {
@@ -65,6 +66,9 @@ impl Manager {
                 .collect(),
             origin: r.origin.as_str().into(),
             pinned: r.pinned,
+            mode: info.mode,
+            pause_ms: info.pause_ms,
+            flattened_from: info.flattened_from,
             timings: None,
         })
     }

@@ -43,6 +43,8 @@ pub struct Frozen {
     pub(crate) diff: Option<diff::DiffCapture>,
     /// A live save written to tmpfs, moved into the store at publish.
     pub(crate) live_tmp: Option<PathBuf>,
+    /// How it was made, stored with its row (a branch sets the mode).
+    pub info: crate::db::SnapshotInfo,
 }
 
 impl Manager {
@@ -382,7 +384,12 @@ impl Manager {
             pool_size,
             pinned: false,
         };
+        let info = crate::db::SnapshotInfo {
+            pause_ms: Some(timings.pause_ms),
+            ..Default::default()
+        };
         Ok(Frozen {
+            info,
             staging,
             manifest,
             srow,
