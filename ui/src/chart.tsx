@@ -24,8 +24,11 @@ function ticks(lo: number, hi: number, n = 5): number[] {
   const raw = (hi - lo) / n
   const mag = 10 ** Math.floor(Math.log10(raw))
   const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? raw
+  // From the step at or below lo to the one at or above hi, so the axis
+  // always covers every point.
   const out: number[] = []
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(v)
+  const last = Math.ceil(hi / step - 1e-9) * step
+  for (let v = Math.floor(lo / step) * step; v <= last + step * 1e-9; v += step) out.push(v)
   return out
 }
 
@@ -58,7 +61,7 @@ export function XYChart({ title, series, xFormat, yFormat, line = false, height 
     x0 -= 1000
     x1 += 1000
   }
-  const yt = ticks(0, Math.max(...ys) * 1.1 || 1)
+  const yt = ticks(0, Math.max(...ys) * 1.05 || 1)
   const y1 = yt[yt.length - 1]
   const H = height
   const sx = (x: number) => PAD.l + ((x - x0) / (x1 - x0)) * (W - PAD.l - PAD.r)

@@ -6,7 +6,7 @@
 import { useEffect, useState } from 'preact/hooks'
 import { api } from './api'
 import { BarChart, XYChart, type Series } from './chart'
-import { clock, kib, ms } from './format'
+import { clock, mib, ms } from './format'
 import type { Store } from './store'
 import type { MemoryUsage } from './types'
 
@@ -71,10 +71,10 @@ export function ChartsPage({ store }: { store: Store }) {
         title={`Memory of running sandboxes (QEMU RSS and PSS${ids.length === MEMORY_LIMIT ? `, first ${MEMORY_LIMIT}` : ''})`}
         categories={ids}
         series={[
-          { name: 'RSS', cls: 's1', values: ids.map((id) => memory.get(id)!.rss_kib) },
-          { name: 'PSS (shared pages split among sharers)', cls: 's2', values: ids.map((id) => memory.get(id)!.pss_kib) },
+          { name: 'RSS', cls: 's1', values: ids.map((id) => memory.get(id)!.rss_kib / 1024) },
+          { name: 'PSS (shared pages split among sharers)', cls: 's2', values: ids.map((id) => memory.get(id)!.pss_kib / 1024) },
         ]}
-        format={kib}
+        format={mib}
         empty="No running sandboxes."
       />
       <XYChart title="Spawn latency (total_ms) over time" series={spawnSeries} xFormat={clock} yFormat={ms} empty="No spawns seen yet." />

@@ -20,6 +20,9 @@ export function bytes(v: number | null | undefined): string {
   return i === 0 ? `${x} B` : `${x.toFixed(x < 10 ? 1 : 0)} ${units[i]}`
 }
 
+/** A value already in MiB, for chart axes (round numbers stay round). */
+export const mib = (v: number) => `${Number.isInteger(v) ? v : v.toFixed(1)} MiB`
+
 export const kib = (v: number | null | undefined) => (v == null ? '–' : bytes(v * 1024))
 
 export function ago(iso: string | number, now = Date.now()): string {

@@ -6,7 +6,7 @@ import { Actions } from './actions'
 import { api, ApiError } from './api'
 import { XYChart } from './chart'
 import { SandboxFiles } from './files'
-import { ago, bytes, clock, kib, ms } from './format'
+import { ago, bytes, clock, kib, mib, ms } from './format'
 import { Fields } from './node-details'
 import type { Store } from './store'
 import { SandboxTerminal } from './terminal'
@@ -116,7 +116,7 @@ function Overview({ s, history }: { s: Sandbox; history: { at: number; m: Memory
     <div class="overview">
       <div class="cols">
         <section aria-labelledby="h-state">
-          <h3 id="h-state">State and resources</h3>
+          <h2 id="h-state">State and resources</h2>
           <Fields
             rows={[
               ['State', s.failure ? `${s.state}: ${s.failure}` : s.state],
@@ -134,7 +134,7 @@ function Overview({ s, history }: { s: Sandbox; history: { at: number; m: Memory
           />
         </section>
         <section aria-labelledby="h-use">
-          <h3 id="h-use">Use</h3>
+          <h2 id="h-use">Use</h2>
           <Fields
             rows={[
               ['RSS', s.memory ? kib(s.memory.rss_kib) : null],
@@ -149,7 +149,7 @@ function Overview({ s, history }: { s: Sandbox; history: { at: number; m: Memory
           {!s.memory && <p class="muted">Memory and use are shown while QEMU runs.</p>}
         </section>
         <section aria-labelledby="h-net">
-          <h3 id="h-net">Network and ports</h3>
+          <h2 id="h-net">Network and ports</h2>
           {net ? (
             <Fields
               rows={[
@@ -166,7 +166,7 @@ function Overview({ s, history }: { s: Sandbox; history: { at: number; m: Memory
           )}
         </section>
         <section aria-labelledby="h-time">
-          <h3 id="h-time">Spawn timings</h3>
+          <h2 id="h-time">Spawn timings</h2>
           {t ? (
             <Fields
               rows={[
@@ -190,11 +190,11 @@ function Overview({ s, history }: { s: Sandbox; history: { at: number; m: Memory
         title="Memory of its QEMU over time"
         line
         series={[
-          { name: 'RSS', cls: 's1', points: history.map((h) => ({ x: h.at, y: h.m.rss_kib })) },
-          { name: 'PSS', cls: 's2', points: history.map((h) => ({ x: h.at, y: h.m.pss_kib })) },
+          { name: 'RSS', cls: 's1', points: history.map((h) => ({ x: h.at, y: h.m.rss_kib / 1024 })) },
+          { name: 'PSS', cls: 's2', points: history.map((h) => ({ x: h.at, y: h.m.pss_kib / 1024 })) },
         ]}
         xFormat={clock}
-        yFormat={kib}
+        yFormat={mib}
         empty="Sampled every 2 s while it runs."
       />
     </div>

@@ -68,13 +68,7 @@ export function nodeClass(n: TreeNode): string {
   return c.join(' ')
 }
 
-/** A short accessible description: type, then badges in words. */
-export function nodeLabel(n: TreeNode, store: Store): string {
-  const kind = n.type === 'image' ? 'Image' : n.type === 'snapshot' ? 'Snapshot' : 'Sandbox'
-  return `${kind} ${nodeName(n)}: ${badges(n, store)
-    .map((b) => b.text)
-    .join(', ')}`
-}
+const TYPE_WORD = { image: 'Image', snapshot: 'Snapshot', sandbox: 'Sandbox' }
 
 interface BoxProps {
   node: TreeNode
@@ -85,14 +79,20 @@ interface BoxProps {
 
 /** The inside of a box; memoised on its text so moving focus redraws two boxes, not 500. */
 export const NodeBox = memo(
-  function NodeBox({ name, badges: bs }: BoxProps) {
+  function NodeBox({ node, name, badges: bs }: BoxProps) {
+    // The box's text is its accessible name (a screen reader hears what is
+    // shown), with the node's type said first but not shown.
     return (
       <>
-        <span class="node-name">{name}</span>
+        <span class="node-name">
+          <span class="visually-hidden">{TYPE_WORD[node.type]} </span>
+          {name}
+        </span>
         <span class="node-badges">
           {bs.map((b) => (
             <span class={`badge ${b.cls ?? ''}`} title={b.title}>
               {b.text}
+              <span class="visually-hidden">,</span>
             </span>
           ))}
         </span>
@@ -100,6 +100,7 @@ export const NodeBox = memo(
     )
   },
   (a, b) =>
+    a.node.type === b.node.type &&
     a.name === b.name &&
     a.cls === b.cls &&
     a.badges.length === b.badges.length &&

@@ -9,7 +9,7 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks'
 import { layoutTree, NODE_H, NODE_W } from './layout'
 import type { Store } from './store'
-import { badges, nodeClass, nodeLabel, nodeName, NodeBox } from './tree-node'
+import { badges, nodeClass, nodeName, NodeBox } from './tree-node'
 import { innerNodes, visibleNodes, type Tree, type VisibleNode } from './tree-model'
 
 /** DOM ids from node keys (`image:default` has a colon). */
@@ -66,6 +66,13 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
   }
   const moveTo = (key: string | undefined) => {
     if (!key) return
+    // Focus at once when the box is drawn already (not after the re-render),
+    // so fast key presses never act on the node focus just left.
+    const el = document.getElementById(domId(key))
+    if (el) {
+      el.focus({ preventScroll: true })
+      el.scrollIntoView({ block: 'nearest', inline: 'nearest' })
+    }
     wantFocus.current = true
     setFocusKey(key)
     onSelect(key)
@@ -123,7 +130,8 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
   const shown = rows.length
   const total = tree.nodes.size
   return (
-    <section class="tree-pane" aria-label="Branch tree">
+    <section class="tree-pane" aria-labelledby="tree-title">
+      <h1 id="tree-title" class="visually-hidden">Branch tree</h1>
       <div class="tree-toolbar">
         <input
           type="search"
@@ -172,9 +180,9 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
                   aria-setsize={r.setsize}
                   aria-expanded={r.expandable ? r.expanded : undefined}
                   aria-selected={key === selected}
-                  aria-label={nodeLabel(r.node, store)}
                   tabIndex={key === current ? 0 : -1}
                   data-key={key}
+                  data-parent={r.node.parent ?? undefined}
                   class={`${nodeClass(r.node)}${r.match ? ' match' : ''}`}
                   style={{ left: `${p.x}px`, top: `${p.y}px`, width: `${NODE_W}px`, height: `${NODE_H}px` }}
                   onClick={() => {
