@@ -25,6 +25,7 @@ let browser
 let context
 let page
 let requests
+const cspErrors = []
 const state = {}
 
 async function cleanup() {
@@ -40,11 +41,15 @@ for (const sig of ['SIGINT', 'SIGTERM']) {
 before(async () => {
   daemon = await startDaemon({ uiDir: UI_DIR })
   browser = await launch()
-  context = await browser.newContext({ viewport: { width: 1440, height: 900 } })
+  context = await browser.newContext({ viewport: { width: 1680, height: 1000 } })
   requests = recordForeignRequests(context, daemon.url)
   page = await context.newPage()
   page.setDefaultTimeout(UI_MS)
   page.on('pageerror', (e) => console.log(`# page error: ${e.message}`))
+  // The daemon sends a Content Security Policy; anything it blocks is a bug.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && /Content Security Policy/i.test(m.text())) cspErrors.push(m.text())
+  })
 })
 
 after(async () => {
@@ -265,7 +270,8 @@ step('7. a wrong token is refused', async () => {
   }
 }, { independent: true })
 
-step('the page requested nothing but the daemon', () => {
+step('the page requested nothing but the daemon, and broke no CSP rule', () => {
   assert.ok(requests.all.length > 0, 'requests were recorded')
   assert.deepEqual(requests.foreign, [], 'requests to other origins')
+  assert.deepEqual(cspErrors, [], 'nothing the Content Security Policy blocked')
 }, { independent: true })

@@ -9,7 +9,7 @@
 import dagre from '@dagrejs/dagre'
 import type { VisibleNode } from './tree-model'
 
-export const NODE_W = 230
+export const NODE_W = 200
 export const NODE_H = 54
 
 export interface Placed {
@@ -36,7 +36,7 @@ const MARGIN = 16
 
 export function layoutTree(rows: VisibleNode[]): Layout {
   const g = new dagre.graphlib.Graph()
-  g.setGraph({ rankdir: 'LR', nodesep: 10, ranksep: 48, marginx: MARGIN, marginy: MARGIN })
+  g.setGraph({ rankdir: 'LR', nodesep: 10, ranksep: 36, marginx: MARGIN, marginy: MARGIN })
   g.setDefaultEdgeLabel(() => ({}))
   const shown = new Set(rows.map((r) => r.node.key))
   for (const r of rows) g.setNode(r.node.key, { width: NODE_W, height: NODE_H })
