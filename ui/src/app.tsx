@@ -97,7 +97,7 @@ export function App() {
 function TreePage({ selected, onNotice }: { selected: string | null; onNotice: (t: string, e?: boolean) => void }) {
   const [sel, setSel] = useState<string | null>(selected)
   useEffect(() => setSel(selected), [selected])
-  const tree = useMemo(() => buildTree(store), [store.version])
+  const tree = useMemo(() => buildTree(store), [store.dataVersion])
   const node = sel ? tree.nodes.get(sel) ?? null : null
   const open = (key: string) => {
     window.location.hash = `#/sandbox/${key}`

@@ -1,5 +1,4 @@
 // Entry point: styles, the event stream, the app.
-import '@xterm/xterm/css/xterm.css'
 import './style.css'
 import { render } from 'preact'
 import { App } from './app'

@@ -9,7 +9,6 @@ import { SandboxFiles } from './files'
 import { ago, bytes, clock, kib, mib, ms } from './format'
 import { Fields } from './node-details'
 import type { Store } from './store'
-import { SandboxTerminal } from './terminal'
 import type { MemoryUsage, Sandbox } from './types'
 
 const DETAIL_POLL_MS = 2000
@@ -68,6 +67,17 @@ function useSandboxDetail(id: string) {
     }
   }, [id])
   return { detail, gone, history }
+}
+
+/** The terminal, loaded on first use (see terminal.tsx). */
+function LazyTerminal({ id }: { id: string }) {
+  const [mod, setMod] = useState<typeof import('./terminal') | null>(null)
+  const [error, setError] = useState<string | null>(null)
+  useEffect(() => {
+    import('./terminal').then(setMod, (err) => setError(`could not load the terminal: ${(err as Error).message}`))
+  }, [])
+  if (error) return <p class="error">{error}</p>
+  return mod ? <mod.SandboxTerminal id={id} /> : <p class="muted">Loading the terminal…</p>
 }
 
 function Console({ id }: { id: string }) {
@@ -267,7 +277,7 @@ export function SandboxPage({ id, store, onNotice }: Props) {
         {tab === 'console' && <Console id={id} />}
       </div>
       <div role="tabpanel" id="panel-terminal" aria-labelledby="tab-terminal" hidden={tab !== 'terminal'}>
-        {termOpened && !gone && <SandboxTerminal id={id} />}
+        {termOpened && !gone && <LazyTerminal id={id} />}
         {merged.state !== 'running' && <p class="muted">The sandbox is {merged.state}; a terminal needs it running.</p>}
       </div>
       <div role="tabpanel" id="panel-files" aria-labelledby="tab-files" hidden={tab !== 'files'}>

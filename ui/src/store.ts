@@ -41,6 +41,9 @@ export class Store {
   loaded = false
   /** Bumped on every change; views compare it to know they are stale. */
   version = 0
+  /** Bumped when images, snapshots or sandboxes change (not the link state):
+   * the tree is rebuilt and laid out again only then. */
+  dataVersion = 0
   private listeners = new Set<() => void>()
   private frame = 0
 
@@ -50,8 +53,9 @@ export class Store {
   }
 
   /** Note a change; listeners run once in the next animation frame. */
-  changed() {
+  changed(data = true) {
     this.version++
+    if (data) this.dataVersion++
     if (this.frame) return
     const run = () => {
       this.frame = 0
@@ -63,7 +67,7 @@ export class Store {
 
   setLink(link: Link) {
     this.link = link
-    this.changed()
+    this.changed(false)
   }
 
   /** Replace everything with fresh lists (first load, reconnect, poll). */
@@ -163,7 +167,8 @@ export class Store {
         return
     }
     if (this.link.kind === 'live') this.link = { kind: 'live', seq: e.seq }
-    this.changed()
+    // A pool's ready count changes no node, only a badge (drawn from store.pools).
+    this.changed(e.kind !== 'pool')
   }
 }
 

@@ -7,6 +7,9 @@
 //   input   POST .../processes/{pid}/stdin     raw bytes typed into the PTY
 //   resize  PUT  .../processes/{pid}/pty       {cols, rows}
 // Leaving the page kills the shell (it would otherwise outlive the tab).
+// This module (with xterm.js, most of the page's script) loads only when a
+// terminal is first opened: the tree page does not pay for it.
+import '@xterm/xterm/css/xterm.css'
 import { FitAddon } from '@xterm/addon-fit'
 import { Terminal } from '@xterm/xterm'
 import { useEffect, useRef, useState } from 'preact/hooks'

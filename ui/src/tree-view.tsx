@@ -7,7 +7,7 @@
 // first/last node, Enter opens a sandbox's page (or opens/closes other nodes),
 // `*` opens all siblings.
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks'
-import { layoutTree, NODE_H, NODE_W } from './layout'
+import { layoutTree, NODE_H, NODE_W, type LayoutMode } from './layout'
 import type { Store } from './store'
 import { badges, nodeClass, nodeName, NodeBox } from './tree-node'
 import { innerNodes, visibleNodes, type Tree, type VisibleNode } from './tree-model'
@@ -27,13 +27,22 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
   const [collapsed, setCollapsed] = useState<Set<string>>(() => new Set())
   const [query, setQuery] = useState('')
   const [focusKey, setFocusKey] = useState<string | null>(null)
+  const [mode, setMode] = useState<LayoutMode>(() => (localStorage.getItem('forkvm.layout') === 'tidy' ? 'tidy' : 'outline'))
   const treeRef = useRef<HTMLDivElement>(null)
+  const scrollRef = useRef<HTMLDivElement>(null)
+  const scrolled = useRef(false)
   // Move DOM focus only after a key press or click inside the tree, never
   // because data changed (that would steal focus from other controls).
   const wantFocus = useRef(false)
 
   const rows: VisibleNode[] = useMemo(() => visibleNodes(tree, collapsed, query), [tree, collapsed, query])
-  const layout = useMemo(() => layoutTree(rows), [rows])
+  const layout = useMemo(() => {
+    const t0 = performance.now()
+    const l = layoutTree(rows, mode)
+    // bench/ui reports the layout's share of the render.
+    performance.measure('forkvm:layout', { start: t0, detail: { nodes: rows.length } })
+    return l
+  }, [rows, mode])
   const index = useMemo(() => new Map(rows.map((r, i) => [r.node.key, i])), [rows])
 
   // The focusable node: the focused one if still drawn, else the selection, else the first.
@@ -45,6 +54,13 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
     if (!store.loaded) return
     void treeRef.current?.offsetHeight
     performance.mark('forkvm:tree-laid-out', { detail: { nodes: rows.length, total: tree.nodes.size } })
+    // A tidy tree centres each parent on its children, so with a big fan-out
+    // the first root sits far down: bring it into view once, on first load.
+    const first = rows[0] && layout.nodes.get(rows[0].node.key)
+    if (!scrolled.current && first && scrollRef.current) {
+      scrolled.current = true
+      scrollRef.current.scrollTo(0, Math.max(0, first.y - scrollRef.current.clientHeight / 3))
+    }
   }, [layout])
 
   useEffect(() => {
@@ -146,12 +162,26 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
         <button type="button" onClick={() => setCollapsed(new Set(innerNodes(tree)))}>
           Collapse all
         </button>
+        <label class="layout-choice">
+          Layout{' '}
+          <select
+            value={mode}
+            onChange={(e) => {
+              const m = e.currentTarget.value as LayoutMode
+              localStorage.setItem('forkvm.layout', m)
+              setMode(m)
+            }}
+          >
+            <option value="outline">outline</option>
+            <option value="tidy">tidy tree</option>
+          </select>
+        </label>
         <span class="muted" role="status" aria-live="polite" data-testid="tree-count">
           {query ? `${rows.filter((r) => r.match).length} match · ` : ''}
           {shown} of {total} nodes shown
         </span>
       </div>
-      <div class="tree-scroll">
+      <div class="tree-scroll" ref={scrollRef}>
         <div class="tree-canvas" style={{ width: `${layout.width}px`, height: `${layout.height}px` }}>
           <svg class="tree-edges" width={layout.width} height={layout.height} aria-hidden="true" focusable="false">
             {layout.edges.map((e) => (
