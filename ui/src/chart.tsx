@@ -16,12 +16,12 @@ export interface Series {
 }
 
 const W = 640
-const PAD = { l: 64, r: 12, t: 12, b: 32 }
+const PAD = { l: 64, r: 36, t: 12, b: 32 }
 
-/** 4–6 round tick values covering [lo, hi]. */
-function ticks(lo: number, hi: number, n = 5): number[] {
+/** 4–6 round tick values covering [lo, hi], at least `minStep` apart. */
+function ticks(lo: number, hi: number, n = 5, minStep = 0): number[] {
   if (!(hi > lo)) hi = lo + 1
-  const raw = (hi - lo) / n
+  const raw = Math.max((hi - lo) / n, minStep)
   const mag = 10 ** Math.floor(Math.log10(raw))
   const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? raw
   // From the step at or below lo to the one at or above hi, so the axis
@@ -66,7 +66,8 @@ export function XYChart({ title, series, xFormat, yFormat, line = false, height 
   const H = height
   const sx = (x: number) => PAD.l + ((x - x0) / (x1 - x0)) * (W - PAD.l - PAD.r)
   const sy = (y: number) => H - PAD.b - (y / y1) * (H - PAD.t - PAD.b)
-  const xt = ticks(x0, x1, 4).filter((v) => v >= x0 && v <= x1)
+  // x is a time in ms and labels show whole seconds: no two ticks in one second.
+  const xt = ticks(x0, x1, 4, 1000).filter((v) => v >= x0 && v <= x1)
   const summary = series
     .map((s) => {
       const last = s.points[s.points.length - 1]
