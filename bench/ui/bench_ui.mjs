@@ -126,6 +126,8 @@ async function measure(browser, daemon, expected) {
     return await page.evaluate(async (n) => {
       const mark = performance.getEntriesByName('forkvm:tree-laid-out').find((e) => e.detail?.nodes === n)
       const lists = performance.getEntriesByName('forkvm:lists-loaded')[0]
+      const ready = performance.getEntriesByName('forkvm:stream-ready')[0]
+      const layout = performance.getEntriesByName('forkvm:layout').filter((e) => e.detail?.nodes === n).pop()
       const nav = performance.getEntriesByType('navigation')[0]
       const dom = document.querySelectorAll('[role=treeitem]').length
       // The baseline: the same three lists, fetched and parsed by this page.
@@ -139,6 +141,8 @@ async function measure(browser, daemon, expected) {
         tree_ms: mark.startTime,
         lists_ms: lists ? lists.startTime : NaN,
         render_ms: lists ? mark.startTime - lists.startTime : NaN,
+        ready_ms: ready ? ready.startTime : NaN,
+        layout_ms: layout ? layout.duration : NaN,
         dom_loaded_ms: nav ? nav.domContentLoadedEventEnd : NaN,
         baseline_ms: baseline,
         list_bytes: bodies.reduce((a, b) => a + b.length, 0),
@@ -172,9 +176,12 @@ try {
     const r = await measure(browser, daemon, tree.total)
     if (r.dom_nodes !== tree.total) throw new Error(`run ${run}: ${r.dom_nodes} tree items in the DOM, expected ${tree.total}`)
     rows.push({ run, nodes: tree.total, ...r, ratio: r.tree_ms / r.baseline_ms })
-    log(`run ${run}: tree ${r.tree_ms.toFixed(0)} ms (lists at ${r.lists_ms.toFixed(0)}, render ${r.render_ms.toFixed(0)}), baseline ${r.baseline_ms.toFixed(1)} ms`)
+    log(
+      `run ${run}: tree ${r.tree_ms.toFixed(0)} ms (DOM ready ${r.dom_loaded_ms.toFixed(0)}, stream ready ${r.ready_ms.toFixed(0)}, ` +
+        `lists ${r.lists_ms.toFixed(0)}, render ${r.render_ms.toFixed(0)} of which layout ${r.layout_ms.toFixed(0)}), baseline ${r.baseline_ms.toFixed(1)} ms`,
+    )
   }
-  const fields = ['run', 'nodes', 'tree_ms', 'lists_ms', 'render_ms', 'dom_loaded_ms', 'baseline_ms', 'ratio', 'list_bytes', 'dom_nodes']
+  const fields = ['run', 'nodes', 'tree_ms', 'dom_loaded_ms', 'ready_ms', 'lists_ms', 'render_ms', 'layout_ms', 'baseline_ms', 'ratio', 'list_bytes', 'dom_nodes']
   const csv = [fields.join(','), ...rows.map((r) => fields.map((f) => (typeof r[f] === 'number' && !Number.isInteger(r[f]) ? r[f].toFixed(3) : r[f])).join(','))]
   writeFileSync(join(OUT, 'ui.csv'), csv.join('\n') + '\n')
   writeFileSync(

@@ -48,6 +48,7 @@ async function refetch(e: DaemonEvent) {
 }
 
 async function onReady(seq: number) {
+  performance.mark('forkvm:stream-ready')
   loading = []
   try {
     await loadLists()
