@@ -1,0 +1,277 @@
+// End-to-end test of the dashboard: a real daemon (FORKVM_BIN) serving the
+// freshly built ui/dist, real QEMU sandboxes, Debian's Chromium. One browser
+// session walks through what a person would do, in order; each step needs
+// the previous one, so the first failure stops the rest.
+//
+// Run it with scripts/test-ui.sh (it checks the tools first).
+import assert from 'node:assert/strict'
+import { mkdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { after, before, test } from 'node:test'
+import { axeScan, launch, recordForeignRequests } from './browser.mjs'
+import { REPO, startDaemon } from './daemon.mjs'
+
+// Under TCG a cold boot takes ~10 s and a branch of 3 a few seconds; these
+// are ceilings for a slow, shared host, not expected times.
+const BOOT_MS = 180_000
+const BRANCH_MS = 120_000
+const UI_MS = 20_000
+
+const UI_DIR = join(REPO, 'ui', 'dist')
+const IMG_DIR = join(REPO, 'docs', 'img')
+
+let daemon
+let browser
+let context
+let page
+let requests
+const cspErrors = []
+const state = {}
+
+async function cleanup() {
+  await browser?.close().catch(() => undefined)
+  await daemon?.stop()
+}
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.once(sig, () => {
+    cleanup().finally(() => process.exit(130))
+  })
+}
+
+before(async () => {
+  daemon = await startDaemon({ uiDir: UI_DIR })
+  browser = await launch()
+  context = await browser.newContext({ viewport: { width: 1680, height: 1000 } })
+  requests = recordForeignRequests(context, daemon.url)
+  page = await context.newPage()
+  page.setDefaultTimeout(UI_MS)
+  page.on('pageerror', (e) => console.log(`# page error: ${e.message}`))
+  // The daemon sends a Content Security Policy; anything it blocks is a bug.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && /Content Security Policy/i.test(m.text())) cspErrors.push(m.text())
+  })
+})
+
+after(async () => {
+  if (daemon) console.log(`# daemon log (tail):\n${daemon.log().split('\n').slice(-15).map((l) => `#   ${l}`).join('\n')}`)
+  await cleanup()
+})
+
+// Steps build on each other: after a failure the later ones are skipped, so
+// the report shows the first failure rather than its knock-on effects.
+let broken = null
+function step(name, fn, { independent = false } = {}) {
+  test(name, async (t) => {
+    if (broken && !independent) {
+      t.skip(`"${broken}" failed`)
+      return
+    }
+    try {
+      await fn(t)
+    } catch (err) {
+      broken ??= name
+      throw err
+    }
+  })
+}
+
+const node = (key) => page.locator(`#node-${key.replace(/[^A-Za-z0-9_-]/g, '_')}`)
+const focusedKey = () => page.evaluate(() => document.activeElement?.getAttribute('data-key') ?? null)
+
+/** Wait for the header's notice to match `re` (an action's report); returns the match. */
+async function notice(re, timeout) {
+  const el = page.getByTestId('notice')
+  await page.waitForFunction(
+    ([src, flags]) => new RegExp(src, flags).test(document.querySelector('[data-testid=notice]')?.textContent ?? ''),
+    [re.source, re.flags],
+    { timeout },
+  )
+  const text = await el.textContent()
+  assert.doesNotMatch(text, /failed/i, text)
+  return text.match(re)
+}
+
+step('1. the dashboard asks for the token and opens with it', async () => {
+  const r = await page.goto(`${daemon.url}/ui/`)
+  assert.ok(r.ok(), `GET /ui/ (after redirects) answered ${r.status()}`)
+  assert.match(new URL(page.url()).pathname, /^\/ui\/login/, 'an unauthenticated /ui/ goes to the login page')
+  await page.fill('input[name=token]', daemon.token)
+  await Promise.all([page.waitForURL(/\/ui\/(#.*)?$/), page.press('input[name=token]', 'Enter')])
+  const cookies = await context.cookies(daemon.url)
+  assert.equal(cookies.length, 1, `one login cookie, got ${JSON.stringify(cookies)}`)
+  assert.equal(cookies[0].httpOnly, true, 'the cookie is HttpOnly')
+  assert.equal(cookies[0].sameSite, 'Strict', 'the cookie is SameSite=Strict')
+  state.cookie = cookies[0]
+  await node('image:default').waitFor()
+  // The header says how the page hears of changes: it must be the event stream.
+  await page.waitForFunction(() => document.querySelector('[data-testid=link-state]')?.textContent?.includes('live'))
+  // A marker that a reload would wipe: step 4 checks the tree changed live.
+  await page.evaluate(() => (window.__noReload = true))
+})
+
+step('2. spawn a sandbox from the image', async () => {
+  await node('image:default').click()
+  await page.getByRole('button', { name: 'Spawn…' }).click()
+  const dialog = page.getByRole('dialog')
+  await dialog.getByLabel('Count').fill('1')
+  await dialog.getByRole('button', { name: 'Spawn', exact: true }).click()
+  const m = await notice(/Spawned (sb-[0-9a-f]+)/, BOOT_MS)
+  state.sandbox = m[1]
+  await node(state.sandbox).waitFor()
+  const label = await node(state.sandbox).textContent()
+  assert.match(label, /running/, `the new sandbox's node says it runs: ${label}`)
+})
+
+step('3. branch it into 3 children', async () => {
+  await node(state.sandbox).click()
+  await page.getByRole('button', { name: 'Branch…' }).click()
+  const dialog = page.getByRole('dialog')
+  await dialog.getByLabel('Mode').selectOption('diff')
+  await dialog.getByLabel('Children').fill('3')
+  await dialog.getByRole('button', { name: 'Branch', exact: true }).click()
+  const m = await notice(/Branched (sb-[0-9a-f]+) at (sn-[0-9a-f]+) \(diff\) into 3/, BRANCH_MS)
+  state.branch = m[2]
+})
+
+step('4. the branch point and its 3 children appear without a reload', async () => {
+  const bp = node(state.branch)
+  await bp.waitFor()
+  assert.equal(await bp.getAttribute('data-parent'), state.sandbox, 'the branch point hangs from its source')
+  const label = await bp.textContent()
+  assert.match(label, /diff · [0-9.]+ m?s/, `the branch point shows its mode and pause: ${label}`)
+  const kids = page.locator(`[role=treeitem][data-parent="${state.branch}"]`)
+  await page.waitForFunction((bp) => document.querySelectorAll(`[role=treeitem][data-parent="${bp}"]`).length === 3, state.branch)
+  state.children = await kids.evaluateAll((els) => els.map((e) => e.getAttribute('data-key')))
+  assert.equal(state.children.length, 3)
+
+  // A change made elsewhere (the API, not this page) arrives through the event stream.
+  const snap = await daemon.api('POST', `/v1/sandboxes/${state.children[0]}/snapshot`, { tag: 'from-the-api' })
+  await node(snap.id).waitFor({ timeout: BRANCH_MS })
+  assert.equal(await node(snap.id).getAttribute('data-parent'), state.children[0])
+  state.apiSnapshot = snap.id
+  assert.equal(await page.evaluate(() => window.__noReload), true, 'the page was not reloaded')
+})
+
+step('keyboard: arrows move focus, Left/Right collapse and expand, Home/End jump', async () => {
+  // Each key's effect is awaited (a re-render follows the key press), up to UI_MS.
+  const focusIs = (key, why) =>
+    page
+      .waitForFunction((k) => document.activeElement?.getAttribute('data-key') === k, key, { timeout: UI_MS })
+      .catch(async () => assert.fail(`${why}: focus is on ${await focusedKey()}, not ${key}`))
+  const expandedIs = (key, value, why) =>
+    page
+      .waitForFunction(([id, v]) => document.getElementById(id)?.getAttribute('aria-expanded') === v, [`node-${key}`, value], { timeout: UI_MS })
+      .catch(() => assert.fail(why))
+  await node(state.branch).click()
+  await focusIs(state.branch, 'a click focuses the node')
+  await page.keyboard.press('ArrowDown')
+  await focusIs(state.children[0], 'Down goes to the first child')
+  await page.keyboard.press('ArrowUp')
+  await focusIs(state.branch, 'Up comes back')
+  await page.keyboard.press('ArrowLeft')
+  await expandedIs(state.branch, 'false', 'Left collapses')
+  await page.waitForFunction((bp) => !document.querySelector(`[data-parent="${bp}"]`), state.branch)
+  await page.keyboard.press('ArrowRight')
+  await expandedIs(state.branch, 'true', 'Right expands')
+  await page.waitForFunction((bp) => document.querySelectorAll(`[data-parent="${bp}"]`).length === 3, state.branch)
+  await page.keyboard.press('ArrowRight')
+  await focusIs(state.children[0], 'Right on an open node goes to its first child')
+  // children[0] has the snapshot step 4 took: Left closes it, then goes up.
+  await page.keyboard.press('ArrowLeft')
+  await expandedIs(state.children[0], 'false', 'Left closes an open child')
+  await page.keyboard.press('ArrowLeft')
+  await focusIs(state.branch, 'Left on a closed node goes to its parent')
+  await page.keyboard.press('Home')
+  await focusIs('image:default', 'Home goes to the first node')
+  await page.keyboard.press('End')
+  const last = await page.locator('[role=treeitem]').last().getAttribute('data-key')
+  await focusIs(last, 'End goes to the last node')
+  const tabbable = await page.locator('[role=treeitem][tabindex="0"]').count()
+  assert.equal(tabbable, 1, 'one tree item is in the tab order (roving tabindex)')
+})
+
+step('axe: no critical violations on the tree page', async () => {
+  mkdirSync(IMG_DIR, { recursive: true })
+  await node(state.sandbox).click()
+  await page.locator('.tree-scroll').evaluate((el) => el.scrollTo(0, 0))
+  await page.screenshot({ path: join(IMG_DIR, 'dashboard-tree.png') })
+  const v = await axeScan(page)
+  for (const x of v) console.log(`# axe (tree): ${x.impact} ${x.id}: ${x.help} ${x.nodes.join(', ')}`)
+  assert.deepEqual(v.filter((x) => x.impact === 'critical'), [])
+})
+
+step('5. a child\'s terminal runs `echo hi`', async () => {
+  const child = state.children[1]
+  await node(child).click()
+  await page.keyboard.press('Enter')
+  await page.waitForURL(new RegExp(`#/sandbox/${child}$`))
+  await page.getByRole('tab', { name: 'Terminal' }).click()
+  await page.waitForFunction(() => /shell pid \d+/.test(document.querySelector('#panel-terminal [role=status]')?.textContent ?? ''), null, {
+    timeout: BRANCH_MS,
+  })
+  await page.getByTestId('terminal').click()
+  await page.keyboard.type('echo hi\n')
+  // The command line holds "echo hi"; its output is a row that is just "hi".
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.xterm-rows > div')].some((r) => r.textContent.trim() === 'hi'),
+    null,
+    { timeout: BRANCH_MS },
+  )
+})
+
+step('axe: no critical violations on the sandbox page', async () => {
+  await page.getByRole('tab', { name: 'Overview' }).click()
+  // Two memory samples (one per 2 s) make the chart a line.
+  await page.waitForFunction(() => document.querySelectorAll('.chart circle').length >= 4, null, { timeout: UI_MS })
+  await page.screenshot({ path: join(IMG_DIR, 'dashboard-sandbox.png') })
+  const v = await axeScan(page)
+  for (const x of v) console.log(`# axe (sandbox): ${x.impact} ${x.id}: ${x.help} ${x.nodes.join(', ')}`)
+  assert.deepEqual(v.filter((x) => x.impact === 'critical'), [])
+})
+
+step('6. remove a child, confirming first', async () => {
+  const child = state.children[2]
+  await page.goto(`${daemon.url}/ui/#/tree/${child}`)
+  await node(child).click()
+  await page.getByRole('button', { name: 'Remove…' }).click()
+  const dialog = page.getByRole('dialog', { name: `Remove ${child}?` })
+  await dialog.getByRole('button', { name: 'Cancel' }).click()
+  await dialog.waitFor({ state: 'detached' })
+  assert.equal(await node(child).count(), 1, 'Cancel keeps it')
+  await page.getByRole('button', { name: 'Remove…' }).click()
+  await dialog.getByRole('button', { name: 'Remove', exact: true }).click()
+  await node(child).waitFor({ state: 'detached', timeout: BRANCH_MS })
+  const r = await fetch(`${daemon.url}/v1/sandboxes/${child}`, { headers: { authorization: `Bearer ${daemon.token}` } })
+  assert.equal(r.status, 404, 'the daemon no longer has it')
+})
+
+step('7. a wrong token is refused', async () => {
+  const other = await browser.newContext()
+  const foreign = recordForeignRequests(other, daemon.url)
+  try {
+    const p = await other.newPage()
+    await p.goto(`${daemon.url}/ui/login`)
+    await p.fill('input[name=token]', 'not-the-token')
+    const [resp] = await Promise.all([
+      p.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === '/ui/login'),
+      p.press('input[name=token]', 'Enter'),
+    ])
+    assert.equal(resp.status(), 401)
+    await p.waitForLoadState()
+    assert.match(await p.textContent('body'), /wrong token/i)
+    assert.deepEqual(await other.cookies(daemon.url), [], 'no cookie for a wrong token')
+    // A forged cookie (the real name, a wrong value) is refused by the API.
+    assert.ok(state.cookie, 'step 1 logged in and got the cookie name')
+    const bad = await fetch(`${daemon.url}/v1/info`, { headers: { cookie: `${state.cookie.name}=${'0'.repeat(32)}` } })
+    assert.equal(bad.status, 401)
+    assert.deepEqual(foreign.foreign, [])
+  } finally {
+    await other.close()
+  }
+}, { independent: true })
+
+step('the page requested nothing but the daemon, and broke no CSP rule', () => {
+  assert.ok(requests.all.length > 0, 'requests were recorded')
+  assert.deepEqual(requests.foreign, [], 'requests to other origins')
+  assert.deepEqual(cspErrors, [], 'nothing the Content Security Policy blocked')
+}, { independent: true })
