@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail bench-volumes bench-fanout bench-branchpoint
+.PHONY: setup build demo test lint bench-ui bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail bench-volumes bench-fanout bench-branchpoint
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -21,11 +21,13 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Set up and run every test: lint, unit tests, the VM integration tests under the real QEMU,
-## the SDK suites and the E2B and MCP compatibility suites against a real daemon, and the API fuzzer.
+## the SDK suites, the E2B and MCP compatibility suites and the dashboard in a real browser against
+## a real daemon, and the API fuzzer.
 test: setup lint
 	$(CARGO) test --workspace --no-fail-fast -- --include-ignored
 	bash scripts/test-sdks.sh
 	bash scripts/test-compat.sh
+	bash scripts/test-ui.sh
 	.venv/bin/python -m pytest -q -p no:cacheprovider bench/common bench/jail
 	bash scripts/fuzz-api.sh
 
@@ -62,3 +64,6 @@ bench-fanout: build
 
 bench-branchpoint: build
 	bash bench/branchpoint/run.sh
+
+bench-ui: build
+	bash bench/ui/run.sh

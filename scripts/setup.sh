@@ -266,5 +266,11 @@ if [[ "$(cat "$NPMC/node_modules/.forkvm-lock" 2>/dev/null)" != "$lock" ]]; then
     echo "    npm e2b $(node -p 'require(process.argv[1]).version' "$NPMC/node_modules/e2b/package.json") installed"
 fi
 
+# The web dashboard (ui/): built from its lockfile and installed to $FORKVM_HOME/ui, with
+# Debian's chromium and the browser test's npm packages (scripts/setup-ui.sh).
+bash "$SCRIPT_DIR/setup-ui.sh" ||
+    die "setting up the dashboard failed (scripts/setup-ui.sh, above)." \
+        "Fix what it names and re-run scripts/setup.sh."
+
 # --- 4. guest artefacts ----------------------------------------------------------------
 exec bash "$SCRIPT_DIR/build-guest.sh" "${BUILD_ARGS[@]}"

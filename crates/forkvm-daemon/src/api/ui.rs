@@ -161,7 +161,7 @@ fn login_page(status: StatusCode, error: &str) -> Response {
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<title>forkvm: sign in</title><style>\
+<title>forkvm: sign in</title><link rel=\"icon\" href=\"data:,\"><style>\
 body{{font-family:system-ui,sans-serif;background:#0f1720;color:#e6edf3;display:grid;place-items:center;min-height:100vh;margin:0}}\
 main{{background:#17212b;padding:2rem;border-radius:8px;min-width:20rem}}\
 label{{display:block;margin:.5rem 0}}input{{width:100%;padding:.5rem;box-sizing:border-box}}\
