@@ -94,6 +94,8 @@ def test_a_frame_split_anywhere() -> None:
     for cut in range(1, len(text)):
         assert feed_all([text[:cut], text[cut:]]) == whole, f"split at {cut}"
     assert feed_all([text[i : i + 1] for i in range(len(text))]) == whole
+    # Empty chunks (a transport may yield them) change nothing, even between a CR and its LF.
+    assert feed_all([b"data: x\r", b"", b"\ndata: y\n", b"", b"\n"]) == [SseMessage("message", "x\ny")]
 
 
 def test_unknown_fields_are_ignored() -> None:

@@ -66,11 +66,11 @@ class SseParser:
 
     def feed(self, chunk: bytes) -> List[SseMessage]:
         """Parse ``chunk``; return the messages it completed, in order."""
+        if not chunk:
+            return []  # an empty chunk changes nothing, not even a pending CR
         if self._after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         self._after_cr = False
-        if not chunk:
-            return []
         buf = self._partial + chunk
         out: List[SseMessage] = []
         start = 0
