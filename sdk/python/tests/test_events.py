@@ -142,8 +142,10 @@ def test_events_over_tcp_need_the_token(daemon) -> None:
     if daemon.tcp_url is None or not daemon.token:
         pytest.skip("this daemon serves no TCP with a token")
     with Client(daemon.tcp_url, daemon.token) as api:
-        with api.events() as stream:
+        with api.events(last_event_id=10**9) as stream:
             assert stream.ready_seq is not None
+            event = next(iter(stream))
+            assert event.is_reset and event.seq == stream.ready_seq
     with Client(daemon.tcp_url, "not-the-token") as api:
         with pytest.raises(forkvm.Unauthorized):
             api.events()
