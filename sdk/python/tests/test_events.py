@@ -74,13 +74,13 @@ async def test_a_cold_boot_a_branch_and_a_delete_as_events(daemon) -> None:
             assert sorted(done.branch.children) == sorted(children)
             assert done.branch.pause_ms >= 0 and done.branch.total_ms >= done.branch.pause_ms
             point = await _until(
-                events, lambda e: e.kind == "snapshot.created" and e.id == snapshot_id, f"snapshot.created of {snapshot_id}"
+                events, lambda e: e.kind == "snapshot.created" and e.id == snapshot_id, f"created of {snapshot_id}"
             )
             assert point.snapshot is not None and point.snapshot.mode == "diff"
             assert point.snapshot.pause_ms is not None and point.snapshot.pause_ms >= 0
             assert point.snapshot.source == sb.id
             born = [
-                await _until(events, lambda e, c=c: e.kind == "sandbox.created" and e.id == c, f"sandbox.created of {c}")
+                await _until(events, lambda e, c=c: e.kind == "sandbox.created" and e.id == c, f"created of {c}")
                 for c in children
             ]
             # The branch point, then its children, then the branch.
@@ -88,7 +88,7 @@ async def test_a_cold_boot_a_branch_and_a_delete_as_events(daemon) -> None:
 
             await api.delete_sandbox(children[0])
             gone = await _until(
-                events, lambda e: e.kind == "sandbox.deleted" and e.id == children[0], f"sandbox.deleted of {children[0]}"
+                events, lambda e: e.kind == "sandbox.deleted" and e.id == children[0], f"deleted of {children[0]}"
             )
             assert gone.seq > done.seq and gone.sandbox is None and gone.snapshot is None
             assert stream.last_seq is not None and stream.last_seq >= gone.seq

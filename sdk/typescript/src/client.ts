@@ -196,7 +196,9 @@ export class Client extends ProcessOps {
     const headers: Record<string, string> = { accept: "text/event-stream" };
     const last = opts?.lastEventId;
     if (last !== undefined) {
-      if (!Number.isSafeInteger(last) || last < 0) throw new TypeError(`lastEventId is an event's seq (an integer >= 0), not ${String(last)}`);
+      if (!Number.isSafeInteger(last) || last < 0) {
+        throw new TypeError(`lastEventId is an event's seq (an integer >= 0), not ${String(last)}`);
+      }
       headers["last-event-id"] = String(last);
     }
     return EventStream.open((signal) => this.#send({ method: "GET", path: "/v1/events", headers, signal }), opts);

@@ -117,7 +117,9 @@ export function parseEvent(message: SseMessage): EventsReady | Event {
   const obj = data as Record<string, unknown> | null;
   const isObject = typeof obj === "object" && obj !== null && !Array.isArray(obj);
   if (message.event === "ready" || message.event === "reset") {
-    if (!isObject || typeof obj.seq !== "number") throw bad(`bad ${message.event} message in the event stream: ${message.data.slice(0, 200)}`);
+    if (!isObject || typeof obj.seq !== "number") {
+      throw bad(`bad ${message.event} message in the event stream: ${message.data.slice(0, 200)}`);
+    }
     if (message.event === "ready") return { seq: obj.seq };
     return { seq: obj.seq, at_unix_ms: Date.now(), kind: "reset", id: "" };
   }
@@ -150,7 +152,13 @@ export class EventStream implements AsyncIterable<Event>, AsyncDisposable {
   readonly #abort: AbortController;
   #iterated = false;
 
-  private constructor(res: TransportResponse, messages: AsyncGenerator<SseMessage, void>, abort: AbortController, readySeq: number, lastSeq: number) {
+  private constructor(
+    res: TransportResponse,
+    messages: AsyncGenerator<SseMessage, void>,
+    abort: AbortController,
+    readySeq: number,
+    lastSeq: number,
+  ) {
     this.#res = res;
     this.#messages = messages;
     this.#abort = abort;

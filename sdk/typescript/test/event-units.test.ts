@@ -82,7 +82,8 @@ describe("SSE framing", () => {
     }
     assert.deepEqual(feedAll([...text].map((b) => Uint8Array.of(b))), whole);
     // Empty chunks change nothing, even between a CR and its LF.
-    assert.deepEqual(brief(feedAll(["data: x\r", new Uint8Array(), "\ndata: y\n", new Uint8Array(), "\n"])), [["message", "x\ny", undefined]]);
+    const empty = new Uint8Array();
+    assert.deepEqual(brief(feedAll(["data: x\r", empty, "\ndata: y\n", empty, "\n"])), [["message", "x\ny", undefined]]);
   });
 
   test("the parser keeps its own copy of a partial line", () => {
@@ -120,8 +121,16 @@ describe("messages to models", () => {
     const [m] = feedAll([frame("sandbox.created", CREATED, 42)]);
     const e = parseEvent(m!) as api.Event;
     assert.deepEqual(e, CREATED);
-    const branch: api.BranchEvent = { source: "sb-1", snapshot: "sn-1", mode: "diff", children: ["sb-2", "sb-3"], pause_ms: 5.8, total_ms: 912.4 };
-    const b = parseEvent({ event: "branch", data: JSON.stringify({ seq: 9, at_unix_ms: 1, kind: "branch", id: "sb-1", branch }) }) as api.Event;
+    const branch: api.BranchEvent = {
+      source: "sb-1",
+      snapshot: "sn-1",
+      mode: "diff",
+      children: ["sb-2", "sb-3"],
+      pause_ms: 5.8,
+      total_ms: 912.4,
+    };
+    const data = JSON.stringify({ seq: 9, at_unix_ms: 1, kind: "branch", id: "sb-1", branch });
+    const b = parseEvent({ event: "branch", data }) as api.Event;
     assert.deepEqual(b.branch, branch);
     const pool: api.PoolEvent = { snapshot: "sn-1", size: 2, ready: 1 };
     const p = parseEvent({ event: "pool", data: JSON.stringify({ seq: 10, at_unix_ms: 1, kind: "pool", id: "sn-1", pool }) }) as api.Event;

@@ -27,7 +27,7 @@ async function until(events: api.Event[], match: (e: api.Event) => boolean, what
     const found = events.find(match);
     if (found) return found;
     if (Date.now() > deadline) {
-      assert.fail(`no ${what} within ${STEP_TIMEOUT_MS / 1000} s; the stream had ${JSON.stringify(events.map((e) => [e.seq, e.kind, e.id]))}`);
+      assert.fail(`no ${what} within ${STEP_TIMEOUT_MS / 1000} s; the stream had ${JSON.stringify(brief(events))}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }

@@ -224,7 +224,8 @@ describe("the Client covers docs/openapi.json", () => {
         for (const param of op.parameters ?? []) {
           if (inPath.has(param.name) || UNUSED_PARAMETERS[op.operationId]?.includes(param.name)) continue;
           const sent = param.in === "header" ? req.headers?.[param.name.toLowerCase()] : req.query?.[param.name];
-          assert.ok(sent !== undefined, `${op.operationId} does not send the ${param.name} ${param.in === "header" ? "header" : "parameter"}`);
+          const what = param.in === "header" ? "header" : "parameter";
+          assert.ok(sent !== undefined, `${op.operationId} does not send the ${param.name} ${what}`);
         }
         if (ref) {
           for (const key of Object.keys(JSON.parse(String(req.body)) as object)) sentFields.add(key);

@@ -85,7 +85,8 @@ class AsyncEventStream:
             async for message in self._messages:
                 ready = parse_event(message)
                 if not isinstance(ready, EventsReady):
-                    raise ProtocolError(f"the event stream began with {message.event!r}, not ready", code="bad_response")
+                    what = f"the event stream began with {message.event!r}, not ready"
+                    raise ProtocolError(what, code="bad_response")
                 self.ready_seq = ready.seq
                 resume = self._request.headers.get("Last-Event-ID")
                 self.last_seq = int(resume) if resume is not None else ready.seq
@@ -134,7 +135,8 @@ class AsyncEventStream:
         if messages is not None:
             try:
                 await messages.aclose()  # type: ignore[attr-defined]
-            except RuntimeError:
-                pass  # closed while another task reads it: the response's close ends that read
+            except (RuntimeError, ValueError):
+                # Closed while another task (or thread) reads it: the response's close ends that read.
+                pass
         if self._response is not None:
             await self._response.aclose()
