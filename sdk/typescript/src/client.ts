@@ -6,6 +6,7 @@
  */
 import { ProcessOps } from "./client-procs.js";
 import { ForkvmError, ProtocolError, StreamingUnsupportedError } from "./errors.js";
+import { EventStream, type EventsOptions } from "./events.js";
 import {
   buildQuery,
   discard,
@@ -181,6 +182,26 @@ export class Client extends ProcessOps {
   async metrics(opts?: RequestOptions): Promise<string> {
     const res = await this.#send({ method: "GET", path: "/metrics", headers: { accept: "text/plain" }, signal: opts?.signal });
     return new TextDecoder().decode(await res.bytes());
+  }
+
+  /**
+   * `GET /v1/events` (operation `events`): the daemon's changes as they
+   * happen (docs/events.md). Resolves once the stream's `ready` message came,
+   * with the stream open (`readySeq` set); iterate it for {@link Event}s and
+   * close it when done (or `await using`). `lastEventId` (an event's `seq`)
+   * resumes after that event: the daemon first sends the later ones it kept,
+   * or an Event of kind `reset` when some are gone.
+   */
+  async events(opts?: EventsOptions): Promise<EventStream> {
+    const headers: Record<string, string> = { accept: "text/event-stream" };
+    const last = opts?.lastEventId;
+    if (last !== undefined) {
+      if (!Number.isSafeInteger(last) || last < 0) {
+        throw new TypeError(`lastEventId is an event's seq (an integer >= 0), not ${String(last)}`);
+      }
+      headers["last-event-id"] = String(last);
+    }
+    return EventStream.open((signal) => this.#send({ method: "GET", path: "/v1/events", headers, signal }), opts);
   }
 
   // ---- sandboxes ------------------------------------------------------

@@ -50,6 +50,17 @@ export {
   type VolumeSpec,
 } from "./volumes.js";
 export { Snapshot } from "./snapshot.js";
+export {
+  EventStream,
+  parseEvent,
+  type BranchEvent,
+  type Event,
+  type EventKind,
+  type EventsOptions,
+  type EventsReady,
+  type PoolEvent,
+} from "./events.js";
+export { SseParser, sseMessages, type SseMessage } from "./sse.js";
 export { egressRule, portForward, type EgressSpec, type NetworkOptions, type PortSpec } from "./network.js";
 export {
   ExecStream,

@@ -19,6 +19,8 @@ export type { Capacity, SandboxLimits, Usage } from "./resources.js";
 export type { CreateVolume, MountedVolume, Volume, VolumeList, VolumeMode, VolumeMount } from "./volumes.js";
 /** The schemas of processes and filesystem operations live in `proc-types.ts`. */
 export type * from "./proc-types.js";
+/** The schemas of the event stream live in `events.ts`. */
+export type { BranchEvent, Event, EventKind, EventsReady, PoolEvent } from "./events.js";
 
 /** The accelerator in use and why it was chosen. */
 export interface AccelInfo {
@@ -647,6 +649,12 @@ export interface Snapshot {
   origin: string;
   /** Kept from garbage collection (`PUT /v1/snapshots/{id}/pin`). */
   pinned: boolean;
+  /** A branch point's mode: `live`, `diff` or `full`. */
+  mode?: string | null;
+  /** How long the source was paused to take it (branch points and snapshots of a running sandbox). */
+  pause_ms?: number | null;
+  /** The diff snapshot a `flatten` made this one from. */
+  flattened_from?: string | null;
   /** Present in the response that created it. */
   timings?: SnapshotTimings | null;
 }

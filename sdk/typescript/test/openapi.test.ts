@@ -125,6 +125,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   pin_snapshot: [(c) => c.pinSnapshot("ID")],
   unpin_snapshot: [(c) => c.unpinSnapshot("ID")],
   prune_snapshots: [(c) => c.pruneSnapshots({ all: true, dry_run: true })],
+  events: [(c) => c.events({ lastEventId: 42 })],
   list_volumes: [(c) => c.listVolumes()],
   create_volume: [(c) => c.createVolume("NAME")],
   delete_volume: [(c) => c.deleteVolume("NAME")],
@@ -219,10 +220,12 @@ describe("the Client covers docs/openapi.json", () => {
       for (const req of transport.requests) {
         assert.equal(req.method, method);
         assert.match(req.path, pattern);
-        // Parameters that are not in the path template travel in the query.
+        // Parameters that are not in the path template travel in the query, or as headers (`Last-Event-ID`).
         for (const param of op.parameters ?? []) {
           if (inPath.has(param.name) || UNUSED_PARAMETERS[op.operationId]?.includes(param.name)) continue;
-          assert.ok(req.query?.[param.name] !== undefined, `${op.operationId} does not send the ${param.name} parameter`);
+          const sent = param.in === "header" ? req.headers?.[param.name.toLowerCase()] : req.query?.[param.name];
+          const what = param.in === "header" ? "header" : "parameter";
+          assert.ok(sent !== undefined, `${op.operationId} does not send the ${param.name} ${what}`);
         }
         if (ref) {
           for (const key of Object.keys(JSON.parse(String(req.body)) as object)) sentFields.add(key);
@@ -281,7 +284,7 @@ describe("errors", () => {
 });
 
 /** The modules of the wire types: src/types.ts and those it re-exports. */
-const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts", "src/resources.ts", "src/proc-types.ts", "src/volumes.ts"];
+const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts", "src/resources.ts", "src/proc-types.ts", "src/volumes.ts", "src/events.ts"];
 
 /** The exported interfaces and type aliases of the wire-type modules. */
 function declaredTypes(): Map<string, ts.InterfaceDeclaration | ts.TypeAliasDeclaration> {
@@ -343,7 +346,7 @@ function assertProperties(name: string, schema: Schema, node: ts.Node, types?: M
   }
 }
 
-describe("src/types.ts (with src/lifecycle.ts, src/resources.ts, src/proc-types.ts and src/volumes.ts) covers every schema of docs/openapi.json", () => {
+describe("src/types.ts (with src/lifecycle.ts, src/resources.ts, src/proc-types.ts, src/volumes.ts and src/events.ts) covers every schema of docs/openapi.json", () => {
   const types = declaredTypes();
   for (const [name, schema] of Object.entries(doc.components.schemas)) {
     test(`schema ${name}`, () => {

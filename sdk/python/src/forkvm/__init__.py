@@ -25,8 +25,10 @@ The daemon is found through ``FORKVM_URL`` (``unix:///path.sock`` or
 __version__ = "0.1.0"
 
 from . import models
+from ._async_events import AsyncEventStream
 from ._async_proc_sandbox import AsyncFsWatcher, AsyncSandboxFs, AsyncSandboxProcess, AsyncSandboxProcesses
 from ._async_proc_streams import AsyncProcessStream, AsyncWatchStream
+from ._events import EventStream
 from ._proc_sandbox import FsWatcher, SandboxFs, SandboxProcess, SandboxProcesses
 from ._proc_streams import ProcessStream, WatchStream
 from .aio import AsyncBranch, AsyncSandbox, AsyncSandboxFiles, AsyncSnapshot
@@ -131,6 +133,8 @@ __all__ = [
     "AsyncProcessStream",
     "WatchStream",
     "AsyncWatchStream",
+    "EventStream",
+    "AsyncEventStream",
     "ProcessStart",
     "ProcessOutput",
     "ProcessEnd",

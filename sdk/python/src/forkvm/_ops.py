@@ -329,6 +329,21 @@ def delete_volume(name: str) -> Request:
     return Request("DELETE", f"/v1/volumes/{_seg(name)}")
 
 
+#: The event stream lasts as long as its reader; the daemon sends a keep-alive
+#: every 15 s, so a minute of silence means the connection is dead.
+EVENTS_TIMEOUT = httpx.Timeout(10.0, read=60.0)
+
+
+def events(last_event_id: Optional[int] = None) -> Request:
+    """``GET /v1/events``; ``Last-Event-ID`` resumes after that seq (the daemon replays what it kept)."""
+    headers = {"Accept": "text/event-stream"}
+    if last_event_id is not None:
+        if isinstance(last_event_id, bool) or not isinstance(last_event_id, int) or last_event_id < 0:
+            raise TypeError(f"last_event_id is an event's seq (an int >= 0), not {last_event_id!r}")
+        headers["Last-Event-ID"] = str(last_event_id)
+    return Request("GET", "/v1/events", headers=headers, timeout=EVENTS_TIMEOUT)
+
+
 # --------------------------------------------------------------------------
 # Helpers for building network fields from friendly arguments.
 

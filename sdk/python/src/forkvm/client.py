@@ -28,6 +28,7 @@ import httpx
 
 from . import _images, _ops, models
 from ._base import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
+from ._events import EventStream
 from ._proc_client import ProcessOps
 from ._default import default_client
 from ._images import ImageEventCallback
@@ -156,6 +157,18 @@ class Client(_BaseClient, ProcessOps):
     def metrics(self) -> str:
         """``GET /metrics``: the daemon's Prometheus metrics, as text (``forkvm_spawns_total``, ...)."""
         return self._send(_ops.metrics())
+
+    def events(self, *, last_event_id: Optional[int] = None) -> EventStream:
+        """``GET /v1/events``: the daemon's changes as they happen (docs/events.md).
+
+        Returns once the stream's ``ready`` message came, with the stream
+        open (:attr:`~forkvm.EventStream.ready_seq` set); iterate it
+        for :class:`~forkvm.models.Event` s and close it when done (or use it
+        as a context manager). ``last_event_id`` (an event's ``seq``) resumes
+        after that event: the daemon first sends the later ones it kept (the
+        last 1,024), or an Event of kind ``reset`` when some are gone.
+        """
+        return EventStream(self, _ops.events(last_event_id)).open()
 
     # -- sandboxes ---------------------------------------------------------
 

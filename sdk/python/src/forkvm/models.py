@@ -684,6 +684,11 @@ class Snapshot(Model):
     depth: Optional[int] = None
     failure: Optional[str] = None
     timings: Optional[SnapshotTimings] = None
+    #: For the tree (docs/events.md): a branch point's ``live``/``diff``/``full``, how long its source was paused,
+    #: and the diff snapshot a ``flatten`` made this one from.
+    mode: Optional[str] = None
+    pause_ms: Optional[float] = None
+    flattened_from: Optional[str] = None
 
 
 @dataclass
@@ -785,10 +790,11 @@ class PruneResult(Model):
 
 
 # --------------------------------------------------------------------------
-# Images, lifetimes, resources, volumes and processes: in modules of their own (re-exported
-# here), after the base classes they use. Of processes and filesystem operations
-# (docs/processes.md) and of volumes (docs/volumes.md): every name of their module.
-from . import _proc_models, _volume_models  # noqa: E402
+# Images, lifetimes, resources, volumes, processes and events: in modules of their own
+# (re-exported here), after the base classes they use. Of processes and filesystem operations
+# (docs/processes.md), volumes (docs/volumes.md) and events (docs/events.md): every name of their module.
+from . import _event_models, _proc_models, _volume_models  # noqa: E402
+from ._event_models import *  # noqa: E402, F401, F403
 from ._image_models import BuildQuery, Image, ImageConfig, ImageEvent, ImageList, ImportQuery  # noqa: E402
 from ._image_models import PullImage, StartCommand  # noqa: E402
 from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout  # noqa: E402
@@ -796,4 +802,4 @@ from ._proc_models import *  # noqa: E402, F401, F403
 from ._resource_models import Capacity, SandboxLimits, Usage  # noqa: E402
 from ._volume_models import *  # noqa: E402, F401, F403
 
-__all__ += _proc_models.__all__ + _volume_models.__all__
+__all__ += _event_models.__all__ + _proc_models.__all__ + _volume_models.__all__
