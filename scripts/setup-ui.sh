@@ -34,41 +34,10 @@ for arg in "$@"; do
     esac
 done
 
-if [[ -t 1 && -z "${NO_COLOR:-}" && "${TERM:-dumb}" != dumb ]]; then
-    C_BOLD=$'\033[1m' C_DIM=$'\033[2m' C_RED=$'\033[31m' C_GREEN=$'\033[32m' C_BLUE=$'\033[34m' C_RESET=$'\033[0m'
-else
-    C_BOLD='' C_DIM='' C_RED='' C_GREEN='' C_BLUE='' C_RESET=''
-fi
-now_ms() { date +%s%3N; }
-T0=$(now_ms)
-STEP_T0=$T0
-took() {
-    local ms=$(($(now_ms) - STEP_T0))
-    printf '%d.%ds' $((ms / 1000)) $(((ms % 1000) / 100))
-}
-step() {
-    STEP_T0=$(now_ms)
-    printf '%s==>%s %s%s%s\n' "$C_BLUE$C_BOLD" "$C_RESET" "$C_BOLD" "$1" "$C_RESET"
-}
-step_done() { printf '    %sdone%s %s(%s)%s %s\n' "$C_GREEN" "$C_RESET" "$C_DIM" "$(took)" "$C_RESET" "$1"; }
-step_skip() { printf '    %sskip (present)%s %s(%s)%s %s\n' "$C_DIM" "$C_RESET" "$C_DIM" "$(took)" "$C_RESET" "$1"; }
-die() {
-    printf '\n%serror:%s %s\n' "$C_RED$C_BOLD" "$C_RESET" "$1" >&2
-    shift
-    local line
-    for line in "$@"; do printf '       %s\n' "$line" >&2; done
-    exit 1
-}
-# run_logged LOG CMD...: run quietly into LOG; on failure show its end.
-run_logged() {
-    local logf=$1
-    shift
-    if ! "$@" >"$logf" 2>&1; then
-        printf '    last lines of %s:\n' "$logf" >&2
-        tail -n 25 "$logf" | sed 's/^/    | /' >&2
-        return 1
-    fi
-}
+# Output, errors and long commands as in setup.sh (step, die, run_long).
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$REPO/scripts/lib.sh"
+T0=$(now)
 # hash_of FILE...: one short hash of the files' contents (missing files count as empty).
 hash_of() { cat "$@" 2>/dev/null | sha256sum | cut -c1-16; }
 
@@ -86,9 +55,9 @@ if [[ -z "${FORKVM_UI_SKIP_CHROMIUM:-}" && ! -x /usr/bin/chromium ]]; then
     [[ $EUID -eq 0 ]] || die "chromium is missing and installing it needs root." \
         "Re-run as root (sudo scripts/setup-ui.sh), or: apt-get install chromium"
     export DEBIAN_FRONTEND=noninteractive
-    run_logged "$LOG_DIR/apt-chromium.log" apt-get update -q ||
+    run_long "$LOG_DIR/apt-chromium.log" apt-get update -q ||
         die "apt-get update failed (log: $LOG_DIR/apt-chromium.log)." "Check access to the Debian mirror and re-run."
-    run_logged "$LOG_DIR/apt-chromium.log" apt-get install -y -q --no-install-recommends chromium ||
+    run_long "$LOG_DIR/apt-chromium.log" apt-get install -y -q --no-install-recommends chromium ||
         die "apt-get install chromium failed (log: $LOG_DIR/apt-chromium.log)." "Fix the apt error above and re-run."
     did="installed chromium"
 fi
@@ -106,7 +75,7 @@ npm_ci() {
     local dir=$1 name=$2 lock
     lock=$(hash_of "$dir/package-lock.json")
     if ((FORCE)) || [[ "$(cat "$dir/node_modules/.forkvm-lock" 2>/dev/null)" != "$lock" ]]; then
-        (cd "$dir" && run_logged "$LOG_DIR/npm-$name.log" npm ci --no-audit --no-fund) ||
+        (cd "$dir" && run_long "$LOG_DIR/npm-$name.log" npm ci --no-audit --no-fund) ||
             die "npm ci in ${dir#"$REPO"/} failed (log: $LOG_DIR/npm-$name.log)." \
                 "Check access to the npm registry and re-run scripts/setup-ui.sh."
         echo "$lock" >"$dir/node_modules/.forkvm-lock"
@@ -128,7 +97,7 @@ if ((${#did[@]})); then step_done "npm ci in ${did[*]}"; else step_skip "lockfil
 step "Dashboard build (ui/dist)"
 src_hash=$(bash "$UI/build-inputs.sh")
 if ((FORCE)) || [[ "$(cat "$UI/dist/.forkvm-build" 2>/dev/null)" != "$src_hash" ]]; then
-    (cd "$UI" && run_logged "$LOG_DIR/ui-build.log" npm run build) ||
+    (cd "$UI" && run_long "$LOG_DIR/ui-build.log" npm run build) ||
         die "npm run build in ui/ failed (log: $LOG_DIR/ui-build.log)." \
             "Fix the TypeScript or build error shown above and re-run scripts/setup-ui.sh."
     [[ -f "$UI/dist/index.html" ]] || die "the build left no ui/dist/index.html." "See $LOG_DIR/ui-build.log."
@@ -148,7 +117,7 @@ if ((!FORCE)) && [[ "$(cat "$DEST/.forkvm-build" 2>/dev/null)" == "$src_hash" ]]
 else
     mkdir -p "$HOME_DIR" || die "cannot create $HOME_DIR." "Run as a user that may write it (root), or set FORKVM_HOME."
     tmp=$(mktemp -d "$HOME_DIR/.ui.new.XXXXXX")
-    trap 'rm -rf "$tmp" "${old:-}"' EXIT
+    trap 'rm -rf "$tmp" "${old:-}"; kill_run_long' EXIT
     cp -a "$UI/dist/." "$tmp/"
     chmod -R a+rX "$tmp"
     old=''
@@ -158,7 +127,7 @@ else
     fi
     mv "$tmp" "$DEST"
     [[ -n "$old" ]] && rm -rf "$old"
-    trap - EXIT
+    trap kill_run_long EXIT
     step_done "$(find "$DEST" -type f | wc -l) files"
 fi
-printf '%sdashboard setup finished in %s%s\n' "$C_DIM" "$(STEP_T0=$T0 took)" "$C_RESET"
+log "${C_DIM}dashboard setup finished in $(elapsed "$T0")${C_RESET}"
