@@ -14,7 +14,7 @@
 //! A client that reconnects with `Last-Event-ID: N` first gets the events
 //! after N that the daemon still remembers (the last [`REPLAY`]); a message
 //! `event: reset` says it fell further behind, and should re-read the lists.
-//! Objects in events are exactly what the REST API returns for them, so a
+//! Objects in events are what the REST API lists for them, so a
 //! client keeps one model: list once, then apply events.
 
 use serde::{Deserialize, Serialize};
@@ -55,7 +55,9 @@ pub struct Event {
     /// The id (or image name) of what changed; for `branch`, the source
     /// sandbox; for `pool`, the snapshot.
     pub id: String,
-    /// The sandbox as `GET /v1/sandboxes/{id}` shows it now.
+    /// The sandbox as `GET /v1/sandboxes` lists it now (without the
+    /// `memory`, `usage` and `disk` figures that `GET /v1/sandboxes/{id}`
+    /// measures).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<Sandbox>,
     /// The snapshot as `GET /v1/snapshots/{id}` shows it now.

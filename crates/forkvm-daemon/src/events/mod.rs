@@ -55,7 +55,10 @@ impl Manager {
             Change::Sandbox(id, a) => {
                 let mut e = event(&kind("sandbox", a), &id);
                 if a != Action::Deleted {
-                    e.sandbox = Some(self.get(&id).ok()?);
+                    // As the list shows it: without the memory, usage and
+                    // disk figures, which read /proc, the cgroup and the
+                    // disk chain, at every step of every spawn.
+                    e.sandbox = Some(self.view(self.row(&id).ok()?, false));
                 }
                 e
             }
