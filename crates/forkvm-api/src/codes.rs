@@ -18,6 +18,7 @@
 //! | `network_unavailable` | 503 | this host cannot give sandboxes a network (see `forkvm doctor`) |
 //! | `registry_auth_failed` | 403 | a registry refused the credentials |
 //! | `invalid_image` | 422 | an image's blobs fail verification, its archive or manifest is malformed, or it has no linux/amd64 variant |
+//! | `incompatible_snapshot` | 422 | a pulled snapshot cannot be restored on this host (QEMU release, machine, accelerator, CPU, guest kernel); nothing was written |
 //! | `build_failed` | 422 | a Dockerfile is invalid or one of its steps failed |
 //! | `registry_unreachable` | 502 | a registry could not be reached or answered nonsense |
 //! | `no_space` | 507 | the host filesystem holding FORKVM_HOME is full (or under the daemon's reserve) |
@@ -45,6 +46,7 @@ pub const BUILD_FAILED: &str = "build_failed";
 pub const REGISTRY_UNREACHABLE: &str = "registry_unreachable";
 pub const NO_SPACE: &str = "no_space";
 pub const CAPACITY_EXCEEDED: &str = "capacity_exceeded";
+pub const INCOMPATIBLE_SNAPSHOT: &str = "incompatible_snapshot";
 
 /// The HTTP status a code is sent with (the table above). A streamed exec
 /// reports a late error as a code inside a 200 response; clients use this to
@@ -58,7 +60,7 @@ pub fn status_of(code: &str) -> u16 {
         REGISTRY_AUTH_FAILED => 403,
         CONFLICT => 409,
         PAYLOAD_TOO_LARGE => 413,
-        SNAPSHOT_CORRUPT | INVALID_IMAGE | BUILD_FAILED => 422,
+        SNAPSHOT_CORRUPT | INVALID_IMAGE | BUILD_FAILED | INCOMPATIBLE_SNAPSHOT => 422,
         LIMIT_EXCEEDED => 429,
         GUEST_ERROR | REGISTRY_UNREACHABLE => 502,
         NETWORK_UNAVAILABLE | CAPACITY_EXCEEDED => 503,

@@ -8,6 +8,7 @@
 //! * [`processes`] and [`fs`]: background processes and PTYs, filesystem
 //!   operations, watches and archives in a sandbox;
 //! * [`volumes`]: host directories and named volumes in sandboxes;
+//! * [`transfer`]: snapshot push and pull to OCI registries;
 //! * [`events`]: the event stream (`GET /v1/events`, Server-Sent Events);
 //! * [`codes`]: the machine-readable error codes;
 //! * [`client`]: a small HTTP/1.1 client for the unix socket and TCP.
@@ -23,6 +24,7 @@ mod client_fs;
 mod client_images;
 mod client_lifecycle;
 mod client_procs;
+mod client_transfer;
 mod client_volumes;
 pub mod codes;
 pub mod events;
@@ -31,6 +33,7 @@ pub mod images;
 pub mod lifecycle;
 pub mod processes;
 pub mod routes;
+pub mod transfer;
 pub mod types;
 pub mod volumes;
 
@@ -41,6 +44,7 @@ pub use hyper::Method;
 pub use images::*;
 pub use lifecycle::*;
 pub use processes::*;
+pub use transfer::*;
 pub use types::*;
 pub use volumes::*;
 

@@ -28,6 +28,8 @@ pub enum Op {
     PinSnapshot,
     UnpinSnapshot,
     PruneSnapshots,
+    PushSnapshot,
+    PullSnapshot,
     ListImages,
     GetImage,
     DeleteImage,
@@ -89,6 +91,9 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     // A static segment: it shadows the snapshot tag `prune`, which is
     // therefore refused (see Manager::check_tag).
     (Op::PruneSnapshots, "POST", "/v1/snapshots/prune"),
+    (Op::PushSnapshot, "POST", "/v1/snapshots/{id}/push"),
+    // Static like `prune`: the tag `pull` is refused too.
+    (Op::PullSnapshot, "POST", "/v1/snapshots/pull"),
     (Op::ListImages, "GET", "/v1/images"),
     (Op::GetImage, "GET", "/v1/images/{name}"),
     (Op::DeleteImage, "DELETE", "/v1/images/{name}"),

@@ -131,6 +131,20 @@ pub(crate) struct ExecArgs {
     pub(crate) argv: Vec<String>,
 }
 
+/// How to reach a registry.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(crate) struct RegistryArgs {
+    /// Registry user (default: ~/.docker/config.json, else anonymous).
+    #[arg(long, requires = "password")]
+    pub(crate) username: Option<String>,
+    /// Registry password (`-` reads it from stdin).
+    #[arg(long, requires = "username")]
+    pub(crate) password: Option<String>,
+    /// Speak plain HTTP to the registry (loopback registries always may).
+    #[arg(long)]
+    pub(crate) insecure: bool,
+}
+
 #[derive(Subcommand)]
 pub(crate) enum SnapCmd {
     /// List snapshots.
@@ -158,6 +172,24 @@ pub(crate) enum SnapCmd {
         /// A name for the flat snapshot.
         #[arg(long)]
         tag: Option<String>,
+    },
+    /// Push a snapshot, with its chain and base image, to an OCI registry
+    /// (e.g. 127.0.0.1:5000/team/warm:v1). What the registry has is not sent.
+    Push {
+        id: String,
+        reference: String,
+        #[command(flatten)]
+        auth: RegistryArgs,
+    },
+    /// Pull a pushed snapshot (with the links and image this host lacks) so
+    /// that `forkvm spawn --snapshot` can start it here.
+    Pull {
+        reference: String,
+        /// A tag for the pulled snapshot on this host.
+        #[arg(long)]
+        tag: Option<String>,
+        #[command(flatten)]
+        auth: RegistryArgs,
     },
     /// Keep a snapshot (and what it builds on) from garbage collection.
     Pin { id: String },

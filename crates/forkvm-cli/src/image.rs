@@ -202,16 +202,7 @@ pub async fn run(c: &Client, cmd: ImageCmd, json: bool) -> Result<ExitCode> {
             replace,
             start,
         } => {
-            let password = match password.as_deref() {
-                Some("-") => {
-                    let mut p = String::new();
-                    std::io::stdin()
-                        .read_line(&mut p)
-                        .context("reading the password")?;
-                    Some(p.trim_end_matches(['\n', '\r']).to_string())
-                }
-                _ => password,
-            };
+            let password = read_password(password)?;
             let req = PullImage {
                 reference,
                 name,
@@ -334,8 +325,22 @@ fn tar_dir(dir: &Path, dockerfile: Option<&[u8]>) -> Result<tempfile::NamedTempF
     Ok(tmp)
 }
 
+/// `--password -` reads the password from stdin.
+pub(crate) fn read_password(password: Option<String>) -> Result<Option<String>> {
+    Ok(match password.as_deref() {
+        Some("-") => {
+            let mut p = String::new();
+            std::io::stdin()
+                .read_line(&mut p)
+                .context("reading the password")?;
+            Some(p.trim_end_matches(['\n', '\r']).to_string())
+        }
+        _ => password,
+    })
+}
+
 /// Renders progress events.
-struct Renderer {
+pub(crate) struct Renderer {
     json: bool,
     tty: bool,
     /// A status line is on screen (to be overwritten or ended).
@@ -344,7 +349,7 @@ struct Renderer {
 }
 
 impl Renderer {
-    fn new(json: bool) -> Self {
+    pub(crate) fn new(json: bool) -> Self {
         Renderer {
             json,
             tty: std::io::stderr().is_terminal(),
@@ -362,7 +367,7 @@ impl Renderer {
         let _ = writeln!(e, "{s}");
     }
 
-    fn event(&mut self, ev: &ImageEvent) {
+    pub(crate) fn event(&mut self, ev: &ImageEvent) {
         if self.json {
             if let Ok(s) = serde_json::to_string(ev) {
                 println!("{s}");
@@ -410,7 +415,7 @@ impl Renderer {
         }
     }
 
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.open_line {
             let _ = writeln!(std::io::stderr());
             self.open_line = false;

@@ -23,6 +23,7 @@ mod lifetime;
 mod mcp;
 mod procs;
 mod snapshot;
+mod transfer;
 mod ui;
 mod volume;
 

@@ -102,6 +102,16 @@ pub(crate) async fn snapshot_cmd(
                 println!("{}", s.id);
             }
         }
+        Some(SnapCmd::Push {
+            id,
+            reference,
+            auth,
+        }) => crate::transfer::push(c, &id, reference, auth, json).await?,
+        Some(SnapCmd::Pull {
+            reference,
+            tag,
+            auth,
+        }) => crate::transfer::pull(c, reference, tag, auth, json).await?,
         Some(SnapCmd::Pin { id }) => gc::pin(c, &id, true, json).await?,
         Some(SnapCmd::Unpin { id }) => gc::pin(c, &id, false, json).await?,
         Some(SnapCmd::Prune { all, dry_run }) => return gc::prune(c, all, dry_run, json).await,

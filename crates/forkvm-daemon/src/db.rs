@@ -81,6 +81,8 @@ pub enum Origin {
     /// A paused sandbox's saved state (removed with the sandbox, never
     /// collected while it lives).
     Pause,
+    /// `POST /v1/snapshots/pull`: fetched from a registry (with its chain).
+    Pull,
 }
 
 impl Origin {
@@ -92,6 +94,7 @@ impl Origin {
             Origin::Template => "template",
             Origin::Flatten => "flatten",
             Origin::Pause => "pause",
+            Origin::Pull => "pull",
         }
     }
 
@@ -104,6 +107,7 @@ impl Origin {
             Some("template") => Origin::Template,
             Some("flatten") => Origin::Flatten,
             Some("pause") => Origin::Pause,
+            Some("pull") => Origin::Pull,
             _ => Origin::Unknown,
         }
     }

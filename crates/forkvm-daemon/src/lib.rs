@@ -41,6 +41,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod net;
 pub mod pool;
+pub mod registry;
 pub mod process;
 pub mod restore;
 pub mod sandbox;

@@ -43,10 +43,12 @@ use crate::progress::{Progress, ProgressEvent};
 
 mod errors;
 mod reference;
+mod session;
 
 pub use errors::PullError;
 use errors::{chain, map_io, map_oci, Ctx};
 pub use reference::{is_loopback, parse_reference, uses_plain_http};
+pub use session::Session;
 
 /// How to pull.
 #[derive(Debug, Clone)]

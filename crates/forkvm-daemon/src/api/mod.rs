@@ -69,6 +69,8 @@ type AppState = Arc<Manager>;
         crate::gc::http::pin_snapshot,
         crate::gc::http::unpin_snapshot,
         crate::gc::http::prune_snapshots,
+        crate::registry::http::push_snapshot,
+        crate::registry::http::pull_snapshot,
         crate::lifetime::http::set_timeout,
         crate::lifetime::http::pause,
         crate::lifetime::http::resume,
@@ -104,7 +106,7 @@ type AppState = Arc<Manager>;
         crate::volumes::http::delete_volume,
         crate::events::events
     ),
-    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent, ProcessEvent, WatchEvent, Event, BranchEvent, PoolEvent, EventsReady)),
+    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent, TransferEvent, ProcessEvent, WatchEvent, Event, BranchEvent, PoolEvent, EventsReady)),
     modifiers(&CommonErrors)
 )]
 pub struct ApiDoc;
@@ -204,6 +206,8 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::PinSnapshot => put(crate::gc::http::pin_snapshot),
         Op::UnpinSnapshot => delete(crate::gc::http::unpin_snapshot),
         Op::PruneSnapshots => post(crate::gc::http::prune_snapshots),
+        Op::PushSnapshot => post(crate::registry::http::push_snapshot),
+        Op::PullSnapshot => post(crate::registry::http::pull_snapshot),
         Op::ListImages => get(crate::images::http::list_images),
         Op::GetImage => get(crate::images::http::get_image),
         Op::DeleteImage => delete(crate::images::http::delete_image),

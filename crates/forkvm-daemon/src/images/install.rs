@@ -267,6 +267,50 @@ impl Manager {
         })
     }
 
+    /// How to reach the registry of `reference`: the allow-list
+    /// (`--allowed-registries`), credentials (explicit, else the docker
+    /// config), CA certificates and plain HTTP. Image pulls and snapshot
+    /// pushes and pulls share it.
+    pub fn registry_options(
+        &self,
+        reference: &str,
+        explicit: Option<(String, String)>,
+        insecure: bool,
+    ) -> Result<forkvm_image::pull::PullOptions, ApiError> {
+        let host = forkvm_image::pull::parse_reference(reference)
+            .map_err(|e| pull_error(&e))?
+            .registry()
+            .to_string();
+        let allowed = &self.cfg.allowed_registries;
+        if !allowed.is_empty() && !allowed.iter().any(|a| a == &host) {
+            return Err(ApiError::invalid(format!(
+                "this daemon talks only to {} (--allowed-registries), not to {host}",
+                allowed.join(", ")
+            )));
+        }
+        let auth = forkvm_image::auth::credentials_for(
+            &host,
+            explicit,
+            forkvm_image::auth::default_docker_config()
+                .filter(|p| p.is_file())
+                .as_deref(),
+        )
+        .map_err(|e| pull_error(&e))?;
+        let ca_certs = registry_cas(&self.cfg.home, &host);
+        let mut opts = forkvm_image::pull::PullOptions {
+            auth,
+            // A loopback registry is spoken to over plain HTTP, unless a CA
+            // was set up for it: then it serves HTTPS.
+            loopback_plain_http: ca_certs.is_empty(),
+            ca_certs,
+            ..Default::default()
+        };
+        if insecure {
+            opts.insecure_http.push(host);
+        }
+        Ok(opts)
+    }
+
     /// `POST /v1/images`: pull, then install.
     pub async fn pull_image(
         self: &std::sync::Arc<Self>,
@@ -299,38 +343,11 @@ impl Manager {
     ) -> Result<Image, ApiError> {
         let store = self.blobs()?;
         let req = &plan.req;
-        let host = forkvm_image::pull::parse_reference(&req.reference)
-            .map_err(|e| pull_error(&e))?
-            .registry()
-            .to_string();
-        let allowed = &self.cfg.allowed_registries;
-        if !allowed.is_empty() && !allowed.iter().any(|a| a == &host) {
-            return Err(ApiError::invalid(format!(
-                "this daemon pulls only from {} (--allowed-registries), not from {host}",
-                allowed.join(", ")
-            )));
-        }
-        let explicit = req.username.clone().zip(req.password.clone());
-        let auth = forkvm_image::auth::credentials_for(
-            &host,
-            explicit,
-            forkvm_image::auth::default_docker_config()
-                .filter(|p| p.is_file())
-                .as_deref(),
-        )
-        .map_err(|e| pull_error(&e))?;
-        let ca_certs = registry_cas(&self.cfg.home, &host);
-        let mut opts = forkvm_image::pull::PullOptions {
-            auth,
-            // A loopback registry is spoken to over plain HTTP, unless a CA
-            // was set up for it: then it serves HTTPS.
-            loopback_plain_http: ca_certs.is_empty(),
-            ca_certs,
-            ..Default::default()
-        };
-        if req.insecure {
-            opts.insecure_http.push(host.clone());
-        }
+        let opts = self.registry_options(
+            &req.reference,
+            req.username.clone().zip(req.password.clone()),
+            req.insecure,
+        )?;
         let pulled = forkvm_image::pull::pull(&req.reference, &opts, &store, emit.as_ref())
             .await
             .map_err(|e| pull_error(&e))?;

@@ -1,5 +1,7 @@
-//! Progress of a long image operation (pull, import, build) as an NDJSON
-//! response: one [`ImageEvent`] per line, the last one `done` or `error`.
+//! Progress of a long operation (an image pull, import or build; a snapshot
+//! push or pull) as an NDJSON response: one event per line ([`ImageEvent`]
+//! or [`TransferEvent`], see [`StreamEvent`]), the last one the result or
+//! `error`.
 //!
 //! The work runs on a task of its own, so a client that hangs up stops the
 //! stream, not the operation (which then finishes or cleans up as usual).
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use forkvm_api::{ErrorDetail, Image, ImageEvent};
+use forkvm_api::{ErrorDetail, Image, ImageEvent, TransferEvent};
 use forkvm_image::progress::{Progress, ProgressEvent};
 use tokio::sync::mpsc;
 
@@ -23,16 +25,76 @@ use crate::error::ApiError;
 /// Minimum interval between two byte-count lines of one item.
 const BYTES_EVERY: Duration = Duration::from_millis(250);
 
+/// The line type of a progress stream.
+pub trait StreamEvent: serde::Serialize + Send + 'static {
+    /// What the operation returns.
+    type Done: Send + 'static;
+    fn phase(phase: String) -> Self;
+    fn progress(item: String, done: u64, total: Option<u64>) -> Self;
+    fn cached(item: String) -> Self;
+    fn log(line: String) -> Self;
+    fn done(d: Self::Done) -> Self;
+    fn error(e: ErrorDetail) -> Self;
+}
+
+impl StreamEvent for ImageEvent {
+    type Done = Image;
+    fn phase(phase: String) -> Self {
+        ImageEvent::Phase { phase }
+    }
+    fn progress(item: String, done: u64, total: Option<u64>) -> Self {
+        ImageEvent::Progress { item, done, total }
+    }
+    fn cached(item: String) -> Self {
+        ImageEvent::Cached { item }
+    }
+    fn log(line: String) -> Self {
+        ImageEvent::Log { line }
+    }
+    fn done(image: Image) -> Self {
+        ImageEvent::Done {
+            image: Box::new(image),
+        }
+    }
+    fn error(error: ErrorDetail) -> Self {
+        ImageEvent::Error { error }
+    }
+}
+
+/// A transfer ends in `pushed` or `pulled`: the operation returns that
+/// event itself.
+impl StreamEvent for TransferEvent {
+    type Done = TransferEvent;
+    fn phase(phase: String) -> Self {
+        TransferEvent::Phase { phase }
+    }
+    fn progress(item: String, done: u64, total: Option<u64>) -> Self {
+        TransferEvent::Progress { item, done, total }
+    }
+    fn cached(item: String) -> Self {
+        TransferEvent::Cached { item }
+    }
+    fn log(line: String) -> Self {
+        TransferEvent::Log { line }
+    }
+    fn done(d: TransferEvent) -> Self {
+        d
+    }
+    fn error(error: ErrorDetail) -> Self {
+        TransferEvent::Error { error }
+    }
+}
+
 /// A [`Progress`] sink that forwards events to a stream (and to the log).
-pub struct Emitter {
-    tx: mpsc::UnboundedSender<ImageEvent>,
+pub struct Emitter<E = ImageEvent> {
+    tx: mpsc::UnboundedSender<E>,
     last: Mutex<HashMap<String, Instant>>,
     /// What the operation is about, for log lines (e.g. `image py`).
     what: String,
 }
 
-impl Emitter {
-    pub fn new(tx: mpsc::UnboundedSender<ImageEvent>, what: impl Into<String>) -> Self {
+impl<E: StreamEvent> Emitter<E> {
+    pub fn new(tx: mpsc::UnboundedSender<E>, what: impl Into<String>) -> Self {
         Emitter {
             tx,
             last: Mutex::new(HashMap::new()),
@@ -41,17 +103,17 @@ impl Emitter {
     }
 
     /// Send an event as is.
-    pub fn send(&self, e: ImageEvent) {
+    pub fn send(&self, e: E) {
         let _ = self.tx.send(e);
     }
 }
 
-impl Progress for Emitter {
+impl<E: StreamEvent> Progress for Emitter<E> {
     fn event(&self, e: ProgressEvent) {
         let ev = match e {
             ProgressEvent::Phase { phase } => {
                 tracing::info!("{}: {phase}", self.what);
-                ImageEvent::Phase { phase }
+                E::phase(phase)
             }
             ProgressEvent::Bytes { item, done, total } => {
                 let finished = total == Some(done);
@@ -63,42 +125,39 @@ impl Progress for Emitter {
                         last.insert(item.clone(), now);
                     }
                 }
-                ImageEvent::Progress { item, done, total }
+                E::progress(item, done, total)
             }
-            ProgressEvent::Cached { item } => ImageEvent::Cached { item },
-            ProgressEvent::Log { line } => ImageEvent::Log { line },
+            ProgressEvent::Cached { item } => E::cached(item),
+            ProgressEvent::Log { line } => E::log(line),
         };
         self.send(ev);
     }
 }
 
-fn line(ev: &ImageEvent) -> Result<Bytes, std::convert::Infallible> {
+fn line<E: serde::Serialize>(ev: &E) -> Result<Bytes, std::convert::Infallible> {
     let mut v = serde_json::to_vec(ev).unwrap_or_default();
     v.push(b'\n');
     Ok(Bytes::from(v))
 }
 
 /// The last event of a finished operation.
-pub fn last_event(r: Result<Image, ApiError>) -> ImageEvent {
+pub fn last_event<E: StreamEvent>(r: Result<E::Done, ApiError>) -> E {
     match r {
-        Ok(image) => ImageEvent::Done {
-            image: Box::new(image),
-        },
-        Err(e) => ImageEvent::Error {
-            error: ErrorDetail {
-                code: e.code.to_string(),
-                message: e.message,
-            },
-        },
+        Ok(d) => E::done(d),
+        Err(e) => E::error(ErrorDetail {
+            code: e.code.to_string(),
+            message: e.message,
+        }),
     }
 }
 
 /// Run `work` on its own task and answer with its progress as NDJSON.
 /// `work` gets the sender its [`Emitter`] is made from.
-pub fn ndjson<F, Fut>(work: F) -> Response
+pub fn ndjson<E, F, Fut>(work: F) -> Response
 where
-    F: FnOnce(mpsc::UnboundedSender<ImageEvent>) -> Fut,
-    Fut: Future<Output = Result<Image, ApiError>> + Send + 'static,
+    E: StreamEvent,
+    F: FnOnce(mpsc::UnboundedSender<E>) -> Fut,
+    Fut: Future<Output = Result<E::Done, ApiError>> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (line_tx, line_rx) = mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
@@ -117,7 +176,7 @@ where
             let _ = line_tx.send(line(&ev)).await;
         }
         let r = result.unwrap_or_else(|e| Err(ApiError::internal(format!("task failed: {e}"))));
-        let _ = line_tx.send(line(&last_event(r))).await;
+        let _ = line_tx.send(line(&last_event::<E>(r))).await;
     });
     (
         [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
@@ -133,7 +192,7 @@ mod tests {
     #[test]
     fn byte_counts_are_thinned_but_the_last_always_goes() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let e = Emitter::new(tx, "test");
+        let e = Emitter::<ImageEvent>::new(tx, "test");
         for done in 0..1000u64 {
             e.event(ProgressEvent::Bytes {
                 item: "a".into(),
@@ -163,7 +222,7 @@ mod tests {
 
     #[test]
     fn errors_end_the_stream_with_their_code() {
-        let ev = last_event(Err(ApiError::conflict("in use")));
+        let ev = last_event::<ImageEvent>(Err(ApiError::conflict("in use")));
         let j = serde_json::to_string(&ev).unwrap();
         assert!(
             j.contains(r#""type":"error""#) && j.contains("in use"),

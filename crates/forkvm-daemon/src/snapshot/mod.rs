@@ -286,11 +286,11 @@ impl Manager {
                     "tag {t:?} is not valid: use letters, digits, '-' and '_', not starting with sn-"
                 )));
             }
-            // `POST /v1/snapshots/prune` would shadow it.
-            if t == "prune" {
-                return Err(ApiError::invalid(
-                    "the tag \"prune\" is reserved (POST /v1/snapshots/prune); choose another",
-                ));
+            // `POST /v1/snapshots/prune` and `…/pull` would shadow it.
+            if t == "prune" || t == "pull" {
+                return Err(ApiError::invalid(format!(
+                    "the tag {t:?} is reserved (POST /v1/snapshots/{t}); choose another"
+                )));
             }
             if self.db.snapshot(t)?.is_some() {
                 return Err(ApiError::conflict(format!(

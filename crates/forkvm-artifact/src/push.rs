@@ -1,0 +1,351 @@
+//! Pushing a snapshot's chain: the image, every link base first, then the
+//! index under the tag.
+//!
+//! A manifest is looked up by digest before anything of it is sent: a link
+//! (or image) the registry already has costs one `HEAD`. For the rest, each
+//! chunk blob is looked up (`HEAD`) and sent only when missing, so chunks
+//! shared with anything already pushed travel once. Blobs go before the
+//! config, the config before its manifest, and manifests before the index,
+//! so a registry never holds a manifest that names a missing blob, and the
+//! tag moves only when everything it names is there.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures_util::TryStreamExt as _;
+use oci_client::RegistryOperation;
+
+use forkvm_image::progress::{Progress, ProgressEvent};
+use forkvm_image::pull::{PullError, PullOptions, Session};
+
+use crate::chunk::{read_chunk, ChunkError};
+use crate::format::{self, Chunk, Descriptor, ImageConfig, LinkConfig, ParentLink};
+
+/// Blobs sent at once.
+const PARALLEL: usize = 4;
+
+/// A push failure.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error(transparent)]
+    Registry(#[from] PullError),
+    #[error(transparent)]
+    Chunk(#[from] ChunkError),
+    #[error("push task failed: {0}")]
+    Task(String),
+}
+
+/// The image to push: its config and where its root disk is.
+pub struct ImagePart {
+    pub config: ImageConfig,
+    pub rootfs: PathBuf,
+}
+
+/// A chain link to push: its config (the parent's manifest digest is filled
+/// in here) and where each of its files is.
+pub struct LinkPart {
+    pub config: LinkConfig,
+    pub paths: BTreeMap<String, PathBuf>,
+}
+
+/// What went over the wire.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pushed {
+    pub reference: String,
+    pub index_digest: String,
+    pub links_skipped: u32,
+    pub image_sent: bool,
+    pub blobs_sent: u32,
+    pub bytes_sent: u64,
+    pub blobs_skipped: u32,
+    pub bytes_skipped: u64,
+    pub manifests_sent: u32,
+}
+
+struct Doc {
+    name: String,
+    role: &'static str,
+    manifest: Vec<u8>,
+    digest: String,
+    config: Vec<u8>,
+    config_desc: Descriptor,
+    layers: Vec<Descriptor>,
+    /// Where each layer's bytes come from.
+    sources: HashMap<String, (PathBuf, Chunk)>,
+}
+
+fn doc(
+    name: &str,
+    role: &'static str,
+    artifact: &str,
+    config_type: &str,
+    config: Vec<u8>,
+    files: &[format::FileEntry],
+    paths: &dyn Fn(&str) -> PathBuf,
+) -> Doc {
+    let layers = format::layers(files);
+    let m = format::manifest(artifact, config_type, &config, layers.clone(), name);
+    let bytes = format::to_bytes(&m);
+    let mut sources = HashMap::new();
+    for f in files {
+        for c in &f.chunks {
+            sources
+                .entry(c.digest.clone())
+                .or_insert_with(|| (paths(&f.name), c.clone()));
+        }
+    }
+    Doc {
+        name: name.to_string(),
+        role,
+        digest: format::sha256_digest(&bytes),
+        manifest: bytes,
+        config_desc: m.config,
+        config,
+        layers,
+        sources,
+    }
+}
+
+/// The index document for `docs` (as pushed under the tag).
+fn index(docs: &[Doc]) -> Vec<u8> {
+    let manifests = docs
+        .iter()
+        .map(|d| {
+            let mut e = format::blob(format::MT_MANIFEST, &d.digest, d.manifest.len() as u64);
+            e.artifact_type = Some(
+                if d.role == "image" {
+                    format::ARTIFACT_IMAGE
+                } else {
+                    format::ARTIFACT_LINK
+                }
+                .to_string(),
+            );
+            e.annotations.insert(format::ANN_ROLE.into(), d.role.into());
+            e.annotations.insert(format::ANN_NAME.into(), d.name.clone());
+            e
+        })
+        .collect();
+    format::to_bytes(&format::Index {
+        schema_version: 2,
+        media_type: format::MT_INDEX.into(),
+        artifact_type: format::ARTIFACT_SNAPSHOT.into(),
+        manifests,
+        annotations: BTreeMap::from([(
+            format::ANN_NAME.to_string(),
+            docs.last().map(|d| d.name.clone()).unwrap_or_default(),
+        )]),
+    })
+}
+
+/// Push `image` and `links` (base first; each link's parent is the one
+/// before it) to `reference`.
+pub async fn push(
+    reference: &str,
+    opts: &PullOptions,
+    image: ImagePart,
+    mut links: Vec<LinkPart>,
+    progress: &dyn Progress,
+) -> Result<Pushed, PushError> {
+    let s = Session::open(reference, opts, RegistryOperation::Push).await?;
+    progress.event(ProgressEvent::Phase {
+        phase: format!("pushing to {}", s.canonical),
+    });
+    let mut docs = Vec::new();
+    let rootfs = image.rootfs.clone();
+    docs.push(doc(
+        &image.config.name,
+        "image",
+        format::ARTIFACT_IMAGE,
+        format::MT_IMAGE_CONFIG,
+        format::to_bytes(&image.config),
+        &image.config.files,
+        &|_| rootfs.clone(),
+    ));
+    let mut prev: Option<(String, String)> = None;
+    for l in &mut links {
+        if let (Some(p), Some((id, digest))) = (&mut l.config.parent, &prev) {
+            if &p.id == id {
+                *p = ParentLink {
+                    id: id.clone(),
+                    manifest: digest.clone(),
+                };
+            }
+        }
+        let paths = l.paths.clone();
+        let d = doc(
+            &l.config.id,
+            "link",
+            format::ARTIFACT_LINK,
+            format::MT_LINK_CONFIG,
+            format::to_bytes(&l.config),
+            &l.config.files,
+            &move |n| paths.get(n).cloned().unwrap_or_default(),
+        );
+        prev = Some((l.config.id.clone(), d.digest.clone()));
+        docs.push(d);
+    }
+    let mut out = Pushed {
+        reference: s.canonical.clone(),
+        ..Default::default()
+    };
+    for d in &docs {
+        send_doc(&s, d, &mut out, progress).await?;
+    }
+    let idx = index(&docs);
+    s.client
+        .push_manifest_raw(
+            &s.reference,
+            idx.clone(),
+            format::MT_INDEX.parse().expect("a valid header value"),
+        )
+        .await
+        .map_err(|e| s.error(e, &format!("the index of {}", s.canonical), false))?;
+    out.manifests_sent += 1;
+    out.bytes_sent += idx.len() as u64;
+    out.index_digest = format::sha256_digest(&idx);
+    Ok(out)
+}
+
+async fn manifest_exists(s: &Session, digest: &str) -> Result<bool, PullError> {
+    match s.client.fetch_manifest_digest(&s.at(digest), &s.auth).await {
+        Ok(_) => Ok(true),
+        Err(e) => match s.error(e, &format!("manifest {digest}"), false) {
+            PullError::NotFound { .. } => Ok(false),
+            other => Err(other),
+        },
+    }
+}
+
+async fn blob_exists(s: &Session, digest: &str) -> Result<bool, PullError> {
+    s.client
+        .blob_exists(&s.reference, digest)
+        .await
+        .map_err(|e| s.error(e, &format!("blob {digest}"), true))
+}
+
+async fn send_doc(
+    s: &Session,
+    d: &Doc,
+    out: &mut Pushed,
+    progress: &dyn Progress,
+) -> Result<(), PushError> {
+    let item = format!("{} {}", d.role, d.name);
+    if manifest_exists(s, &d.digest).await? {
+        progress.event(ProgressEvent::Cached { item });
+        if d.role == "link" {
+            out.links_skipped += 1;
+        }
+        return Ok(());
+    }
+    if d.role == "image" {
+        out.image_sent = true;
+    }
+    let total: u64 = d.layers.iter().map(|l| l.size).sum();
+    let done = AtomicU64::new(0);
+    let sent = AtomicU64::new(0);
+    let sent_n = AtomicU64::new(0);
+    let skipped = AtomicU64::new(0);
+    let skipped_n = AtomicU64::new(0);
+    futures_util::stream::iter(d.layers.iter().map(Ok::<_, PushError>))
+        .try_for_each_concurrent(PARALLEL, |l| {
+            let (done, sent, sent_n, skipped, skipped_n, item) =
+                (&done, &sent, &sent_n, &skipped, &skipped_n, &item);
+            async move {
+                if blob_exists(s, &l.digest).await? {
+                    skipped.fetch_add(l.size, Ordering::Relaxed);
+                    skipped_n.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    let (path, c) = d.sources[&l.digest].clone();
+                    let data = tokio::task::spawn_blocking(move || read_chunk(&path, &c))
+                        .await
+                        .map_err(|e| PushError::Task(e.to_string()))??;
+                    s.client
+                        .push_blob(&s.reference, data, &l.digest)
+                        .await
+                        .map_err(|e| s.error(e, &format!("chunk {}", l.digest), true))?;
+                    sent.fetch_add(l.size, Ordering::Relaxed);
+                    sent_n.fetch_add(1, Ordering::Relaxed);
+                }
+                let n = done.fetch_add(l.size, Ordering::Relaxed) + l.size;
+                progress.event(ProgressEvent::Bytes {
+                    item: item.clone(),
+                    done: n,
+                    total: Some(total),
+                });
+                Ok(())
+            }
+        })
+        .await?;
+    out.bytes_sent += sent.into_inner();
+    out.blobs_sent += sent_n.into_inner() as u32;
+    out.bytes_skipped += skipped.into_inner();
+    out.blobs_skipped += skipped_n.into_inner() as u32;
+    if blob_exists(s, &d.config_desc.digest).await? {
+        out.blobs_skipped += 1;
+        out.bytes_skipped += d.config.len() as u64;
+    } else {
+        s.client
+            .push_blob(&s.reference, d.config.clone(), &d.config_desc.digest)
+            .await
+            .map_err(|e| s.error(e, &format!("the config of {item}"), true))?;
+        out.blobs_sent += 1;
+        out.bytes_sent += d.config.len() as u64;
+    }
+    s.client
+        .push_manifest_raw(
+            &s.at(&d.digest),
+            d.manifest.clone(),
+            format::MT_MANIFEST.parse().expect("a valid header value"),
+        )
+        .await
+        .map_err(|e| s.error(e, &format!("the manifest of {item}"), false))?;
+    out.manifests_sent += 1;
+    out.bytes_sent += d.manifest.len() as u64;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{FileEntry, ImageConfig};
+
+    fn image() -> ImageConfig {
+        ImageConfig {
+            schema: format::SCHEMA,
+            name: "default".into(),
+            image_json: serde_json::json!({"name": "default"}),
+            files: vec![FileEntry {
+                name: "rootfs.ext4".into(),
+                size: 8,
+                sha256: "0".repeat(64),
+                chunks: vec![],
+            }],
+        }
+    }
+
+    #[test]
+    fn documents_are_deterministic_and_the_index_lists_them_in_order() {
+        let mk = || {
+            doc(
+                "default",
+                "image",
+                format::ARTIFACT_IMAGE,
+                format::MT_IMAGE_CONFIG,
+                format::to_bytes(&image()),
+                &image().files,
+                &|_| PathBuf::from("/x"),
+            )
+        };
+        let (a, b) = (mk(), mk());
+        assert_eq!(a.manifest, b.manifest);
+        assert_eq!(a.digest, b.digest);
+        let i = index(&[a]);
+        let parsed = format::parse_index(&i, "test").unwrap_err();
+        // An index of an image alone has no link, and is refused.
+        assert!(parsed.to_string().contains("no chain link"), "{parsed}");
+        let m = format::parse_manifest(&b.manifest, format::ARTIFACT_IMAGE, "m").unwrap();
+        let c = format::parse_image(&b.config, &m, "c").unwrap();
+        assert_eq!(c, image());
+    }
+}
