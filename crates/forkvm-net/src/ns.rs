@@ -114,20 +114,33 @@ pub async fn create(name: &str) -> Result<(), NetError> {
 
 /// `net.ipv4.ip_forward=1` inside a namespace: sysctl files under
 /// `/proc/sys/net` belong to the netns of the thread that opens them.
+///
+/// The `setns` happens on a thread made for it and joined, never on a
+/// thread of tokio's blocking pool: setns changes the calling thread for
+/// good, and tokio keeps pool threads for later blocking work and even turns
+/// them into async workers (`block_in_place`). A pool thread left in a
+/// sandbox's namespace once made the daemon's later sockets open there, so
+/// a registry on 127.0.0.1 answered "connection refused".
 async fn set_forwarding(name: &str) -> Result<(), NetError> {
     let path = ns_path(name);
-    tokio::task::spawn_blocking(move || {
-        let f = std::fs::File::open(&path)?;
-        // SAFETY: setns on this short-lived thread only; the thread ends
-        // right after, so no other code runs in the sandbox namespace.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+    let r = tokio::task::spawn_blocking(move || {
+        std::thread::Builder::new()
+            .name("forkvm-setns".into())
+            .spawn(move || -> std::io::Result<()> {
+                let f = std::fs::File::open(&path)?;
+                // SAFETY: setns affects only this thread, which ends when
+                // the closure returns.
+                if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+            })?
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the setns thread panicked")))
     })
     .await
-    .map_err(|e| NetError::Io(e.to_string()))?
-    .map_err(|e| NetError::Io(format!("cannot enable forwarding in {name}: {e}")))
+    .map_err(|e| NetError::Io(e.to_string()))?;
+    r.map_err(|e| NetError::Io(format!("cannot enable forwarding in {name}: {e}")))
 }
 
 /// Connect a namespace to the host: a veth pair with the slot's addresses
@@ -204,4 +217,32 @@ pub fn enable_host_forwarding() -> Result<bool, NetError> {
     std::fs::write(p, "1")
         .map(|_| true)
         .map_err(|e| NetError::Io(format!("cannot enable IPv4 forwarding ({p}): {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Needs root and iproute2, like the daemon (make test runs it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs root and iproute2: make test"]
+    async fn creating_a_namespace_leaves_no_thread_in_it() {
+        let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+        let name = format!("fvt-leak-{}", std::process::id());
+        super::create(&name).await.expect("ip netns add (root?)");
+        // Every thread the runtime has, pool threads included, is still in
+        // the host's namespace.
+        let mut seen = Vec::new();
+        for _ in 0..64 {
+            seen.push(
+                tokio::task::spawn_blocking(|| std::fs::read_link("/proc/thread-self/ns/net"))
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        seen.push(tokio::task::block_in_place(|| {
+            std::fs::read_link("/proc/thread-self/ns/net").unwrap()
+        }));
+        super::delete(&name).await.unwrap();
+        assert!(seen.iter().all(|n| *n == host), "{seen:?} vs {host:?}");
+    }
 }
