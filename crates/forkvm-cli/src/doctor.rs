@@ -154,15 +154,21 @@ pub async fn run(json: bool) -> Result<ExitCode> {
     }
 
     // The accelerator, and why.
-    match forkvm_daemon::choose_accel(&cfg, None).await {
-        Ok(a) => checks.push(check(
-            "accelerator",
-            Status::Ok,
-            format!("{} — {}", a.accel, a.reason),
-            None,
-        )),
-        Err(e) => checks.push(check("accelerator", Status::Fail, e, None)),
-    }
+    let accel = match forkvm_daemon::choose_accel(&cfg, None).await {
+        Ok(a) => {
+            checks.push(check(
+                "accelerator",
+                Status::Ok,
+                format!("{} — {}", a.accel, a.reason),
+                None,
+            ));
+            Some(a.accel.to_string())
+        }
+        Err(e) => {
+            checks.push(check("accelerator", Status::Fail, e, None));
+            None
+        }
+    };
 
     // Guest artefacts.
     let kernel = cfg.kernel();
@@ -188,6 +194,7 @@ pub async fn run(json: bool) -> Result<ExitCode> {
     }
     checks.push(initrd_check(&cfg.initrd()));
     checks.push(file_check("default image", &cfg.image_rootfs("default")));
+    checks.push(portability_check(&cfg, accel.as_deref()).await);
 
     // Host resources.
     checks.push(disk_check(
@@ -306,6 +313,23 @@ pub async fn run(json: bool) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Which pulled snapshots this host can restore (docs/registry.md).
+async fn portability_check(cfg: &Config, accel: Option<&str>) -> Check {
+    let name = "snapshot pulls";
+    let (Some(accel), Ok(v)) = (accel, forkvm_qemu::features::version(&cfg.qemu).await) else {
+        return check(name, Status::Warn, "unknown until QEMU and the accelerator are", None);
+    };
+    match forkvm_daemon::registry::host::profile(cfg, accel, &v.text).await {
+        Ok(p) => check(name, Status::Ok, forkvm_artifact::compat::rule_text(&p), None),
+        Err(e) => check(
+            name,
+            Status::Warn,
+            format!("cannot tell: {}", e.message),
+            Some(SETUP),
+        ),
+    }
 }
 
 fn which(bin: &str) -> Option<String> {

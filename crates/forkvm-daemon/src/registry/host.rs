@@ -112,29 +112,39 @@ pub async fn machine_types(qemu: &Path) -> Vec<String> {
         .collect()
 }
 
+/// What a host with this configuration, accelerator (`kvm`/`tcg`) and QEMU
+/// (`--version` line) offers a pulled snapshot. Shared by the daemon's pulls
+/// and `forkvm doctor`.
+pub async fn profile(
+    cfg: &crate::config::Config,
+    accel: &str,
+    qemu: &str,
+) -> Result<HostProfile, ApiError> {
+    let (vendor, flags) = cpu();
+    let home = cfg.home.clone();
+    let (k, i) = (cfg.kernel(), cfg.initrd());
+    let (ks, is) = tokio::task::spawn_blocking(move || {
+        Ok::<_, ApiError>((file_sha256(&home, &k)?, file_sha256(&home, &i)?))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    Ok(HostProfile {
+        arch: std::env::consts::ARCH.to_string(),
+        qemu: qemu.to_string(),
+        machine_types: machine_types(&cfg.qemu).await,
+        cpu_model: if accel == "kvm" { "host" } else { "max" }.into(),
+        cpu_vendor: vendor,
+        cpu_flags: if accel == "kvm" { flags } else { Vec::new() },
+        accel: accel.to_string(),
+        kernel_sha256: ks,
+        initrd_sha256: is,
+    })
+}
+
 impl Manager {
     /// What this host offers a pulled snapshot.
     pub async fn host_profile(&self) -> Result<HostProfile, ApiError> {
-        let accel = self.accel.accel.to_string();
-        let (vendor, flags) = cpu();
-        let home = self.cfg.home.clone();
-        let (k, i) = (self.cfg.kernel(), self.cfg.initrd());
-        let (ks, is) = tokio::task::spawn_blocking(move || {
-            Ok::<_, ApiError>((file_sha256(&home, &k)?, file_sha256(&home, &i)?))
-        })
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))??;
-        Ok(HostProfile {
-            arch: std::env::consts::ARCH.to_string(),
-            qemu: self.qemu_version.clone(),
-            machine_types: machine_types(&self.cfg.qemu).await,
-            cpu_model: if accel == "kvm" { "host" } else { "max" }.into(),
-            cpu_vendor: vendor,
-            cpu_flags: if accel == "kvm" { flags } else { Vec::new() },
-            accel,
-            kernel_sha256: ks,
-            initrd_sha256: is,
-        })
+        profile(&self.cfg, &self.accel.accel.to_string(), &self.qemu_version).await
     }
 }
 
