@@ -29,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Set
+from typing import Callable, Iterator, NoReturn, Optional, Set
 
 import pytest
 
@@ -79,14 +79,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_daemon() -> Daemon:
+def _exit_session(message: str) -> NoReturn:
+    pytest.exit(message, returncode=2)
+
+
+def _start_daemon(extra_env: Optional[dict] = None, abort: Callable[[str], NoReturn] = _exit_session) -> Daemon:
+    """Start a daemon in a home of its own (see the module's docstring).
+
+    ``extra_env`` is added to its environment (e.g. ``FORKVM_NET_POOL`` for
+    a second daemon, whose sandbox networks must not overlap the first's);
+    ``abort`` is called with the reason when it cannot start (default: end
+    the session; a test's own daemon passes ``pytest.fail``).
+    """
     binary = Path(os.environ.get("FORKVM_BIN", REPO / "target" / "debug" / "forkvm"))
     if not binary.exists():
-        pytest.exit(f"no forkvm binary at {binary}: build it (cargo build) or set FORKVM_BIN", returncode=2)
+        abort(f"no forkvm binary at {binary}: build it (cargo build) or set FORKVM_BIN")
     images_home = Path(os.environ.get("FORKVM_IMAGES_HOME", "/var/lib/forkvm"))
     for sub in ("guest", "images"):
         if not (images_home / sub).is_dir():
-            pytest.exit(f"{images_home / sub} is missing: run scripts/setup.sh or set FORKVM_IMAGES_HOME", returncode=2)
+            abort(f"{images_home / sub} is missing: run scripts/setup.sh or set FORKVM_IMAGES_HOME")
 
     home = Path(tempfile.mkdtemp(prefix="forkvm-pytest-"))
     (home / "guest").symlink_to(images_home / "guest")
@@ -98,7 +109,7 @@ def _start_daemon() -> Daemon:
             (home / "images" / image.name).symlink_to(image)
     token = secrets.token_hex(16)
     port = _free_port()
-    env = dict(os.environ, FORKVM_HOME=str(home), FORKVM_TOKEN=token)
+    env = dict(os.environ, FORKVM_HOME=str(home), FORKVM_TOKEN=token, **(extra_env or {}))
     env.pop("FORKVM_URL", None)
     log = open(home / "pytest-daemon.log", "wb")
     process = subprocess.Popen(
@@ -121,14 +132,17 @@ def _start_daemon() -> Daemon:
     with daemon.client() as client:
         while True:
             if process.poll() is not None:
-                pytest.exit(f"forkvm serve exited with {process.returncode}:\n{daemon.log()}", returncode=2)
+                log = daemon.log()
+                _stop(daemon)
+                abort(f"forkvm serve exited with {process.returncode}:\n{log}")
             try:
                 client.health()
                 break
             except forkvm.DaemonUnreachable:
                 if time.monotonic() > deadline:
+                    log = daemon.log()
                     _stop(daemon)
-                    pytest.exit(f"forkvm serve did not answer within 60 s:\n{daemon.log()}", returncode=2)
+                    abort(f"forkvm serve did not answer within 60 s:\n{log}")
                 time.sleep(0.1)
     return daemon
 

@@ -29,6 +29,14 @@ import {
   type TransportRequest,
   type TransportResponse,
 } from "./transport.js";
+import {
+  readTransferEvents,
+  type PullResult,
+  type PullSnapshot,
+  type PushResult,
+  type PushSnapshot,
+  type TransferEventCallback,
+} from "./transfer.js";
 import { volumeMounts, type VolumeSpec } from "./volumes.js";
 import { errorFrom, errorFromDetail, jsonBody, ndjsonLines, parseJson } from "./wire.js";
 import type {
@@ -111,6 +119,18 @@ export interface ImageOptions extends RequestOptions {
   /** Called with each event of the progress stream, the last `done` or `error` included. */
   onEvent?: ImageEventCallback | undefined;
 }
+
+/** Options of snapshot push and pull. */
+export interface TransferOptions extends RequestOptions {
+  /** Called with each event of the progress stream, the last `pushed`, `pulled` or `error` included. */
+  onEvent?: TransferEventCallback | undefined;
+}
+
+/** `POST /v1/snapshots/{id}/push`: where to push (`stream` is set by {@link Client.pushSnapshot}). */
+export type PushSnapshotParams = Omit<PushSnapshot, "stream">;
+
+/** `POST /v1/snapshots/pull`: what to pull (`stream` is set by {@link Client.pullSnapshot}). */
+export type PullSnapshotParams = Omit<PullSnapshot, "stream">;
 
 /** `POST /v1/sandboxes`: the wire fields, with `volumes` also as `"SOURCE:GUEST_PATH[:OPTIONS]"` strings. */
 export type CreateSandboxParams = Omit<CreateSandbox, "volumes"> & { volumes?: VolumeSpec[] | null | undefined };
@@ -446,6 +466,63 @@ export class Client extends ProcessOps {
    */
   pruneSnapshots(req: PruneRequest = {}, opts?: RequestOptions): Promise<PruneResult> {
     return this.#json({ method: "POST", path: "/v1/snapshots/prune", ...jsonBody(req), signal: opts?.signal });
+  }
+
+  /**
+   * `POST /v1/snapshots/{id}/push` with `"stream": true` (operation
+   * `push_snapshot`): push the snapshot `ref` (id or tag), with its chain and
+   * base image, to the OCI registry `req.reference` (`host[:port]/repo[:tag]`);
+   * what the registry has is not sent again. `onEvent` sees the progress;
+   * resolves with the {@link PushResult}, or rejects with the error of the
+   * stream's `error` line (`RegistryAuthFailedError`,
+   * `RegistryUnreachableError`…) or of the answer (`NotFoundError` for no such
+   * snapshot).
+   */
+  pushSnapshot(ref: string, req: PushSnapshotParams, opts?: TransferOptions): Promise<PushResult> {
+    return this.#transferStream(
+      "push",
+      { method: "POST", path: `/v1/snapshots/${seg(ref)}/push`, ...jsonBody({ ...req, stream: true }), signal: opts?.signal },
+      opts?.onEvent,
+    );
+  }
+
+  /**
+   * `POST /v1/snapshots/pull` with `"stream": true` (operation
+   * `pull_snapshot`): pull the snapshot pushed to `req.reference` and publish
+   * it here, tagged `req.tag` if given; only the links and the image this
+   * host lacks are fetched, and every blob is verified. Resolves with the
+   * {@link PullResult} (its `snapshot` can be spawned from at once). Rejects
+   * with a `NotFoundError` (code `image_not_found`) when the registry has no
+   * such repository, tag or digest, a `ConflictError` when the tag is taken,
+   * an `IncompatibleSnapshotError` when this host cannot restore it, an
+   * `InvalidImageError` when a blob fails verification.
+   */
+  pullSnapshot(req: PullSnapshotParams, opts?: TransferOptions): Promise<PullResult> {
+    return this.#transferStream(
+      "pull",
+      { method: "POST", path: "/v1/snapshots/pull", ...jsonBody({ ...req, stream: true }), signal: opts?.signal },
+      opts?.onEvent,
+    );
+  }
+
+  /** Send a push or a pull and read its progress stream to its result (see `transfer.ts`). */
+  async #transferStream<K extends "push" | "pull">(
+    what: K,
+    req: TransportRequest,
+    onEvent: TransferEventCallback | undefined,
+  ): Promise<K extends "push" ? PushResult : PullResult> {
+    type Result = K extends "push" ? PushResult : PullResult;
+    const res = await this.#send({ ...req, headers: { ...req.headers, accept: "application/x-ndjson" } });
+    let finished = false;
+    try {
+      const result = (res.header("content-type") ?? "").includes("ndjson")
+        ? ((await readTransferEvents(what, ndjsonLines(res.body()), res.status, onEvent)) as Result)
+        : await parseJson<Result>(res); // the result itself, from a daemon that did not stream
+      finished = true;
+      return result;
+    } finally {
+      if (!finished) res.cancel();
+    }
   }
 
   // ---- volumes --------------------------------------------------------

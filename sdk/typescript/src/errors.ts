@@ -26,6 +26,7 @@ export type ErrorCode =
   | "guest_timeout"
   | "registry_auth_failed"
   | "invalid_image"
+  | "incompatible_snapshot"
   | "build_failed"
   | "registry_unreachable"
   | "no_space"
@@ -77,11 +78,15 @@ export class UnauthorizedError extends ForkvmError {
 export class ForbiddenError extends ForkvmError {
   override name = "ForbiddenError";
 }
-/** 403 `registry_auth_failed`: a registry refused the credentials of a pull. */
+/** 403 `registry_auth_failed`: a registry refused the credentials of a pull or a push. */
 export class RegistryAuthFailedError extends ForbiddenError {
   override name = "RegistryAuthFailedError";
 }
-/** 404: no such sandbox, snapshot, image, route, guest file or executable. */
+/**
+ * 404: no such sandbox, snapshot, image, route, guest file or executable; with
+ * code `image_not_found`, also no such repository, tag or digest in a registry
+ * (an image or snapshot pull).
+ */
 export class NotFoundError extends ForkvmError {
   override name = "NotFoundError";
 }
@@ -107,6 +112,14 @@ export class SnapshotCorruptError extends UnprocessableError {
  */
 export class InvalidImageError extends UnprocessableError {
   override name = "InvalidImageError";
+}
+/**
+ * 422 `incompatible_snapshot`: a pulled snapshot cannot be restored on this
+ * host (QEMU release, machine type, accelerator, CPU or guest kernel differ;
+ * the message says which). Nothing was written.
+ */
+export class IncompatibleSnapshotError extends UnprocessableError {
+  override name = "IncompatibleSnapshotError";
 }
 /** 422 `build_failed`: a Dockerfile is invalid or one of its steps failed (its output came as `log` events). */
 export class BuildFailedError extends UnprocessableError {
@@ -196,6 +209,7 @@ const BY_CODE: Record<string, ErrorClass> = {
   guest_timeout: GuestTimeoutError,
   registry_auth_failed: RegistryAuthFailedError,
   invalid_image: InvalidImageError,
+  incompatible_snapshot: IncompatibleSnapshotError,
   build_failed: BuildFailedError,
   registry_unreachable: RegistryUnreachableError,
   no_space: NoSpaceError,
@@ -220,6 +234,7 @@ const STATUS_OF_CODE: Record<string, number> = {
   guest_timeout: 504,
   registry_auth_failed: 403,
   invalid_image: 422,
+  incompatible_snapshot: 422,
   build_failed: 422,
   registry_unreachable: 502,
   no_space: 507,

@@ -83,6 +83,9 @@ export {
   type ImageOptions,
   type ListSandboxesOptions,
   type PullImageParams,
+  type PullSnapshotParams,
+  type PushSnapshotParams,
+  type TransferOptions,
   type ExecParams,
   type ExecStreamParams,
   type ExecStreamFrame,
@@ -97,6 +100,16 @@ export {
   type ImageEventCallback,
   type ImportImageParams,
 } from "./images.js";
+export {
+  parseTransferEvent,
+  readTransferEvents,
+  type PullResult,
+  type PullSnapshot,
+  type PushResult,
+  type PushSnapshot,
+  type TransferEvent,
+  type TransferEventCallback,
+} from "./transfer.js";
 export { headerBlocks, packDirectory, paxRecord, TarWriter, type ExtraFile, type TarEntry } from "./tar.js";
 export {
   BuildFailedError,
@@ -107,6 +120,7 @@ export {
   ForkvmError,
   GuestError,
   GuestTimeoutError,
+  IncompatibleSnapshotError,
   InvalidImageError,
   InvalidRequestError,
   LimitExceededError,

@@ -3,10 +3,18 @@
  *
  * @module
  */
-import { defaultClient, type Client, type RequestOptions } from "./client.js";
+import {
+  defaultClient,
+  type Client,
+  type PullSnapshotParams,
+  type PushSnapshotParams,
+  type RequestOptions,
+  type TransferOptions,
+} from "./client.js";
 import { ForkvmError } from "./errors.js";
 import { networkFields, type NetworkOptions } from "./network.js";
 import { lifetimeFields, Sandbox, type LifetimeOptions } from "./sandbox.js";
+import type { PushResult } from "./transfer.js";
 import type * as api from "./types.js";
 import { volumeMounts, type VolumeSpec } from "./volumes.js";
 
@@ -89,6 +97,58 @@ export class Snapshot {
   async flatten(opts: { tag?: string | undefined } & RequestOptions = {}): Promise<Snapshot> {
     const req: api.FlattenRequest = opts.tag === undefined ? {} : { tag: opts.tag };
     return new Snapshot(this.client, await this.client.flattenSnapshot(this.id, req, opts));
+  }
+
+  /**
+   * Push it, with its chain and base image, to the OCI registry `reference`
+   * (`host[:port]/repo[:tag]`, e.g. `127.0.0.1:5000/team/warm:v1`); what the
+   * registry has is not sent again. `username`/`password` log in (default:
+   * the daemon host's `~/.docker/config.json`, else anonymous), `insecure`
+   * allows plain HTTP to a registry off loopback, and `onEvent` sees each
+   * progress event (see `Client.pushSnapshot`). Pull it anywhere with
+   * {@link Snapshot.pull}.
+   */
+  push(
+    reference: string,
+    opts: {
+      username?: string | undefined;
+      password?: string | undefined;
+      insecure?: boolean | undefined;
+    } & TransferOptions = {},
+  ): Promise<PushResult> {
+    const req: PushSnapshotParams = { reference };
+    if (opts.username !== undefined) req.username = opts.username;
+    if (opts.password !== undefined) req.password = opts.password;
+    if (opts.insecure !== undefined) req.insecure = opts.insecure;
+    return this.client.pushSnapshot(this.id, req, opts);
+  }
+
+  /**
+   * Pull the snapshot pushed to `reference` (`host[:port]/repo[:tag]` or
+   * `…@sha256:<digest>`) onto the daemon and return it, ready to
+   * {@link spawn} from. `tag` tags it there; the credentials and `insecure`
+   * are those of {@link push}. The last event `onEvent` sees (`pulled`)
+   * carries the whole `api.PullResult` (what was fetched, what was there
+   * already); `Client.pullSnapshot` returns it.
+   */
+  static async pull(
+    reference: string,
+    opts: {
+      tag?: string | undefined;
+      username?: string | undefined;
+      password?: string | undefined;
+      insecure?: boolean | undefined;
+      client?: Client | undefined;
+    } & TransferOptions = {},
+  ): Promise<Snapshot> {
+    const client = opts.client ?? defaultClient();
+    const req: PullSnapshotParams = { reference };
+    if (opts.tag !== undefined) req.tag = opts.tag;
+    if (opts.username !== undefined) req.username = opts.username;
+    if (opts.password !== undefined) req.password = opts.password;
+    if (opts.insecure !== undefined) req.insecure = opts.insecure;
+    const result = await client.pullSnapshot(req, opts);
+    return new Snapshot(client, result.snapshot);
   }
 
   /** Remove it; refused (409) while sandboxes or snapshots depend on it, unless `force`. */

@@ -21,6 +21,8 @@ export type { CreateVolume, MountedVolume, Volume, VolumeList, VolumeMode, Volum
 export type * from "./proc-types.js";
 /** The schemas of the event stream live in `events.ts`. */
 export type { BranchEvent, Event, EventKind, EventsReady, PoolEvent } from "./events.js";
+/** The schemas of snapshot push and pull live in `transfer.ts`. */
+export type { PullResult, PullSnapshot, PushResult, PushSnapshot, TransferEvent } from "./transfer.js";
 
 /** The accelerator in use and why it was chosen. */
 export interface AccelInfo {

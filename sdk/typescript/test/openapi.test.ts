@@ -125,6 +125,10 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   pin_snapshot: [(c) => c.pinSnapshot("ID")],
   unpin_snapshot: [(c) => c.unpinSnapshot("ID")],
   prune_snapshots: [(c) => c.pruneSnapshots({ all: true, dry_run: true })],
+  push_snapshot: [(c) => c.pushSnapshot("ID", { reference: "127.0.0.1:5000/x:1", username: "u", password: "p", insecure: true })],
+  pull_snapshot: [
+    (c) => c.pullSnapshot({ reference: "127.0.0.1:5000/x:1", tag: "t", username: "u", password: "p", insecure: true }),
+  ],
   events: [(c) => c.events({ lastEventId: 42 })],
   list_volumes: [(c) => c.listVolumes()],
   create_volume: [(c) => c.createVolume("NAME")],
@@ -284,7 +288,15 @@ describe("errors", () => {
 });
 
 /** The modules of the wire types: src/types.ts and those it re-exports. */
-const TYPE_MODULES = ["src/types.ts", "src/lifecycle.ts", "src/resources.ts", "src/proc-types.ts", "src/volumes.ts", "src/events.ts"];
+const TYPE_MODULES = [
+  "src/types.ts",
+  "src/lifecycle.ts",
+  "src/resources.ts",
+  "src/proc-types.ts",
+  "src/volumes.ts",
+  "src/events.ts",
+  "src/transfer.ts",
+];
 
 /** The exported interfaces and type aliases of the wire-type modules. */
 function declaredTypes(): Map<string, ts.InterfaceDeclaration | ts.TypeAliasDeclaration> {
@@ -346,7 +358,7 @@ function assertProperties(name: string, schema: Schema, node: ts.Node, types?: M
   }
 }
 
-describe("src/types.ts (with src/lifecycle.ts, src/resources.ts, src/proc-types.ts, src/volumes.ts and src/events.ts) covers every schema of docs/openapi.json", () => {
+describe("src/types.ts (with src/lifecycle.ts, src/resources.ts, src/proc-types.ts, src/volumes.ts, src/events.ts and src/transfer.ts) covers every schema of docs/openapi.json", () => {
   const types = declaredTypes();
   for (const [name, schema] of Object.entries(doc.components.schemas)) {
     test(`schema ${name}`, () => {

@@ -105,8 +105,9 @@ def _file_mode(mode: Union[int, str, None]) -> Optional[str]:
     return mode
 
 
-#: The HTTP timeout of the image operations: they take as long as a pull, an
-#: upload or a build does (the daemon reports progress meanwhile).
+#: The HTTP timeout of the image operations and of snapshot push and pull: they
+#: take as long as a transfer, an upload or a build does (the daemon reports
+#: progress meanwhile).
 IMAGE_TIMEOUT = httpx.Timeout(None, connect=10.0)
 
 #: How the NDJSON progress streams are asked for.
@@ -277,6 +278,20 @@ def unpin_snapshot(id: str) -> Request:
 
 def prune_snapshots(body: models.PruneRequest) -> Request:
     return Request("POST", "/v1/snapshots/prune", _model(models.PruneResult), json=body.to_dict())
+
+
+def push_snapshot(id: str, body: models.PushSnapshot) -> Request:
+    """A push, streamed (the answer is read by the client's transfer stream, see ``_transfer.py``)."""
+    body.stream = True
+    return Request(
+        "POST", f"/v1/snapshots/{_seg(id)}/push", json=body.to_dict(), headers=dict(_NDJSON), timeout=IMAGE_TIMEOUT
+    )
+
+
+def pull_snapshot(body: models.PullSnapshot) -> Request:
+    """A pull, streamed (as :func:`push_snapshot`)."""
+    body.stream = True
+    return Request("POST", "/v1/snapshots/pull", json=body.to_dict(), headers=dict(_NDJSON), timeout=IMAGE_TIMEOUT)
 
 
 def list_images() -> Request:

@@ -22,17 +22,18 @@ the blocking module from the asyncio one.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Iterable, List, Mapping, Optional, Sequence, Type, Union
 
 import httpx
 
-from . import _images, _ops, models
+from . import _images, _ops, _transfer, models
 from ._base import _CHUNK, TimeoutTypes, _BaseClient, _streaming_refused
 from ._events import EventStream
 from ._proc_client import ProcessOps
 from ._default import default_client
 from ._images import ImageEventCallback
 from ._ops import EgressSpec, LimitsSpec, PortSpec
+from ._transfer import R, TransferEventCallback
 from ._volume_models import VolumeSpec
 from .errors import error_from_response
 from .streaming import ExecStream, _is_json
@@ -141,6 +142,28 @@ class Client(_BaseClient, ProcessOps):
                 if image is not None:
                     return image
             raise _images.stream_ended()
+        finally:
+            response.close()
+
+    def _transfer_stream(
+        self, request: _ops.Request, result_type: Type[R], on_event: Optional[TransferEventCallback]
+    ) -> R:
+        """Send a push or a pull and read its progress stream to its result (see :mod:`forkvm._transfer`)."""
+        response = self._open_stream(request)
+        try:
+            if _is_json(response):  # the result itself, from a daemon that did not stream
+                response.read()
+                return _ops._model(result_type)(response)
+            for line in response.iter_lines():
+                event = _transfer.parse_transfer_event(line)
+                if event is None:
+                    continue
+                if on_event is not None:
+                    _settle(on_event(event))
+                result = _transfer.transfer_outcome(event, result_type)
+                if result is not None:
+                    return result
+            raise _transfer.stream_ended(result_type)
         finally:
             response.close()
 
@@ -431,6 +454,74 @@ class Client(_BaseClient, ProcessOps):
         """``POST /v1/snapshots/prune``: remove the branch points nothing needs, past the grace
         period (or however young, with ``all``); ``dry_run`` only lists them."""
         return self._send(_ops.prune_snapshots(models.PruneRequest(all=all, dry_run=dry_run)))
+
+    def push_snapshot(
+        self,
+        id: str,
+        reference: str,
+        *,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        insecure: Optional[bool] = None,
+        on_event: Optional[TransferEventCallback] = None,
+    ) -> models.PushResult:
+        """``POST /v1/snapshots/{id}/push`` (streamed): push a snapshot, its chain and base image to a registry.
+
+        ``id`` is the snapshot's id or tag. ``reference`` says where to:
+        ``host[:port]/repo[:tag]`` (the tag defaults to ``latest``), e.g.
+        ``127.0.0.1:5000/team/warm:v1``. ``username`` and ``password``
+        (give both) log in to the registry; without them the daemon uses its
+        host's ``~/.docker/config.json``, else pushes anonymously.
+        ``insecure`` speaks plain HTTP to a registry that is not on loopback
+        (loopback registries always may). What the registry already has is
+        not sent again.
+
+        ``on_event`` is called with each :class:`~forkvm.models.TransferEvent`
+        of the progress stream (phases, bytes per file, cached links, the
+        last ``pushed`` or ``error``). Returns the
+        :class:`~forkvm.models.PushResult`; a failure is raised as its
+        :class:`~forkvm.ForkvmError` subclass (:class:`~forkvm.NotFound` for
+        no such snapshot, :class:`~forkvm.RegistryAuthFailed`,
+        :class:`~forkvm.RegistryUnreachable`...).
+        """
+        body = models.PushSnapshot(reference=reference, username=username, password=password, insecure=insecure)
+        return self._transfer_stream(_ops.push_snapshot(id, body), models.PushResult, on_event)
+
+    def pull_snapshot(
+        self,
+        reference: str,
+        *,
+        tag: Optional[str] = None,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        insecure: Optional[bool] = None,
+        on_event: Optional[TransferEventCallback] = None,
+    ) -> models.PullResult:
+        """``POST /v1/snapshots/pull`` (streamed): pull a pushed snapshot and publish it on this host.
+
+        ``reference`` is ``host[:port]/repo[:tag]``, or
+        ``host[:port]/repo@sha256:<digest>`` for exactly one push (its
+        :attr:`~forkvm.models.PushResult.digest`). ``tag`` tags the pulled
+        snapshot here (its ancestors get none). The credentials and
+        ``insecure`` are those of :meth:`push_snapshot`. Only the links and
+        the image this host lacks are fetched; every blob is verified, and
+        nothing is written unless this host can restore the snapshot.
+
+        ``on_event`` sees the progress as for :meth:`push_snapshot` (the
+        last event ``pulled`` or ``error``). Returns the
+        :class:`~forkvm.models.PullResult`, whose ``snapshot`` can be spawned
+        from at once. Raises :class:`~forkvm.ImageNotFound` when the
+        registry has no such repository, tag or digest,
+        :class:`~forkvm.Conflict` when ``tag`` is taken here,
+        :class:`~forkvm.IncompatibleSnapshot` when this host cannot restore
+        it, :class:`~forkvm.InvalidImage` when a blob fails verification,
+        and :class:`~forkvm.RegistryAuthFailed` or
+        :class:`~forkvm.RegistryUnreachable` for registry trouble.
+        """
+        body = models.PullSnapshot(
+            reference=reference, tag=tag, username=username, password=password, insecure=insecure
+        )
+        return self._transfer_stream(_ops.pull_snapshot(body), models.PullResult, on_event)
 
     # -- volumes -----------------------------------------------------------
 

@@ -40,6 +40,7 @@ __all__ = [
     "Unprocessable",
     "SnapshotCorrupt",
     "InvalidImage",
+    "IncompatibleSnapshot",
     "BuildFailed",
     "LimitExceeded",
     "ServerError",
@@ -104,7 +105,7 @@ class Forbidden(ForkvmError):
 
 
 class RegistryAuthFailed(Forbidden):
-    """403 ``registry_auth_failed``: a registry refused the credentials of a pull."""
+    """403 ``registry_auth_failed``: a registry refused the credentials of a pull or a push."""
 
 
 class NotFound(ForkvmError):
@@ -112,7 +113,8 @@ class NotFound(ForkvmError):
 
 
 class ImageNotFound(NotFound):
-    """404 ``image_not_found``: unknown image."""
+    """404 ``image_not_found``: unknown image, or a registry has no such
+    repository, tag or digest (an image or snapshot pull)."""
 
 
 class Conflict(ForkvmError):
@@ -138,6 +140,12 @@ class SnapshotCorrupt(Unprocessable):
 class InvalidImage(Unprocessable):
     """422 ``invalid_image``: an image's blobs fail verification, its archive or
     manifest is malformed, or it has no linux/amd64 variant."""
+
+
+class IncompatibleSnapshot(Unprocessable):
+    """422 ``incompatible_snapshot``: a pulled snapshot cannot be restored on
+    this host (QEMU release, machine type, accelerator, CPU or guest kernel
+    differ; the message says which). Nothing was written."""
 
 
 class BuildFailed(Unprocessable):
@@ -258,6 +266,7 @@ _BY_CODE: Dict[str, Type[ForkvmError]] = {
     "guest_timeout": GuestTimeout,
     "registry_auth_failed": RegistryAuthFailed,
     "invalid_image": InvalidImage,
+    "incompatible_snapshot": IncompatibleSnapshot,
     "build_failed": BuildFailed,
     "registry_unreachable": RegistryUnreachable,
     "no_space": NoSpace,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional, Sequence, U
 
 from . import _ops, models
 from ._ops import EgressSpec, LimitsSpec, PortSpec
+from ._transfer import TransferEventCallback
 from ._volume_models import VolumeSpec
 from .client import Client, default_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
@@ -693,6 +694,54 @@ class Snapshot:
     def delete(self, force: bool = False) -> None:
         """Remove the snapshot; with ``force``, also what depends on it (else 409)."""
         self.client.delete_snapshot(self.id, force=force)
+
+    def push(
+        self,
+        reference: str,
+        *,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        insecure: Optional[bool] = None,
+        on_event: Optional[TransferEventCallback] = None,
+    ) -> models.PushResult:
+        """Push it, with its chain and base image, to the OCI registry ``reference``
+        (``host[:port]/repo[:tag]``); what the registry has is not sent again.
+
+        ``username``/``password`` log in (default: the daemon host's docker
+        config, else anonymous), ``insecure`` allows plain HTTP to a registry
+        off loopback, and ``on_event`` sees each progress event (see
+        :meth:`forkvm.Client.push_snapshot`). Pull it anywhere with
+        :meth:`Snapshot.pull`.
+        """
+        return self.client.push_snapshot(
+            self.id, reference, username=username, password=password, insecure=insecure, on_event=on_event
+        )
+
+    @classmethod
+    def pull(
+        cls,
+        reference: str,
+        *,
+        tag: Optional[str] = None,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        insecure: Optional[bool] = None,
+        on_event: Optional[TransferEventCallback] = None,
+        client: Optional[Client] = None,
+    ) -> "Snapshot":
+        """Pull the snapshot pushed to ``reference`` (``host[:port]/repo[:tag]`` or
+        ``…@sha256:<digest>``) onto the daemon, and return it, ready to :meth:`spawn` from.
+
+        ``tag`` tags it on this daemon; the other arguments are those of
+        :meth:`push`. The last event given to ``on_event`` (``pulled``) carries
+        the whole :class:`~forkvm.models.PullResult` (what was fetched, what
+        was there already); :meth:`forkvm.Client.pull_snapshot` returns it.
+        """
+        client = client or default_client()
+        result = client.pull_snapshot(
+            reference, tag=tag, username=username, password=password, insecure=insecure, on_event=on_event
+        )
+        return cls._wrap(client, result.snapshot)
 
 
 @dataclass
