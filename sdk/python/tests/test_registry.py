@@ -97,40 +97,27 @@ def registry() -> Iterator[Registry]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def settle_network_namespaces(daemon: Daemon, timeout: float = 60.0) -> None:
-    """Wait until every thread of the daemon is back in the daemon's own network namespace.
+def assert_threads_in_own_namespace(daemon: Daemon) -> None:
+    """Every thread of the daemon is in the daemon's own network namespace.
 
-    A workaround for a daemon bug: a spawn enables IP forwarding in the
-    sandbox's namespace by ``setns`` on a tokio blocking-pool thread
-    (``forkvm-net``'s ``set_forwarding``), and that thread stays in the
-    namespace. The push's ``block_in_place`` (``registry/export.rs``) can
-    then make it an async worker for good, and the registry connections
-    made on it fail with "connection refused" (its loopback is the
-    sandbox's). Idle pool threads end after 10 s, so a push made once none
-    is left works. Only possible for a daemon this session started (its PID
-    is known); a no-op once the daemon no longer leaves threads behind.
+    A regression check: the daemon once enabled IP forwarding in a new
+    sandbox's namespace by ``setns`` on a tokio blocking-pool thread, which
+    stayed there and could later serve as an async worker, so registry
+    connections failed with "connection refused" (the loopback was the
+    sandbox's). Only possible for a daemon this session started.
     """
     if daemon.process is None:
         return
     pid = daemon.process.pid
     own = os.readlink(f"/proc/{pid}/ns/net")
-    deadline = time.monotonic() + timeout
-    while True:
-        stray = []
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                if os.readlink(f"/proc/{pid}/task/{tid}/ns/net") != own:
-                    stray.append(tid)
-            except FileNotFoundError:
-                pass  # the thread ended meanwhile
-        if not stray:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"threads {stray} of the daemon (pid {pid}) are still in a sandbox's network namespace "
-                f"after {timeout:g} s: its registry connections would fail"
-            )
-        time.sleep(0.2)
+    stray = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if os.readlink(f"/proc/{pid}/task/{tid}/ns/net") != own:
+                stray.append(tid)
+        except FileNotFoundError:
+            pass  # the thread ended meanwhile
+    assert not stray, f"threads {stray} of the daemon (pid {pid}) are in a sandbox's network namespace"
 
 
 @dataclass
@@ -155,7 +142,7 @@ def pushed(daemon: Daemon, client: Client, registry: Registry) -> Pushed:
         sb.files.write(MARKER, content)
         snapshot = sb.snapshot(f"pytest-reg-{secrets.token_hex(4)}")
     reference = registry.reference("pytest/warm", "v1")
-    settle_network_namespaces(daemon)
+    assert_threads_in_own_namespace(daemon)
     events: List[models.TransferEvent] = []
     result = snapshot.push(reference, on_event=events.append)
     return Pushed(snapshot=snapshot, reference=reference, content=content, result=result, events=events)

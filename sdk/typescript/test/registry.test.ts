@@ -100,39 +100,26 @@ class Registry {
 }
 
 /**
- * Wait until every thread of the daemon `pid` is back in the daemon's own
- * network namespace.
+ * Every thread of the daemon `pid` is in the daemon's own network namespace.
  *
- * A workaround for a daemon bug: a spawn enables IP forwarding in the
- * sandbox's namespace by `setns` on a tokio blocking-pool thread
- * (forkvm-net's `set_forwarding`), and that thread stays in the namespace.
- * The push's `block_in_place` (registry/export.rs) can then make it an async
- * worker for good, and the registry connections made on it fail with
- * "connection refused" (its loopback is the sandbox's). Idle pool threads
- * end after 10 s, so a push made once none is left works. Only possible for
- * the runner's daemon (its PID is known); a no-op once the daemon no longer
- * leaves threads behind.
+ * A regression check: the daemon once enabled IP forwarding in a new
+ * sandbox's namespace by `setns` on a tokio blocking-pool thread, which
+ * stayed there and could later serve as an async worker, so registry
+ * connections failed with "connection refused" (the loopback was the
+ * sandbox's). Only possible for the runner's daemon (its PID is known).
  */
-async function settleNetworkNamespaces(pid: string | undefined, timeoutMs = 60_000): Promise<void> {
+function assertThreadsInOwnNamespace(pid: string | undefined): void {
   if (!pid) return;
   const own = readlinkSync(`/proc/${pid}/ns/net`);
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const stray = readdirSync(`/proc/${pid}/task`).filter((tid) => {
-      try {
-        return readlinkSync(`/proc/${pid}/task/${tid}/ns/net`) !== own;
-      } catch {
-        return false; // the thread ended meanwhile
-      }
-    });
-    if (stray.length === 0) return;
-    if (Date.now() > deadline) {
-      throw new Error(
-        `threads ${stray.join(", ")} of the daemon (pid ${pid}) are still in a sandbox's network namespace ` +
-          `after ${timeoutMs} ms: its registry connections would fail`,
-      );
+  const stray = readdirSync(`/proc/${pid}/task`).filter((tid) => {
+    try {
+      return readlinkSync(`/proc/${pid}/task/${tid}/ns/net`) !== own;
+    } catch {
+      return false; // the thread ended meanwhile
     }
-    await sleep(200);
+  });
+  if (stray.length > 0) {
+    throw new Error(`threads ${stray.join(", ")} of the daemon (pid ${pid}) are in a sandbox's network namespace`);
   }
 }
 
@@ -157,7 +144,7 @@ describe("snapshot push and pull through a registry", { skip, timeout: VM_TIMEOU
       await sb.close();
     }
     reference = registry.reference("ts/warm", "v1");
-    await settleNetworkNamespaces(process.env.FORKVM_TEST_DAEMON_PID);
+    assertThreadsInOwnNamespace(process.env.FORKVM_TEST_DAEMON_PID);
     pushed = await snapshot.push(reference, { onEvent: (e) => void events.push(e) });
   });
 

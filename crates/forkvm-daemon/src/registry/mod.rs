@@ -223,6 +223,16 @@ impl Manager {
         let top_cached = matches!(plans.last(), Some(LinkPlan::Have(_)));
         if !top_cached {
             self.check_tag(req.tag.as_deref())?;
+        } else if let Some(t) = &req.tag {
+            // Tags are sealed in the manifest: an existing snapshot keeps its own.
+            let row = self.snapshot_row(&top_id)?;
+            if row.tag.as_deref() != Some(t.as_str()) {
+                return Err(ApiError::conflict(format!(
+                    "this host already has snapshot {top_id} ({}); spawn it by id, or remove \
+                     it and pull again to tag it {t:?}",
+                    row.tag.map_or("untagged".to_string(), |x| format!("tagged {x:?}"))
+                )));
+            }
         }
         let mut bytes = 0u64;
         let mut fetched = 0u32;
