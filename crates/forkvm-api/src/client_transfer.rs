@@ -22,7 +22,9 @@ impl Client {
             .await?;
         match ev {
             TransferEvent::Pushed { result } => Ok(result),
-            other => Err(ClientError::Decode(format!("unexpected last event {other:?}"))),
+            other => Err(ClientError::Decode(format!(
+                "unexpected last event {other:?}"
+            ))),
         }
     }
 
@@ -36,7 +38,9 @@ impl Client {
         req.stream = true;
         match self.transfer("/v1/snapshots/pull", &req, on_event).await? {
             TransferEvent::Pulled { result } => Ok(*result),
-            other => Err(ClientError::Decode(format!("unexpected last event {other:?}"))),
+            other => Err(ClientError::Decode(format!(
+                "unexpected last event {other:?}"
+            ))),
         }
     }
 

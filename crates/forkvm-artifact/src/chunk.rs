@@ -242,7 +242,8 @@ mod tests {
         // 10 chunks of 64 KiB: data, hole, data, … and a short tail.
         f.set_len(10 * 65536 + 100).unwrap();
         for i in [0u64, 2, 5, 9] {
-            f.write_all_at(&vec![i as u8 + 1; 65536], i * 65536).unwrap();
+            f.write_all_at(&vec![i as u8 + 1; 65536], i * 65536)
+                .unwrap();
         }
         f.write_all_at(&[7u8; 100], 10 * 65536).unwrap();
         p
@@ -328,7 +329,10 @@ mod tests {
             size: other.len() as u64,
             ..c.clone()
         };
-        assert!(matches!(unpack(&other, &lying), Err(ChunkError::Bad { .. })));
+        assert!(matches!(
+            unpack(&other, &lying),
+            Err(ChunkError::Bad { .. })
+        ));
         // Not zstd at all.
         let junk = b"not zstd".to_vec();
         let j = Chunk {

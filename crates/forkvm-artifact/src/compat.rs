@@ -213,8 +213,12 @@ mod tests {
 
     #[test]
     fn each_mismatch_is_named() {
-        let cases: Vec<(Box<dyn Fn(&mut Requires)>, &str)> = vec![
-            (Box::new(|r| r.qemu = "QEMU emulator version 9.2.0".into()), "QEMU 9.2"),
+        type Edit = Box<dyn Fn(&mut Requires)>;
+        let cases: Vec<(Edit, &str)> = vec![
+            (
+                Box::new(|r| r.qemu = "QEMU emulator version 9.2.0".into()),
+                "QEMU 9.2",
+            ),
             (Box::new(|r| r.qemu = "11.0.0".into()), "QEMU 11.0"),
             (Box::new(|r| r.arch = "aarch64".into()), "aarch64"),
             (Box::new(|r| r.machine = "q99,acpi=on".into()), "\"q99\""),

@@ -16,9 +16,7 @@ use forkvm_image::progress::{Progress, ProgressEvent};
 use forkvm_image::pull::{PullError, PullOptions, Session};
 
 use crate::chunk::{unpack, Assembler, ChunkError};
-use crate::format::{
-    self, DiskBacking, FileEntry, FormatError, ImageConfig, LinkConfig, Manifest,
-};
+use crate::format::{self, DiskBacking, FileEntry, FormatError, ImageConfig, LinkConfig, Manifest};
 
 /// Chunks fetched at once.
 const PARALLEL: usize = 4;
@@ -89,7 +87,11 @@ async fn manifest_bytes(
 }
 
 /// A whole (small) blob, size-bounded and digest-checked.
-async fn small_blob(s: &Session, d: &format::Descriptor, what: &str) -> Result<Vec<u8>, FetchError> {
+async fn small_blob(
+    s: &Session,
+    d: &format::Descriptor,
+    what: &str,
+) -> Result<Vec<u8>, FetchError> {
     let mut stream = s
         .client
         .pull_blob_stream(&s.reference, d.digest.as_str())
@@ -135,7 +137,11 @@ pub async fn resolve(
     let mut image = None;
     let mut links: Vec<RemoteLink> = Vec::new();
     for e in &index.manifests {
-        let role = e.annotations.get(format::ANN_ROLE).cloned().unwrap_or_default();
+        let role = e
+            .annotations
+            .get(format::ANN_ROLE)
+            .cloned()
+            .unwrap_or_default();
         let what = format!("{role} manifest {}", e.digest);
         let (mb, digest) = manifest_bytes(&s, &s.at(&e.digest), format::MT_MANIFEST, &what).await?;
         let artifact = if role == "image" {

@@ -47,7 +47,9 @@ pub enum FormatError {
     Json { what: String, why: String },
     #[error("{what} is not a forkvm snapshot artifact: {why}")]
     Foreign { what: String, why: String },
-    #[error("{what} uses artifact schema {got}; this forkvm reads schema {SCHEMA}: upgrade forkvm")]
+    #[error(
+        "{what} uses artifact schema {got}; this forkvm reads schema {SCHEMA}: upgrade forkvm"
+    )]
     Schema { what: String, got: u32 },
     #[error("{what}: {why}")]
     Invalid { what: String, why: String },
@@ -60,7 +62,11 @@ pub struct Descriptor {
     pub media_type: String,
     pub digest: String,
     pub size: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "artifactType")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "artifactType"
+    )]
     pub artifact_type: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
@@ -186,10 +192,16 @@ impl FileEntry {
         let mut end = 0u64;
         for c in &self.chunks {
             if c.offset < end {
-                return Err(bad(format!("chunk at {} overlaps the one before", c.offset)));
+                return Err(bad(format!(
+                    "chunk at {} overlaps the one before",
+                    c.offset
+                )));
             }
             if c.length == 0 || c.length > MAX_CHUNK {
-                return Err(bad(format!("chunk at {} has length {}", c.offset, c.length)));
+                return Err(bad(format!(
+                    "chunk at {} has length {}",
+                    c.offset, c.length
+                )));
             }
             end = c
                 .offset
@@ -201,7 +213,10 @@ impl FileEntry {
             }
             // zstd never grows data by more than a small frame overhead.
             if c.size > c.length + 4096 {
-                return Err(bad(format!("chunk at {} claims {} bytes", c.offset, c.size)));
+                return Err(bad(format!(
+                    "chunk at {} claims {} bytes",
+                    c.offset, c.size
+                )));
             }
         }
         Ok(())
@@ -298,8 +313,7 @@ pub fn parse_index(b: &[u8], what: &str) -> Result<Index, FormatError> {
             Some("link") => links += 1,
             _ => return Err(foreign(format!("entry {n} has role {role:?}"))),
         }
-        if d.media_type != MT_MANIFEST || !d.digest.strip_prefix("sha256:").is_some_and(is_hex64)
-        {
+        if d.media_type != MT_MANIFEST || !d.digest.strip_prefix("sha256:").is_some_and(is_hex64) {
             return Err(foreign(format!("entry {n} is not a sha256 image manifest")));
         }
     }
@@ -317,7 +331,9 @@ pub fn parse_manifest(b: &[u8], artifact: &str, what: &str) -> Result<Manifest, 
     } else {
         MT_LINK_CONFIG
     };
-    if m.media_type != MT_MANIFEST || m.artifact_type != artifact || m.config.media_type != want_config
+    if m.media_type != MT_MANIFEST
+        || m.artifact_type != artifact
+        || m.config.media_type != want_config
     {
         return Err(FormatError::Foreign {
             what: what.to_string(),

@@ -122,7 +122,8 @@ fn index(docs: &[Doc]) -> Vec<u8> {
                 .to_string(),
             );
             e.annotations.insert(format::ANN_ROLE.into(), d.role.into());
-            e.annotations.insert(format::ANN_NAME.into(), d.name.clone());
+            e.annotations
+                .insert(format::ANN_NAME.into(), d.name.clone());
             e
         })
         .collect();
@@ -138,16 +139,20 @@ fn index(docs: &[Doc]) -> Vec<u8> {
     })
 }
 
+/// Open a session for pushing to `reference`: a dead registry or refused
+/// credentials fail here, before any file is read.
+pub async fn connect(reference: &str, opts: &PullOptions) -> Result<Session, PushError> {
+    Ok(Session::open(reference, opts, RegistryOperation::Push).await?)
+}
+
 /// Push `image` and `links` (base first; each link's parent is the one
-/// before it) to `reference`.
+/// before it) through `s` (from [`connect`]).
 pub async fn push(
-    reference: &str,
-    opts: &PullOptions,
+    s: &Session,
     image: ImagePart,
     mut links: Vec<LinkPart>,
     progress: &dyn Progress,
 ) -> Result<Pushed, PushError> {
-    let s = Session::open(reference, opts, RegistryOperation::Push).await?;
     progress.event(ProgressEvent::Phase {
         phase: format!("pushing to {}", s.canonical),
     });
@@ -190,7 +195,7 @@ pub async fn push(
         ..Default::default()
     };
     for d in &docs {
-        send_doc(&s, d, &mut out, progress).await?;
+        send_doc(s, d, &mut out, progress).await?;
     }
     let idx = index(&docs);
     s.client

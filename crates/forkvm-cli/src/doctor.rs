@@ -319,10 +319,20 @@ pub async fn run(json: bool) -> Result<ExitCode> {
 async fn portability_check(cfg: &Config, accel: Option<&str>) -> Check {
     let name = "snapshot pulls";
     let (Some(accel), Ok(v)) = (accel, forkvm_qemu::features::version(&cfg.qemu).await) else {
-        return check(name, Status::Warn, "unknown until QEMU and the accelerator are", None);
+        return check(
+            name,
+            Status::Warn,
+            "unknown until QEMU and the accelerator are",
+            None,
+        );
     };
     match forkvm_daemon::registry::host::profile(cfg, accel, &v.text).await {
-        Ok(p) => check(name, Status::Ok, forkvm_artifact::compat::rule_text(&p), None),
+        Ok(p) => check(
+            name,
+            Status::Ok,
+            forkvm_artifact::compat::rule_text(&p),
+            None,
+        ),
         Err(e) => check(
             name,
             Status::Warn,

@@ -51,7 +51,13 @@ pub(crate) async fn push(
     if json {
         return Ok(());
     }
-    println!("{}@{}", p.reference.rsplit_once(':').map_or(p.reference.as_str(), |(r, _)| r), p.digest);
+    println!(
+        "{}@{}",
+        p.reference
+            .rsplit_once(':')
+            .map_or(p.reference.as_str(), |(r, _)| r),
+        p.digest
+    );
     eprintln!(
         "forkvm: pushed {} ({} link(s), {} already there; image {}): sent {} blobs, {}; skipped {} blobs, {} in {:.1} s",
         p.snapshot,

@@ -43,8 +43,16 @@ fn blob_dir(reg: &registry::Registry) -> PathBuf {
 /// Every blob in the registry's storage: digest → size.
 fn blobs(reg: &registry::Registry) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
-    for pre in std::fs::read_dir(blob_dir(reg)).into_iter().flatten().flatten() {
-        for b in std::fs::read_dir(pre.path()).into_iter().flatten().flatten() {
+    for pre in std::fs::read_dir(blob_dir(reg))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for b in std::fs::read_dir(pre.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             if let Ok(md) = std::fs::metadata(b.path().join("data")) {
                 m.insert(
                     format!("sha256:{}", b.file_name().to_string_lossy()),
@@ -92,7 +100,10 @@ fn wait_file(d: &Daemon, id: &str, path: &str) -> String {
 }
 
 fn snapshot(d: &Daemon, id: &str) -> String {
-    d.json(&["snapshot", id])["id"].as_str().unwrap().to_string()
+    d.json(&["snapshot", id])["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 /// Nothing half-made in a home: no staging directories of snapshots or
@@ -100,7 +111,11 @@ fn snapshot(d: &Daemon, id: &str) -> String {
 fn staging_left(home: &Path) -> Vec<String> {
     let mut v = Vec::new();
     for dir in ["snapshots", "images"] {
-        for e in std::fs::read_dir(home.join(dir)).into_iter().flatten().flatten() {
+        for e in std::fs::read_dir(home.join(dir))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with(".tmp-") {
                 v.push(format!("{dir}/{n}"));
@@ -113,7 +128,11 @@ fn staging_left(home: &Path) -> Vec<String> {
 fn listing(home: &Path) -> BTreeSet<String> {
     let mut s = BTreeSet::new();
     for dir in ["snapshots", "images"] {
-        for e in std::fs::read_dir(home.join(dir)).into_iter().flatten().flatten() {
+        for e in std::fs::read_dir(home.join(dir))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             s.insert(format!("{dir}/{}", e.file_name().to_string_lossy()));
         }
     }
@@ -150,7 +169,10 @@ fn upload(reg: &registry::Registry, repo: &str, bytes: &[u8]) -> String {
     ]);
     let loc = headers
         .lines()
-        .find_map(|l| l.strip_prefix("Location: ").or(l.strip_prefix("location: ")))
+        .find_map(|l| {
+            l.strip_prefix("Location: ")
+                .or(l.strip_prefix("location: "))
+        })
         .expect("a Location header")
         .trim()
         .to_string();
@@ -219,9 +241,15 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
     );
     let after = blobs(&reg);
     assert_eq!(pushed["snapshot"], snap.as_str());
-    assert_eq!(pushed["links"], 2, "the template and the snapshot: {pushed}");
+    assert_eq!(
+        pushed["links"], 2,
+        "the template and the snapshot: {pushed}"
+    );
     assert_eq!(pushed["image_sent"], true);
-    let added: Vec<(&String, &u64)> = after.iter().filter(|(k, _)| !before.contains_key(*k)).collect();
+    let added: Vec<(&String, &u64)> = after
+        .iter()
+        .filter(|(k, _)| !before.contains_key(*k))
+        .collect();
     // The registry stores manifests as blobs too.
     assert_eq!(
         added.len() as u64,
@@ -236,7 +264,14 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
     // 2. Host B pulls and spawns it: the process's buffer and the file are
     //    exactly A's.
     let pulled = result(
-        &b.ok(&["--json", "snapshot", "pull", &r("travel:v1"), "--tag", "arrived"]),
+        &b.ok(&[
+            "--json",
+            "snapshot",
+            "pull",
+            &r("travel:v1"),
+            "--tag",
+            "arrived",
+        ]),
         "pulled",
     );
     assert_eq!(pulled["snapshot"]["id"], snap.as_str());
@@ -249,12 +284,19 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
     {
         let sb = b.ok(&["spawn", "--snapshot", "arrived"]).trim().to_string();
         sh(&b, &sb, "touch /run/go");
-        assert_eq!(wait_file(&b, &sb, "/run/out"), held, "the buffer differs on B");
+        assert_eq!(
+            wait_file(&b, &sb, "/run/out"),
+            held,
+            "the buffer differs on B"
+        );
         assert_eq!(sh(&b, &sb, "sha256sum /root/file.bin"), file);
         b.ok(&["rm", &sb]);
     }
     // A second pull of the same reference finds everything here.
-    let again = result(&b.ok(&["--json", "snapshot", "pull", &r("travel:v1")]), "pulled");
+    let again = result(
+        &b.ok(&["--json", "snapshot", "pull", &r("travel:v1")]),
+        "pulled",
+    );
     assert_eq!(again["links_cached"], 2, "{again}");
     assert_eq!(again["blobs_fetched"], 0, "{again}");
     drop(sa);
@@ -275,15 +317,23 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
         .as_str()
         .unwrap()
         .to_string();
-    result(&a.ok(&["--json", "snapshot", "push", &base, &r("chain:base")]), "pushed");
+    result(
+        &a.ok(&["--json", "snapshot", "push", &base, &r("chain:base")]),
+        "pushed",
+    );
     let before = blobs(&reg);
-    let p3 = result(&a.ok(&["--json", "snapshot", "push", &d3, &r("chain:d3")]), "pushed");
+    let p3 = result(
+        &a.ok(&["--json", "snapshot", "push", &d3, &r("chain:d3")]),
+        "pushed",
+    );
     let after = blobs(&reg);
     assert_eq!(p3["links"], 4, "{p3}");
     assert_eq!(p3["links_skipped"], 1, "the base was there: {p3}");
     assert_eq!(p3["image_sent"], false, "{p3}");
-    let added: BTreeMap<&String, &u64> =
-        after.iter().filter(|(k, _)| !before.contains_key(*k)).collect();
+    let added: BTreeMap<&String, &u64> = after
+        .iter()
+        .filter(|(k, _)| !before.contains_key(*k))
+        .collect();
     assert_eq!(
         added.len() as u64,
         p3["blobs_sent"].as_u64().unwrap() + p3["manifests_sent"].as_u64().unwrap(),
@@ -311,18 +361,35 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
     // A chunk the registry already had (a zero-free page shared with the
     // base, say) is not sent again, so the sent set is within the links'.
     let sent: BTreeSet<String> = added.keys().map(|k| k.to_string()).collect();
-    assert!(sent.is_subset(&expect), "sent more than the links: {:?}", sent.difference(&expect));
+    assert!(
+        sent.is_subset(&expect),
+        "sent more than the links: {:?}",
+        sent.difference(&expect)
+    );
     for e in &entries[..2] {
-        assert!(!sent.contains(e["digest"].as_str().unwrap()), "the base or image went again");
+        assert!(
+            !sent.contains(e["digest"].as_str().unwrap()),
+            "the base or image went again"
+        );
     }
     // Host B spawns every depth with exact state.
-    let pc = result(&b.ok(&["--json", "snapshot", "pull", &r("chain:d3")]), "pulled");
+    let pc = result(
+        &b.ok(&["--json", "snapshot", "pull", &r("chain:d3")]),
+        "pulled",
+    );
     assert_eq!(pc["links"], 4);
     assert_eq!(pc["links_cached"], 1, "B had the base from step 2: {pc}");
-    for (k, (id, word)) in [(&d1, "one"), (&d2, "two"), (&d3, "three")].into_iter().enumerate() {
+    for (k, (id, word)) in [(&d1, "one"), (&d2, "two"), (&d3, "three")]
+        .into_iter()
+        .enumerate()
+    {
         let sb = b.ok(&["spawn", "--snapshot", id]).trim().to_string();
         let depth = k + 1;
-        let files = try_sh(&b, &sb, "cat /root/l1 /root/l2 /root/l3 2>/dev/null; cat /run/m");
+        let files = try_sh(
+            &b,
+            &sb,
+            "cat /root/l1 /root/l2 /root/l3 2>/dev/null; cat /run/m",
+        );
         let want: String = (1..=depth).map(|i| format!("{i}\n")).collect::<String>() + word + "\n";
         assert_eq!(files, want, "depth {depth} on B");
         b.ok(&["rm", &sb]);
@@ -334,11 +401,23 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
 
     // 4. A corrupted blob: a clear error, and nothing partial on B.
     let c = a.spawn();
-    sh(&c.d, &c.id, "head -c 6000000 /dev/urandom > /run/noise && sync");
+    sh(
+        c.d,
+        &c.id,
+        "head -c 6000000 /dev/urandom > /run/noise && sync",
+    );
     let sc = snapshot(&a, &c.id);
-    result(&a.ok(&["--json", "snapshot", "push", &sc, &r("corrupt:v1")]), "pushed");
+    result(
+        &a.ok(&["--json", "snapshot", "push", &sc, &r("corrupt:v1")]),
+        "pushed",
+    );
     let idx = read_json(&reg, &tag_digest(&reg, "fvt/corrupt", "v1"));
-    let top = read_json(&reg, idx["manifests"].as_array().unwrap().last().unwrap()["digest"].as_str().unwrap());
+    let top = read_json(
+        &reg,
+        idx["manifests"].as_array().unwrap().last().unwrap()["digest"]
+            .as_str()
+            .unwrap(),
+    );
     let biggest = top["layers"]
         .as_array()
         .unwrap()
@@ -357,11 +436,21 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
     let o = b.run(&["snapshot", "pull", &r("corrupt:v1")]);
     assert!(!o.status.success());
     let err = stderr(&o);
-    assert!(err.contains("invalid_image") && err.contains(&biggest), "{err}");
+    assert!(
+        err.contains("invalid_image") && err.contains(&biggest),
+        "{err}"
+    );
     assert!(err.contains("corrupt or was tampered with"), "{err}");
     assert_eq!(listing(&b.home), seen, "the failed pull left something");
-    assert!(staging_left(&b.home).is_empty(), "{:?}", staging_left(&b.home));
-    assert!(b.log().contains("failed"), "the daemon did not log the failure");
+    assert!(
+        staging_left(&b.home).is_empty(),
+        "{:?}",
+        staging_left(&b.home)
+    );
+    assert!(
+        b.log().contains("failed"),
+        "the daemon did not log the failure"
+    );
     drop(c);
 
     // 5. An incompatible snapshot (its QEMU version edited in the registry)
@@ -410,7 +499,10 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
     assert_eq!(listing(&b.home), seen, "the refused pull wrote something");
     // Only the index, manifests and configs were read: no chunk.
     let chunk_gets = reg.blob_gets(from);
-    assert!(chunk_gets <= 3, "{chunk_gets} blob reads for a refused pull");
+    assert!(
+        chunk_gets <= 3,
+        "{chunk_gets} blob reads for a refused pull"
+    );
     drop(b);
     drop(a);
 }

@@ -64,17 +64,27 @@ fn a_link_round_trips() {
 
 #[test]
 fn every_chunk_list_corruption_is_refused() {
-    let edits: Vec<(&str, Box<dyn Fn(&mut FileEntry)>)> = vec![
+    type Edit = Box<dyn Fn(&mut FileEntry)>;
+    let edits: Vec<(&str, Edit)> = vec![
         ("overlap", Box::new(|f| f.chunks[1].offset = 1 << 20)),
         ("past the end", Box::new(|f| f.size = 9 << 20)),
         ("zero length", Box::new(|f| f.chunks[0].length = 0)),
         ("too long", Box::new(|f| f.chunks[0].length = MAX_CHUNK + 1)),
-        ("bad digest", Box::new(|f| f.chunks[0].digest = "sha256:xyz".into())),
-        ("md5", Box::new(|f| f.chunks[0].digest = format!("md5:{}", "1".repeat(64)))),
+        (
+            "bad digest",
+            Box::new(|f| f.chunks[0].digest = "sha256:xyz".into()),
+        ),
+        (
+            "md5",
+            Box::new(|f| f.chunks[0].digest = format!("md5:{}", "1".repeat(64))),
+        ),
         ("bad sha", Box::new(|f| f.sha256 = "nothex".into())),
         ("path", Box::new(|f| f.name = "../etc/passwd".into())),
         ("hidden", Box::new(|f| f.name = ".memory.head".into())),
-        ("inflated size", Box::new(|f| f.chunks[0].size = (4 << 20) + 5000)),
+        (
+            "inflated size",
+            Box::new(|f| f.chunks[0].size = (4 << 20) + 5000),
+        ),
         ("wraps", Box::new(|f| f.chunks[1].offset = u64::MAX - 5)),
     ];
     for (what, e) in edits {
@@ -123,7 +133,10 @@ fn foreign_and_newer_documents_are_named() {
     let mut twice = c.clone();
     twice.files.push(file());
     let (b2, m2) = manifest_of(&twice);
-    assert!(parse_link(&b2, &m2, "c").unwrap_err().to_string().contains("twice"));
+    assert!(parse_link(&b2, &m2, "c")
+        .unwrap_err()
+        .to_string()
+        .contains("twice"));
 }
 
 #[test]
@@ -143,13 +156,25 @@ fn indexes_are_checked() {
     let ok = idx(vec![entry("image"), entry("link")], ARTIFACT_SNAPSHOT);
     parse_index(&to_bytes(&ok), "i").unwrap();
     for (what, bad) in [
-        ("no artifact type", idx(vec![entry("image"), entry("link")], "")),
+        (
+            "no artifact type",
+            idx(vec![entry("image"), entry("link")], ""),
+        ),
         ("no link", idx(vec![entry("image")], ARTIFACT_SNAPSHOT)),
-        ("image not first", idx(vec![entry("link"), entry("image")], ARTIFACT_SNAPSHOT)),
-        ("unknown role", idx(vec![entry("image"), entry("x")], ARTIFACT_SNAPSHOT)),
+        (
+            "image not first",
+            idx(vec![entry("link"), entry("image")], ARTIFACT_SNAPSHOT),
+        ),
+        (
+            "unknown role",
+            idx(vec![entry("image"), entry("x")], ARTIFACT_SNAPSHOT),
+        ),
         ("empty", idx(vec![], ARTIFACT_SNAPSHOT)),
     ] {
-        assert!(parse_index(&to_bytes(&bad), "i").is_err(), "{what} accepted");
+        assert!(
+            parse_index(&to_bytes(&bad), "i").is_err(),
+            "{what} accepted"
+        );
     }
     let mut md5 = ok.clone();
     md5.manifests[1].digest = "md5:00".into();

@@ -42,7 +42,9 @@ impl Manager {
                 }));
             }
             if v.len() > forkvm_artifact::format::MAX_LINKS {
-                return Err(ApiError::invalid("the snapshot's chain is too long to push"));
+                return Err(ApiError::invalid(
+                    "the snapshot's chain is too long to push",
+                ));
             }
             v.push(s);
         }
@@ -98,14 +100,19 @@ impl Manager {
                      nor a snapshot of its chain; flatten it (`forkvm snapshot flatten`) and \
                      push the result",
                     m.id,
-                    files.get(1).map_or("nothing".into(), |p| p.display().to_string())
+                    files
+                        .get(1)
+                        .map_or("nothing".into(), |p| p.display().to_string())
                 )));
             };
             if let Some(i) = inode(&disk) {
                 disk_inodes.push((i, m.id.clone()));
             }
             let accel = m.machine.accel.clone();
-            let (kernel, initrd) = (PathBuf::from(&m.machine.kernel), PathBuf::from(&m.machine.initrd));
+            let (kernel, initrd) = (
+                PathBuf::from(&m.machine.kernel),
+                PathBuf::from(&m.machine.initrd),
+            );
             let arts: Vec<(String, PathBuf)> = m
                 .artefacts
                 .iter()
@@ -154,7 +161,11 @@ impl Manager {
                         .unwrap_or_else(|| forkvm_qemu::spec::LEGACY_MACHINE.to_string()),
                     cpu_model: if accel == "kvm" { "host" } else { "max" }.into(),
                     cpu_vendor: vendor.clone(),
-                    cpu_flags: if accel == "kvm" { flags.clone() } else { Vec::new() },
+                    cpu_flags: if accel == "kvm" {
+                        flags.clone()
+                    } else {
+                        Vec::new()
+                    },
                     accel,
                     kernel_sha256: ks,
                     initrd_sha256: is,

@@ -79,7 +79,10 @@ pub fn chunks(
     let e = chunk::index_file(p, name, chunk::CHUNK, progress)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     save(&c, &e);
-    save(&cache_dir(home).join(format!("file-{}", identity(p)?)), &e.sha256);
+    save(
+        &cache_dir(home).join(format!("file-{}", identity(p)?)),
+        &e.sha256,
+    );
     Ok(e)
 }
 
@@ -93,7 +96,10 @@ pub fn cpu() -> (String, Vec<String>) {
             .map(|(_, v)| v.trim().to_string())
             .unwrap_or_default()
     };
-    let mut flags: Vec<String> = field("flags").split_whitespace().map(String::from).collect();
+    let mut flags: Vec<String> = field("flags")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
     flags.sort();
     (field("vendor_id"), flags)
 }
@@ -175,6 +181,9 @@ mod tests {
     #[test]
     fn the_cpu_is_read() {
         let (vendor, flags) = cpu();
-        assert!(!vendor.is_empty() && flags.iter().any(|f| f == "fpu"), "{vendor} {flags:?}");
+        assert!(
+            !vendor.is_empty() && flags.iter().any(|f| f == "fpu"),
+            "{vendor} {flags:?}"
+        );
     }
 }

@@ -52,7 +52,10 @@ pub async fn push_snapshot(
     JsonBody(req): JsonBody<PushSnapshot>,
 ) -> Result<Response, ApiError> {
     let id = m.check_push(&id, &req)?;
-    run(req.stream, move |tx| async move { m.push_snapshot(id, req, tx).await }).await
+    run(req.stream, move |tx| async move {
+        m.push_snapshot(id, req, tx).await
+    })
+    .await
 }
 
 /// Pull a snapshot pushed by `push` (on any host) and publish it here, with
@@ -73,5 +76,8 @@ pub async fn pull_snapshot(
     JsonBody(req): JsonBody<PullSnapshot>,
 ) -> Result<Response, ApiError> {
     m.check_pull_snapshot(&req)?;
-    run(req.stream, move |tx| async move { m.pull_snapshot(req, tx).await }).await
+    run(req.stream, move |tx| async move {
+        m.pull_snapshot(req, tx).await
+    })
+    .await
 }

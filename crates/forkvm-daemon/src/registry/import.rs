@@ -140,21 +140,29 @@ impl Manager {
             name: name.clone(),
         };
         if st.dir.exists() {
-            std::fs::remove_dir_all(&st.dir).map_err(internal("cannot clear a staging directory"))?;
+            std::fs::remove_dir_all(&st.dir)
+                .map_err(internal("cannot clear a staging directory"))?;
         }
         std::fs::create_dir(&st.dir).map_err(internal("cannot create a staging directory"))?;
         let rootfs = st.dir.join("rootfs.ext4");
         progress.event(ProgressEvent::Phase {
             phase: format!("fetching image {base} as {name}"),
         });
-        let n = fetch_file(&remote.session, entry, &rootfs, &format!("image {name}"), progress)
-            .await
-            .map_err(|e| fetch_error(&e))?;
+        let n = fetch_file(
+            &remote.session,
+            entry,
+            &rootfs,
+            &format!("image {name}"),
+            progress,
+        )
+        .await
+        .map_err(|e| fetch_error(&e))?;
         let mut meta: ImageMeta = serde_json::from_value(remote.image.image_json.clone())
             .map_err(|e| ApiError::invalid(format!("the pushed image.json is malformed: {e}")))?;
         meta.name = name;
         let json = serde_json::to_vec_pretty(&meta).unwrap_or_default();
-        std::fs::write(st.dir.join("image.json"), json).map_err(internal("cannot write image.json"))?;
+        std::fs::write(st.dir.join("image.json"), json)
+            .map_err(internal("cannot write image.json"))?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o444))
             .map_err(internal("cannot make the root disk read-only"))?;
@@ -227,7 +235,12 @@ impl Manager {
             DiskBacking::Image => self.cfg.image_rootfs(image),
             DiskBacking::Snapshot(p) => self.store.dir(p).join(forkvm_store::DISK),
         };
-        rebase(&staging.path(forkvm_store::DISK), &backing, matches!(l.config.disk_backing, DiskBacking::Image)).await?;
+        rebase(
+            &staging.path(forkvm_store::DISK),
+            &backing,
+            matches!(l.config.disk_backing, DiskBacking::Image),
+        )
+        .await?;
         m.machine.kernel = self.cfg.kernel().display().to_string();
         m.machine.initrd = self.cfg.initrd().display().to_string();
         m.base_image = self.cfg.image_rootfs(image).display().to_string();
@@ -265,7 +278,15 @@ fn decode_fvs(l: &RemoteLink) -> Result<Vec<u8>, ApiError> {
 async fn rebase(disk: &Path, backing: &Path, raw: bool) -> Result<(), ApiError> {
     let img = forkvm_qemu::disk::qemu_img_binary();
     let out = tokio::process::Command::new(&img)
-        .args(["rebase", "-u", "-f", "qcow2", "-F", if raw { "raw" } else { "qcow2" }, "-b"])
+        .args([
+            "rebase",
+            "-u",
+            "-f",
+            "qcow2",
+            "-F",
+            if raw { "raw" } else { "qcow2" },
+            "-b",
+        ])
         .arg(backing)
         .arg(disk)
         .output()

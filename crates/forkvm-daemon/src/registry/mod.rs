@@ -25,7 +25,7 @@ use forkvm_artifact::fetch::FetchError;
 use forkvm_artifact::push::PushError;
 use tokio::sync::mpsc;
 
-use crate::db::{Origin, SnapshotRow, SnapshotInfo};
+use crate::db::{Origin, SnapshotInfo, SnapshotRow};
 use crate::error::ApiError;
 use crate::images::install::pull_error;
 use crate::images::stream::Emitter;
@@ -70,7 +70,11 @@ fn push_error(e: &PushError) -> ApiError {
     }
 }
 
-fn check_reference(reference: &str, user: &Option<String>, pass: &Option<String>) -> Result<(), ApiError> {
+fn check_reference(
+    reference: &str,
+    user: &Option<String>,
+    pass: &Option<String>,
+) -> Result<(), ApiError> {
     if reference.trim().is_empty() {
         return Err(ApiError::invalid(
             "reference must name a repository, e.g. 127.0.0.1:5000/team/warm:v1",
@@ -113,7 +117,11 @@ impl Manager {
                 p.bytes_sent,
                 p.blobs_skipped
             ),
-            Err(e) => tracing::warn!("snapshot {id}: push to {} failed: {}", req.reference, e.message),
+            Err(e) => tracing::warn!(
+                "snapshot {id}: push to {} failed: {}",
+                req.reference,
+                e.message
+            ),
         }
         r.map(|result| TransferEvent::Pushed { result })
     }
@@ -132,11 +140,18 @@ impl Manager {
         )?;
         // The chain's snapshots must not be removed while they are read.
         let _lease = self.gc.leases.try_lease(id).ok_or_else(|| {
-            ApiError::conflict(format!("snapshot {id} is being collected; it cannot be pushed"))
+            ApiError::conflict(format!(
+                "snapshot {id} is being collected; it cannot be pushed"
+            ))
         })?;
+        // Reach the registry first: a wrong address or password should not
+        // wait for the chunking of a first push.
+        let session = forkvm_artifact::push::connect(&req.reference, &opts)
+            .await
+            .map_err(|e| push_error(&e))?;
         let (image, links) = self.export(id, emit.as_ref()).await?;
         let n = links.len() as u32;
-        let p = forkvm_artifact::push::push(&req.reference, &opts, image, links, emit.as_ref())
+        let p = forkvm_artifact::push::push(&session, image, links, emit.as_ref())
             .await
             .map_err(|e| push_error(&e))?;
         Ok(PushResult {
@@ -230,7 +245,8 @@ impl Manager {
                 return Err(ApiError::conflict(format!(
                     "this host already has snapshot {top_id} ({}); spawn it by id, or remove \
                      it and pull again to tag it {t:?}",
-                    row.tag.map_or("untagged".to_string(), |x| format!("tagged {x:?}"))
+                    row.tag
+                        .map_or("untagged".to_string(), |x| format!("tagged {x:?}"))
                 )));
             }
         }
