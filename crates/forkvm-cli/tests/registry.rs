@@ -503,6 +503,66 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
         chunk_gets <= 3,
         "{chunk_gets} blob reads for a refused pull"
     );
+
+    // 6. A private registry (TLS with a test CA, htpasswd): pushes and pulls
+    //    take the same credentials and CA setup as image pulls.
+    let t2 = tempfile::tempdir().unwrap();
+    let private = registry::Registry::start(t2.path(), true);
+    for d in [&a, &b] {
+        let certs = d.home.join("certs.d").join(&private.host);
+        std::fs::create_dir_all(&certs).unwrap();
+        std::fs::copy(t2.path().join("ca.pem"), certs.join("ca.crt")).unwrap();
+    }
+    let pr = format!("{}/team/travel:v1", private.host);
+    let o = a.run(&["snapshot", "push", "travel", &pr]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("registry_auth_failed"),
+        "{}",
+        stderr(&o)
+    );
+    let o = a.run(&[
+        "snapshot",
+        "push",
+        "travel",
+        &pr,
+        "--username",
+        "alice",
+        "--password",
+        "wrong",
+    ]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("authentication"),
+        "{}",
+        stderr(&o)
+    );
+    let creds = ["--username", "alice", "--password", "s3cret"];
+    let mut push = vec!["--json", "snapshot", "push", "travel", pr.as_str()];
+    push.extend(creds);
+    let p = result(&a.ok(&push), "pushed");
+    assert_eq!(p["links"], 2, "{p}");
+    let o = b.run(&["snapshot", "pull", &pr]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("registry_auth_failed"),
+        "{}",
+        stderr(&o)
+    );
+    let mut pull = vec![
+        "--json",
+        "snapshot",
+        "pull",
+        pr.as_str(),
+        "--tag",
+        "private",
+    ];
+    pull.extend(creds);
+    let got = result(&b.ok(&pull), "pulled");
+    assert_eq!(got["snapshot"]["id"], snap.as_str());
+    let sb = b.ok(&["spawn", "--snapshot", "private"]).trim().to_string();
+    assert_eq!(sh(&b, &sb, "sha256sum /root/file.bin"), file);
+    b.ok(&["rm", &sb]);
+    drop(private);
     drop(b);
     drop(a);
 }
