@@ -564,5 +564,31 @@ fn snapshots_travel_between_two_hosts_through_a_registry() {
     b.ok(&["rm", &sb]);
     drop(private);
     drop(b);
+
+    // 7. A host without the image: the pull brings it, under its name.
+    let ct = tempfile::Builder::new()
+        .prefix("fvc-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let chome = ct.path().join("h");
+    std::fs::create_dir_all(chome.join("images")).unwrap();
+    let c = Daemon::start_in_env(&chome, &[("FORKVM_NET_POOL", "10.233.0.0/16")]);
+    let got = result(
+        &c.ok(&["--json", "snapshot", "pull", &r("travel:v1")]),
+        "pulled",
+    );
+    assert_eq!(got["image"], "default", "{got}");
+    assert_eq!(got["image_created"], true, "{got}");
+    let theirs = std::fs::read_link(a.home.join("images/default")).unwrap();
+    let same = Command::new("cmp")
+        .arg(chome.join("images/default/rootfs.ext4"))
+        .arg(theirs.join("rootfs.ext4"))
+        .status()
+        .unwrap();
+    assert!(same.success(), "the pulled root disk differs");
+    let sb = c.ok(&["spawn", "--snapshot", &snap]).trim().to_string();
+    assert_eq!(sh(&c, &sb, "sha256sum /root/file.bin"), file);
+    c.ok(&["rm", &sb]);
+    drop(c);
     drop(a);
 }

@@ -189,7 +189,13 @@ impl Manager {
             let _ = d.sync_all();
         }
         st.dir = PathBuf::new();
-        Ok(std::mem::take(&mut st.name))
+        let name = std::mem::take(&mut st.name);
+        self.db.changes.send(crate::changes::Change::Image(
+            name.clone(),
+            crate::changes::Action::Created,
+        ));
+        tracing::info!("image {name}: installed from a snapshot pull");
+        Ok(name)
     }
 
     /// Fetch link `l` into staging and seal its manifest for this host.
