@@ -63,6 +63,14 @@ pub fn file_sha256(home: &Path, p: &Path) -> Result<String, ApiError> {
     Ok(d)
 }
 
+/// Record a file's SHA-256, known from elsewhere (a pull checked it), so the
+/// next look-up does not read the file again.
+pub fn remember_sha256(home: &Path, p: &Path, sha256: &str) {
+    if let Ok(id) = identity(p) {
+        save(&cache_dir(home).join(format!("file-{id}")), &sha256.to_string());
+    }
+}
+
 /// A file's chunk list, cached by identity (blocking). `progress(done,
 /// total)` sees the bytes read when it is computed.
 pub fn chunks(

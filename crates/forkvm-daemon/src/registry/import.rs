@@ -53,6 +53,8 @@ pub(crate) enum LinkPlan {
 pub(crate) struct ImageStaging {
     pub dir: PathBuf,
     pub name: String,
+    /// The root disk's SHA-256, once assembled and checked.
+    pub sha256: Option<String>,
 }
 
 impl Drop for ImageStaging {
@@ -135,9 +137,10 @@ impl Manager {
         }
         let images = self.cfg.images_dir();
         std::fs::create_dir_all(&images).map_err(internal("cannot create the images directory"))?;
-        let st = ImageStaging {
+        let mut st = ImageStaging {
             dir: images.join(format!(".tmp-{name}-{}-pull", std::process::id())),
             name: name.clone(),
+            sha256: None,
         };
         if st.dir.exists() {
             std::fs::remove_dir_all(&st.dir)
@@ -166,6 +169,7 @@ impl Manager {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o444))
             .map_err(internal("cannot make the root disk read-only"))?;
+        st.sha256 = Some(entry.sha256.clone());
         Ok((st, n))
     }
 
@@ -185,6 +189,11 @@ impl Manager {
                 .map_err(internal("cannot sync the image"))?;
         }
         std::fs::rename(&st.dir, &dest).map_err(internal("cannot publish the image"))?;
+        // Its SHA-256 was checked when it was assembled: the next pull that
+        // looks for a matching image need not read 2 GiB again.
+        if let Some(sha) = &st.sha256 {
+            host::remember_sha256(&self.cfg.home, &dest.join("rootfs.ext4"), sha);
+        }
         if let Ok(d) = std::fs::File::open(self.cfg.images_dir()) {
             let _ = d.sync_all();
         }
