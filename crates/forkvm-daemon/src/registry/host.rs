@@ -67,7 +67,10 @@ pub fn file_sha256(home: &Path, p: &Path) -> Result<String, ApiError> {
 /// next look-up does not read the file again.
 pub fn remember_sha256(home: &Path, p: &Path, sha256: &str) {
     if let Ok(id) = identity(p) {
-        save(&cache_dir(home).join(format!("file-{id}")), &sha256.to_string());
+        save(
+            &cache_dir(home).join(format!("file-{id}")),
+            &sha256.to_string(),
+        );
     }
 }
 
