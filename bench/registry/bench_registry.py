@@ -890,7 +890,15 @@ def notes(rows, ctx) -> list[str]:
         f"it stored {mib(med('push_s2_repo', 'registry_bytes'))} MiB more, but every byte "
         "went over the wire.",
         f"- **Where a cold push goes**: chunking {secs(med('push_s1', 'prepare_ms'))} s and "
-        f"upload {secs(med('push_s1', 'transfer_ms'))} s (p50s). The upload compresses again "
+        f"upload {secs(med('push_s1', 'transfer_ms'))} s (p50s), against "
+        f"{secs(med('skopeo_push_s1', 'prepare_ms'))} s of `tar --sparse` + layout and "
+        f"{secs(med('skopeo_push_s1', 'transfer_ms'))} s of `skopeo copy`. Chunking reads "
+        "every byte of every file, holes included (`index_file` in "
+        "crates/forkvm-artifact/src/chunk.rs reads each chunk up to the file's size, tests it "
+        "for zeros and feeds it to the whole-file SHA-256 a link lists): about 2.5 GiB for the "
+        "root disk and the template's memory image, which hold about 0.4 GiB of data, where "
+        "`tar --sparse` finds the data with SEEK_DATA/SEEK_HOLE (from the code; not timed "
+        "apart here). The upload compresses again "
         "each chunk it sends (`read_chunk` in crates/forkvm-artifact/src/push.rs: the cached "
         "chunk list keeps digests, not blobs), so a cold push zstd-compresses every chunk "
         f"twice, and push_s2_repo, whose chunk lists were all cached, still took "
@@ -900,9 +908,12 @@ def notes(rows, ctx) -> list[str]:
         f"{rp.fmt(med('skopeo_push_s1', 'pings'))} of "
         f"{rp.fmt(med('skopeo_push_s1', 'requests'))}); on loopback they cost little, over a "
         "WAN each is a round trip.",
-        f"- **Where a pull goes.** A pull checks every chunk against its digest and then every "
-        f"assembled file against its SHA-256, re-reading it whole: for pull S1 that includes "
-        f"the 2 GiB root disk (mostly holes). Pull S2 spent {secs(med('pull_s2', 'prepare_ms'))}"
+        f"- **Where a pull goes.** A pull checks every chunk against its digest, fsyncs every "
+        f"assembled file and checks it against its SHA-256, re-reading it whole (`Assembler::"
+        f"finish`): for pull S1 that is 2.5 GiB, mostly holes, and its fetch + check took "
+        f"{secs(med('pull_s1', 'transfer_ms'))} s against {secs(med('skopeo_pull_s1', 'transfer_ms'))}"
+        f" s for `skopeo copy` of the gzip layer (whose untar then took "
+        f"{secs(med('skopeo_pull_s1', 'finish_ms'))} s). Pull S2 spent {secs(med('pull_s2', 'prepare_ms'))}"
         f" s of its {secs(med('pull_s2'))} s before fetching anything: to find that B already "
         "has the image, `matching_image` (crates/forkvm-daemon/src/registry/import.rs) hashes "
         "B's copy of the root disk again, since the pull that created it verified its SHA-256 "
@@ -1151,6 +1162,7 @@ def main() -> int:
            "command": "bash bench/registry/run.sh " + shlex.join(sys.argv[1:])}
     if args.wait_quiet:
         ctx["quiet"] = fb.wait_for_quiet_host(args.wait_quiet)
+        ctx["machine"] = rp.machine_info()  # the load average once the wait is over
     ctx["started"] = dt.datetime.now().astimezone()
     t0 = time.monotonic()
     rows = []
