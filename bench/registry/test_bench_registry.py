@@ -144,7 +144,10 @@ def test_report_and_plot_from_made_up_rows(tmp_path):
     assert "SMOKE" not in text
     assert "| push_s1: push S1" in text and "**1.00×**" in text
     assert "| **4 MiB** |" in text and "zstd level 3 (test)" in text
-    assert "had 1 such thread(s) right after each spawn" in text
+    assert "Daemon A had 1 thread(s) in a sandbox's network namespace right after each spawn" in text
+    quiet = dict(ctx, stray=[0, 0, 0], stray_spawn=[0] * 6)
+    text0 = "\n".join(br.write_results(tmp_path / "RESULTS0.md", rows, quiet, args))
+    assert "Daemon threads in sandbox namespaces: none." in text0 and "worked around" not in text0
     br.plot(rows, ctx, tmp_path / "registry.png")
     assert (tmp_path / "registry.png").stat().st_size > 10_000
     br.rp.write_csv(tmp_path / "registry.csv", rows, br.FIELDS)
