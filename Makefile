@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-ui bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail bench-volumes bench-fanout bench-branchpoint
+.PHONY: setup build demo test lint bench-registry bench-ui bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail bench-volumes bench-fanout bench-branchpoint
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -28,7 +28,7 @@ test: setup lint
 	bash scripts/test-sdks.sh
 	bash scripts/test-compat.sh
 	bash scripts/test-ui.sh
-	.venv/bin/python -m pytest -q -p no:cacheprovider bench/common bench/jail
+	.venv/bin/python -m pytest -q -p no:cacheprovider bench/common bench/jail bench/registry
 	bash scripts/fuzz-api.sh
 
 ## Benchmarks (not part of `make test`).
@@ -52,6 +52,9 @@ bench-chain: build
 
 bench-images: build
 	bash bench/images/run.sh
+
+bench-registry: build
+	bash bench/registry/run.sh
 
 bench-jail: build
 	bash bench/jail/run.sh
