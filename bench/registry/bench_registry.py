@@ -914,10 +914,10 @@ def notes(rows, ctx) -> list[str]:
         f"{secs(med('pull_s1', 'transfer_ms'))} s against {secs(med('skopeo_pull_s1', 'transfer_ms'))}"
         f" s for `skopeo copy` of the gzip layer (whose untar then took "
         f"{secs(med('skopeo_pull_s1', 'finish_ms'))} s). Pull S2 spent {secs(med('pull_s2', 'prepare_ms'))}"
-        f" s of its {secs(med('pull_s2'))} s before fetching anything: to find that B already "
-        "has the image, `matching_image` (crates/forkvm-daemon/src/registry/import.rs) hashes "
-        "B's copy of the root disk again, since the pull that created it verified its SHA-256 "
-        "but did not put it in the digest cache (`host::file_sha256`).",
+        f" s of its {secs(med('pull_s2'))} s before fetching anything, resolving and finding "
+        "that B already has the image: `matching_image` (crates/forkvm-daemon/src/registry/"
+        "import.rs) finds the root disk's SHA-256 in the digest cache, where the pull that "
+        "installed it put it (before commit f84c7b9 it hashed the 2 GiB disk again: 2.0 s).",
         f"- **Ready to use.** A forkvm pull ends with the snapshot published in B's store "
         f"(every chunk and file checked, files fsynced); the first spawn from it then took "
         f"{secs(med('pull_s1', 'spawn_ms'))} s (S1) and {secs(med('pull_s2', 'spawn_ms'))} s "
