@@ -225,6 +225,20 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     mgr.start_gc();
     mgr.start_events();
 
+    // Every listener is bound before the unix socket appears: clients (and
+    // the tests) take an accepting unix socket to mean the daemon is ready,
+    // so the TCP port must already accept by then. A port that cannot be
+    // bound also fails the start before the socket exists.
+    let tcp_listener = match tcp {
+        Some(addr) => {
+            let tl = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| setup(&format!("cannot bind {addr}"), &e))?;
+            tracing::info!("listening on http://{addr} (bearer token required)");
+            Some(tl)
+        }
+        None => None,
+    };
     // We hold the lock, so a socket file left here is stale.
     let _ = std::fs::remove_file(&socket);
     let ul = tokio::net::UnixListener::bind(&socket)
@@ -242,12 +256,8 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
             })
             .await;
     });
-    let tcp_task = match tcp {
-        Some(addr) => {
-            let tl = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| setup(&format!("cannot bind {addr}"), &e))?;
-            tracing::info!("listening on http://{addr} (bearer token required)");
+    let tcp_task = match tcp_listener {
+        Some(tl) => {
             // One listener, two APIs: forkvm's own under /v1 (and /mcp), and
             // the E2B-compatible one for everything else (crate::e2b).
             let token = token.unwrap_or_default();
