@@ -105,6 +105,8 @@ FIELDS = [
     "qemu_start_ms", "load_ms", "disk_copy_ms", "server_total_ms", "from_pool",
     # the branch
     "pause_ms", "snapshot_ms", "spawn_ms", "snapshot_kind", "snapshot_depth",
+    "snapshot_copy_memory_ms", "snapshot_publish_ms", "memory_diff_bytes",
+    "memory_allocated_bytes",
     # the naive fork's save of the running baseline source
     "naive_save_ms", "save_disk_copy_ms", "state_bytes",
     # throughput
@@ -514,6 +516,8 @@ def fork_forkvm(d: fb.Daemon, src: str, series: str, run: int, log: EgressLog,
     r = d.api.request("POST", f"/v1/sandboxes/{src}/branch", body)
     t_resp = time.time()
     snap = r.get("snapshot") or {}
+    st = snap.get("timings") or {}
+    sz = snap.get("sizes") or {}
     kids = r.get("children") or []
     if len(kids) != 1:
         if snap.get("id"):
@@ -549,6 +553,13 @@ def fork_forkvm(d: fb.Daemon, src: str, series: str, run: int, log: EgressLog,
             "pause_ms": r.get("pause_ms"), "snapshot_ms": r.get("snapshot_ms"),
             "spawn_ms": r.get("spawn_ms"), "snapshot_kind": snap.get("kind"),
             "snapshot_depth": snap.get("depth"),
+            # Where the branch point's time went, and how big its diff is:
+            # a clone's branch point holds every page it changed since its
+            # spawn, so these follow the source's age.
+            "snapshot_copy_memory_ms": st.get("copy_memory_ms"),
+            "snapshot_publish_ms": st.get("publish_ms"),
+            "memory_diff_bytes": sz.get("memory_diff_bytes"),
+            "memory_allocated_bytes": sz.get("memory_allocated_bytes"),
         }
         row.update(child_loop_done(d, cid, row["resume_to_egress_ms"]))
         return row
@@ -982,6 +993,26 @@ def f0(v) -> str:
     return rp.fmt(v, 0)
 
 
+def branch_point_table(rows, series_list, pp) -> list[str]:
+    """The branch point's own cost per series (p50 / p90): a clone's branch
+    point holds every page the clone changed since its spawn, and publishing
+    writes and fsyncs them, so `snapshot_ms` follows the diff's size."""
+    have = [s for s in series_list if vals(rows, s, "snapshot_publish_ms")]
+    if not have:
+        return []
+    L = ["", "Branch point (p50 / p90):", "",
+         "| series | snapshot_ms | copy_memory_ms | publish_ms | memory.diff (MiB) |",
+         "|---|---|---|---|---|"]
+    for s in have:
+        mib = [v / 2**20 for v in vals(rows, s, "memory_diff_bytes")]
+        size = (f"{rp.fmt(rp.percentile(mib, 50), 1)} / {rp.fmt(rp.percentile(mib, 90), 1)}"
+                if mib else "–")
+        L.append(f"| {s} | {pp(s, 'snapshot_ms')} | {pp(s, 'snapshot_copy_memory_ms')} | "
+                 f"{pp(s, 'snapshot_publish_ms')} | {size} |")
+    L.append("")
+    return L
+
+
 def write_results(path: Path, rows, ctx, args, series_list) -> None:
     m = ctx["machine"]
     info = ctx["info"]
@@ -1078,6 +1109,7 @@ def write_results(path: Path, rows, ctx, args, series_list) -> None:
                  f"{pp(s, 'guest_connect2_ms')} | {pp(s, 'qemu_start_ms')} | "
                  f"{pp(s, 'load_ms')} | {pp(s, 'pause_ms')} | {', '.join(kinds) or '–'} |")
     L.append("")
+    L += branch_point_table(rows, series_list, pp)
     L.append("- *source pause*: how long the running source was stopped — forkvm the branch's "
              "`pause_ms`; naive `stop` → full migration to the file → disk copy → `cont` "
              "(p50 of its parts: migration "
