@@ -205,3 +205,89 @@ fn siblings_of_a_diff_chain_share_its_flattened_head() {
     d.ok(&["snapshot", "rm", "--force", &snaps[0]]);
     assert!(!exists(&head), "the head outlived its snapshot");
 }
+
+/// `memory.head` of `snap` (in the shared daemon's store).
+fn head_of(d: &Daemon, snap: &str) -> std::path::PathBuf {
+    d.home.join("snapshots").join(snap).join("memory.head")
+}
+
+/// How often the daemon logged building `snap`'s head, and how often it
+/// did so alongside the snapshot's publication.
+fn head_builds(d: &Daemon, snap: &str) -> (usize, usize) {
+    let log = d.log();
+    let line = format!("built the flattened memory of diff snapshot {snap}");
+    (
+        log.matches(&line).count(),
+        log.matches(&format!("{line} alongside it")).count(),
+    )
+}
+
+/// A branch that spawns children at once builds their head while its
+/// snapshot is published (a copy of the view the source maps, with the new
+/// pages laid over it), so the first child maps it without building it. At
+/// depth 1 the view is the template's image, at depth 2 the parent's head.
+/// The children hold every level's memory and files exactly, and nothing
+/// of the build is left in the store.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn a_branch_with_children_builds_their_head_alongside_it() {
+    let d = shared();
+    let src = d.spawn();
+    let want0 = hold(d, &src.id, 0);
+    let r = d.json(&["branch", &src.id, "--mode", "diff", "--count", "1"]);
+    assert_eq!(r["snapshot"]["kind"], "diff");
+    let s1 = r["snapshot"]["id"].as_str().unwrap().to_string();
+    let kid1 = Sandbox {
+        d,
+        id: ids(&r["children"]).remove(0),
+    };
+    drop(src);
+    assert!(
+        exists(&head_of(d, &s1)),
+        "no head for the branch point {s1}"
+    );
+    assert_eq!(
+        head_builds(d, &s1),
+        (1, 1),
+        "built once, alongside the snapshot, not again by the spawn"
+    );
+    assert_eq!(ask(d, &kid1.id, 0), want0.0, "level 0's memory");
+    assert_eq!(disk_md5(d, &kid1.id, 0), want0.1, "level 0's file");
+    let ram = d.json(&["inspect", &kid1.id])["memory_mib"]
+        .as_u64()
+        .unwrap()
+        << 20;
+    assert!(
+        mapping_smaps(kid1.pid(), &head_of(d, &s1), ram).is_some(),
+        "the child maps its branch point's head"
+    );
+
+    // Depth 2: the view to start from is the parent's head.
+    let want1 = hold(d, &kid1.id, 1);
+    let r = d.json(&["branch", &kid1.id, "--mode", "diff", "--count", "1"]);
+    let s2 = r["snapshot"]["id"].as_str().unwrap().to_string();
+    assert_eq!(r["snapshot"]["parent"].as_str(), Some(s1.as_str()));
+    assert_eq!(
+        r["snapshot"]["depth"].as_u64(),
+        Some(2),
+        "{}",
+        r["snapshot"]
+    );
+    let kid2 = Sandbox {
+        d,
+        id: ids(&r["children"]).remove(0),
+    };
+    assert_eq!(head_builds(d, &s2), (1, 1));
+    for (k, (mem, disk)) in [&want0, &want1].into_iter().enumerate() {
+        assert_eq!(&ask(d, &kid2.id, k), mem, "depth 2: level {k}'s memory");
+        assert_eq!(&disk_md5(d, &kid2.id, k), disk, "depth 2: level {k}'s file");
+    }
+    assert!(mapping_smaps(kid2.pid(), &head_of(d, &s2), ram).is_some());
+    let left: Vec<String> = std::fs::read_dir(d.home.join("snapshots"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp-head-"))
+        .collect();
+    assert!(left.is_empty(), "left in the store: {left:?}");
+}

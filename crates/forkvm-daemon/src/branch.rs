@@ -154,6 +154,7 @@ impl Manager {
         // (see crate::gc), but not before its children run.
         frozen.srow.origin = Origin::Branch;
         frozen.info.mode = Some(mode.as_str().into());
+        frozen.head_ahead = count > 0;
         let lease = self.gc_lease_new(&frozen.srow.id);
         if req.wait == Some(false) {
             // The source has resumed: answer now, finish in the background.

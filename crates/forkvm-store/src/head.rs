@@ -31,6 +31,16 @@
 //! previous boot is rebuilt. Fsyncing a 512 MiB guest's head took ~150 ms of
 //! the ~350 ms its first spawn paid (bench/network, one child per branch
 //! point). Where the boot id cannot be read, the head is fsynced as before.
+//!
+//! A branch that spawns children at once starts their head before its
+//! snapshot exists ([`Prebuild`]): while the snapshot's files are compared,
+//! written, hashed and fsynced, another thread copies the parent's view (its
+//! base image, or its own usable head) into `.tmp-head-<id>` in the store's
+//! root and lays the new pages over it; once the snapshot is published, the
+//! file is renamed into its directory and stamped as above. The first child
+//! then finds its head ready instead of copying the base itself (~45 ms of a
+//! 512 MiB guest's spawn on ext4). A crash leaves the file to the store's
+//! sweep of `.tmp-*`.
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
@@ -116,7 +126,7 @@ pub fn build(
     links: &[PathBuf],
     ram_bytes: u64,
 ) -> Result<Built, MemDiffError> {
-    let (head, stamp) = (dir.join(HEAD), dir.join(STAMP));
+    let stamp = dir.join(STAMP);
     // The stamp goes first: from here on, no head is usable until the new
     // one is complete.
     match std::fs::remove_file(&stamp) {
@@ -147,7 +157,16 @@ pub fn build(
             return Err(e);
         }
     };
-    std::fs::rename(&tmp, &head).map_err(io(&head))?;
+    install(dir, key, &tmp, boot.as_deref())?;
+    Ok(built)
+}
+
+/// Rename a complete head `tmp` into `dir` and stamp it (the stamp must be
+/// gone already). Without a boot id, both renames are made durable.
+fn install(dir: &Path, key: &str, tmp: &Path, boot: Option<&str>) -> Result<(), MemDiffError> {
+    let (head, stamp) = (dir.join(HEAD), dir.join(STAMP));
+    let durable = boot.is_none();
+    std::fs::rename(tmp, &head).map_err(io(&head))?;
     if durable {
         sync_dir(dir)?;
     }
@@ -155,7 +174,7 @@ pub fn build(
     let stmp = dir.join(format!("{TMP}.stamp"));
     {
         let f = File::create(&stmp).map_err(io(&stmp))?;
-        f.write_all_at(stamp_of(key, boot.as_deref(), &m).as_bytes(), 0)
+        f.write_all_at(stamp_of(key, boot, &m).as_bytes(), 0)
             .and_then(|_| if durable { f.sync_all() } else { Ok(()) })
             .map_err(io(&stmp))?;
     }
@@ -163,7 +182,124 @@ pub fn build(
     if durable {
         sync_dir(dir)?;
     }
-    Ok(built)
+    Ok(())
+}
+
+/// The name a head built ahead of snapshot `id` has in the store's root.
+pub fn prebuild_name(id: &str) -> String {
+    format!(".tmp-head-{id}")
+}
+
+/// A head started before its snapshot is published: the parent's view
+/// copied, the new snapshot's pages laid over it, then [`Prebuild::adopt`]ed
+/// into the published directory. Dropped without adopting, it removes its
+/// file.
+pub struct Prebuild {
+    path: PathBuf,
+    file: Option<File>,
+    built: Built,
+}
+
+impl Prebuild {
+    /// Copy `view` (the parent chain's mapped file: its base image, or its
+    /// usable head) to `path`, `ram_bytes` long.
+    pub fn start(path: &Path, view: &Path, ram_bytes: u64) -> Result<Prebuild, MemDiffError> {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(path)(e)),
+            _ => {}
+        }
+        // From here on, Drop removes the file whatever fails.
+        let mut p = Prebuild {
+            path: path.to_path_buf(),
+            file: None,
+            built: Built {
+                base: BaseCopy::Sparse,
+                base_bytes: 0,
+                pages: 0,
+            },
+        };
+        let (f, how, n) = clone_into(view, path)?;
+        if f.metadata().map_err(io(path))?.len() != ram_bytes {
+            f.set_len(ram_bytes).map_err(io(path))?;
+        }
+        p.built.base = how;
+        p.built.base_bytes = n;
+        p.file = Some(f);
+        Ok(p)
+    }
+
+    /// Lay the new snapshot's pages (ascending, `data` in their order) over
+    /// the copy.
+    pub fn lay(&mut self, pages: &[u64], data: &[u8]) -> Result<(), MemDiffError> {
+        let f = self
+            .file
+            .as_ref()
+            .ok_or_else(|| MemDiffError::Format("the head being built has no file".into()))?;
+        if data.len() as u64 != pages.len() as u64 * PAGE {
+            return Err(MemDiffError::Format(format!(
+                "{} pages but {} bytes of page data",
+                pages.len(),
+                data.len()
+            )));
+        }
+        let len = f.metadata().map_err(io(&self.path))?.len();
+        if let Some(&bad) = pages.iter().find(|&&p| p * PAGE >= len) {
+            return Err(MemDiffError::Format(format!(
+                "page {bad} is past the guest's RAM"
+            )));
+        }
+        lay_pages(f, &self.path, pages, data)?;
+        self.built.pages += pages.len() as u64;
+        Ok(())
+    }
+
+    /// Make the head snapshot `dir`'s (manifest digest `key`): read-only
+    /// (fsynced when there is no boot id), renamed in and stamped.
+    pub fn adopt(mut self, dir: &Path, key: &str) -> Result<Built, MemDiffError> {
+        let boot = boot_id();
+        match std::fs::remove_file(dir.join(STAMP)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io(&dir.join(STAMP))(e))
+            }
+            _ => {}
+        }
+        if let Some(f) = self.file.take() {
+            if boot.is_none() {
+                f.sync_all().map_err(io(&self.path))?;
+            }
+        }
+        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o444))
+            .map_err(io(&self.path))?;
+        install(dir, key, &self.path, boot.as_deref())?;
+        // Renamed away: nothing for Drop to remove.
+        self.path = PathBuf::new();
+        Ok(self.built)
+    }
+}
+
+impl Drop for Prebuild {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Write `data` (pages in the order of `pages`) into `f`, runs of adjacent
+/// pages in one write.
+fn lay_pages(f: &File, path: &Path, pages: &[u64], data: &[u8]) -> Result<(), MemDiffError> {
+    let pg = PAGE as usize;
+    let mut i = 0;
+    while i < pages.len() {
+        let mut j = i + 1;
+        while j < pages.len() && pages[j] == pages[j - 1] + 1 {
+            j += 1;
+        }
+        f.write_all_at(&data[i * pg..j * pg], pages[i] * PAGE)
+            .map_err(io(path))?;
+        i = j;
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<(), MemDiffError> {
@@ -191,18 +327,7 @@ fn write_head(
     let mut pages = 0;
     for d in diffs {
         let data = d.read_data()?;
-        let pg = PAGE as usize;
-        // Runs of adjacent pages go in one write.
-        let mut i = 0;
-        while i < d.pages.len() {
-            let mut j = i + 1;
-            while j < d.pages.len() && d.pages[j] == d.pages[j - 1] + 1 {
-                j += 1;
-            }
-            f.write_all_at(&data[i * pg..j * pg], d.pages[i] * PAGE)
-                .map_err(io(tmp))?;
-            i = j;
-        }
+        lay_pages(&f, tmp, &d.pages, &data)?;
         pages += d.pages.len() as u64;
     }
     if durable {
@@ -359,6 +484,61 @@ mod tests {
         assert_eq!(m.mode() & 0o777, 0o444);
         assert!(usable(dir.path(), "k"));
         assert!(!usable(dir.path(), "another snapshot"));
+    }
+
+    /// A head built ahead of its snapshot is the same file `build` makes:
+    /// the parent's view (here a head of the first link) with the new
+    /// pages over it, usable once adopted.
+    #[test]
+    fn a_prebuilt_head_equals_a_built_one_and_is_usable_once_adopted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (base, links) = chain(dir.path());
+        let parent = dir.path().join("parent");
+        std::fs::create_dir(&parent).unwrap();
+        build(&parent, "p", &base, &links[..1], RAM).unwrap();
+        let l2 = MemDiff::open(&links[1]).unwrap();
+        let data = l2.read_data().unwrap();
+
+        let pre = dir.path().join(prebuild_name("sn-x"));
+        let mut p = Prebuild::start(&pre, &parent.join(HEAD), RAM).unwrap();
+        p.lay(&l2.pages, &data).unwrap();
+        let snap = dir.path().join("sn-x");
+        std::fs::create_dir(&snap).unwrap();
+        assert!(!usable(&snap, "k"), "nothing usable before adoption");
+        let b = p.adopt(&snap, "k").unwrap();
+        assert_eq!(b.pages, 3);
+        assert!(!pre.exists(), "renamed into the snapshot");
+        assert!(usable(&snap, "k"));
+        assert!(!usable(&snap, "another snapshot"));
+        let m = std::fs::metadata(snap.join(HEAD)).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o444);
+
+        let whole = dir.path().join("whole");
+        std::fs::create_dir(&whole).unwrap();
+        build(&whole, "k", &base, &links, RAM).unwrap();
+        assert_eq!(
+            pages_of(&snap.join(HEAD)),
+            pages_of(&whole.join(HEAD)),
+            "the same pages as a head built from the whole chain"
+        );
+    }
+
+    #[test]
+    fn a_prebuilt_head_refuses_bad_pages_and_leaves_nothing_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (base, _) = chain(dir.path());
+        let pre = dir.path().join(prebuild_name("sn-y"));
+        // A leftover of a crashed daemon is replaced.
+        std::fs::write(&pre, b"leftover").unwrap();
+        let mut p = Prebuild::start(&pre, &base, RAM).unwrap();
+        assert_eq!(std::fs::metadata(&pre).unwrap().len(), RAM);
+        assert!(p.lay(&[64], &page(1)).is_err(), "past the guest's RAM");
+        assert!(p.lay(&[1, 2], &page(1)).is_err(), "short page data");
+        drop(p);
+        assert!(!pre.exists(), "a head never adopted is removed");
+        // A view that cannot be read fails and leaves nothing either.
+        assert!(Prebuild::start(&pre, &dir.path().join("missing"), RAM).is_err());
+        assert!(!pre.exists());
     }
 
     #[test]

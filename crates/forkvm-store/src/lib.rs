@@ -170,11 +170,18 @@ impl Store {
             if !(name.starts_with(".tmp-") || name.starts_with(".trash-")) {
                 continue;
             }
+            // A file is a head built ahead of its snapshot (crate::head).
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
             let gone = (0..10).any(|i| {
                 if i > 0 {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
-                match std::fs::remove_dir_all(e.path()) {
+                let r = if is_dir {
+                    std::fs::remove_dir_all(e.path())
+                } else {
+                    std::fs::remove_file(e.path())
+                };
+                match r {
                     Ok(()) => true,
                     Err(e) => e.kind() == std::io::ErrorKind::NotFound,
                 }
@@ -522,6 +529,20 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o444);
+    }
+
+    #[test]
+    fn sweep_removes_staging_dirs_and_heads_built_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let _kept = staged(&store, "sn-a");
+        let pre = dir.path().join(head::prebuild_name("sn-b"));
+        std::fs::write(&pre, b"half a head").unwrap();
+        let left = store.sweep();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(!pre.exists(), "a head file built ahead is swept");
+        let rest: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert!(rest.is_empty(), "staging swept too: {rest:?}");
     }
 
     #[test]

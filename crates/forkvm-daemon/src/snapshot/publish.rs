@@ -46,10 +46,12 @@ impl Manager {
             mut diff,
             live_tmp,
             info,
+            head_ahead,
         } = f;
         let t = Instant::now();
         let diff_ram_bytes = diff.as_ref().map_or(0, |d| d.ram_bytes);
         let store = self.clone();
+        let sid = srow.id.clone();
         let published = tokio::task::spawn_blocking(move || {
             let sp = staging.path(forkvm_store::DEVICE_STATE);
             let state_err = |e: String| StoreError::Io {
@@ -71,7 +73,26 @@ impl Manager {
                 r?;
             }
             // A diff keeps only the pages that differ from its parent's view.
+            let mut ahead = None;
             if let Some(d) = diff {
+                // Children come at once: their head starts now, on its own
+                // thread, as a copy of the view this clone maps.
+                let (tx, worker) = match d.view.clone().filter(|_| head_ahead) {
+                    Some(view) => {
+                        let (tx, rx) = std::sync::mpsc::channel();
+                        let path = store
+                            .store
+                            .root()
+                            .join(forkvm_store::head::prebuild_name(&sid));
+                        let ram = d.ram_bytes;
+                        let h = std::thread::Builder::new()
+                            .name("forkvm-head".into())
+                            .spawn(move || build_ahead(&path, &view, ram, &rx))
+                            .ok();
+                        (Some(tx), h)
+                    }
+                    None => (None, None),
+                };
                 let (pages, data) = match d.pages {
                     Pending::Read(c) => {
                         state_configuration(&sp, &d.base_state).map_err(state_err)?;
@@ -88,13 +109,43 @@ impl Manager {
                 };
                 let view =
                     forkvm_store::memdiff::ChainView::open(&d.base, &d.links).map_err(corrupt)?;
-                let (pages, data) = view.changed(&pages, &data).map_err(corrupt)?;
-                forkvm_store::memdiff::write(&out, d.ram_bytes, &pages, &data).map_err(corrupt)?;
+                let changed = Arc::new(view.changed(&pages, &data).map_err(corrupt)?);
+                if let Some(tx) = tx {
+                    let _ = tx.send(changed.clone());
+                }
+                forkvm_store::memdiff::write(&out, d.ram_bytes, &changed.0, &changed.1)
+                    .map_err(corrupt)?;
+                ahead = worker;
             }
-            store.store.publish(staging, manifest)
+            // On an error above, the head thread finds its channel closed
+            // (or its result dropped) and removes its file.
+            let snap = store.store.publish(staging, manifest)?;
+            let adopted = ahead.map(|h| {
+                h.join()
+                    .map_err(|_| "the thread panicked".to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+                    .and_then(|p| p.adopt(&snap.dir, &snap.digest).map_err(|e| e.to_string()))
+            });
+            Ok::<_, StoreError>(adopted)
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
+        let published = published.map(|adopted| match adopted {
+            Some(Ok(b)) => tracing::info!(
+                snapshot = %srow.id,
+                base = ?b.base,
+                base_bytes = b.base_bytes,
+                pages = b.pages,
+                "built the flattened memory of diff snapshot {} alongside it",
+                srow.id
+            ),
+            // A cache: the first spawn builds it instead.
+            Some(Err(e)) => tracing::warn!(
+                snapshot = %srow.id,
+                "could not build the flattened memory ahead: {e}; the first spawn builds it"
+            ),
+            None => {}
+        });
         if let Err(e) = published {
             // The source's disk chain names the frozen layer's final path.
             let _ = std::fs::create_dir_all(final_disk.parent().unwrap_or(&final_disk));
@@ -132,4 +183,21 @@ fn state_configuration(sp: &std::path::Path, base_state: &std::path::Path) -> Re
         .unwrap_or_else(|| "microvm".to_string());
     let fixed = migrate::add_configuration(&raw, &machine)?;
     std::fs::write(sp, fixed).map_err(|e| e.to_string())
+}
+
+/// The head of a snapshot being published, built on its own thread: the
+/// copy of `view` starts at once, the changed pages come when the compare
+/// has found them. A closed channel means publishing failed.
+fn build_ahead(
+    path: &std::path::Path,
+    view: &std::path::Path,
+    ram_bytes: u64,
+    pages: &std::sync::mpsc::Receiver<Arc<(Vec<u64>, Vec<u8>)>>,
+) -> Result<forkvm_store::head::Prebuild, forkvm_store::memdiff::MemDiffError> {
+    let mut p = forkvm_store::head::Prebuild::start(path, view, ram_bytes)?;
+    let changed = pages.recv().map_err(|_| {
+        forkvm_store::memdiff::MemDiffError::Format("the snapshot was not published".into())
+    })?;
+    p.lay(&changed.0, &changed.1)?;
+    Ok(p)
 }

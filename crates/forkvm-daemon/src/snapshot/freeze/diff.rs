@@ -25,6 +25,9 @@ pub(crate) struct DiffCapture {
     /// The base's device state: an ordinary stream, naming the machine.
     pub(crate) base_state: PathBuf,
     pub(crate) links: Vec<PathBuf>,
+    /// The file the clone maps (the base, or the chain's head) when it is
+    /// complete: a head for this snapshot can start as a copy of it.
+    pub(crate) view: Option<PathBuf>,
 }
 
 /// The clone's RAM: its QEMU's mapping of the chain's base image (a clone
@@ -120,6 +123,10 @@ pub(crate) fn capture(
         (Some(c), Some(pages)) => Some(DiffCapture {
             ram_bytes,
             pages,
+            view: match c.links.last() {
+                None => Some(c.mapped()),
+                Some(top) => forkvm_store::head::usable(&top.dir, &top.digest).then(|| c.mapped()),
+            },
             base: c.base.path(forkvm_store::MEMORY),
             base_state: c.base.path(forkvm_store::DEVICE_STATE),
             links: c

@@ -45,6 +45,9 @@ pub struct Frozen {
     pub(crate) live_tmp: Option<PathBuf>,
     /// How it was made, stored with its row (a branch sets the mode).
     pub info: crate::db::SnapshotInfo,
+    /// Children are spawned from it at once (a branch with `count` > 0):
+    /// publish starts their chain head alongside (`forkvm_store::head`).
+    pub head_ahead: bool,
 }
 
 impl Manager {
@@ -399,6 +402,7 @@ impl Manager {
             final_disk,
             diff,
             live_tmp,
+            head_ahead: false,
         })
     }
 }
