@@ -339,3 +339,68 @@ async fn an_empty_archive_still_makes_one_request() {
     );
     assert_eq!(seen.lock().unwrap().as_slice(), ["put_archive"]);
 }
+
+/// A probe sent behind an identity is written before the identity's
+/// acknowledgement is awaited: this agent acknowledges the identity only
+/// once the probe has arrived, so waiting first would time out. Each reply
+/// reaches its own request, and a request given up forgets its route.
+#[tokio::test]
+async fn a_probe_goes_right_behind_an_identity() {
+    let held = Arc::new(StdMutex::new(None::<u64>));
+    let h = held.clone();
+    let (conn, seen, _dir) = fake(
+        3,
+        Box::new(move |f| match &f.msg {
+            HostMsg::Identity { id, .. } => {
+                *h.lock().unwrap() = Some(*id);
+                vec![]
+            }
+            HostMsg::NetProbe { id, .. } => {
+                let mut out = vec![(
+                    GuestMsg::NetReady {
+                        id: *id,
+                        took_us: 7,
+                    },
+                    vec![],
+                )];
+                if let Some(ident) = h.lock().unwrap().take() {
+                    out.push((
+                        GuestMsg::IdentityAck {
+                            id: ident,
+                            took_us: 42,
+                        },
+                        vec![],
+                    ));
+                }
+                out
+            }
+            _ => vec![],
+        }),
+    )
+    .await;
+    let short = Duration::from_secs(3);
+    let ident = conn
+        .send_identity("sb-x", 1, "m", "i", &[1, 2, 3], short)
+        .await
+        .unwrap();
+    let probe = conn
+        .send_net_probe(std::net::Ipv4Addr::new(10, 0, 0, 1), 9, short)
+        .await
+        .unwrap();
+    assert_eq!(conn.identity_ack(ident).await.unwrap(), 42);
+    assert_eq!(conn.net_ready(probe).await.unwrap(), 7);
+    assert_eq!(*seen.lock().unwrap(), vec!["identity", "net_probe"]);
+    assert!(
+        conn.routes.lock().unwrap().is_empty(),
+        "every route answered"
+    );
+
+    // Given up before its answer: the route goes with it.
+    let p = conn
+        .send_net_probe(std::net::Ipv4Addr::new(10, 0, 0, 1), 9, short)
+        .await
+        .unwrap();
+    assert_eq!(conn.routes.lock().unwrap().len(), 1);
+    drop(p);
+    assert!(conn.routes.lock().unwrap().is_empty());
+}
