@@ -85,24 +85,6 @@ pub struct AgentConn {
     protocol: AtomicU32,
 }
 
-/// A one-reply request written to the guest whose reply is still to come
-/// (see [`AgentConn::send_identity`]). Dropping it forgets its route.
-pub struct Pending {
-    id: u64,
-    rx: mpsc::Receiver<Frame<GuestMsg>>,
-    timeout: Duration,
-    what: String,
-    routes: Routes,
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if let Ok(mut m) = self.routes.lock() {
-            m.remove(&self.id);
-        }
-    }
-}
-
 /// How long one request may take to be written to the guest.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -270,42 +252,16 @@ impl AgentConn {
         timeout: Duration,
         what: &str,
     ) -> Result<Frame<GuestMsg>, AgentError> {
-        let p = self.send(make, payload, timeout, what).await?;
-        self.reply(p).await
-    }
-
-    /// Write a one-reply request and return without waiting for its reply,
-    /// so that another request can follow right behind it; the reply is
-    /// collected by [`AgentConn::reply`]. Dropped, the request's route goes.
-    async fn send(
-        &self,
-        make: impl FnOnce(u64) -> HostMsg,
-        payload: &[u8],
-        timeout: Duration,
-        what: &str,
-    ) -> Result<Pending, AgentError> {
-        let (id, rx) = self.start(make, payload).await?;
-        Ok(Pending {
-            id,
-            rx,
-            timeout,
-            what: what.to_string(),
-            routes: self.routes.clone(),
-        })
-    }
-
-    /// The reply of a request [`AgentConn::send`] wrote.
-    async fn reply(&self, mut p: Pending) -> Result<Frame<GuestMsg>, AgentError> {
-        let r = tokio::time::timeout(p.timeout, p.rx.recv()).await;
-        let (what, timeout) = (std::mem::take(&mut p.what), p.timeout);
-        drop(p);
+        let (id, mut rx) = self.start(make, payload).await?;
+        let r = tokio::time::timeout(timeout, rx.recv()).await;
+        self.finish(id);
         match r {
             Err(_) => Err(AgentError::Timeout(timeout)),
             Ok(None) => Err(AgentError::Closed),
             Ok(Some(Frame {
                 msg: GuestMsg::Error { code, message, .. },
                 ..
-            })) => Err(guest_error(code, message, &what)),
+            })) => Err(guest_error(code, message, what)),
             Ok(Some(f)) => Ok(f),
         }
     }
@@ -480,55 +436,26 @@ impl AgentConn {
         entropy: &[u8],
         timeout: Duration,
     ) -> Result<u64, AgentError> {
-        let p = self
-            .send_identity(
-                hostname,
-                unix_time_ns,
-                machine_id,
-                instance_id,
-                entropy,
-                timeout,
-            )
-            .await?;
-        self.identity_ack(p).await
-    }
-
-    /// Write an identity request (see [`AgentConn::identity`]) without
-    /// waiting for its acknowledgement. The agent applies an identity before
-    /// it reads the next request, so one sent behind it runs with it.
-    pub async fn send_identity(
-        &self,
-        hostname: &str,
-        unix_time_ns: u64,
-        machine_id: &str,
-        instance_id: &str,
-        entropy: &[u8],
-        timeout: Duration,
-    ) -> Result<Pending, AgentError> {
         let (hostname, machine_id, instance_id) = (
             hostname.to_string(),
             machine_id.to_string(),
             instance_id.to_string(),
         );
-        self.send(
-            |id| HostMsg::Identity {
-                id,
-                hostname,
-                unix_time_ns,
-                machine_id,
-                instance_id,
-            },
-            entropy,
-            timeout,
-            "take an identity",
-        )
-        .await
-    }
-
-    /// Wait for the acknowledgement of [`AgentConn::send_identity`]; returns
-    /// the microseconds the guest took.
-    pub async fn identity_ack(&self, p: Pending) -> Result<u64, AgentError> {
-        match self.reply(p).await?.msg {
+        let f = self
+            .one_reply(
+                |id| HostMsg::Identity {
+                    id,
+                    hostname,
+                    unix_time_ns,
+                    machine_id,
+                    instance_id,
+                },
+                entropy,
+                timeout,
+                "take an identity",
+            )
+            .await?;
+        match f.msg {
             GuestMsg::IdentityAck { took_us, .. } => Ok(took_us),
             other => Err(AgentError::Protocol(format!(
                 "expected identity_ack, got {other:?}"
@@ -569,37 +496,22 @@ impl AgentConn {
         port: u16,
         timeout: Duration,
     ) -> Result<u64, AgentError> {
-        let p = self.send_net_probe(addr, port, timeout).await?;
-        self.net_ready(p).await
-    }
-
-    /// Write a network probe (see [`AgentConn::net_probe`]) without waiting
-    /// for its answer.
-    pub async fn send_net_probe(
-        &self,
-        addr: std::net::Ipv4Addr,
-        port: u16,
-        timeout: Duration,
-    ) -> Result<Pending, AgentError> {
         let timeout_ms = timeout.as_millis().min(u128::from(u32::MAX)) as u32;
-        self.send(
-            |id| HostMsg::NetProbe {
-                id,
-                addr: addr.to_string(),
-                port,
-                timeout_ms,
-            },
-            b"",
-            timeout + Duration::from_secs(10),
-            "probe the network",
-        )
-        .await
-    }
-
-    /// The answer to [`AgentConn::send_net_probe`]: the microseconds the
-    /// guest took to reach the address.
-    pub async fn net_ready(&self, p: Pending) -> Result<u64, AgentError> {
-        match self.reply(p).await?.msg {
+        match self
+            .one_reply(
+                |id| HostMsg::NetProbe {
+                    id,
+                    addr: addr.to_string(),
+                    port,
+                    timeout_ms,
+                },
+                b"",
+                timeout + Duration::from_secs(10),
+                "probe the network",
+            )
+            .await?
+            .msg
+        {
             GuestMsg::NetReady { took_us, .. } => Ok(took_us),
             other => Err(AgentError::Protocol(format!(
                 "expected net_ready, got {other:?}"

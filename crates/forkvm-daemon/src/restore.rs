@@ -328,28 +328,17 @@ impl Manager {
             format!("{id}-{}", hex_random(4)),
             entropy(64),
         );
-        let probe = net.wait && network_ms.is_some();
-        // A fresh clone's network probe is written right behind its
-        // identity: the agent applies the identity before it reads the
-        // probe, so the probe runs in the guest while the acknowledgement
-        // and the clock set travel, instead of after them.
-        let mut probing = None;
         let ident = async {
             if fresh_identity {
-                let p = conn
-                    .send_identity(
-                        &id,
-                        now_ns,
-                        &machine_id,
-                        &instance_id,
-                        &seed,
-                        Duration::from_secs(60),
-                    )
-                    .await?;
-                if probe {
-                    probing = Some(crate::net::Net::send_probe(&conn).await);
-                }
-                conn.identity_ack(p).await
+                conn.identity(
+                    &id,
+                    now_ns,
+                    &machine_id,
+                    &instance_id,
+                    &seed,
+                    Duration::from_secs(60),
+                )
+                .await
             } else {
                 conn.set_clock(Duration::from_secs(60)).await.map(|_| 0)
             }
@@ -390,11 +379,8 @@ impl Manager {
             set_clock_ms = identity_ms - ms(ident_rt),
             "clone identity"
         );
-        let network_ready_ms = if probe {
-            match probing {
-                Some(p) => crate::net::Net::probe_answer(&conn, p?).await?,
-                None => crate::net::Net::probe_guest(&conn).await?,
-            }
+        let network_ready_ms = if net.wait && network_ms.is_some() {
+            crate::net::Net::probe_guest(&conn).await?;
             Some(ms(resumed.elapsed()))
         } else {
             None

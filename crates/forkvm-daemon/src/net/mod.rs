@@ -471,35 +471,17 @@ impl Net {
 
     /// Prove a guest's network path: the agent dials the gateway.
     pub async fn probe_guest(conn: &crate::agent::AgentConn) -> Result<(), ApiError> {
-        let p = Self::send_probe(conn).await?;
-        Self::probe_answer(conn, p).await
-    }
-
-    /// Ask the agent to dial the gateway, without waiting for the answer
-    /// (a clone's probe goes right behind its identity: crate::restore).
-    pub async fn send_probe(
-        conn: &crate::agent::AgentConn,
-    ) -> Result<crate::agent::Pending, ApiError> {
-        conn.send_net_probe(forkvm_net::GATEWAY_ADDR, PROBE_PORT, PROBE_BUDGET)
+        conn.net_probe(forkvm_net::GATEWAY_ADDR, PROBE_PORT, PROBE_BUDGET)
             .await
-            .map_err(probe_failed)
+            .map(|_| ())
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    codes::NETWORK_FAILED,
+                    format!("the guest's network did not come up: {e}"),
+                )
+            })
     }
-
-    /// The answer to [`Net::send_probe`].
-    pub async fn probe_answer(
-        conn: &crate::agent::AgentConn,
-        p: crate::agent::Pending,
-    ) -> Result<(), ApiError> {
-        conn.net_ready(p).await.map(|_| ()).map_err(probe_failed)
-    }
-}
-
-fn probe_failed(e: crate::agent::AgentError) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_GATEWAY,
-        codes::NETWORK_FAILED,
-        format!("the guest's network did not come up: {e}"),
-    )
 }
 
 #[cfg(test)]
