@@ -99,8 +99,13 @@ pub async fn import_image(
     q: Q<ImportQuery>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let q = query(q)?;
-    m.check_new_image_name(&q.name, q.replace.unwrap_or(false))?;
+    let q = match query(q).and_then(|q| {
+        m.check_new_image_name(&q.name, q.replace.unwrap_or(false))
+            .map(|_| q)
+    }) {
+        Ok(q) => q,
+        Err(e) => return Err(m.refuse_upload(body, e).await),
+    };
     let upload = m.receive_upload(body, "import").await?;
     Ok(super::stream::ndjson(move |tx| async move {
         m.import_image(q, upload, tx).await
@@ -121,8 +126,10 @@ pub async fn build_image(
     q: Q<BuildQuery>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let q = query(q)?;
-    m.check_new_image_name(&q.tag, true)?;
+    let q = match query(q).and_then(|q| m.check_new_image_name(&q.tag, true).map(|_| q)) {
+        Ok(q) => q,
+        Err(e) => return Err(m.refuse_upload(body, e).await),
+    };
     let upload = m.receive_upload(body, "build").await?;
     Ok(super::stream::ndjson(move |tx| async move {
         m.build_image(q, upload, tx).await

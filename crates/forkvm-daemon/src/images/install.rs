@@ -218,6 +218,7 @@ impl Manager {
             let chunk =
                 chunk.map_err(|e| ApiError::invalid(format!("the upload broke off: {e}")))?;
             if let Err(e) = f.write_all(&chunk).await {
+                drain(body).await;
                 return Err(if e.raw_os_error() == Some(libc::ENOSPC) {
                     ApiError::new(
                         axum::http::StatusCode::INSUFFICIENT_STORAGE,
@@ -242,6 +243,13 @@ impl Manager {
             ));
         }
         Ok(up)
+    }
+
+    /// Refuse an upload before reading it: what is left of `body` is read
+    /// and dropped first (see [`drain`]), so that the client gets `err`.
+    pub async fn refuse_upload(&self, body: Body, err: ApiError) -> ApiError {
+        drain(body.into_data_stream()).await;
+        err
     }
 
     /// Check a pull request before anything is fetched.
@@ -462,6 +470,27 @@ impl Manager {
         self.install(q.name, resolved, store, source, opts, emit)
             .await
     }
+}
+
+/// How long an error answer to an upload waits for the rest of its body.
+const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Read and drop what a client is still sending, for [`DRAIN_FOR`] at most,
+/// before an error is answered. A server that answers and closes while
+/// request bytes are still unread makes the kernel reset the connection
+/// (RFC 9112, section 9.6), and a client still writing its body then sees
+/// "error writing a body" instead of the answer that says what is wrong
+/// (tests/images.rs hit it when an import over an image in use was refused
+/// before its 2 MB tar was sent).
+async fn drain<S, E>(mut body: S)
+where
+    S: tokio_stream::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+{
+    use tokio_stream::StreamExt;
+    let _ = tokio::time::timeout(DRAIN_FOR, async {
+        while let Some(Ok(_)) = body.next().await {}
+    })
+    .await;
 }
 
 #[cfg(test)]
