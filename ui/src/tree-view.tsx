@@ -32,8 +32,13 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
   const scrollRef = useRef<HTMLDivElement>(null)
   const scrolled = useRef(false)
   // Move DOM focus only after a key press or click inside the tree, never
-  // because data changed (that would steal focus from other controls).
-  const wantFocus = useRef(false)
+  // because data changed (that would steal focus from other controls). It
+  // holds the key asked for, not a flag: an effect of an earlier render can
+  // still run after the next key press (Preact flushes pending effects when
+  // the component renders again), and it must focus what that press asked
+  // for, not the node its own render had (the dashboard test lost key
+  // presses that way).
+  const wantFocus = useRef<string | null>(null)
 
   const rows: VisibleNode[] = useMemo(() => visibleNodes(tree, collapsed, query), [tree, collapsed, query])
   const layout = useMemo(() => {
@@ -64,9 +69,12 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
   }, [layout])
 
   useEffect(() => {
-    if (!wantFocus.current || !current) return
-    wantFocus.current = false
-    const el = document.getElementById(domId(current))
+    const want = wantFocus.current
+    if (!want) return
+    const key = index.has(want) ? want : current
+    if (!key) return
+    wantFocus.current = null
+    const el = document.getElementById(domId(key))
     if (el && document.activeElement !== el) el.focus({ preventScroll: true })
     el?.scrollIntoView({ block: 'nearest', inline: 'nearest' })
   }, [current, rows])
@@ -89,7 +97,7 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
       el.focus({ preventScroll: true })
       el.scrollIntoView({ block: 'nearest', inline: 'nearest' })
     }
-    wantFocus.current = true
+    wantFocus.current = key
     setFocusKey(key)
     onSelect(key)
   }
@@ -216,7 +224,7 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
                   class={`${nodeClass(r.node)}${r.match ? ' match' : ''}`}
                   style={{ left: `${p.x}px`, top: `${p.y}px`, width: `${NODE_W}px`, height: `${NODE_H}px` }}
                   onClick={() => {
-                    wantFocus.current = true
+                    wantFocus.current = key
                     setFocusKey(key)
                     onSelect(key)
                   }}
