@@ -66,11 +66,14 @@ sys.path.insert(0, str(REPO / "bench" / "common"))
 import forkvm_bench as fb  # noqa: E402
 import naive as nv  # noqa: E402
 import report as rp  # noqa: E402
+import smaps  # noqa: E402
 
 MIN_RUNS = 10
 NOISY_CORES = 0.25  # a run during which other processes used more than this is flagged
 SPEED_TARGET = 10.0  # warm-pool spawn p50 at least this many times faster than naive restore p50
 MEMORY_TARGET = 0.25  # 50 clones under this fraction of the memory of 50 naive copies
+DENSITY_TARGET_MIB = 800  # issue 16, target 6: 50 idle clones in at most this Σ PSS
+NAT_TARGET = 5.0  # issue 16, target 4: the default nat warm-pool spawn ≥ this × naive
 
 FIELDS = [
     "case", "run", "child", "total_ms",
@@ -93,6 +96,8 @@ MEM_FIELDS = [
     "per_vm_pss_kib", "per_vm_rss_kib", "per_vm_private_dirty_kib", "per_vm_total_kib",
     "memavail_before_kib", "memavail_after_kib", "memavail_drop_kib", "shmem_delta_kib",
     "cached_delta_kib", "theoretical_kib", "note", "jail",
+    # Σ over the clones of /proc/<pid>/smaps by class (bench/common/smaps.py).
+    *[f"smaps_{c}_{f}_kib" for c in smaps.CLASSES for f in ("pss", "dirty")],
 ]
 
 CLONE_STAGES = ["prepare_ms", "qemu_start_ms", "restore_ms", "identity_ms", "server_total_ms"]
@@ -460,6 +465,7 @@ def memory_forkvm(d, snap_id, k, args) -> dict:
               flush=True)
         time.sleep(args.idle)
         per_vm = []
+        classes: dict = {}
         run_dir = fb.run_dir_for_home(d.home)
         for sb in sbs:
             g = d.api.request("GET", f"/v1/sandboxes/{sb['id']}")
@@ -470,6 +476,10 @@ def memory_forkvm(d, snap_id, k, args) -> dict:
             # RAM file of its own in the run dir (checked just below).
             per_vm.append(vm_memory(g["pid"], m["rss_kib"], m["pss_kib"], m["private_dirty_kib"],
                                     shm_files=[run_dir / f"{sb['id']}.mem"]))
+            try:
+                smaps.add(classes, smaps.read(g["pid"], args.memory << 20))
+            except OSError as e:
+                raise fb.BenchError(f"cannot read /proc/{g['pid']}/smaps (QEMU gone?): {e}")
         after = fb.meminfo()
         run_dir_kib = fb.allocated_bytes_tree(run_dir) // 1024 if run_dir.exists() else 0
         daemon = fb.smaps_rollup(d.proc.pid)
@@ -479,7 +489,9 @@ def memory_forkvm(d, snap_id, k, args) -> dict:
     row = {"k": k, "kind": "forkvm", "measured": "yes", "spawn_wall_ms": wall,
            **sum_vms(per_vm), **mem_delta(before, after),
            "theoretical_kib": k * args.memory * 1024,
-           "note": note + (f"; run dir holds {run_dir_kib} KiB" if run_dir_kib else "")}
+           "note": note + (f"; run dir holds {run_dir_kib} KiB" if run_dir_kib else ""),
+           **{f"smaps_{c}_{f}_kib": classes[c][field]
+              for c in smaps.CLASSES for f, field in (("pss", "Pss"), ("dirty", "Private_Dirty"))}}
     print(f"[memory forkvm K={k}] PSS {row['pss_kib'] / 1024:,.0f} MiB total "
           f"({row['per_vm_pss_kib'] / 1024:.1f}/clone: anon {row['pss_anon_kib'] / k / 1024:.1f}, "
           f"file {row['pss_file_kib'] / k / 1024:.1f}), RSS {row['rss_kib'] / 1024:,.0f} MiB, "
@@ -877,6 +889,15 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args, jrows=()) -> None
              + (" (naive extrapolated)" if nv["measured"] != "yes" else "")
              + f" = **{kf['mem_ratio']:.1%}**" if fk and nv else "not measured")
           + f" | **{'PASS' if mem_ok else 'MISS'}** |",
+          f"| default nat warm-pool spawn p50 ≥ {NAT_TARGET:.0f}× faster than the naive restore "
+          "p50 (issue 16, target 4) | "
+          + (f"{kf['naive_p50']:,.0f} / {kf['nat_p50']:,.0f} ms = **{kf['nat_speedup']:.2f}×** | "
+             f"**{'PASS' if kf['nat_speedup'] >= NAT_TARGET else 'MISS'}** |"
+             if kf["nat_p50"] == kf["nat_p50"] else "not run | **N/A** |"),
+          f"| {K} idle clones ≤ {DENSITY_TARGET_MIB:,} MiB Σ PSS (issue 16, target 6) | "
+          + (f"**{mib(fk['pss_kib'])} MiB** ({fk['per_vm_pss_kib'] / 1024:.1f} MiB per clone; "
+             f"the target allows {DENSITY_TARGET_MIB / K:.1f}) | "
+             f"**{'PASS' if density_ok(fk) else 'MISS'}** |" if fk else "not measured | **N/A** |"),
           ""]
     if kf["nat_p50"] == kf["nat_p50"]:
         L += [f"- The default configuration (nat networking, wait_for_network), `{NAT}`: "
@@ -904,6 +925,9 @@ def write_results(path: Path, rows, mem_rows, ctx: dict, args, jrows=()) -> None
         L += ["", f"**Why the speed target is missed.** {ctx['speed_reason']}"]
     if not mem_ok and fk and nv:
         L += ["", "**Why the memory target is missed.** " + ctx.get("mem_reason", "")]
+    if fk:
+        L += ["", ("**Why the density target is missed.** " if not density_ok(fk) else
+                   "**Where the clones' memory goes.** ") + density_reason(fk, ctx)]
 
     L += jail_section(list(jrows), rows, ctx, args)
 
@@ -1142,6 +1166,9 @@ def print_summary(rows, mem_rows, clones_max, jail=()) -> None:
               + (" (extrapolated)" if kf["nv"]["measured"] != "yes" else "")
               + f": {kf['mem_ratio']:.1%} (target < {MEMORY_TARGET:.0%}: "
               f"{'PASS' if kf['mem_ratio'] < MEMORY_TARGET else 'MISS'})")
+    if kf["fk"]:
+        print(f"{clones_max} idle clones Σ PSS {mib(kf['fk']['pss_kib'])} MiB (target ≤ "
+              f"{DENSITY_TARGET_MIB:,} MiB: {'PASS' if density_ok(kf['fk']) else 'MISS'})")
 
 
 # --------------------------------------------------------------------------
@@ -1555,6 +1582,32 @@ def speed_reason(rows, kf, accel: str) -> str:
     out.append("These guest-side steps depend on the accelerator; "
                + ("this run could only use TCG." if accel == "tcg" else f"this run used {accel}."))
     return " ".join(out)
+
+
+def density_ok(fk: dict) -> bool:
+    return fk["pss_kib"] / 1024 <= DENSITY_TARGET_MIB
+
+
+def density_reason(fk: dict, ctx: dict) -> str:
+    """Per clone, where the PSS of the largest K goes (smaps classes), against
+    the per-clone budget of the density target."""
+    k = fk["vms"]
+    if f"smaps_{smaps.CLASSES[0]}_pss_kib" not in fk:
+        return "no smaps breakdown in this run."
+    per = {c: fk[f"smaps_{c}_pss_kib"] / k / 1024 for c in smaps.CLASSES}
+    dirty = {c: fk[f"smaps_{c}_dirty_kib"] / k / 1024 for c in smaps.CLASSES}
+    budget = DENSITY_TARGET_MIB / k
+    parts = smaps.describe(per, dirty)
+    out = (f"Per clone, mean of the {k} at K={k} (/proc/<pid>/smaps by mapping, "
+           f"bench/common/smaps.py; Σ {sum(per.values()):.1f} MiB): {parts}. "
+           f"The target allows {budget:.1f} MiB per clone.")
+    if ctx["info"]["accel"]["kind"] == "tcg" and per["tcg_buffer"] > 0:
+        rest = sum(per.values()) - per["tcg_buffer"]
+        out += (f" Under TCG every QEMU holds its own translated code: without the translation "
+                f"buffer a clone would hold {rest:.1f} MiB, "
+                + ("within" if rest <= budget else "still above") + " that budget. KVM runs "
+                "guest code natively and has no translation buffer; this host can only use TCG.")
+    return out
 
 
 def mem_explanation(mem_rows, ctx, args) -> str:
