@@ -138,12 +138,23 @@ pub(crate) async fn resume(qmp: &Qmp) -> Result<serde_json::Value, forkvm_qemu::
 pub(crate) async fn pause_from_events(
     rx: &mut tokio::sync::broadcast::Receiver<forkvm_qemu::QmpEvent>,
 ) -> Option<u64> {
+    use tokio::sync::broadcast::error::RecvError;
     let mut stop = None;
     loop {
-        let ev = tokio::time::timeout(Duration::from_secs(2), rx.recv())
+        let ev = match tokio::time::timeout(Duration::from_secs(2), rx.recv())
             .await
             .ok()?
-            .ok()?;
+        {
+            Ok(ev) => ev,
+            // A live save sends one MIGRATION_PASS event per precopy pass,
+            // and a guest that keeps writing memory can take more passes
+            // than the channel holds (325 were seen). The receiver then
+            // skips to the oldest event still held; the STOP and RESUME of
+            // the final pause come last, so they are among those. Giving
+            // up here made the caller time the whole save as the pause.
+            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => return None,
+        };
         match ev.name.as_str() {
             "STOP" => stop = Some(ev.timestamp_us),
             "RESUME" => return stop.map(|s| ev.timestamp_us.saturating_sub(s)),
@@ -299,5 +310,43 @@ impl Manager {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod pause_tests {
+    use super::pause_from_events;
+    use forkvm_qemu::QmpEvent;
+    use tokio::sync::broadcast;
+
+    fn ev(name: &str, t: u64) -> QmpEvent {
+        QmpEvent {
+            name: name.into(),
+            data: serde_json::Value::Null,
+            timestamp_us: t,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_pause_is_found_after_more_passes_than_the_channel_holds() {
+        let (tx, mut rx) = broadcast::channel(8);
+        for i in 0..325 {
+            tx.send(ev("MIGRATION_PASS", i)).unwrap();
+        }
+        tx.send(ev("STOP", 1_000)).unwrap();
+        tx.send(ev("MIGRATION", 1_500)).unwrap();
+        tx.send(ev("RESUME", 4_250)).unwrap();
+        assert_eq!(pause_from_events(&mut rx).await, Some(3_250));
+    }
+
+    #[tokio::test]
+    async fn no_stop_or_a_closed_channel_gives_none() {
+        let (tx, mut rx) = broadcast::channel(8);
+        tx.send(ev("RESUME", 10)).unwrap();
+        assert_eq!(pause_from_events(&mut rx).await, None);
+        let (tx, mut rx) = broadcast::channel(8);
+        tx.send(ev("STOP", 10)).unwrap();
+        drop(tx);
+        assert_eq!(pause_from_events(&mut rx).await, None);
     }
 }

@@ -260,7 +260,12 @@ impl Manager {
             // round-trips). Fall back to our clock if an event is missing.
             timings.pause_ms = match pause_from_events(&mut events).await {
                 Some(us) => us as f64 / 1000.0,
-                None => ms(t_stop.elapsed()),
+                None => {
+                    // For a live save this clock also counts the precopy,
+                    // while the guest ran: an upper bound, said so.
+                    tracing::warn!(sandbox = %id, "no STOP/RESUME event pair from sandbox {id}'s QEMU; its pause_ms is the daemon's clock since the save began");
+                    ms(t_stop.elapsed())
+                }
             };
             if let Err(e) = resumed {
                 tracing::error!("could not resume sandbox {id} after a snapshot: {e}");
