@@ -1408,6 +1408,14 @@ def targets(rows, ctx, args) -> list[dict]:
         add(f"diff pause (idle guest) within {DIFF_LIVE_TARGET:.0f}× of live",
             "size experiment not run", None)
 
+    # 3b. issue 16, target 3: diff at most live (idle guest), at every size
+    if both:
+        over = [s for s in both if rat[s] > 1.0]
+        add("diff pause (idle guest) ≤ live, at every size (issue 16, target 3)",
+            ", ".join(f"{s} MiB: {rat[s]:.2f}×" for s in both), not over,
+            f"diff above live at {', '.join(f'{s} MiB' for s in over)}; the parts of each pause "
+            "are under Observations." if over else "")
+
     # 4. chain depth 3 vs flat
     d3 = f"depth {CHAIN_TARGET_DEPTH}"
     t3, tf = chain_stats(rows, d3)["p50"], chain_stats(rows, "flat")["p50"]
