@@ -257,28 +257,26 @@ fn removing_an_image_in_use_is_refused_and_names_the_users() {
     let d = shared();
     let t = tempfile::tempdir().unwrap();
     let tar = busybox_rootfs(t.path());
-    d.ok(&[
-        "image",
-        "import",
-        tar.to_str().unwrap(),
-        "--name",
-        "bb-rm",
-        "--replace",
-    ]);
+    // `image import FILE --name bb-rm --replace`, as every step below runs it.
+    let import = |file: &std::path::Path| {
+        d.run(&[
+            "image",
+            "import",
+            file.to_str().unwrap(),
+            "--name",
+            "bb-rm",
+            "--replace",
+        ])
+    };
+    let o = import(&tar);
+    assert!(o.status.success(), "{}", stderr(&o));
     let id = d.ok(&["spawn", "--image", "bb-rm"]).trim().to_string();
     let o = d.run(&["image", "rm", "bb-rm"]);
     assert!(!o.status.success());
     let e = stderr(&o);
     assert!(e.contains("in use") && e.contains(&id), "{e}");
     // Importing over it is refused the same way.
-    let o = d.run(&[
-        "image",
-        "import",
-        tar.to_str().unwrap(),
-        "--name",
-        "bb-rm",
-        "--replace",
-    ]);
+    let o = import(&tar);
     assert!(
         !o.status.success() && stderr(&o).contains(&id),
         "{}",
@@ -295,14 +293,7 @@ fn removing_an_image_in_use_is_refused_and_names_the_users() {
         .set_len(64 << 20)
         .unwrap();
     for _ in 0..20 {
-        let o = d.run(&[
-            "image",
-            "import",
-            big.to_str().unwrap(),
-            "--name",
-            "bb-rm",
-            "--replace",
-        ]);
+        let o = import(&big);
         assert!(
             !o.status.success() && stderr(&o).contains("in use") && stderr(&o).contains(&id),
             "{}",
