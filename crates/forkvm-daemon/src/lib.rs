@@ -36,6 +36,7 @@ pub mod images;
 pub mod jail;
 pub mod lifetime;
 pub mod limits;
+pub mod listen;
 pub mod manager;
 pub mod mcp;
 pub mod metrics;
@@ -159,6 +160,17 @@ fn lock_home(home: &Path) -> Result<std::fs::File, StartError> {
 /// Run the daemon until SIGTERM/SIGINT.
 pub async fn serve(cfg: Config) -> Result<(), StartError> {
     let setup = |what: &str, e: &dyn std::fmt::Display| StartError::Setup(format!("{what}: {e}"));
+    // Before anything opens a file: every connection, sandbox socket and
+    // log holds a descriptor (crate::listen).
+    let (nofile, nofile_before) = listen::raise_nofile();
+    let (tcp_limits, unix_limits) = listen::budgets(nofile);
+    tracing::info!(
+        "file descriptors: soft limit {nofile} (was {nofile_before}); at most {} TCP connections \
+         ({} unauthenticated) and {} on the unix socket",
+        tcp_limits.max,
+        tcp_limits.max_unauthenticated,
+        unix_limits.max
+    );
     std::fs::create_dir_all(&cfg.home)
         .map_err(|e| setup(&format!("cannot create {}", cfg.home.display()), &e))?;
     std::fs::create_dir_all(cfg.sandboxes_dir())
@@ -231,9 +243,8 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     // bound also fails the start before the socket exists.
     let tcp_listener = match tcp {
         Some(addr) => {
-            let tl = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| setup(&format!("cannot bind {addr}"), &e))?;
+            let tl =
+                listen::bind_tcp(addr).map_err(|e| setup(&format!("cannot bind {addr}"), &e))?;
             tracing::info!("listening on http://{addr} (bearer token required)");
             Some(tl)
         }
@@ -248,14 +259,14 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let unix_app = api::router(mgr.clone(), None);
-    let mut stop1 = stop_rx.clone();
-    let unix_task = tokio::spawn(async move {
-        let _ = axum::serve(ul, unix_app)
-            .with_graceful_shutdown(async move {
-                let _ = stop1.wait_for(|s| *s).await;
-            })
-            .await;
-    });
+    let unix_task = tokio::spawn(listen::serve(
+        ul,
+        unix_app,
+        unix_limits,
+        true,
+        "unix socket",
+        stop_rx.clone(),
+    ));
     let tcp_task = match tcp_listener {
         Some(tl) => {
             // One listener, two APIs: forkvm's own under /v1 (and /mcp), and
@@ -266,14 +277,14 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
             let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
                 e2b::dispatch(rest.clone(), e2b.clone(), req)
             });
-            let mut stop2 = stop_rx.clone();
-            Some(tokio::spawn(async move {
-                let _ = axum::serve(tl, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop2.wait_for(|s| *s).await;
-                    })
-                    .await;
-            }))
+            Some(tokio::spawn(listen::serve(
+                tl,
+                app,
+                tcp_limits,
+                false,
+                "TCP listener",
+                stop_rx.clone(),
+            )))
         }
         None => None,
     };

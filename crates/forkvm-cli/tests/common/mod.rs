@@ -51,6 +51,8 @@ pub struct Daemon {
     pub tcp: Option<(String, String)>,
     /// Extra environment for `forkvm serve` (applied at each (re)start).
     pub env: Vec<(String, String)>,
+    /// Soft and hard `RLIMIT_NOFILE` for `forkvm serve`, if set.
+    pub nofile: Option<u64>,
     _dir: tempfile::TempDir,
 }
 
@@ -80,6 +82,15 @@ impl Daemon {
         Self::start_full(None, None, env)
     }
 
+    /// Start with a TCP listener and `RLIMIT_NOFILE` set to `nofile` (soft
+    /// and hard, so the daemon cannot raise it).
+    pub fn start_with_nofile(tcp: (String, String), nofile: u64) -> Daemon {
+        let mut d = Self::prepare(None, Some(tcp), &[]);
+        d.nofile = Some(nofile);
+        d.spawn_process();
+        d
+    }
+
     fn start_at(at: Option<&Path>, tcp: Option<(String, String)>) -> Daemon {
         Self::start_full(at, tcp, &[])
     }
@@ -89,6 +100,13 @@ impl Daemon {
         tcp: Option<(String, String)>,
         env: &[(&str, &str)],
     ) -> Daemon {
+        let mut d = Self::prepare(at, tcp, env);
+        d.spawn_process();
+        d
+    }
+
+    /// The daemon's home and settings, not started yet.
+    fn prepare(at: Option<&Path>, tcp: Option<(String, String)>, env: &[(&str, &str)]) -> Daemon {
         require_vm_prereqs();
         // Short path: unix socket paths are limited to 108 bytes.
         let dir = tempfile::Builder::new()
@@ -123,7 +141,7 @@ impl Daemon {
                     .expect("symlink");
             }
         }
-        let mut d = Daemon {
+        Daemon {
             home,
             child: None,
             tcp,
@@ -131,10 +149,9 @@ impl Daemon {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            nofile: None,
             _dir: dir,
-        };
-        d.spawn_process();
-        d
+        }
     }
 
     /// (Re)start the daemon process on the same home.
@@ -164,10 +181,21 @@ impl Daemon {
         // gracefully). The death signal fires when the *thread* that forked
         // exits, which is why the shared daemon is started from a thread that
         // lives as long as the process.
-        // SAFETY: prctl is async-signal-safe and touches no memory.
+        let nofile = self.nofile;
+        // SAFETY: prctl and setrlimit are async-signal-safe and touch no
+        // memory but the struct on this stack.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if let Some(n) = nofile {
+                    let r = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 Ok(())
             });
         }

@@ -360,6 +360,7 @@ async fn auth(token: &str, req: Request, next: Next) -> Response {
         )
         .into_response();
     }
+    crate::listen::mark_authenticated(&req);
     next.run(req).await
 }
 

@@ -72,6 +72,7 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
                             format!("missing or wrong X-Access-Token for sandbox {id}"),
                         );
                     }
+                    crate::listen::mark_authenticated(&req);
                     // As E2B's edge proxy does, a sandbox that is not
                     // running answers 502 with "was not found" in the
                     // message: the SDK matches those words to tell a gone
@@ -121,6 +122,7 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
                                 .to_string(),
                         );
                     }
+                    crate::listen::mark_authenticated(&req);
                     control.oneshot(req).await.into_response()
                 }
             }
