@@ -22,6 +22,7 @@ pub mod api;
 pub mod branch;
 pub mod cgroup;
 pub mod changes;
+pub mod cleanup;
 pub mod compact;
 pub mod config;
 pub mod db;

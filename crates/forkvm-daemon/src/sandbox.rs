@@ -140,7 +140,19 @@ impl Manager {
             let status = match waiter {
                 Waiter::Child(mut c) => match c.wait().await {
                     Ok(s) => describe_status(s),
-                    Err(e) => format!("could not wait for QEMU: {e}"),
+                    Err(e) => {
+                        // Not knowing is not an exit (crate::cleanup): watch
+                        // it as a foreign process until it is certainly gone.
+                        tracing::warn!(
+                            sandbox = %l2.id,
+                            "cannot wait for QEMU (pid {}) of {}: {e}; watching it instead",
+                            l2.pid,
+                            l2.id
+                        );
+                        process::wait_foreign_exit(l2.pid, &l2.id).await;
+                        let _ = c.try_wait();
+                        "QEMU exited (its exit status could not be read)".to_string()
+                    }
                 },
                 Waiter::Foreign => {
                     process::wait_foreign_exit(l2.pid, &l2.id).await;
@@ -156,6 +168,7 @@ impl Manager {
                 let net = me.db.get(&l2.id).ok().flatten().and_then(|r| r.network);
                 me.net.teardown(&l2.id, net.as_ref()).await;
                 let _ = me.db.set_network(&l2.id, None);
+                let _ = me.keep_if_left(&l2.id, crate::cleanup::Pending::Teardown, &reason);
             }
         });
         live
@@ -213,6 +226,13 @@ impl Manager {
             }
         }
         self.net.teardown(id, row.network.as_ref()).await;
+        if row.network.is_some() {
+            let _ = self.db.set_network(id, None);
+        }
+        // Forget the sandbox only when nothing of it is left (crate::cleanup).
+        if let Some(e) = self.keep_if_left(id, crate::cleanup::Pending::Remove, "") {
+            return Err(e);
+        }
         self.detach_volumes(id);
         self.cfg.sandbox_paths(id).remove_all();
         self.cfg.sandbox_paths(id).remove_volumes();
@@ -264,7 +284,12 @@ impl Manager {
     pub async fn recover(self: &Arc<Self>) -> Result<(), ApiError> {
         for row in self.db.list()? {
             let paths = self.cfg.sandbox_paths(&row.id);
-            let alive = row.pid.is_some_and(|p| process::is_our_qemu(p, &row.id));
+            // A check that fails (rather than finding the process gone)
+            // counts as alive: the monitor attached below waits until it
+            // is certainly gone (forkvm_qemu::process::liveness).
+            let alive = row
+                .pid
+                .is_some_and(|p| !matches!(process::liveness(p, &row.id), process::Liveness::Gone));
             match (row.state, row.pid) {
                 (SandboxState::Running, Some(pid)) if alive => {
                     tracing::info!("re-attached to sandbox {} (pid {pid})", row.id);
@@ -327,6 +352,11 @@ impl Manager {
             }
         }
         self.reap_orphans();
+        // QEMUs of this home that no running record holds (crate::cleanup).
+        self.reap_strays().await;
+        // Cleanups left pending by the last daemon: retried now, before
+        // the namespaces are reconciled.
+        self.retry_cleanups().await;
         // Cgroups of QEMUs that ended while no daemon watched them.
         self.jail.sweep();
         let running: Vec<(String, Option<crate::net::SandboxNet>)> = self

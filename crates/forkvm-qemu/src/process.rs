@@ -208,28 +208,71 @@ pub fn kill(pid: u32, sig: i32) -> bool {
     unsafe { libc::kill(pid as i32, sig) == 0 }
 }
 
-/// True when `pid` is a live process whose command line names the VM
-/// `forkvm-<name>`: a pid recorded before a daemon restart may have been
-/// reused by an unrelated process.
-pub fn is_our_qemu(pid: u32, name: &str) -> bool {
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
+/// What can be known about a QEMU the daemon recorded by pid.
+#[derive(Debug)]
+pub enum Liveness {
+    /// Running, and its command line names the VM.
+    Ours,
+    /// Certainly not running: no such process, a zombie, or a pid reused by
+    /// another program.
+    Gone,
+    /// The check itself failed (e.g. `EMFILE` opening `/proc`): the process
+    /// may well be running. Never treat this as an exit.
+    Unknown(std::io::Error),
+}
+
+/// Whether `pid` is a live process whose command line names the VM
+/// `forkvm-<name>` (a pid recorded before a daemon restart may have been
+/// reused by an unrelated process). Only a missing process, a zombie or a
+/// foreign command line count as gone; a failure to look (out of file
+/// descriptors, say) is `Unknown`, because a daemon that took it for an
+/// exit would forget a VM that still runs.
+pub fn liveness(pid: u32, name: &str) -> Liveness {
+    if pid == 0 {
+        return Liveness::Gone;
+    }
+    // SAFETY: kill(2) with signal 0 only checks existence; no fd is needed.
+    if unsafe { libc::kill(pid as i32, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return Liveness::Gone;
+    }
+    let gone =
+        |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH));
+    let cmdline = match std::fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(c) => c,
+        Err(e) if gone(&e) => return Liveness::Gone,
+        Err(e) => return Liveness::Unknown(e),
     };
     let needle = format!("forkvm-{name},");
     if !cmdline
         .split(|b| *b == 0)
         .any(|arg| arg.starts_with(needle.as_bytes()))
     {
-        return false;
+        // An exiting process shows an empty command line; a reused pid a
+        // foreign one. Neither is our VM.
+        return Liveness::Gone;
     }
     // A zombie still has its cmdline until reaped; it is not running.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(true),
-        Err(_) => false,
+        Ok(stat) if is_zombie(&stat) => Liveness::Gone,
+        Ok(_) => Liveness::Ours,
+        Err(e) if gone(&e) => Liveness::Gone,
+        Err(e) => Liveness::Unknown(e),
     }
+}
+
+fn is_zombie(stat: &str) -> bool {
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        .unwrap_or(true)
+}
+
+/// True only when `pid` is known to be the VM `forkvm-<name>`: what a caller
+/// needs before it signals the pid. (An `Unknown` answer is not enough to
+/// kill on, nor to forget on: see [`liveness`].)
+pub fn is_our_qemu(pid: u32, name: &str) -> bool {
+    matches!(liveness(pid, name), Liveness::Ours)
 }
 
 /// The `-append` (kernel command line) argument of a running QEMU.
@@ -276,12 +319,65 @@ fn arg_of(pid: u32, flag: &[u8]) -> Option<String> {
     None
 }
 
-/// Wait until a process that is not our child exits (polled via /proc, since
-/// only the parent can wait(2) for it).
+/// Wait until a process that is not our child exits. Only the parent can
+/// wait(2) for it, so this holds a pidfd, which becomes readable when the
+/// process exits, and checks [`liveness`] once the pidfd is open (so a pid
+/// reused before the pidfd was taken is not waited on). If no pidfd can be
+/// had (an old kernel, or no descriptor free), it polls [`liveness`] and
+/// tries again for a pidfd later. It returns only when the process is
+/// certainly gone: a failed check never ends the wait.
 pub async fn wait_foreign_exit(pid: u32, name: &str) {
-    while is_our_qemu(pid, name) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut logged = false;
+    loop {
+        match pidfd_open(pid) {
+            Ok(fd) => match liveness(pid, name) {
+                Liveness::Gone => return,
+                Liveness::Ours => {
+                    // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it
+                    // stays open and the same for the AsyncFd's lifetime.
+                    if let Ok(afd) = unsafe {
+                        tokio::io::unix::AsyncFd::register_with_interest(
+                            fd,
+                            tokio::io::Interest::READABLE,
+                        )
+                    } {
+                        let _ = afd.readable().await;
+                        return;
+                    }
+                }
+                Liveness::Unknown(_) => {}
+            },
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return,
+            Err(e) => {
+                if !logged {
+                    tracing::warn!(
+                        "cannot watch QEMU (pid {pid}) of {name} through a pidfd ({e}); polling it"
+                    );
+                    logged = true;
+                }
+            }
+        }
+        // Polled while no pidfd can be had.
+        for _ in 0..25 {
+            if matches!(liveness(pid, name), Liveness::Gone) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
+}
+
+/// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits.
+fn pidfd_open(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the syscall takes two integers and returns a new descriptor
+    // that we own, or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else holds.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
 #[cfg(test)]
@@ -293,6 +389,62 @@ mod tests {
         use crate::spec::Accel;
         assert!(disables_thp(Accel::Tcg));
         assert!(!disables_thp(Accel::Kvm));
+    }
+
+    #[test]
+    fn liveness_tells_gone_from_unknown() {
+        // This process runs but is not a VM: a foreign command line is gone.
+        assert!(matches!(liveness(std::process::id(), "x"), Liveness::Gone));
+        assert!(matches!(liveness(0, "x"), Liveness::Gone));
+        // A pid that cannot exist (above pid_max).
+        assert!(matches!(liveness(u32::MAX >> 1, "x"), Liveness::Gone));
+        assert!(is_zombie("12 (qemu) Z 1 2"));
+        assert!(is_zombie("12 (a) b) Z 1"));
+        assert!(!is_zombie("12 (qemu) S 1 2"));
+        assert!(is_zombie("garbage"));
+    }
+
+    #[tokio::test]
+    async fn a_foreign_wait_ends_when_the_process_exits() {
+        // A child we do not reap through this function: `sleep`'s cmdline
+        // does not name a VM, so the wait ends at once (gone).
+        let mut c = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        wait_foreign_exit(c.id(), "x").await;
+        assert!(t.elapsed() < Duration::from_secs(5));
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_foreign_wait_lasts_as_long_as_the_vm() {
+        // A process whose command line names the VM `forkvm-unit1`.
+        let mut c = std::process::Command::new("bash")
+            .args(["-c", "exec -a forkvm-unit1,process=x sleep 30"])
+            .spawn()
+            .unwrap();
+        let pid = c.id();
+        let t = std::time::Instant::now();
+        while !is_our_qemu(pid, "unit1") {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "exec -a did not happen"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let w = tokio::spawn(async move { wait_foreign_exit(pid, "unit1").await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!w.is_finished(), "the wait ended while the VM ran");
+        c.kill().unwrap();
+        // Not reaped yet: a zombie has exited.
+        tokio::time::timeout(Duration::from_secs(5), w)
+            .await
+            .expect("the wait did not end with the process")
+            .unwrap();
+        c.wait().unwrap();
     }
 
     #[test]

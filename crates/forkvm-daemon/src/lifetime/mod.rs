@@ -289,9 +289,14 @@ impl Manager {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(SWEEP_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_retry = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 me.sweep_timeouts().await;
+                if last_retry.elapsed() >= crate::cleanup::RETRY_EVERY {
+                    me.retry_cleanups().await;
+                    last_retry = tokio::time::Instant::now();
+                }
             }
         });
     }
