@@ -240,6 +240,11 @@ pub struct Sandbox {
     /// Why the sandbox failed, when `state` is `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// Why a `running` sandbox is stopped by the daemon's disk pressure
+    /// watch (docs/limits.md); calls into its guest get 507 until it resumes
+    /// by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timings: Option<SpawnTimings>,
     /// Present on `GET /v1/sandboxes/{id}` while QEMU runs.

@@ -301,13 +301,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     println!(
                         "{:<16} {:<9} {:<10} {:>6}M {:>4} {:<5} {:<24} {}",
                         s.id,
-                        format!("{:?}", s.state).to_lowercase(),
+                        if s.suspended.is_some() {
+                            "suspended".to_string()
+                        } else {
+                            format!("{:?}", s.state).to_lowercase()
+                        },
                         s.image,
                         s.memory_mib,
                         s.cpus,
                         s.accel,
                         s.created_at,
-                        s.failure.unwrap_or_default()
+                        s.suspended.or(s.failure).unwrap_or_default()
                     );
                 }
             }

@@ -435,48 +435,6 @@ fn snapshot_durability() {
     assert_eq!(pool_ready(bsnap), None);
 }
 
-/// A small filesystem mounted for a test's data directory; unmounted on drop.
-struct SmallFs {
-    mnt: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    fn new(mib: u32) -> SmallFs {
-        let dir = tempfile::Builder::new()
-            .prefix("fvfs-")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let img = dir.path().join("fs.img");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        let run = |cmd: &str, args: &[&str]| {
-            let o = std::process::Command::new(cmd).args(args).output().unwrap();
-            assert!(
-                o.status.success(),
-                "{cmd} {args:?} failed (this test needs root and e2fsprogs): {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        };
-        run(
-            "truncate",
-            &["-s", &format!("{mib}M"), img.to_str().unwrap()],
-        );
-        run("mkfs.ext4", &["-q", "-F", img.to_str().unwrap()]);
-        run(
-            "mount",
-            &["-o", "loop", img.to_str().unwrap(), mnt.to_str().unwrap()],
-        );
-        SmallFs { mnt, _dir: dir }
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.mnt).status();
-    }
-}
-
 /// A branch that runs out of disk fails with a clear error, leaves the
 /// source running, and leaves no snapshot (visible or half-written).
 #[test]

@@ -33,8 +33,14 @@ impl ApiError {
     pub fn conflict(m: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, codes::CONFLICT, m)
     }
+    /// A host-side failure; a full disk among its causes makes it
+    /// `507 no_space` ([`classify`]).
     pub fn internal(m: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL, m)
+        classify(Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            codes::INTERNAL,
+            m,
+        ))
     }
     pub fn sandbox_not_found(id: &str) -> Self {
         Self::not_found(format!(
@@ -45,15 +51,42 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        crate::metrics::METRICS.error(self.code);
+        // Errors built with `new(500, …)` are classified here too.
+        let e = classify(self);
+        crate::metrics::METRICS.error(e.code);
         let body = ErrorBody {
             error: ErrorDetail {
-                code: self.code.to_string(),
-                message: self.message,
+                code: e.code.to_string(),
+                message: e.message,
             },
         };
-        (self.status, axum::Json(body)).into_response()
+        (e.status, axum::Json(body)).into_response()
     }
+}
+
+/// True for an error text that is a full disk, from whichever layer wrote
+/// it: the kernel's `ENOSPC` ("No space left on device", os error 28), or
+/// SQLite's `SQLITE_FULL` ("database or disk is full").
+pub fn is_no_space(message: &str) -> bool {
+    message.contains("No space left on device")
+        || message.contains("os error 28")
+        || message.contains("database or disk is full")
+        || message.contains("Disk quota exceeded")
+}
+
+/// A 500 whose cause is a full disk becomes `507 no_space`, with what to do.
+/// Errors reach the API as text from many layers (I/O, SQLite, QEMU and
+/// qemu-img over QMP), so the text is what can be classified.
+pub fn classify(e: ApiError) -> ApiError {
+    if e.status == StatusCode::INTERNAL_SERVER_ERROR && is_no_space(&e.message) {
+        let message = format!(
+            "{}; the disk holding FORKVM_HOME is full: free space by removing snapshots \
+             (`forkvm snapshot prune`), images or sandboxes",
+            e.message
+        );
+        return ApiError::new(StatusCode::INSUFFICIENT_STORAGE, codes::NO_SPACE, message);
+    }
+    e
 }
 
 /// The API error for a failed request to the guest agent of sandbox `id`.
@@ -114,6 +147,30 @@ pub(crate) fn logged(id: &str, what: &str, e: ApiError) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn full_disks_are_recognised_from_every_layer() {
+        assert!(is_no_space("write: No space left on device (os error 28)"));
+        assert!(is_no_space("database or disk is full"));
+        assert!(is_no_space("qemu-img: Could not write: os error 28"));
+        assert!(!is_no_space("Could not open backing file"));
+        assert!(!is_no_space(""));
+    }
+
+    #[test]
+    fn only_internal_errors_become_507() {
+        let e = classify(ApiError::internal(
+            "cannot write memory.img: No space left on device",
+        ));
+        assert_eq!(e.status, StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(e.code, codes::NO_SPACE);
+        assert!(e.message.contains("snapshot prune"));
+        let e = classify(ApiError::internal("QEMU crashed"));
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        // A client's own mistake stays what it is.
+        let e = classify(ApiError::invalid("No space left on device"));
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+    }
 
     #[test]
     fn agent_errors_map_to_statuses_that_say_what_to_do() {

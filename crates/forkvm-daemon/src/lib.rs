@@ -43,6 +43,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod net;
 pub mod pool;
+pub mod pressure;
 pub mod process;
 pub mod registry;
 pub mod restore;
@@ -232,6 +233,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     // Timeouts that ran out while no daemon ran are acted on at the first
     // sweep (crate::lifetime).
     mgr.start_sweeper();
+    mgr.start_pressure_watch();
     for r in mgr.db.snapshots().unwrap_or_default() {
         mgr.refill_pool(&r.id);
     }

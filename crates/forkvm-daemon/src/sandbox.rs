@@ -56,6 +56,7 @@ impl Manager {
             Default::default()
         });
         Sandbox {
+            suspended: self.suspended(&r.id),
             volumes: crate::volumes::view(&self.cfg.sandbox_paths(&r.id)),
             lifetime: crate::lifetime::lifetime_view(&life),
             metadata: life.metadata,
@@ -264,6 +265,9 @@ impl Manager {
     pub fn running(&self, id: &str) -> Result<Arc<Live>, ApiError> {
         let row = self.get(id)?;
         match row.state {
+            SandboxState::Running if row.suspended.is_some() => {
+                Err(self.suspended_error(id, row.suspended.as_deref().unwrap_or_default()))
+            }
             SandboxState::Running => self.live(id).ok_or_else(|| {
                 ApiError::conflict(format!("sandbox {id} is not attached to this daemon"))
             }),

@@ -575,6 +575,8 @@ export interface Sandbox {
   created_at: string;
   /** Why the sandbox failed, when `state` is `failed`. */
   failure?: string | null;
+  /** Why a `running` sandbox is suspended by disk pressure (calls into it get 507 until it resumes by itself). */
+  suspended?: string | null;
   timings?: SpawnTimings | null;
   /** Present on `GET /v1/sandboxes/{id}` while QEMU runs. */
   memory?: MemoryUsage | null;

@@ -91,7 +91,17 @@ impl Manager {
         })
     }
 
-    fn admit_unlogged(&self, need_mib: u64, what: &str) -> Result<Admitted<'_>, ApiError> {
+    /// Refuse work that writes to the home (a snapshot, a pause, an image
+    /// import, pull or build, a snapshot pull) while the home is under its
+    /// free-space reserve, before anything is written: the reserve is what
+    /// keeps the daemon, its database and running guests writing.
+    pub fn check_disk(&self, what: &str) -> Result<(), ApiError> {
+        self.check_disk_unlogged(what).inspect_err(|e| {
+            tracing::warn!(code = e.code, "{}", e.message);
+        })
+    }
+
+    fn check_disk_unlogged(&self, what: &str) -> Result<(), ApiError> {
         if let Some(free) = disk_free_mib(&self.cfg.home) {
             if free < self.cfg.disk_reserve_mib {
                 return Err(ApiError::new(
@@ -107,6 +117,11 @@ impl Manager {
                 ));
             }
         }
+        Ok(())
+    }
+
+    fn admit_unlogged(&self, need_mib: u64, what: &str) -> Result<Admitted<'_>, ApiError> {
+        self.check_disk_unlogged(what)?;
         let (used, _) = self.memory_used_mib();
         let mut reserved = self.admissions.0.lock().unwrap_or_else(|p| p.into_inner());
         let commit = self.cfg.memory_commit_mib;

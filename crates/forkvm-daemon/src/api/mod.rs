@@ -133,6 +133,10 @@ impl utoipa::Modify for CommonErrors {
             ("413", "request body over max_request_bytes"),
             ("429", "limit reached: concurrent requests or sandboxes"),
             ("500", "host or QEMU failure; the message says what to do"),
+            (
+                "507",
+                "the disk holding the daemon's home is full (or under its reserve), or the sandbox is suspended by it",
+            ),
         ];
         for item in doc.paths.paths.values_mut() {
             for op in [
@@ -145,7 +149,7 @@ impl utoipa::Modify for CommonErrors {
             .flatten()
             {
                 for (code, why) in common {
-                    if code == "400" && item_is_health(op) {
+                    if (code == "400" || code == "507") && item_is_health(op) {
                         continue;
                     }
                     op.responses

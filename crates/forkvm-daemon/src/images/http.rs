@@ -100,8 +100,9 @@ pub async fn import_image(
     body: Body,
 ) -> Result<Response, ApiError> {
     let q = match query(q).and_then(|q| {
-        m.check_new_image_name(&q.name, q.replace.unwrap_or(false))
-            .map(|_| q)
+        m.check_new_image_name(&q.name, q.replace.unwrap_or(false))?;
+        m.check_disk(&format!("import of image {}", q.name))?;
+        Ok(q)
     }) {
         Ok(q) => q,
         Err(e) => return Err(m.refuse_upload(body, e).await),
@@ -126,7 +127,11 @@ pub async fn build_image(
     q: Q<BuildQuery>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let q = match query(q).and_then(|q| m.check_new_image_name(&q.tag, true).map(|_| q)) {
+    let q = match query(q).and_then(|q| {
+        m.check_new_image_name(&q.tag, true)?;
+        m.check_disk(&format!("build of image {}", q.tag))?;
+        Ok(q)
+    }) {
         Ok(q) => q,
         Err(e) => return Err(m.refuse_upload(body, e).await),
     };

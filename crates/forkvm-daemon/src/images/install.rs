@@ -336,6 +336,7 @@ impl Manager {
         emit: std::sync::Arc<Emitter>,
     ) -> Result<Image, ApiError> {
         let name = plan.name.clone();
+        self.check_disk(&format!("pull of image {name}"))?;
         let _blobs = super::BLOBS_IN_USE.read().await;
         let r = self.pull_inner(plan, emit).await;
         if let Err(e) = &r {

@@ -51,6 +51,8 @@ impl Manager {
 
     async fn pause_unlogged(self: &Arc<Self>, id: &str, reason: &str) -> Result<Sandbox, ApiError> {
         let live = self.running(id)?;
+        // A pause writes the guest's memory into the home.
+        self.check_disk(&format!("pause of sandbox {id}"))?;
         let row = self
             .db
             .get(id)?

@@ -47,6 +47,8 @@ pub struct Manager {
     pub(crate) heads: crate::snapshot::head_locks::Builders,
     /// The event stream (crate::events).
     pub events: crate::events::bus::Bus,
+    /// Sandboxes suspended by disk pressure (crate::pressure).
+    pub(crate) suspended: crate::pressure::Suspended,
 }
 
 impl Manager {
@@ -82,6 +84,7 @@ impl Manager {
             volumes: Default::default(),
             heads: Default::default(),
             events: Default::default(),
+            suspended: Default::default(),
         })
     }
 

@@ -183,7 +183,10 @@ impl Manager {
         tx: mpsc::UnboundedSender<TransferEvent>,
     ) -> Result<TransferEvent, ApiError> {
         let emit = Arc::new(Emitter::new(tx, format!("pull {}", req.reference)));
-        let r = self.pull_snapshot_inner(&req, emit).await;
+        let r = match self.check_disk(&format!("pull of snapshot {}", req.reference)) {
+            Ok(()) => self.pull_snapshot_inner(&req, emit).await,
+            Err(e) => Err(e),
+        };
         match &r {
             Ok(p) => tracing::info!(
                 "snapshot {}: pulled from {} ({} of {} links fetched, {} bytes)",

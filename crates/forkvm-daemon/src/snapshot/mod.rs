@@ -277,6 +277,7 @@ impl Manager {
         how: Save,
     ) -> Result<forkvm_api::Snapshot, ApiError> {
         let r = async {
+            self.check_disk(&format!("snapshot of sandbox {id}"))?;
             let f = self.freeze(id, tag, template_key, None, how).await?;
             self.publish_frozen(f).await
         }

@@ -446,6 +446,8 @@ class Sandbox(Model):
     created_at: str
     pid: Optional[int] = None
     failure: Optional[str] = None
+    #: Why a ``running`` sandbox is suspended by disk pressure; calls into it get 507 until it resumes.
+    suspended: Optional[str] = None
     timings: Optional[SpawnTimings] = None
     memory: Optional[MemoryUsage] = None
     #: Its disk chain (``GET`` of one running sandbox).
