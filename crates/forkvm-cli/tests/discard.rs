@@ -75,7 +75,11 @@ fn guest_trim_returns_the_overlays_space_to_the_host() {
     let paths = forkvm_daemon::Config::for_home(&d.home).sandbox_paths(&sb.id);
     // The guest sees a disk that takes discards (fstrim refuses otherwise).
     let max = sh(d, &sb.id, "cat /sys/block/vda/queue/discard_max_bytes");
-    assert_ne!(max.trim(), "0", "the guest's virtio-blk does not take discards");
+    assert_ne!(
+        max.trim(),
+        "0",
+        "the guest's virtio-blk does not take discards"
+    );
 
     // The overlay the sandbox started with (opened from QEMU's command line).
     let (base, full, after, _) = write_delete_trim(d, &sb.id, &paths.disk, WRITE_MIB);
@@ -101,7 +105,11 @@ fn guest_trim_returns_the_overlays_space_to_the_host() {
             n.starts_with("disk-") && n.ends_with(".qcow2")
         })
         .collect();
-    assert_eq!(tops.len(), 1, "one new top layer after a snapshot: {tops:?}");
+    assert_eq!(
+        tops.len(),
+        1,
+        "one new top layer after a snapshot: {tops:?}"
+    );
     let top = tops.remove(0);
     let (base, full, after, _) = write_delete_trim(d, &sb.id, &top, 256);
     assert!(
