@@ -69,6 +69,7 @@ fn ids_of(pid: u32) -> (u32, u32) {
 /// QEMU and takes QEMU's uid and gid, as a compromised QEMU could.
 fn ns_dial(qemu: u32, addr: &str, port: u16, send: &str) -> String {
     let (uid, gid) = ids_of(qemu);
+    eprintln!("dialing {addr}:{port} in QEMU {qemu}'s namespace as uid {uid} gid {gid}");
     let o = Command::new("nsenter")
         .arg(format!("--net=/proc/{qemu}/ns/net"))
         .args([
