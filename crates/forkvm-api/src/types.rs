@@ -44,9 +44,18 @@ pub struct CreateSandbox {
     pub ports: Option<Vec<PortForward>>,
     /// Allow egress only to these destinations (needs `nat`). Omitted: any
     /// destination except the host and other sandboxes. An entry that
-    /// covers the host or another sandbox's uplink opens it too.
+    /// covers another sandbox's uplink opens it too; one that covers the
+    /// host opens it only with `allow_host`. The list holds for every
+    /// packet leaving the sandbox's namespace, the guest's and those of any
+    /// process in the namespace (QEMU's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Vec<EgressRule>>,
+    /// Let the `egress` entries reach the host itself: its own services on
+    /// the addresses and ports they name (default false; needs `egress`).
+    /// Without it nothing a sandbox sends reaches the host, whatever the
+    /// allow-list says (`0.0.0.0/0:PORT` does not open the host's PORT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_host: Option<bool>,
     /// Answer only once the guest's network path is proven to work
     /// (default true). With `false` the spawn returns right after the guest
     /// has its identity; the network is set up either way.
@@ -135,6 +144,9 @@ pub struct NetworkInfo {
     pub ports: Vec<PortForward>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Vec<EgressRule>>,
+    /// The `egress` entries apply to the host itself too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_host: bool,
 }
 
 /// Networking as `GET /v1/info` shows it.
@@ -761,7 +773,8 @@ pub struct BranchRequest {
     pub wait: Option<bool>,
     /// Ports to publish for each child. Omitted: the source's guest ports,
     /// each on a newly allocated host port (host ports cannot be shared).
-    /// Every child keeps the source's network mode and egress allow-list.
+    /// Every child keeps the source's network mode, egress allow-list and
+    /// `allow_host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ports: Option<Vec<PortForward>>,
     /// As for `POST /v1/sandboxes` (default true).

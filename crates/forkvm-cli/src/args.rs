@@ -63,9 +63,15 @@ pub(crate) struct NetArgs {
     pub(crate) ports: Vec<forkvm_api::PortForward>,
     /// Allow egress only to this IPv4 address or network, optionally only
     /// to these TCP/UDP ports (repeatable). Without it, anything but the
-    /// host and other sandboxes is reachable.
+    /// host and other sandboxes is reachable. The list holds for the guest
+    /// and for every process in the sandbox's namespace.
     #[arg(long = "allow", value_name = "CIDR[:PORT,...]", value_parser = parse_allow)]
     pub(crate) allow: Vec<forkvm_api::EgressRule>,
+    /// Let the --allow entries reach the host itself (its own services on
+    /// the addresses and ports they name). Without it no --allow entry,
+    /// not even 0.0.0.0/0, opens the host.
+    #[arg(long, requires = "allow")]
+    pub(crate) allow_host: bool,
     /// Return without proving the guest's network works first.
     #[arg(long)]
     pub(crate) no_wait_network: bool,

@@ -429,6 +429,7 @@ fn spawn_req(a: &SpawnArgs) -> CreateSandbox {
         }),
         ports: (!a.net.ports.is_empty()).then(|| a.net.ports.clone()),
         egress: (!a.net.allow.is_empty()).then(|| a.net.allow.clone()),
+        allow_host: a.net.allow_host.then_some(true),
         wait_for_network: a.net.no_wait_network.then_some(false),
         disk_size: a.disk_size,
         volumes: (!a.volumes.is_empty()).then(|| a.volumes.clone()),

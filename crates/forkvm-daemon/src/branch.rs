@@ -142,6 +142,7 @@ impl Manager {
                 .filter(|_| nic),
                 Some(&ports),
                 src_net.as_ref().and_then(|n| n.egress.as_deref()),
+                src_net.as_ref().map(|n| n.allow_host),
                 req.wait_for_network,
                 nic,
                 count,

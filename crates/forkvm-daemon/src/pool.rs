@@ -105,7 +105,7 @@ impl Manager {
         {
             return p;
         }
-        let req = match self.net.validate(None, None, None, None, true, 1) {
+        let req = match self.net.validate(None, None, None, None, None, true, 1) {
             Ok(r) if r.is_default_nat() => r,
             _ => return p,
         };

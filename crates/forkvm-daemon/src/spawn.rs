@@ -279,6 +279,7 @@ impl Manager {
             req.network,
             req.ports.as_deref(),
             req.egress.as_deref(),
+            req.allow_host,
             req.wait_for_network,
             nic,
             n,

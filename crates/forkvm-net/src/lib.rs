@@ -11,7 +11,8 @@
 //!  mac 02:fc:00:00:00:02      mac 02:fc:00:00:00:01                     
 //!                             uplink 10.231.S.2/30 ══ veth ══ fvh<id hex> 10.231.S.1/30 ── NAT ── world
 //!                             nft: masquerade, port DNAT,               nft table forkvm-<home hash>:
-//!                                  allow-list, stale-TCP reset               masquerade, no host/sandbox access
+//!                                  allow-list (forward and output),          masquerade, no host access
+//!                                  stale-TCP reset                           (unless allow_host), no sandbox access
 //! ```
 //!
 //! **Every sandbox has the same guest address, gateway and MACs.** That is

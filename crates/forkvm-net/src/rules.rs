@@ -6,14 +6,22 @@
 //! * **In each sandbox namespace**, `inet forkvm`: masquerade out of the
 //!   uplink, DNAT of forwarded ports to the guest, the egress allow-list, and
 //!   the reset of TCP segments of connections the namespace never saw open
-//!   (connections inherited from a parent snapshot). It dies with the
+//!   (connections inherited from a parent snapshot). The allow-list holds
+//!   for every packet that leaves through the uplink: the guest's, which the
+//!   namespace forwards, and those that a process inside the namespace sends
+//!   itself (the `output` hook). QEMU runs in that namespace, so a
+//!   compromised QEMU is held to the guest's list. It dies with the
 //!   namespace, so a sandbox's rules cannot outlive it.
 //! * **On the host**, one `inet forkvm-<home hash>` per daemon: masquerade for
 //!   the daemon's uplinks, and drops of anything a sandbox sends to the host
-//!   itself (the daemon's API included) or to another sandbox, except
-//!   destinations its allow-list names. Interfaces are matched by set
-//!   membership, not by a name wildcard, so two daemons' tables never act
-//!   on each other's sandboxes.
+//!   itself (the daemon's API included) or to another sandbox. An allow-list
+//!   entry opens the destination it names on another sandbox; it opens the
+//!   host only when the sandbox was given `allow_host`, so `0.0.0.0/0:PORT`
+//!   does not reach the host's own service on PORT by accident. Nothing else
+//!   from a sandbox is for the host: the guest's addresses come from the
+//!   kernel command line (no DHCP), and its nameserver is never the host's
+//!   loopback. Interfaces are matched by set membership, not by a name
+//!   wildcard, so two daemons' tables never act on each other's sandboxes.
 
 use std::fmt::Write;
 use std::net::Ipv4Addr;
@@ -130,22 +138,8 @@ pub fn sandbox_script(r: &SandboxRules) -> String {
             );
         }
         Some(list) => {
-            for a in list {
-                if a.ports.is_empty() {
-                    let _ = writeln!(
-                        s,
-                        "    iifname \"{TAP_NAME}\" oifname \"{UPLINK_NAME}\" ip daddr {} accept",
-                        a.cidr()
-                    );
-                } else {
-                    let _ = writeln!(
-                        s,
-                        "    iifname \"{TAP_NAME}\" oifname \"{UPLINK_NAME}\" ip daddr {} meta l4proto {{ tcp, udp }} th dport {} accept",
-                        a.cidr(),
-                        port_set(&a.ports)
-                    );
-                }
-            }
+            let from_guest = format!("iifname \"{TAP_NAME}\" oifname \"{UPLINK_NAME}\"");
+            allow_rules(&mut s, &from_guest, list);
             // Refused egress fails fast in the guest instead of timing out.
             let _ = writeln!(
                 s,
@@ -157,8 +151,42 @@ pub fn sandbox_script(r: &SandboxRules) -> String {
             );
         }
     }
-    let _ = writeln!(s, "  }}\n}}");
+    let _ = writeln!(s, "  }}");
+    if let Some(list) = &r.allow {
+        // What a process in the namespace sends itself (QEMU, or anything
+        // that joins the namespace) meets the same list on its way out.
+        // Only the uplink is filtered: the tap carries the namespace's
+        // answers to the guest (the resets above, the network probe's).
+        let _ = writeln!(
+            s,
+            "  chain output {{\n    type filter hook output priority filter; policy accept;\n    oifname != \"{UPLINK_NAME}\" accept\n    ct state established,related accept"
+        );
+        allow_rules(&mut s, &format!("oifname \"{UPLINK_NAME}\""), list);
+        // A local sender learns at once: a reset for TCP, EPERM from its
+        // send call for anything else.
+        let _ = writeln!(
+            s,
+            "    meta l4proto tcp reject with tcp reset\n    drop\n  }}"
+        );
+    }
+    let _ = writeln!(s, "}}");
     s
+}
+
+/// One `accept` rule per allow-list entry, each starting with `matches`.
+fn allow_rules(s: &mut String, matches: &str, list: &[Allow]) {
+    for a in list {
+        if a.ports.is_empty() {
+            let _ = writeln!(s, "    {matches} ip daddr {} accept", a.cidr());
+        } else {
+            let _ = writeln!(
+                s,
+                "    {matches} ip daddr {} meta l4proto {{ tcp, udp }} th dport {} accept",
+                a.cidr(),
+                port_set(&a.ports)
+            );
+        }
+    }
 }
 
 /// One sandbox as the host table sees it.
@@ -166,8 +194,11 @@ pub fn sandbox_script(r: &SandboxRules) -> String {
 pub struct HostEntry {
     /// The host end of its uplink.
     pub iface: String,
-    /// Its allow-list (which may open the host or other sandboxes to it).
+    /// Its allow-list (which may open other sandboxes to it, and the host
+    /// too with `allow_host`).
     pub allow: Option<Vec<Allow>>,
+    /// Whether the allow-list's entries apply to the host itself.
+    pub allow_host: bool,
 }
 
 /// The host table's name for the daemon whose home hashes to `home_hash`.
@@ -175,8 +206,9 @@ pub fn host_table(home_hash: &str) -> String {
     format!("forkvm-{home_hash}")
 }
 
-/// Set elements for one sandbox.
-fn host_elements(e: &HostEntry) -> (String, Vec<String>) {
+/// Set elements for one sandbox: its interface, its `allow` elements and
+/// its `host` elements (the same ones with `allow_host`, else none).
+fn host_elements(e: &HostEntry) -> (String, Vec<String>, Vec<String>) {
     let iface = format!("\"{}\"", e.iface);
     let mut allow = Vec::new();
     for a in e.allow.iter().flatten() {
@@ -188,7 +220,12 @@ fn host_elements(e: &HostEntry) -> (String, Vec<String>) {
             }
         }
     }
-    (iface, allow)
+    let host = if e.allow_host {
+        allow.clone()
+    } else {
+        Vec::new()
+    };
+    (iface, allow, host)
 }
 
 /// The whole host table, with every sandbox's entries.
@@ -199,15 +236,19 @@ pub fn host_script(table: &str, entries: &[HostEntry]) -> String {
         "add table inet {table}\ndelete table inet {table}\ntable inet {table} {{"
     );
     let _ = writeln!(s, "  set ifaces {{\n    type ifname\n  }}");
-    let _ = writeln!(
-        s,
-        "  set allow {{\n    type ifname . ipv4_addr . inet_service\n    flags interval\n  }}"
-    );
+    // `allow`: destinations on other sandboxes' uplinks; `host`: the
+    // host's own addresses and ports, for sandboxes with `allow_host` only.
+    for set in ["allow", "host"] {
+        let _ = writeln!(
+            s,
+            "  set {set} {{\n    type ifname . ipv4_addr . inet_service\n    flags interval\n  }}"
+        );
+    }
     // Slightly before the default filter priority, so our verdicts come
     // first; a later table (for instance Docker's) can still drop.
     let _ = writeln!(
         s,
-        "  chain input {{\n    type filter hook input priority filter - 5; policy accept;\n    iifname != @ifaces accept\n    ct state established,related accept\n    meta l4proto {{ tcp, udp }} iifname . ip daddr . th dport @allow accept\n    drop\n  }}"
+        "  chain input {{\n    type filter hook input priority filter - 5; policy accept;\n    iifname != @ifaces accept\n    ct state established,related accept\n    meta l4proto {{ tcp, udp }} iifname . ip daddr . th dport @host accept\n    drop\n  }}"
     );
     let _ = writeln!(
         s,
@@ -225,28 +266,32 @@ pub fn host_script(table: &str, entries: &[HostEntry]) -> String {
 
 /// Add one sandbox to the host table.
 pub fn add_host_entry(table: &str, e: &HostEntry) -> String {
-    let (iface, allow) = host_elements(e);
+    let (iface, allow, host) = host_elements(e);
     let mut s = format!("add element inet {table} ifaces {{ {iface} }}\n");
-    if !allow.is_empty() {
-        let _ = writeln!(
-            s,
-            "add element inet {table} allow {{ {} }}",
-            allow.join(", ")
-        );
+    for (set, elems) in [("allow", &allow), ("host", &host)] {
+        if !elems.is_empty() {
+            let _ = writeln!(
+                s,
+                "add element inet {table} {set} {{ {} }}",
+                elems.join(", ")
+            );
+        }
     }
     s
 }
 
 /// Remove one sandbox from the host table.
 pub fn remove_host_entry(table: &str, e: &HostEntry) -> String {
-    let (iface, allow) = host_elements(e);
+    let (iface, allow, host) = host_elements(e);
     let mut s = String::new();
-    if !allow.is_empty() {
-        let _ = writeln!(
-            s,
-            "delete element inet {table} allow {{ {} }}",
-            allow.join(", ")
-        );
+    for (set, elems) in [("host", &host), ("allow", &allow)] {
+        if !elems.is_empty() {
+            let _ = writeln!(
+                s,
+                "delete element inet {table} {set} {{ {} }}",
+                elems.join(", ")
+            );
+        }
     }
     let _ = writeln!(s, "delete element inet {table} ifaces {{ {iface} }}");
     s
@@ -307,6 +352,15 @@ mod tests {
         ));
         assert!(s.contains("ip daddr 192.0.2.7/32 accept"));
         assert!(s.contains("reject with icmp type admin-prohibited"));
+        // The namespace's own processes meet the same list on the uplink.
+        let out = &s[s.find("chain output").expect("an output chain")..];
+        assert!(out.contains("type filter hook output priority filter; policy accept;"));
+        assert!(out.contains("oifname != \"uplink\" accept"));
+        assert!(out.contains(
+            "oifname \"uplink\" ip daddr 10.77.0.0/24 meta l4proto { tcp, udp } th dport { 8080, 53 } accept"
+        ));
+        assert!(out.contains("oifname \"uplink\" ip daddr 192.0.2.7/32 accept"));
+        assert!(out.trim_end().ends_with("drop\n  }\n}"), "{out}");
         // An empty list allows nothing.
         let s = sandbox_script(&SandboxRules {
             forwarded: vec![],
@@ -314,6 +368,14 @@ mod tests {
         });
         assert!(!s.contains("ip daddr"));
         assert!(s.contains("meta l4proto tcp reject with tcp reset"));
+        assert!(s.contains("chain output"));
+        // Open egress needs no output filter: the host table still keeps
+        // the host and other sandboxes out.
+        let s = sandbox_script(&SandboxRules {
+            forwarded: vec![],
+            allow: None,
+        });
+        assert!(!s.contains("chain output"));
     }
 
     #[test]
@@ -322,26 +384,43 @@ mod tests {
         let e = HostEntry {
             iface: "fvh000000000001".into(),
             allow: Some(vec![Allow::parse("10.0.0.1", vec![7000]).unwrap()]),
+            allow_host: true,
         };
         let s = host_script(&t, std::slice::from_ref(&e));
         assert!(s.contains("table inet forkvm-0123abcd {"));
         assert!(s.contains("iifname != @ifaces accept"));
         assert!(s.contains("iifname @ifaces oifname \"fvh*\" drop"));
+        // The host's input honours only the `host` set.
+        let input = &s[s.find("chain input").unwrap()..s.find("chain forward").unwrap()];
+        assert!(input.contains("th dport @host accept"), "{input}");
+        assert!(!input.contains("@allow"), "{input}");
         assert!(s.contains("add element inet forkvm-0123abcd ifaces { \"fvh000000000001\" }"));
-        assert!(s.contains("\"fvh000000000001\" . 10.0.0.1/32 . 7000"));
+        assert!(s.contains(
+            "add element inet forkvm-0123abcd allow { \"fvh000000000001\" . 10.0.0.1/32 . 7000 }"
+        ));
+        assert!(s.contains(
+            "add element inet forkvm-0123abcd host { \"fvh000000000001\" . 10.0.0.1/32 . 7000 }"
+        ));
         let r = remove_host_entry(&t, &e);
         assert!(r.contains("delete element inet forkvm-0123abcd allow"));
+        assert!(r.contains("delete element inet forkvm-0123abcd host"));
         assert!(r.ends_with("delete element inet forkvm-0123abcd ifaces { \"fvh000000000001\" }\n"));
+        // Without `allow_host`, even 0.0.0.0/0 leaves the host closed.
         let open = HostEntry {
             iface: "fvhx".into(),
             allow: Some(vec![Allow::parse("0.0.0.0/0", vec![]).unwrap()]),
+            allow_host: false,
         };
-        assert!(add_host_entry(&t, &open).contains(". 0.0.0.0/0 . 0-65535"));
+        let a = add_host_entry(&t, &open);
+        assert!(a.contains("allow { \"fvhx\" . 0.0.0.0/0 . 0-65535 }"));
+        assert!(!a.contains(" host "), "{a}");
+        assert!(!remove_host_entry(&t, &open).contains(" host "));
         assert!(!add_host_entry(
             &t,
             &HostEntry {
                 iface: "fvhy".into(),
-                allow: None
+                allow: None,
+                allow_host: false,
             }
         )
         .contains("allow"));

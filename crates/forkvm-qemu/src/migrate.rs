@@ -266,7 +266,15 @@ pub async fn add_overlay(qmp: &Qmp, file: &Path, node: &str) -> Result<(), QmpEr
         Some(json!({
             "driver": "qcow2",
             "node-name": node,
-            "file": {"driver": "file", "filename": file.display().to_string()},
+            // As the root disk's nodes on the command line (spec.rs): the
+            // guest's TRIM frees this layer's clusters on the host.
+            "discard": "unmap",
+            "detect-zeroes": "unmap",
+            "file": {
+                "driver": "file",
+                "filename": file.display().to_string(),
+                "discard": "unmap",
+            },
             "backing": null,
         })),
     )

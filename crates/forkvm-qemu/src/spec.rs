@@ -220,13 +220,20 @@ impl MachineSpec {
             format!("file,id=console,path={}", self.console_log.display()),
             "-serial".into(),
             "chardev:console".into(),
+            // `discard=unmap` on both nodes, so a guest's TRIM reaches the
+            // host: the qcow2 node frees the clusters (a layer with a backing
+            // file marks them zero, so the backing data stays hidden) and
+            // passes the discard down, where the file node punches a hole.
+            // `detect-zeroes=unmap` does the same for zeroes the guest
+            // writes. Overlays added later over QMP get the same options
+            // (`migrate::add_overlay`).
             "-blockdev".into(),
             format!(
-                "driver=file,filename={},node-name=root-file",
+                "driver=file,filename={},node-name=root-file,discard=unmap",
                 self.root_disk.display()
             ),
             "-blockdev".into(),
-            "driver=qcow2,file=root-file,node-name=root".into(),
+            "driver=qcow2,file=root-file,node-name=root,discard=unmap,detect-zeroes=unmap".into(),
             "-device".into(),
             "virtio-blk-device,drive=root".into(),
             "-device".into(),
@@ -405,6 +412,11 @@ mod tests {
         assert!(a.contains("name=org.forkvm.agent.0"));
         assert!(!a.contains("-incoming"));
         assert!(!a.contains("-netdev"));
+        // The guest's TRIM reaches the host file through both nodes.
+        assert!(a.contains("driver=file,filename=/d.qcow2,node-name=root-file,discard=unmap"));
+        assert!(a.contains(
+            "driver=qcow2,file=root-file,node-name=root,discard=unmap,detect-zeroes=unmap"
+        ));
         assert!(
             a.contains("tsc_early_khz="),
             "TCG boots must not calibrate the TSC: {a}"

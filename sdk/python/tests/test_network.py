@@ -134,6 +134,7 @@ def test_branch_publishes_ports_for_each_child(served: Sandbox) -> None:
         ({"egress": [{"cidr": "10.0.0.0/8", "ports": [0]}]}, "port 0"),
         ({"network": "none", "ports": [GUEST_PORT]}, "need network: nat"),
         ({"network": "none", "egress": ["10.0.0.0/8"]}, "need network: nat"),
+        ({"allow_host": True}, "allow_host"),
         ({"ports": [0]}, "guest port 0"),
         ({"ports": [GUEST_PORT, {"guest": GUEST_PORT}]}, "listed twice"),
         ({"count": 2, "ports": [(GUEST_PORT, 18080)]}, "cannot share host port"),

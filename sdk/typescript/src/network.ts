@@ -27,9 +27,12 @@ export interface NetworkOptions {
   ports?: PortSpec[] | undefined;
   /**
    * Allow egress only to these destinations, e.g. `["10.0.0.0/8", { cidr: "1.2.3.4", ports: [443] }]`
-   * (needs `nat`). Omitted: any destination except the host and other sandboxes.
+   * (needs `nat`). Omitted: any destination except the host and other sandboxes. The list
+   * holds for the guest and for every process in the sandbox's namespace.
    */
   egress?: EgressSpec[] | undefined;
+  /** `true`: let the `egress` entries reach the host itself too (needs `egress`; default false). */
+  allowHost?: boolean | undefined;
   /** `false`: return before the guest's network is proven to work (default true). */
   waitForNetwork?: boolean | undefined;
 }
@@ -56,11 +59,12 @@ function list<T>(name: string, value: readonly T[], example: string): readonly T
 /** The request fields of {@link NetworkOptions}, leaving out what is not set. */
 export function networkFields(
   opts: NetworkOptions,
-): Pick<api.CreateSandbox, "network" | "ports" | "egress" | "wait_for_network"> {
-  const req: Pick<api.CreateSandbox, "network" | "ports" | "egress" | "wait_for_network"> = {};
+): Pick<api.CreateSandbox, "network" | "ports" | "egress" | "allow_host" | "wait_for_network"> {
+  const req: Pick<api.CreateSandbox, "network" | "ports" | "egress" | "allow_host" | "wait_for_network"> = {};
   if (opts.network !== undefined) req.network = opts.network;
   if (opts.ports !== undefined) req.ports = list("ports", opts.ports, "8000").map(portForward);
   if (opts.egress !== undefined) req.egress = list("egress", opts.egress, '"10.0.0.0/8"').map(egressRule);
+  if (opts.allowHost !== undefined) req.allow_host = opts.allowHost;
   if (opts.waitForNetwork !== undefined) req.wait_for_network = opts.waitForNetwork;
   return req;
 }

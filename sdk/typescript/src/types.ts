@@ -94,9 +94,16 @@ export interface CreateSandbox {
   /**
    * Allow egress only to these destinations (needs `nat`). Omitted: any
    * destination except the host and other sandboxes. An entry that covers
-   * the host or another sandbox's uplink opens it too.
+   * another sandbox's uplink opens it too; one that covers the host opens
+   * it only with `allow_host`. The list holds for every packet leaving the
+   * sandbox's namespace (the guest's and any process's in it, QEMU's).
    */
   egress?: EgressRule[] | null;
+  /**
+   * Let the `egress` entries reach the host itself: its own services on the
+   * addresses and ports they name (default false; needs `egress`).
+   */
+  allow_host?: boolean | null;
   /**
    * Answer only once the guest's network path is proven to work (default
    * true). With `false` the spawn returns right after the guest has its
@@ -465,6 +472,8 @@ export interface NetworkInfo {
   ports: PortForward[];
   /** Its egress allow-list, if it has one. */
   egress?: EgressRule[] | null;
+  /** The `egress` entries reach the host itself too (absent: false). */
+  allow_host?: boolean;
 }
 
 /** A sandbox's network: `nat`, a namespace of its own with NAT to the host's network; `none`, no route out. */

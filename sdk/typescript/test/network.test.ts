@@ -147,6 +147,7 @@ describe("networking", { timeout: VM_TIMEOUT }, () => {
     await rejectsWith(Sandbox.create({ client, egress: ["10.0.0.1/24"] }), { ...invalid, message: /host bits/ });
     await rejectsWith(client.createSandbox({ egress: [{ cidr: "10.0.0.1/24" }] }), { ...invalid, message: /host bits/ });
     await rejectsWith(client.createSandbox({ egress: [{ cidr: "not-an-address" }] }), { ...invalid, message: /IPv4/ });
+    await rejectsWith(Sandbox.create({ client, allowHost: true }), { ...invalid, message: /allow_host/ });
     await rejectsWith(Sandbox.create({ client, network: "none", ports: [GUEST_PORT] }), {
       ...invalid,
       message: /need network: nat/,

@@ -81,6 +81,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
         network: "nat",
         ports: [{ guest: 8000 }, { guest: 8001, host: 18001 }],
         egress: [{ cidr: "10.0.0.0/8" }, { cidr: "1.2.3.4", ports: [443] }],
+        allow_host: true,
         wait_for_network: false,
       }),
     (c) => c.createSandbox({ metadata: { team: "a" }, env: { A: "1" }, timeout: 60, on_timeout: "pause" }),

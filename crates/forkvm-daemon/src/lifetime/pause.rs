@@ -179,11 +179,14 @@ impl Manager {
                 Some(n.mode),
                 Some(&n.ports),
                 n.egress.as_deref(),
+                Some(n.allow_host),
                 Some(true),
                 nic,
                 1,
             )?,
-            None => self.net.validate(None, None, None, Some(true), nic, 1)?,
+            None => self
+                .net
+                .validate(None, None, None, None, Some(true), nic, 1)?,
         };
         // `starting` claims it: a second resume, a removal or the sweeper
         // leave it alone until this one ends.

@@ -162,11 +162,13 @@ impl Net {
 
     /// Check a spawn's network fields. `nic` says whether the machine to be
     /// spawned has a NIC; `count` how many sandboxes share the request.
+    #[allow(clippy::too_many_arguments)]
     pub fn validate(
         &self,
         mode: Option<NetworkMode>,
         ports: Option<&[PortForward]>,
         egress: Option<&[EgressRule]>,
+        allow_host: Option<bool>,
         wait: Option<bool>,
         nic: bool,
         count: u32,
@@ -195,6 +197,12 @@ impl Net {
         let egress = egress.map(<[EgressRule]>::to_vec);
         if mode == NetworkMode::None && (!ports.is_empty() || egress.is_some()) {
             return Err(ApiError::invalid("ports and egress need network: nat"));
+        }
+        let allow_host = allow_host.unwrap_or(false);
+        if allow_host && egress.is_none() {
+            return Err(ApiError::invalid(
+                "allow_host opens the host to the egress allow-list's entries, and there is no allow-list: name the host's addresses and ports with egress (--allow HOST_IP:PORT)",
+            ));
         }
         if ports.len() > MAX_PORTS {
             return Err(ApiError::invalid(format!(
@@ -243,6 +251,7 @@ impl Net {
             mode,
             ports,
             egress,
+            allow_host,
             wait: wait.unwrap_or(true) && mode == NetworkMode::Nat,
         })
     }
@@ -267,6 +276,7 @@ impl Net {
                 slot: None,
                 ports: Vec::new(),
                 egress: None,
+                allow_host: false,
             });
         }
         let name = forkvm_net::ns_name(id);
@@ -280,6 +290,7 @@ impl Net {
             slot: Some(slot.host),
             ports: Vec::new(),
             egress: req.egress.clone(),
+            allow_host: req.allow_host,
         };
         let r = async {
             ns::add_uplink(&name, &host_if, slot)
@@ -297,6 +308,7 @@ impl Net {
                     &HostEntry {
                         iface: host_if.clone(),
                         allow: net.allow(),
+                        allow_host: net.allow_host,
                     },
                 ),
             )
@@ -370,6 +382,7 @@ impl Net {
             let entry = HostEntry {
                 iface: forkvm_net::host_if_name(id),
                 allow: net.allow(),
+                allow_host: net.allow_host,
             };
             if let Err(e) = ns::nft(None, &rules::remove_host_entry(&self.table, &entry)).await {
                 tracing::debug!("host table entry of {id}: {e}");
@@ -430,6 +443,7 @@ impl Net {
                 n.slot.map(|_| HostEntry {
                     iface: forkvm_net::host_if_name(id),
                     allow: n.allow(),
+                    allow_host: n.allow_host,
                 })
             })
             .collect();
@@ -488,6 +502,48 @@ impl Net {
 mod tests {
     use super::*;
 
+    fn net() -> Net {
+        Net {
+            status: Ok(()),
+            pool: forkvm_net::DEFAULT_POOL.parse().unwrap(),
+            registry: Registry::default(),
+            table: "forkvm-test".into(),
+            home: PathBuf::from("/nonexistent"),
+            dns: None,
+            forwards: Mutex::new(HashMap::new()),
+        }
+    }
+
+    #[test]
+    fn allow_host_needs_an_allow_list_and_is_kept() {
+        let n = net();
+        let e = n
+            .validate(
+                Some(NetworkMode::Nat),
+                None,
+                None,
+                Some(true),
+                None,
+                true,
+                1,
+            )
+            .unwrap_err();
+        assert!(e.message.contains("allow_host"), "{}", e.message);
+        assert!(e.message.contains("--allow"), "{}", e.message);
+        let list = vec![EgressRule {
+            cidr: "0.0.0.0/0".into(),
+            ports: vec![8080],
+        }];
+        let r = n
+            .validate(None, None, Some(&list), Some(true), None, true, 1)
+            .unwrap();
+        assert!(r.allow_host);
+        let r = n
+            .validate(None, None, Some(&list), None, None, true, 1)
+            .unwrap();
+        assert!(!r.allow_host, "the host is closed unless asked for");
+    }
+
     #[test]
     fn a_ready_made_network_serves_only_the_same_request() {
         let ready = SandboxNet {
@@ -495,6 +551,7 @@ mod tests {
             slot: Some(Ipv4Addr::new(10, 231, 0, 1)),
             ports: Vec::new(),
             egress: None,
+            allow_host: false,
         };
         let nat = NetRequest {
             mode: NetworkMode::Nat,
@@ -517,7 +574,20 @@ mod tests {
             ports: Vec::new(),
         }]);
         assert!(!ready.serves(&NetRequest {
+            egress: allow.clone(),
+            ..nat.clone()
+        }));
+        let listed = SandboxNet {
+            egress: allow.clone(),
+            ..ready.clone()
+        };
+        assert!(listed.serves(&NetRequest {
+            egress: allow.clone(),
+            ..nat.clone()
+        }));
+        assert!(!listed.serves(&NetRequest {
             egress: allow,
+            allow_host: true,
             ..nat.clone()
         }));
     }

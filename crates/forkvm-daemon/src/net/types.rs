@@ -21,6 +21,11 @@ pub struct SandboxNet {
     pub ports: Vec<PortForward>,
     #[serde(default)]
     pub egress: Option<Vec<EgressRule>>,
+    /// The allow-list's entries apply to the host too. Records written
+    /// before this field read as `false`: the host is then closed to them,
+    /// which is the rule now.
+    #[serde(default)]
+    pub allow_host: bool,
 }
 
 impl SandboxNet {
@@ -32,6 +37,7 @@ impl SandboxNet {
             && self.ports.is_empty()
             && req.ports.is_empty()
             && self.egress == req.egress
+            && self.allow_host == req.allow_host
     }
 
     pub fn info(&self) -> NetworkInfo {
@@ -44,6 +50,7 @@ impl SandboxNet {
             uplink_ip: slot.map(|s| s.ns.to_string()),
             ports: self.ports.clone(),
             egress: self.egress.clone(),
+            allow_host: self.allow_host,
         }
     }
 
@@ -62,6 +69,8 @@ pub struct NetRequest {
     pub mode: NetworkMode,
     pub ports: Vec<PortForward>,
     pub egress: Option<Vec<EgressRule>>,
+    /// The allow-list opens the host too.
+    pub allow_host: bool,
     pub wait: bool,
 }
 
@@ -79,6 +88,7 @@ impl NetRequest {
             mode: NetworkMode::None,
             ports: Vec::new(),
             egress: None,
+            allow_host: false,
             wait: false,
         }
     }

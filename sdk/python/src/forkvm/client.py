@@ -215,6 +215,7 @@ class Client(_BaseClient, ProcessOps):
         network: Union[models.NetworkMode, str, None] = None,
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
+        allow_host: Optional[bool] = None,
         wait_for_network: Optional[bool] = None,
         disk_size: Optional[int] = None,
         metadata: Optional[Mapping[str, str]] = None,
@@ -235,7 +236,9 @@ class Client(_BaseClient, ProcessOps):
         ``[{"guest": 8000, "host": 18000}]`` (host 0 or omitted: allocated;
         see ``network.ports`` of the answer). ``egress`` allows connections
         only to these destinations: ``["10.0.0.0/8", {"cidr": "1.2.3.4",
-        "ports": [443]}]``. Both need ``nat``. ``wait_for_network=False``
+        "ports": [443]}]``. Both need ``nat``. The allow-list never opens the
+        host itself unless ``allow_host=True`` (which needs ``egress``).
+        ``wait_for_network=False``
         answers before the guest's network is proven to work. ``disk_size``
         (bytes) gives the sandbox a root disk larger than its image's.
 
@@ -264,6 +267,7 @@ class Client(_BaseClient, ProcessOps):
             network=network,
             ports=ports,
             egress=egress,
+            allow_host=allow_host,
             wait_for_network=wait_for_network,
             disk_size=disk_size,
             metadata=metadata,

@@ -378,7 +378,8 @@ class NetworkInfo(Model):
     ``guest_ip`` and ``gateway`` are the same in every sandbox (each has a
     namespace of its own). For ``nat``, ``host_ip`` is the host end of the
     sandbox's uplink and ``uplink_ip`` the sandbox end (the source address of
-    its egress before the host's NAT). ``egress`` is the allow-list, if any.
+    its egress before the host's NAT). ``egress`` is the allow-list, if any;
+    ``allow_host`` says whether its entries reach the host itself too.
     """
 
     mode: NetworkMode
@@ -388,6 +389,7 @@ class NetworkInfo(Model):
     host_ip: Optional[str] = None
     uplink_ip: Optional[str] = None
     egress: Optional[List[EgressRule]] = None
+    allow_host: bool = False
 
 
 # --------------------------------------------------------------------------
@@ -489,7 +491,8 @@ class CreateSandbox(Model):
 
     ``network`` is ``nat`` (the default where available) or ``none``;
     ``ports`` publishes guest TCP ports on host loopback ports and ``egress``
-    restricts where the guest may connect (both need ``nat``).
+    restricts where the guest may connect (both need ``nat``); the host
+    itself is reachable through ``egress`` only with ``allow_host``.
     ``wait_for_network=False`` answers before the guest's network path is
     proven to work. ``metadata`` labels it, ``env`` is the default
     environment of its execs (a branch's children inherit both);
@@ -507,6 +510,8 @@ class CreateSandbox(Model):
     network: Optional[NetworkMode] = None
     ports: Optional[List[PortForward]] = None
     egress: Optional[List[EgressRule]] = None
+    #: Let the ``egress`` entries reach the host itself (needs ``egress``).
+    allow_host: Optional[bool] = None
     wait_for_network: Optional[bool] = None
     #: Root disk size in bytes (default: the image's); a larger one grows the guest's root filesystem.
     disk_size: Optional[int] = None

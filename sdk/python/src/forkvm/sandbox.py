@@ -85,7 +85,8 @@ class Sandbox:
     port 8000 on a free host loopback port (see :meth:`ports`), and
     ``ports=[(8000, 18000)]`` or ``[{"guest": 8000, "host": 18000}]`` on a
     given one; ``egress=["10.0.0.0/8", {"cidr": "1.2.3.4", "ports": [443]}]``
-    allows connections only to those destinations.
+    allows connections only to those destinations, and ``allow_host=True``
+    lets those entries reach the host itself (never without it).
     ``wait_for_network=False`` returns before the guest's network is proven
     to work. ``disk_size`` (bytes) gives it a root disk larger than its
     image's.
@@ -117,6 +118,7 @@ class Sandbox:
         network: Union[models.NetworkMode, str, None] = None,
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
+        allow_host: Optional[bool] = None,
         wait_for_network: Optional[bool] = None,
         disk_size: Optional[int] = None,
         metadata: Optional[Mapping[str, str]] = None,
@@ -136,6 +138,7 @@ class Sandbox:
             network=network,
             ports=ports,
             egress=egress,
+            allow_host=allow_host,
             wait_for_network=wait_for_network,
             disk_size=disk_size,
             metadata=metadata,
@@ -162,6 +165,7 @@ class Sandbox:
         network: Union[models.NetworkMode, str, None] = None,
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
+        allow_host: Optional[bool] = None,
         wait_for_network: Optional[bool] = None,
         disk_size: Optional[int] = None,
         metadata: Optional[Mapping[str, str]] = None,
@@ -182,6 +186,7 @@ class Sandbox:
             network=network,
             ports=ports,
             egress=egress,
+            allow_host=allow_host,
             wait_for_network=wait_for_network,
             disk_size=disk_size,
             metadata=metadata,
@@ -207,6 +212,7 @@ class Sandbox:
                 network=spec.network,
                 ports=spec.ports,
                 egress=spec.egress,
+                allow_host=spec.allow_host,
                 wait_for_network=spec.wait_for_network,
                 disk_size=spec.disk_size,
                 metadata=spec.metadata,
@@ -603,6 +609,7 @@ class Snapshot:
         network: Union[models.NetworkMode, str, None] = None,
         ports: Optional[Iterable[PortSpec]] = None,
         egress: Optional[Iterable[EgressSpec]] = None,
+        allow_host: Optional[bool] = None,
         wait_for_network: Optional[bool] = None,
         metadata: Optional[Mapping[str, str]] = None,
         env: Optional[Mapping[str, str]] = None,
@@ -624,6 +631,7 @@ class Snapshot:
             network=network,
             ports=ports,
             egress=egress,
+            allow_host=allow_host,
             wait_for_network=wait_for_network,
             metadata=metadata,
             env=env,
