@@ -336,10 +336,12 @@ impl Manager {
         emit: std::sync::Arc<Emitter>,
     ) -> Result<Image, ApiError> {
         let name = plan.name.clone();
-        let _blobs = super::BLOBS_IN_USE.read().await;
         let r = self.pull_inner(plan, emit).await;
         if let Err(e) = &r {
             tracing::warn!("image {name}: pull failed: {}", e.message);
+            // The pull's lease ended with pull_inner: what it stored and
+            // no image uses goes now.
+            self.prune_blobs("after a failed pull").await;
         }
         r
     }
@@ -349,7 +351,9 @@ impl Manager {
         plan: PullPlan,
         emit: std::sync::Arc<Emitter>,
     ) -> Result<Image, ApiError> {
-        let store = self.blobs()?;
+        // Leased: every blob it touches is claimed until `store` and its
+        // clones are dropped, so no collection removes it meanwhile.
+        let store = self.blobs()?.leased();
         let req = &plan.req;
         let opts = self.registry_options(
             &req.reference,
@@ -433,10 +437,10 @@ impl Manager {
         tx: mpsc::UnboundedSender<ImageEvent>,
     ) -> Result<Image, ApiError> {
         let name = q.name.clone();
-        let _blobs = super::BLOBS_IN_USE.read().await;
         let r = self.import_inner(q, upload, tx).await;
         if let Err(e) = &r {
             tracing::warn!("image {name}: import failed: {}", e.message);
+            self.prune_blobs("after a failed import").await;
         }
         r
     }
@@ -447,7 +451,9 @@ impl Manager {
         upload: Upload,
         tx: mpsc::UnboundedSender<ImageEvent>,
     ) -> Result<Image, ApiError> {
-        let store = self.blobs()?;
+        // Leased: every blob it touches is claimed until `store` and its
+        // clones are dropped, so no collection removes it meanwhile.
+        let store = self.blobs()?.leased();
         let emit = std::sync::Arc::new(Emitter::new(tx, format!("image {}", q.name)));
         let (s2, e2) = (store.clone(), emit.clone());
         let (resolved, format) = tokio::task::spawn_blocking(move || {
