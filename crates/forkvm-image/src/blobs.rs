@@ -39,7 +39,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use sha2::{Digest as _, Sha256};
 
@@ -132,6 +132,18 @@ impl Drop for Lease {
     }
 }
 
+/// Tells when a leased store and all its clones are gone, with them its
+/// claims: a blocking writer task may outlive the install that started it,
+/// and collecting before it ends would keep its blobs.
+#[derive(Debug, Clone)]
+pub struct LeaseWatch(Weak<Lease>);
+
+impl LeaseWatch {
+    pub fn released(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
 /// What [`BlobStore::gc`] removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct GcStats {
@@ -163,6 +175,11 @@ impl BlobStore {
                 held: Mutex::new(HashSet::new()),
             })),
         }
+    }
+
+    /// For a leased store: a watch on its lease (see [`LeaseWatch`]).
+    pub fn lease_watch(&self) -> Option<LeaseWatch> {
+        self.lease.as_ref().map(|l| LeaseWatch(Arc::downgrade(l)))
     }
 
     fn claim(&self, digest: &str) {
@@ -479,10 +496,13 @@ mod tests {
         // Published while gc ran: claimed, so kept; a clone keeps the lease.
         w.commit().unwrap();
         let clone = live.clone();
+        let watch = live.lease_watch().unwrap();
         drop(live);
         assert_eq!(s.gc(keep).blobs, 0);
+        assert!(!watch.released());
         // The install failed: its lease goes, and so do its blobs.
         drop(clone);
+        assert!(watch.released());
         assert_eq!(s.gc(keep).blobs, 2);
         assert_eq!(s.list(), vec![kept.clone()]);
         // Two leases on one blob: it stays until both are gone.

@@ -509,6 +509,7 @@ async fn an_interrupted_pull_gives_its_blobs_back() {
     let store = BlobStore::open(t.path().join("blobs")).unwrap();
     let live = store.leased();
     let reference = format!("{}/big:v1", reg.host);
+    let opts = PullOptions::default();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let tx = Mutex::new(Some(tx));
     let first_bytes = move |e: ProgressEvent| {
@@ -521,7 +522,7 @@ async fn an_interrupted_pull_gives_its_blobs_back() {
         }
     };
     tokio::select! {
-        r = pull(&reference, &PullOptions::default(), &live, &first_bytes) => panic!("the pull was not interrupted: {r:?}"),
+        r = pull(&reference, &opts, &live, &first_bytes) => panic!("the pull was not interrupted: {r:?}"),
         _ = rx => {}
     };
     let t0 = Instant::now();
@@ -535,7 +536,17 @@ async fn an_interrupted_pull_gives_its_blobs_back() {
     let kept = store.list();
     assert!(!kept.is_empty(), "the config and base layer came first");
     assert_eq!(store.gc(std::collections::HashSet::new).blobs, 0);
+    // The pull's blocking writer may outlive it, holding the lease: what
+    // the daemon waits for before it collects.
+    let watch = live.lease_watch().unwrap();
     drop(live);
+    while !watch.released() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the lease was never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let st = store.gc(std::collections::HashSet::new);
     eprintln!(
         "interrupted pull: {} blobs ({} bytes) given back",

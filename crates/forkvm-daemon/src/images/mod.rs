@@ -281,6 +281,24 @@ impl Manager {
         }
     }
 
+    /// After a failed pull or import: once its lease is given back (a
+    /// blocking writer may outlive the failure by a moment; 60 s at most,
+    /// after which what is still claimed waits for a later collection),
+    /// collect.
+    pub(crate) async fn give_back_blobs(
+        &self,
+        watch: Option<forkvm_image::blobs::LeaseWatch>,
+        why: &str,
+    ) {
+        let t0 = std::time::Instant::now();
+        while watch.as_ref().is_some_and(|w| !w.released())
+            && t0.elapsed() < std::time::Duration::from_secs(60)
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        self.prune_blobs(why).await;
+    }
+
     /// The exec defaults of a sandbox's image.
     pub fn exec_defaults_of(&self, id: &str) -> Result<MetaConfig, ApiError> {
         let row = self
