@@ -75,7 +75,9 @@ fn open_dir_at(dir: RawFd, name: &[u8]) -> Result<OwnedFd, Errno> {
         libc::openat(
             dir,
             c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            // O_PATH: climbing or walking needs no read permission on
+            // the directory (listing opens its own fd, see `read_dir`).
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
     };
     if fd < 0 {
@@ -148,8 +150,6 @@ impl Refusal {
 /// depth `base` below the volume root: a link in `dir` itself is at depth
 /// `base`, one in `dir/sub` at `base + 1`. Never follows a symlink.
 pub fn check_subtree(dir: RawFd, base: usize) -> Result<(), Refusal> {
-    // A fresh fd of the directory, so reading it does not move the offset
-    // of a descriptor someone else holds.
     let top = open_dir_at(dir, b".").map_err(Refusal::Io)?;
     let mut stack: Vec<(OwnedFd, std::fs::ReadDir, Vec<u8>)> = Vec::new();
     let rd = read_dir(&top).map_err(Refusal::Io)?;
