@@ -106,6 +106,15 @@ pub fn get_archive(paths: &[String], max_bytes: Option<u64>) -> Result<Archive, 
         limit: max_bytes.unwrap_or(u64::MAX).min(MAX_PAYLOAD.into()),
     };
     for p in paths {
+        // Members are named by the path asked for; a `..` in it would put
+        // `..` in their names (the daemon refuses these too, and rewrites
+        // every name it gets: the agent is not trusted with that).
+        if p.split('/').any(|c| c == "..") {
+            return Err(ReqError {
+                code: ERR_INVALID,
+                message: format!("path {p:?} has a `..` component: name the directory itself"),
+            });
+        }
         b.add(absolute(p)?)?;
     }
     Ok(Archive {
@@ -113,4 +122,22 @@ pub fn get_archive(paths: &[String], max_bytes: Option<u64>) -> Result<Archive, 
         entries: b.entries,
         bytes: b.bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_with_dotdot_are_refused() {
+        for p in ["/tmp/../etc", "/..", "/a/.."] {
+            match get_archive(&[p.to_string()], None) {
+                Err(e) => assert_eq!(e.code, ERR_INVALID, "{p}: {}", e.message),
+                Ok(_) => panic!("{p} was archived"),
+            }
+        }
+        // `..` inside a name is just a name.
+        let a = get_archive(&["/proc/self/..x-absent".to_string()], None);
+        assert!(a.is_err_and(|e| e.code != ERR_INVALID));
+    }
 }

@@ -15,6 +15,8 @@ use crate::agent::{AgentStream, WatchEvent};
 use crate::error::{agent_error, logged, ApiError};
 use crate::manager::Manager;
 
+pub mod archive;
+
 /// Deepest `list_dir`.
 pub const MAX_DEPTH: u32 = 64;
 /// Most paths one archive download names.
@@ -213,7 +215,9 @@ impl Manager {
 
     /// A tar of several guest paths (directories with all they hold), each
     /// named by its absolute path without the leading `/`; at most
-    /// `max_file_bytes`.
+    /// `max_file_bytes`. The guest's tar is rewritten by
+    /// [`archive::normalise`] (the agent is in the guest: its member names
+    /// are not trusted), and what it leaves out is logged.
     pub async fn download_archive(
         &self,
         id: &str,
@@ -232,13 +236,39 @@ impl Manager {
         }
         for p in &paths {
             check_guest_path(p)?;
+            // Members are named by the path asked for: `/tmp/../etc` would
+            // name them `tmp/../etc/...`.
+            if p.split('/').any(|c| c == "..") {
+                return Err(ApiError::invalid(format!(
+                    "path {p:?} has a `..` component: name the directory itself, e.g. /etc"
+                )));
+            }
         }
         let agent = self.guest_agent(id).await?;
         let a = agent
             .get_archive(paths, Some(self.cfg.limits.max_file_bytes))
             .await
             .map_err(|e| logged(id, "downloading an archive", agent_error(id, e)))?;
-        Ok(a.tar)
+        let n = archive::normalise(&a.tar).map_err(|e| {
+            logged(
+                id,
+                "downloading an archive",
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    codes::GUEST_ERROR,
+                    format!("the guest sent an archive that cannot be read: {e}"),
+                ),
+            )
+        })?;
+        if !n.dropped.is_empty() {
+            tracing::warn!(
+                sandbox = id,
+                dropped = n.dropped.len(),
+                first = ?n.dropped.first(),
+                "archive download: left out members the guest named unsafely"
+            );
+        }
+        Ok(n.tar)
     }
 
     /// Unpack a tar under the guest directory `dest` (created if missing;

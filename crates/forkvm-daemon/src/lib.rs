@@ -184,6 +184,16 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     forkvm_image::install::clean_leftovers(&cfg.images_dir());
     if let Ok(b) = forkvm_image::blobs::BlobStore::open(cfg.home.join("blobs")) {
         b.clean_ingest();
+        // Blobs of pulls and imports a killed daemon left: no image has
+        // them and no install runs yet.
+        let st = forkvm_image::install::gc_blobs(&b, &cfg.images_dir());
+        if st.blobs > 0 {
+            tracing::info!(
+                "blobs: {} no image uses removed at start ({} bytes)",
+                st.blobs,
+                st.bytes
+            );
+        }
     }
 
     if cfg.tcp.is_some() && cfg.token.as_deref().is_none_or(str::is_empty) {

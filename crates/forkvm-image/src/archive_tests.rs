@@ -283,6 +283,36 @@ fn corrupt_blob_is_named_and_leaves_nothing() {
     }
 }
 
+#[test]
+fn a_refused_import_gives_its_blobs_back() {
+    // A valid first layer, a corrupt second one: the import stores the
+    // first (and documents) before it finds the second bad.
+    let e = env();
+    let img = image("amd64", &[layer(1), layer(2)]);
+    let dir = e.p("layout");
+    oci_dir(&dir, &[(&img.manifest, "t")]);
+    put_image(&dir, &img);
+    let bad = sha256_digest(&img.layers[1]);
+    let p = dir.join("blobs/sha256").join(&bad[7..]);
+    let mut bytes = fs::read(&p).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 1;
+    fs::write(&p, &bytes).unwrap();
+    let live = e.store.leased();
+    import_source_ref(&dir, None, &live, &NoProgress).unwrap_err();
+    let left = e.store.list();
+    assert!(
+        left.contains(&sha256_digest(&img.layers[0])),
+        "the valid first layer was stored: {left:?}"
+    );
+    assert_eq!(e.store.gc(std::collections::HashSet::new).blobs, 0);
+    drop(live);
+    let st = e.store.gc(std::collections::HashSet::new);
+    assert_eq!(st.blobs as usize, left.len());
+    assert!(e.store.list().is_empty());
+    assert!(e.ingest_empty());
+}
+
 /// A legacy `docker save` tarball: `<id>/layer.tar`, a repeated layer as a
 /// symlink, the config as `<hex>.json`.
 fn docker_legacy(out: &Path, img_layers: &[Vec<u8>], gz: bool) -> Vec<u8> {

@@ -11,12 +11,35 @@
 //! `sha256/<hex>`. A blob that is already present counts as written. So an
 //! interrupted or corrupt download never becomes visible, and two images
 //! that share a layer store (and fetch) it once.
+//!
+//! # Garbage collection and leases
+//!
+//! A blob no installed image has as a layer is garbage ([`BlobStore::gc`]),
+//! except while an install in flight may still use it: a pull or import
+//! works through a [`BlobStore::leased`] store, which *claims* every digest
+//! it looks at (checks for, reads, writes) before touching it, and holds
+//! the claims until the store and all its clones are dropped, after the
+//! image is installed or the install failed. `gc` removes only unclaimed
+//! blobs, and decides under the same lock that claims take, so:
+//!
+//! * a blob found cached, being written or just published by a concurrent
+//!   install is never removed under it, whichever image it ends up in;
+//! * a claim made while `gc` runs waits for it, and then finds the blob
+//!   gone and fetches it again, as for any missing blob;
+//! * the images that protect blobs are read inside that lock too, so an
+//!   install that publishes its image and drops its lease just before is
+//!   seen as an image, and one that drops it just after is seen as a claim.
+//!
+//! The claims live in this process. A daemon that was killed leaves only
+//! unclaimed blobs, which the next start's `gc` removes.
 
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use sha2::{Digest as _, Sha256};
 
@@ -73,6 +96,59 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 #[derive(Debug, Clone)]
 pub struct BlobStore {
     root: PathBuf,
+    /// Set on a [`BlobStore::leased`] store: the digests it claimed.
+    lease: Option<Arc<Lease>>,
+}
+
+/// How many leases claim each (store root, digest), in this process.
+type Claims = HashMap<(PathBuf, String), usize>;
+
+static CLAIMS: LazyLock<Mutex<Claims>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn claims() -> MutexGuard<'static, Claims> {
+    CLAIMS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The digests one leased store (and its clones) claimed.
+#[derive(Debug)]
+struct Lease {
+    root: PathBuf,
+    held: Mutex<HashSet<String>>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let held = std::mem::take(self.held.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let mut c = claims();
+        for d in held {
+            let key = (self.root.clone(), d);
+            if let Some(n) = c.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    c.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Tells when a leased store and all its clones are gone, with them its
+/// claims: a blocking writer task may outlive the install that started it,
+/// and collecting before it ends would keep its blobs.
+#[derive(Debug, Clone)]
+pub struct LeaseWatch(Weak<Lease>);
+
+impl LeaseWatch {
+    pub fn released(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
+/// What [`BlobStore::gc`] removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GcStats {
+    pub blobs: u64,
+    pub bytes: u64,
 }
 
 static INGEST_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -85,7 +161,62 @@ impl BlobStore {
             fs::create_dir_all(root.join(d))
                 .map_err(io_err(format!("creating {}", root.join(d).display())))?;
         }
-        Ok(BlobStore { root })
+        Ok(BlobStore { root, lease: None })
+    }
+
+    /// The same store, claiming every digest it touches until it and all
+    /// its clones are dropped (see the module doc). What a pull or import
+    /// works with.
+    pub fn leased(&self) -> BlobStore {
+        BlobStore {
+            root: self.root.clone(),
+            lease: Some(Arc::new(Lease {
+                root: self.root.clone(),
+                held: Mutex::new(HashSet::new()),
+            })),
+        }
+    }
+
+    /// For a leased store: a watch on its lease (see [`LeaseWatch`]).
+    pub fn lease_watch(&self) -> Option<LeaseWatch> {
+        self.lease.as_ref().map(|l| LeaseWatch(Arc::downgrade(l)))
+    }
+
+    fn claim(&self, digest: &str) {
+        let Some(l) = &self.lease else {
+            return;
+        };
+        let mut held = l.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.insert(digest.to_string()) {
+            *claims()
+                .entry((self.root.clone(), digest.to_string()))
+                .or_insert(0) += 1;
+        }
+    }
+
+    /// Removes every blob that is not in `keep` and that no leased store
+    /// claims. `keep` (the layers of the installed images) is evaluated
+    /// with claims frozen, so that no install slips between it and the
+    /// removal (see the module doc).
+    pub fn gc(&self, keep: impl FnOnce() -> HashSet<String>) -> GcStats {
+        let c = claims();
+        let keep = keep();
+        let mut st = GcStats::default();
+        for d in self.list() {
+            if keep.contains(&d) || c.contains_key(&(self.root.clone(), d.clone())) {
+                continue;
+            }
+            // Not `path`: it would claim, and the claims are locked here.
+            let Ok(p) = digest_hex(&d).map(|h| self.root.join("sha256").join(h)) else {
+                continue;
+            };
+            let size = fs::metadata(&p).map_or(0, |m| m.len());
+            if fs::remove_file(&p).is_ok() {
+                st.blobs += 1;
+                st.bytes += size;
+            }
+        }
+        st
     }
 
     /// The store's root directory.
@@ -95,7 +226,11 @@ impl BlobStore {
 
     /// Where the blob with this digest lives (whether or not it is there).
     pub fn path(&self, digest: &str) -> Result<PathBuf, BlobError> {
-        Ok(self.root.join("sha256").join(digest_hex(digest)?))
+        let p = self.root.join("sha256").join(digest_hex(digest)?);
+        // Every use of a blob (has, open, read, put, publish) goes
+        // through here: a leased store claims it first.
+        self.claim(digest);
+        Ok(p)
     }
 
     /// Whether the blob is present.
@@ -130,6 +265,7 @@ impl BlobStore {
     /// Start writing a blob announced as `digest` (and `size`, if known).
     pub fn writer(&self, digest: &str, size: Option<u64>) -> Result<BlobWriter, BlobError> {
         digest_hex(digest)?;
+        self.claim(digest);
         let name = format!(
             "{}-{}-{}",
             std::process::id(),
@@ -333,6 +469,50 @@ mod tests {
         ] {
             assert!(matches!(digest_hex(d), Err(BlobError::BadDigest(_))), "{d}");
         }
+    }
+
+    #[test]
+    fn gc_removes_unreferenced_blobs_but_not_claimed_ones() {
+        let t = tempfile::tempdir().unwrap();
+        let s = BlobStore::open(t.path()).unwrap();
+        let kept = s.put_bytes(b"layer of an image").unwrap();
+        let junk = s.put_bytes(b"left by a failed import").unwrap();
+        // An install in flight: one blob found cached, one being written.
+        let live = s.leased();
+        let cached = s.put_bytes(b"cached, about to be used").unwrap();
+        assert!(live.has(&cached));
+        let mut w = live.writer(&sha256_digest(b"new"), None).unwrap();
+        w.write_all(b"new").unwrap();
+        let keep = || HashSet::from([kept.clone()]);
+        let st = s.gc(keep);
+        assert_eq!(
+            st,
+            GcStats {
+                blobs: 1,
+                bytes: 23
+            }
+        );
+        assert!(s.has(&kept) && s.has(&cached) && !s.has(&junk));
+        // Published while gc ran: claimed, so kept; a clone keeps the lease.
+        w.commit().unwrap();
+        let clone = live.clone();
+        let watch = live.lease_watch().unwrap();
+        drop(live);
+        assert_eq!(s.gc(keep).blobs, 0);
+        assert!(!watch.released());
+        // The install failed: its lease goes, and so do its blobs.
+        drop(clone);
+        assert!(watch.released());
+        assert_eq!(s.gc(keep).blobs, 2);
+        assert_eq!(s.list(), vec![kept.clone()]);
+        // Two leases on one blob: it stays until both are gone.
+        let (a, b) = (s.leased(), s.leased());
+        let shared = a.put_bytes(b"shared").unwrap();
+        assert!(b.has(&shared));
+        drop(a);
+        assert_eq!(s.gc(keep).blobs, 0);
+        drop(b);
+        assert_eq!(s.gc(keep).blobs, 1);
     }
 
     #[test]

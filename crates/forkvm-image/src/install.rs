@@ -19,6 +19,7 @@
 //! the staging directory. Names starting with `.` are never images, so a
 //! crash leaves only hidden leftovers, which [`clean_leftovers`] removes.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -27,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::blobs::BlobStore;
+use crate::blobs::{BlobStore, GcStats};
 use crate::error::{io_err, ImageError};
 use crate::ext4::make_ext4;
 use crate::meta::{ImageMeta, ImageSource};
@@ -446,6 +447,23 @@ pub fn list_images(images_dir: &Path) -> Vec<ImageMeta> {
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// The blobs the installed images keep: their layers. (Manifests and
+/// configs are not kept: a later pull fetches those small documents again.)
+pub fn referenced_blobs(images_dir: &Path) -> HashSet<String> {
+    list_images(images_dir)
+        .into_iter()
+        .flat_map(|m| m.layers)
+        .collect()
+}
+
+/// Removes the blobs no installed image keeps and no install in flight
+/// claims (see `blobs`' module doc): after a failed pull or import, which
+/// gives back what it stored, after an image removal, and at daemon start,
+/// for what a killed daemon left.
+pub fn gc_blobs(store: &BlobStore, images_dir: &Path) -> GcStats {
+    store.gc(|| referenced_blobs(images_dir))
 }
 
 /// Delete an installed image: renamed out of sight first (so it vanishes

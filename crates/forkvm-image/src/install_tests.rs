@@ -239,6 +239,61 @@ fn failures_leave_nothing() {
 }
 
 #[test]
+fn a_refused_install_gives_its_blobs_back() {
+    let e = Env::new();
+    let shared = small_layer(b"shared");
+    e.install("base", &e.resolved(&[base_layer(), shared.clone()]), false)
+        .unwrap();
+    let kept = e.store.list();
+    assert_eq!(kept.len(), 2);
+    // An import sharing a layer with "base", with a layer of its own and
+    // one that is refused (a path escape), as the daemon runs it: through
+    // a leased store.
+    let live = e.store.leased();
+    let evil = TarBuf::new()
+        .raw(b"../../escape", tar::EntryType::Regular, b"", b"x")
+        .finish();
+    let layers = [shared, small_layer(b"own"), evil];
+    let r = ResolvedImage {
+        layers: layers
+            .iter()
+            .map(|l| LayerRef {
+                digest: live.put_bytes(l).unwrap(),
+                media_type: media::OCI_LAYER_GZIP.into(),
+                size: l.len() as u64,
+            })
+            .collect(),
+        ..e.resolved(&[])
+    };
+    let err = install_image(
+        &e.images(),
+        "evil",
+        &r,
+        &live,
+        ImageSource::Builtin,
+        &InstallOptions::default(),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(matches!(err, ImageError::UnsafePath { .. }), "{err}");
+    assert_eq!(e.store.list().len(), 4);
+    // Still leased (a concurrent view of a failure not yet handed back):
+    // nothing goes.
+    assert_eq!(gc_blobs(&e.store, &e.images()).blobs, 0);
+    drop(live);
+    let st = gc_blobs(&e.store, &e.images());
+    assert_eq!(st.blobs, 2, "its own layer and the refused one");
+    assert_eq!(e.store.list(), kept, "the shared layer stays with base");
+    // A blob planted with no image (what a killed daemon leaves) goes too.
+    e.store.put_bytes(b"planted").unwrap();
+    assert_eq!(gc_blobs(&e.store, &e.images()).blobs, 1);
+    // And with "base" removed, its layers.
+    remove_image(&e.images(), "base").unwrap();
+    assert_eq!(gc_blobs(&e.store, &e.images()).blobs, 2);
+    assert!(e.store.list().is_empty());
+}
+
+#[test]
 fn names() {
     for ok in ["a", "A9", "py-3.12_slim", &"x".repeat(64), "0day"] {
         assert!(valid_image_name(ok), "{ok}");

@@ -495,3 +495,63 @@ async fn interrupted_pull_leaves_no_partial_blob_and_resumes() {
     assert!(rec.fetched().contains(&big));
     assert_eq!(reg.blob_gets(from), 3 - reused.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_pull_gives_its_blobs_back() {
+    // The daemon pulls through a leased store and collects when the pull
+    // fails: the blobs that came whole before the interruption go, once
+    // the lease is dropped, and never while it is held.
+    need_tools();
+    let t = tempfile::tempdir().unwrap();
+    make_layout(t.path(), 40, false);
+    let reg = Registry::start(t.path(), false);
+    reg.push(t.path(), "big", "big:v1", &[]);
+    let store = BlobStore::open(t.path().join("blobs")).unwrap();
+    let live = store.leased();
+    let reference = format!("{}/big:v1", reg.host);
+    let opts = PullOptions::default();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let tx = Mutex::new(Some(tx));
+    let first_bytes = move |e: ProgressEvent| {
+        if let ProgressEvent::Bytes { done, total, .. } = e {
+            if total.is_some_and(|t| t > 32 << 20) && done > 0 {
+                if let Some(tx) = tx.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    };
+    tokio::select! {
+        r = pull(&reference, &opts, &live, &first_bytes) => panic!("the pull was not interrupted: {r:?}"),
+        _ = rx => {}
+    };
+    let t0 = Instant::now();
+    while !ingest_empty(&store) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "ingest files left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let kept = store.list();
+    assert!(!kept.is_empty(), "the config and base layer came first");
+    assert_eq!(store.gc(std::collections::HashSet::new).blobs, 0);
+    // The pull's blocking writer may outlive it, holding the lease: what
+    // the daemon waits for before it collects.
+    let watch = live.lease_watch().unwrap();
+    drop(live);
+    while !watch.released() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the lease was never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let st = store.gc(std::collections::HashSet::new);
+    eprintln!(
+        "interrupted pull: {} blobs ({} bytes) given back",
+        st.blobs, st.bytes
+    );
+    assert_eq!(st.blobs as usize, kept.len());
+    assert!(store.list().is_empty());
+}

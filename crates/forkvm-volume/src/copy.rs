@@ -3,8 +3,12 @@
 //! Regular files are reflinked (FICLONE) when the filesystem can share
 //! extents, so a copy of a large tree is instant and takes no space until
 //! written; otherwise they are copied. Symlinks are recreated as symlinks
-//! and never followed; devices, fifos and sockets are skipped (a volume
-//! never serves them). Regular files with more than one hard link are
+//! and never followed, but only those a guest could have made at their
+//! place in the copy (see `security::symlink_target_ok`): an absolute link
+//! or one climbing above the copy's root is skipped with a warning, since
+//! the copy lives under forkvm's home, and a relative link out of it would
+//! name the home's own files. Devices, fifos and sockets are skipped (a
+//! volume never serves them). Regular files with more than one hard link are
 //! skipped too: the volume server refuses to open them (the other link may
 //! be a host file outside the volume), and a copy with a single link would
 //! hand their content to the guest. The copy is built in `dst.tmp-<rand>` and renamed
@@ -52,7 +56,7 @@ pub fn copy_tree(src: &Path, dst: &Path) -> Result<CopyStats, VolumeError> {
         bytes: 0,
         reflinked: true,
     };
-    let res = copy_dir(src, &tmp, &meta, &mut stats)
+    let res = copy_dir(src, &tmp, &meta, 0, &mut stats)
         .and_then(|()| fs::rename(&tmp, dst).map_err(io_err("renaming into", dst)));
     if res.is_err() {
         let _ = fs::remove_dir_all(&tmp);
@@ -68,6 +72,7 @@ fn copy_dir(
     src: &Path,
     dst: &Path,
     meta: &fs::Metadata,
+    depth: usize,
     stats: &mut CopyStats,
 ) -> Result<(), VolumeError> {
     fs::create_dir(dst).map_err(io_err("creating", dst))?;
@@ -77,9 +82,17 @@ fn copy_dir(
         let m = fs::symlink_metadata(&s).map_err(io_err("reading", &s))?;
         let ft = m.file_type();
         if ft.is_dir() {
-            copy_dir(&s, &d, &m, stats)?;
+            copy_dir(&s, &d, &m, depth + 1, stats)?;
         } else if ft.is_symlink() {
             let target = fs::read_link(&s).map_err(io_err("reading link", &s))?;
+            if !crate::security::symlink_target_ok(depth, target.as_os_str()) {
+                tracing::warn!(
+                    path = %s.display(),
+                    target = %target.display(),
+                    "volume copy: skipped a symlink that would point outside the copy"
+                );
+                continue;
+            }
             std::os::unix::fs::symlink(&target, &d).map_err(io_err("creating link", &d))?;
             finish(&d, &m, false)?;
         } else if ft.is_file() && m.nlink() > 1 {
@@ -169,6 +182,10 @@ mod tests {
         fs::set_permissions(src.join("sub/a"), fs::Permissions::from_mode(0o640)).unwrap();
         symlink(&outside, src.join("out")).unwrap();
         symlink("sub/a", src.join("rel")).unwrap();
+        // Relative links that climb: within the tree, and out of it (into
+        // whatever holds the copy: forkvm's home).
+        symlink("../rel", src.join("sub/up")).unwrap();
+        symlink("../../outside", src.join("sub/far")).unwrap();
         fs::hard_link(&outside, src.join("hard")).unwrap();
         let st = copy_tree(&src, &dst).unwrap();
         // A hard link (maybe to a host file) must not become a readable copy.
@@ -178,13 +195,16 @@ mod tests {
         let m = fs::metadata(dst.join("sub/a")).unwrap();
         assert_eq!(m.mode() & 0o777, 0o640);
         assert_eq!(m.mtime(), fs::metadata(src.join("sub/a")).unwrap().mtime());
-        // The link to the outside file is a link, not a copy of the secret.
-        assert!(fs::symlink_metadata(dst.join("out"))
-            .unwrap()
-            .file_type()
-            .is_symlink());
-        assert_eq!(fs::read_link(dst.join("out")).unwrap(), outside);
+        // Links out of the copy (absolute, or climbing above its root) are
+        // neither copied as links nor followed.
+        assert!(fs::symlink_metadata(dst.join("out")).is_err());
+        assert!(fs::symlink_metadata(dst.join("sub/far")).is_err());
         assert_eq!(fs::read_link(dst.join("rel")).unwrap(), Path::new("sub/a"));
+        assert_eq!(
+            fs::read_link(dst.join("sub/up")).unwrap(),
+            Path::new("../rel")
+        );
+        assert_eq!(fs::read_to_string(dst.join("sub/up")).unwrap(), "hello");
         // No temp dir is left behind and an existing dst is refused.
         assert_eq!(fs::read_dir(t.path()).unwrap().count(), 3);
         assert!(matches!(

@@ -144,6 +144,9 @@ pub struct Volume {
     pub cfg: VolumeConfig,
     pub log_id: String,
     pub root: OwnedFd,
+    /// Held by SYMLINK and RENAME (see `links`): shared with every other
+    /// server of the same host directory.
+    pub links: Arc<Mutex<()>>,
     table: Mutex<(Table, Journal)>,
     /// Size of the journal right after the last compaction.
     compacted: std::sync::atomic::AtomicU64,
@@ -176,12 +179,14 @@ impl Volume {
         }
         // SAFETY: freshly opened fd, owned here.
         let root = unsafe { OwnedFd::from_raw_fd(fd) };
+        let links = crate::links::lock_for(root.as_raw_fd());
         let (journal, recs) = Journal::open(&cfg.journal)?;
         let table = Table::replay(&recs);
         Ok(Volume {
             cfg,
             log_id,
             root,
+            links,
             table: Mutex::new((table, journal)),
             compacted: std::sync::atomic::AtomicU64::new(0),
             fds: Mutex::new(FdCache {
@@ -228,6 +233,12 @@ impl Volume {
             }
             Err(e) => self.warn("journal compaction failed", 0, &e),
         }
+    }
+
+    /// Runs `f` holding the SYMLINK/RENAME lock of this host directory.
+    pub fn with_links_locked<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _g = lock(&self.links);
+        f()
     }
 
     pub fn with_table<R>(&self, f: impl FnOnce(&mut (Table, Journal)) -> R) -> R {

@@ -74,9 +74,11 @@
 //! volume root with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)`; single names use `*at` calls
 //! with `AT_SYMLINK_NOFOLLOW`. Names from the guest must be one plain
-//! component. Guest symlinks must stay inside the volume lexically and
-//! not be absolute; hard links are refused, and so is opening a file with
-//! more than one link (its other name may be outside). Only regular files
+//! component. Guest symlinks must not be absolute and may climb (`..`,
+//! only at the start) no higher than the volume root, checked again when a
+//! rename makes a link shallower (see `links`); hard links are refused,
+//! and so is opening a file with more than one link (its other name may be
+//! outside). Only regular files
 //! and directories are opened; MKNOD only makes regular files; set-id bits
 //! are stripped. A read-only volume answers EROFS to every change. Every
 //! refusal is logged with the sandbox id.
@@ -95,6 +97,7 @@ mod abi;
 mod copy;
 mod fs;
 mod journal;
+mod links;
 mod ops;
 mod security;
 mod server;

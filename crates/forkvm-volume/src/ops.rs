@@ -8,14 +8,14 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 
 use crate::abi::{self, op, rd_u32, rd_u64, Attr, Body, InHeader};
 use crate::fs::{check, cpath, errno, fstat, lstatat, openat2, proc_path, Errno, Volume};
 use crate::journal::Record;
+use crate::links;
 use crate::security::{fh_encode, strip_mode, symlink_target_ok, valid_name, wants_write, FH_DIR};
 use crate::table::ROOT;
 
@@ -320,19 +320,23 @@ fn symlink(vol: &Volume, parent: u64, a: &[u8]) -> Res {
     ro(vol)?;
     let (name, rest) = name_arg(vol, parent, a)?;
     let (target, _) = abi::cstr(rest).ok_or(libc::EINVAL)?;
-    let dir: PathBuf = vol.with_table(|t| t.0.path(parent)).ok_or(libc::ESTALE)?;
-    if !symlink_target_ok(&dir, target) {
-        vol.warn(
-            "refused a symlink pointing outside the volume",
-            parent,
-            &target,
-        );
-        return Err(libc::EPERM);
-    }
     let pfd = vol.node_fd(parent)?;
-    let (t, n) = (cpath(target.as_bytes())?, cpath(name.as_bytes())?);
-    // SAFETY: NUL-terminated strings, a directory fd we hold.
-    check(unsafe { libc::symlinkat(t.as_ptr(), pfd.as_raw_fd(), n.as_ptr()) })?;
+    vol.with_links_locked(|| {
+        // The depth on the host, not the guest's path: what a host tool
+        // following the link will climb.
+        let depth = links::depth(vol.root.as_raw_fd(), pfd.as_raw_fd())?;
+        if !symlink_target_ok(depth, target) {
+            vol.warn(
+                "refused a symlink pointing outside the volume",
+                parent,
+                &target,
+            );
+            return Err(libc::EPERM);
+        }
+        let (t, n) = (cpath(target.as_bytes())?, cpath(name.as_bytes())?);
+        // SAFETY: NUL-terminated strings, a directory fd we hold.
+        check(unsafe { libc::symlinkat(t.as_ptr(), pfd.as_raw_fd(), n.as_ptr()) })
+    })?;
     chown_new(vol, pfd.as_raw_fd(), name)?;
     entry(vol, parent, name)
 }
@@ -403,15 +407,18 @@ fn rename(vol: &Volume, parent: u64, newdir: Option<u64>, flags: u32, names: Opt
     let (new, _) = name_arg(vol, newdir, rest)?;
     let (ofd, nfd) = (vol.node_fd(parent)?, vol.node_fd(newdir)?);
     let (o, n) = (cpath(old.as_bytes())?, cpath(new.as_bytes())?);
-    // SAFETY: NUL-terminated names below directory fds we hold.
-    check(unsafe {
-        libc::renameat2(
-            ofd.as_raw_fd(),
-            o.as_ptr(),
-            nfd.as_raw_fd(),
-            n.as_ptr(),
-            flags,
-        )
+    vol.with_links_locked(|| {
+        check_move(vol, parent, ofd.as_raw_fd(), old, nfd.as_raw_fd())?;
+        // SAFETY: NUL-terminated names below directory fds we hold.
+        check(unsafe {
+            libc::renameat2(
+                ofd.as_raw_fd(),
+                o.as_ptr(),
+                nfd.as_raw_fd(),
+                n.as_ptr(),
+                flags,
+            )
+        })
     })?;
     vol.with_table(|t| {
         let replaced = t.0.child(newdir, new);
@@ -432,6 +439,60 @@ fn rename(vol: &Volume, parent: u64, newdir: Option<u64>, flags: u32, names: Opt
         }
     });
     Ok(Vec::new())
+}
+
+/// Whether `old` in `ofd` may move into `nfd` (called under the links
+/// lock, see `links`): a symlink must be one the guest could create there;
+/// a directory moving up must carry only such symlinks, at their new
+/// depths. `EPERM` for a link that would leave the volume, `EXDEV` for a
+/// directory too large to check (the guest's `mv` then copies it, each
+/// link checked as it is created).
+fn check_move(vol: &Volume, parent: u64, ofd: i32, old: &OsStr, nfd: i32) -> Result<(), Errno> {
+    let st = lstatat(ofd, old)?;
+    let root = vol.root.as_raw_fd();
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFLNK => {
+            let target = links::read_link_at(ofd, old)?;
+            let depth = links::depth(root, nfd)?;
+            if !symlink_target_ok(depth, OsStr::from_bytes(&target)) {
+                vol.warn(
+                    "refused to move a symlink where it would point outside the volume",
+                    parent,
+                    &(old, OsStr::from_bytes(&target)),
+                );
+                return Err(libc::EPERM);
+            }
+        }
+        libc::S_IFDIR => {
+            let (from, to) = (links::depth(root, ofd)?, links::depth(root, nfd)?);
+            if to < from {
+                let c = cpath(old.as_bytes())?;
+                // SAFETY: NUL-terminated name below a directory fd we hold.
+                let fd = unsafe {
+                    libc::openat(
+                        ofd,
+                        c.as_ptr(),
+                        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    )
+                };
+                if fd < 0 {
+                    return Err(errno(&io::Error::last_os_error()));
+                }
+                // SAFETY: the kernel just returned this fd to us.
+                let dir = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+                if let Err(r) = links::check_subtree(dir.as_raw_fd(), to + 1) {
+                    vol.warn(
+                        "refused to move a directory up with a symlink that would then point outside the volume",
+                        parent,
+                        &(old, &r),
+                    );
+                    return Err(r.errno());
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn open(vol: &Volume, node: u64, a: &[u8]) -> Res {

@@ -494,3 +494,170 @@ fn unlinked_open_file_keeps_working() {
     t.ok(op::WRITE, node, &w);
     assert_eq!(t.ok(op::READ, node, &io_args(fh, 0, 10)), b"hi");
 }
+
+/// `mkdir -p` by requests; the node of the last directory.
+fn mkdirs(t: &T, path: &str) -> u64 {
+    let mut node = ROOT;
+    for c in path.split('/') {
+        let mut a = Body::default();
+        a.u32(0o755).u32(0);
+        node = rd_u64(&t.ok(op::MKDIR, node, &cat(&[&a.0, &z(c)])), 0).unwrap();
+    }
+    node
+}
+
+fn rename_args(newdir: u64, old: &str, new: &str) -> Vec<u8> {
+    let mut r = Body::default();
+    r.u64(newdir);
+    cat(&[&r.0, &z(old), &z(new)])
+}
+
+/// Whether any path below `root` resolves, on the host, outside it.
+fn escapes(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let top = fs::canonicalize(root).unwrap();
+    let mut bad = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p.clone());
+            }
+            // A dangling link resolves nowhere and cannot be followed out.
+            if let Ok(c) = fs::canonicalize(&p) {
+                if !c.starts_with(&top) {
+                    bad.push(p);
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn a_symlink_moved_up_is_checked_at_its_new_place() {
+    // The attack of issue 30: a link that stays inside from four levels
+    // down, then `mv` to the root, where it would name the host's file.
+    let t = setup(false);
+    fs::write(t.root.join("x"), "x").unwrap();
+    let d = mkdirs(&t, "a/b/c/d");
+    t.ok(
+        op::SYMLINK,
+        d,
+        &cat(&[&z("l"), &z("../../../../etc/passwd")]),
+    );
+    t.ok(op::SYMLINK, d, &cat(&[&z("ok"), &z("../../../../x")]));
+    assert_eq!(
+        t.call(op::RENAME, d, &rename_args(ROOT, "l", "l")).0,
+        libc::EPERM
+    );
+    let mut r2 = Body::default();
+    r2.u64(ROOT).u32(libc::RENAME_NOREPLACE).u32(0);
+    assert_eq!(
+        t.call(op::RENAME2, d, &cat(&[&r2.0, &z("l"), &z("l")])).0,
+        libc::EPERM
+    );
+    let a = t.lookup(ROOT, "a");
+    assert_eq!(
+        t.call(op::RENAME, d, &rename_args(a, "ok", "ok")).0,
+        libc::EPERM,
+        "one level short is still out"
+    );
+    assert!(fs::symlink_metadata(t.root.join("l")).is_err());
+    assert!(fs::symlink_metadata(t.root.join("a/b/c/d/l")).is_ok());
+    // Within its directory, or deeper, a link moves freely.
+    t.ok(op::RENAME, d, &rename_args(d, "ok", "ok2"));
+    assert_eq!(fs::read_to_string(t.root.join("a/b/c/d/ok2")).unwrap(), "x");
+    let e = mkdirs_in(&t, d, "e");
+    t.ok(op::RENAME, d, &rename_args(e, "ok2", "ok3"));
+    assert!(fs::symlink_metadata(t.root.join("a/b/c/d/e/ok3")).is_ok());
+    assert!(escapes(&t.root).is_empty(), "{:?}", escapes(&t.root));
+}
+
+fn mkdirs_in(t: &T, parent: u64, name: &str) -> u64 {
+    let mut a = Body::default();
+    a.u32(0o755).u32(0);
+    rd_u64(&t.ok(op::MKDIR, parent, &cat(&[&a.0, &z(name)])), 0).unwrap()
+}
+
+#[test]
+fn a_directory_moved_up_is_checked_for_the_links_below_it() {
+    let t = setup(false);
+    fs::write(t.root.join("x"), "x").unwrap();
+    let d = mkdirs(&t, "a/b/c/d");
+    t.ok(op::SYMLINK, d, &cat(&[&z("l"), &z("../../../../x")]));
+    let b = t.lookup(t.lookup(ROOT, "a"), "b");
+    // c (and d, l below it) two levels up: l would climb out.
+    assert_eq!(
+        t.call(op::RENAME, b, &rename_args(ROOT, "c", "c")).0,
+        libc::EPERM
+    );
+    assert!(t.root.join("a/b/c/d").is_dir() && !t.root.join("c").exists());
+    // Sideways and deeper moves need no walk and are fine.
+    t.ok(op::RENAME, ROOT, &rename_args(ROOT, "a", "a2"));
+    let deep = mkdirs_in(&t, b, "deeper");
+    t.ok(op::RENAME, b, &rename_args(deep, "c", "c"));
+    assert!(fs::symlink_metadata(t.root.join("a2/b/deeper/c/d/l")).is_ok());
+    // A directory whose links all fit at the new depth moves up.
+    let m = mkdirs(&t, "m/n");
+    t.ok(op::SYMLINK, m, &cat(&[&z("up"), &z("../../x")]));
+    t.ok(op::SYMLINK, m, &cat(&[&z("near"), &z("../sib")]));
+    t.ok(op::UNLINK, m, &z("up"));
+    let mm = t.lookup(ROOT, "m");
+    t.ok(op::RENAME, mm, &rename_args(ROOT, "n", "n"));
+    assert_eq!(
+        fs::read_link(t.root.join("n/near")).unwrap().to_str(),
+        Some("../sib")
+    );
+    assert!(escapes(&t.root).is_empty(), "{:?}", escapes(&t.root));
+}
+
+#[test]
+fn a_directory_too_large_to_check_moves_with_exdev() {
+    let t = setup(false);
+    let mut p = t.root.join("a/b/top");
+    for _ in 0..crate::links::WALK_NESTING + 2 {
+        p.push("n");
+    }
+    fs::create_dir_all(&p).unwrap();
+    let b = t.lookup(t.lookup(ROOT, "a"), "b");
+    assert_eq!(
+        t.call(op::RENAME, b, &rename_args(ROOT, "top", "top")).0,
+        libc::EXDEV
+    );
+    assert!(t.root.join("a/b/top").is_dir());
+}
+
+#[test]
+fn no_symlink_climbs_through_a_dot_link() {
+    // `x -> .` is fine, but `x/..` from the root would be the root's
+    // parent: refused, at any depth.
+    let t = setup(false);
+    t.ok(op::SYMLINK, ROOT, &cat(&[&z("x"), &z(".")]));
+    for bad in ["x/..", "x/../secret", "x/./../y"] {
+        assert_eq!(
+            t.call(op::SYMLINK, ROOT, &cat(&[&z("l"), &z(bad)])).0,
+            libc::EPERM,
+            "{bad}"
+        );
+    }
+    let d = mkdirs(&t, "d/e");
+    assert_eq!(
+        t.call(op::SYMLINK, d, &cat(&[&z("l"), &z("x/../y")])).0,
+        libc::EPERM
+    );
+    assert!(escapes(&t.root).is_empty(), "{:?}", escapes(&t.root));
+}
+
+#[test]
+fn a_symlink_cannot_be_hardlinked() {
+    let t = setup(false);
+    let d = mkdirs(&t, "a/b");
+    let l = rd_u64(&t.ok(op::SYMLINK, d, &cat(&[&z("l"), &z("../../f")])), 0).unwrap();
+    // A second name at the root would be the same link, two levels up.
+    assert_eq!(
+        t.call(op::LINK, ROOT, &cat(&[&l.to_le_bytes(), &z("h")])).0,
+        libc::EPERM
+    );
+    assert!(fs::symlink_metadata(t.root.join("h")).is_err());
+}

@@ -4,7 +4,6 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path};
 
 /// A single path component from the guest: not empty, not `.`/`..`, no `/`
 /// or NUL. The kernel already refuses most of these; a hostile guest kernel
@@ -19,34 +18,46 @@ pub fn valid_name(name: &OsStr) -> bool {
         && b.len() <= 255
 }
 
-/// Whether a symlink with `target`, created in the directory at `dir`
-/// (relative to the volume root), stays inside the volume when resolved
-/// lexically. Absolute targets are refused outright: inside the guest they
-/// would name the guest's own files, but a host process (a backup, an
-/// editor) following the link would leave the volume.
-pub fn symlink_target_ok(dir: &Path, target: &OsStr) -> bool {
-    let t = Path::new(target);
-    if target.is_empty() || t.is_absolute() || target.as_bytes().contains(&0) {
-        return false;
+/// How many directories a symlink target climbs, when it has the one shape
+/// a guest may create: a relative path whose `..` components all come
+/// first, followed by plain names (`../../lib/x.so`, `sub/file`, `..`).
+/// `None` for every other target: absolute, empty, with NUL, or with a `..`
+/// after a name.
+///
+/// Why `..` only at the start: after a name, `..` climbs from wherever that
+/// name resolved to, and a name may itself be a symlink. With `x -> .`,
+/// the target `x/..` looks like it stays in its own directory, yet it
+/// resolves to the directory's parent; chained (`y -> x/..`,
+/// `z -> y/..`), such links reach `/`. Leading `..` only climb real
+/// directories, the link's own ancestors, so how far a link reaches is
+/// known from the link alone.
+pub fn symlink_climb(target: &OsStr) -> Option<usize> {
+    let b = target.as_bytes();
+    if b.is_empty() || b[0] == b'/' || b.contains(&0) {
+        return None;
     }
-    let mut depth: usize = dir
-        .components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .count();
-    for c in t.components() {
+    let (mut climb, mut named) = (0usize, false);
+    for c in b.split(|&x| x == b'/') {
         match c {
-            Component::Normal(_) => depth += 1,
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if depth == 0 {
-                    return false;
-                }
-                depth -= 1;
-            }
-            Component::RootDir | Component::Prefix(_) => return false,
+            b"" | b"." => {}
+            b".." if named => return None,
+            b".." => climb += 1,
+            _ => named = true,
         }
     }
-    true
+    Some(climb)
+}
+
+/// Whether a symlink with `target`, in a directory `depth` levels below the
+/// volume root, resolves inside the volume (see [`symlink_climb`]). The
+/// answer depends on where the link is, so it is asked again whenever a
+/// link's depth can shrink: at creation, when a link is renamed, when a
+/// directory carrying links moves up, and for every link a `copy` tree
+/// takes. Absolute targets are refused outright: inside the guest they
+/// would name the guest's own files, but a host process (a backup, an
+/// editor) following the link would leave the volume.
+pub fn symlink_target_ok(depth: usize, target: &OsStr) -> bool {
+    symlink_climb(target).is_some_and(|k| k <= depth)
 }
 
 /// Drops set-user-ID and set-group-ID from a mode the guest asks for: a
@@ -127,16 +138,27 @@ mod tests {
 
     #[test]
     fn symlink_targets() {
-        let root = Path::new("");
-        let sub = Path::new("a/b");
-        assert!(symlink_target_ok(root, OsStr::new("x")));
-        assert!(symlink_target_ok(root, OsStr::new("./x/../y")));
-        assert!(symlink_target_ok(sub, OsStr::new("../../x")));
-        assert!(!symlink_target_ok(sub, OsStr::new("../../../x")));
-        assert!(!symlink_target_ok(root, OsStr::new("../x")));
-        assert!(!symlink_target_ok(root, OsStr::new("x/../../y")));
-        assert!(!symlink_target_ok(sub, OsStr::new("/etc")));
-        assert!(!symlink_target_ok(sub, OsStr::new("")));
+        let ok = |d, t: &str| symlink_target_ok(d, OsStr::new(t));
+        assert!(ok(0, "x"));
+        assert!(ok(0, "./x/y"));
+        assert!(ok(0, "."));
+        assert!(ok(2, "../../x"));
+        assert!(ok(2, "./../..//x/"));
+        assert!(ok(1, ".."));
+        assert!(!ok(2, "../../../x"));
+        assert!(!ok(0, "../x"));
+        assert!(!ok(0, "x/../../y"));
+        assert!(!ok(5, "/etc"));
+        assert!(!ok(5, ""));
+        assert!(!ok(5, "a\0b"));
+        // `..` after a name is refused at any depth: with `x -> .` next to
+        // it, `x/..` is the parent of the link's directory.
+        assert!(!ok(0, "x/.."));
+        assert!(!ok(9, "x/../y"));
+        assert!(!ok(9, "../a/../b"));
+        assert_eq!(symlink_climb(OsStr::new("../../a/b")), Some(2));
+        assert_eq!(symlink_climb(OsStr::new("a/b")), Some(0));
+        assert_eq!(symlink_climb(OsStr::new("a/../b")), None);
     }
 
     #[test]

@@ -110,9 +110,6 @@ impl Manager {
     ) -> Result<Image, ApiError> {
         let tag = q.tag.clone();
         let emit = Arc::new(Emitter::new(tx, format!("build {tag}")));
-        // Blob pruning only ever try-locks, so this nests with the pull of
-        // a base image.
-        let _blobs = super::BLOBS_IN_USE.read().await;
         let r = self.build_inner(q, upload, emit).await;
         if let Err(e) = &r {
             tracing::warn!("image {tag}: build failed: {}", e.message);

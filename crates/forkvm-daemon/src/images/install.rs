@@ -337,10 +337,15 @@ impl Manager {
     ) -> Result<Image, ApiError> {
         let name = plan.name.clone();
         self.check_disk(&format!("pull of image {name}"))?;
-        let _blobs = super::BLOBS_IN_USE.read().await;
-        let r = self.pull_inner(plan, emit).await;
+        // Leased: every blob the pull touches is claimed until `store` and
+        // its clones are dropped, so no collection removes it meanwhile.
+        let store = self.blobs()?.leased();
+        let watch = store.lease_watch();
+        let r = self.pull_inner(plan, emit, store).await;
         if let Err(e) = &r {
             tracing::warn!("image {name}: pull failed: {}", e.message);
+            // What it stored and no image uses goes now.
+            self.give_back_blobs(watch, "after a failed pull").await;
         }
         r
     }
@@ -349,8 +354,8 @@ impl Manager {
         self: &std::sync::Arc<Self>,
         plan: PullPlan,
         emit: std::sync::Arc<Emitter>,
+        store: BlobStore,
     ) -> Result<Image, ApiError> {
-        let store = self.blobs()?;
         let req = &plan.req;
         let opts = self.registry_options(
             &req.reference,
@@ -434,10 +439,12 @@ impl Manager {
         tx: mpsc::UnboundedSender<ImageEvent>,
     ) -> Result<Image, ApiError> {
         let name = q.name.clone();
-        let _blobs = super::BLOBS_IN_USE.read().await;
-        let r = self.import_inner(q, upload, tx).await;
+        let store = self.blobs()?.leased();
+        let watch = store.lease_watch();
+        let r = self.import_inner(q, upload, tx, store).await;
         if let Err(e) = &r {
             tracing::warn!("image {name}: import failed: {}", e.message);
+            self.give_back_blobs(watch, "after a failed import").await;
         }
         r
     }
@@ -447,8 +454,8 @@ impl Manager {
         q: ImportQuery,
         upload: Upload,
         tx: mpsc::UnboundedSender<ImageEvent>,
+        store: BlobStore,
     ) -> Result<Image, ApiError> {
-        let store = self.blobs()?;
         let emit = std::sync::Arc::new(Emitter::new(tx, format!("image {}", q.name)));
         let (s2, e2) = (store.clone(), emit.clone());
         let (resolved, format) = tokio::task::spawn_blocking(move || {

@@ -107,11 +107,6 @@ pub fn start_spec(s: &forkvm_api::StartCommand) -> Result<forkvm_image::meta::St
     })
 }
 
-/// Held (shared) by every pull, import and build while it runs; blob
-/// pruning takes it exclusively, so it never deletes a blob that an
-/// install in flight has fetched or found cached.
-pub(crate) static BLOBS_IN_USE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
-
 /// What uses an image: sandboxes, snapshots, and its boot templates and
 /// build caches (derived: removed with it).
 type Users = (Vec<String>, Vec<String>, Vec<String>);
@@ -258,46 +253,50 @@ impl Manager {
             crate::changes::Action::Deleted,
         ));
         tracing::info!("image {name}: removed");
-        self.prune_blobs();
+        self.prune_blobs("after a removal").await;
         Ok(())
     }
 
     /// Delete the blobs no installed image has as a layer (its manifests
     /// and configs included: a later pull fetches those small documents
-    /// again). Skipped while a pull, import or build runs, since their
-    /// blobs belong to no image yet.
-    fn prune_blobs(&self) {
-        let Ok(_g) = BLOBS_IN_USE.try_write() else {
-            return;
-        };
+    /// again) and no pull or import in flight claims (they work through a
+    /// leased store, see `forkvm_image::blobs`). Called after an image
+    /// removal and after a failed pull or import, which so gives its space
+    /// back at once, even while other installs run.
+    pub(crate) async fn prune_blobs(&self, why: &str) {
         let Ok(store) = self.blobs() else {
             return;
         };
-        let keep: std::collections::HashSet<String> = self
-            .cfg
-            .images()
-            .iter()
-            .filter_map(|n| self.image_meta(n).ok())
-            .flat_map(|m| m.layers)
-            .collect();
-        let (mut n, mut bytes) = (0, 0u64);
-        for d in store.list() {
-            if keep.contains(&d) {
-                continue;
-            }
-            let size = store
-                .path(&d)
-                .ok()
-                .and_then(|p| std::fs::metadata(p).ok())
-                .map_or(0, |m| m.len());
-            if store.remove(&d).is_ok() {
-                n += 1;
-                bytes += size;
-            }
+        let images = self.cfg.images_dir();
+        let st =
+            tokio::task::spawn_blocking(move || forkvm_image::install::gc_blobs(&store, &images))
+                .await
+                .unwrap_or_default();
+        if st.blobs > 0 {
+            tracing::info!(
+                "blobs: {} no image uses removed ({} bytes) {why}",
+                st.blobs,
+                st.bytes
+            );
         }
-        if n > 0 {
-            tracing::info!("blobs: {n} no image uses removed ({bytes} bytes)");
+    }
+
+    /// After a failed pull or import: once its lease is given back (a
+    /// blocking writer may outlive the failure by a moment; 60 s at most,
+    /// after which what is still claimed waits for a later collection),
+    /// collect.
+    pub(crate) async fn give_back_blobs(
+        &self,
+        watch: Option<forkvm_image::blobs::LeaseWatch>,
+        why: &str,
+    ) {
+        let t0 = std::time::Instant::now();
+        while watch.as_ref().is_some_and(|w| !w.released())
+            && t0.elapsed() < std::time::Duration::from_secs(60)
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        self.prune_blobs(why).await;
     }
 
     /// The exec defaults of a sandbox's image.
