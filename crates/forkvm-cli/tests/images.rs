@@ -610,3 +610,29 @@ fn a_start_command_template_resumes_with_its_server_already_answering() {
         .as_array()
         .is_some_and(|v| v.iter().all(|s| s["image"] != "never-ready")));
 }
+
+/// A blob that no image uses (what a daemon killed during a pull or an
+/// import leaves) is removed when the next daemon starts.
+#[test]
+#[ignore = "starts a daemon: run with `make test`"]
+fn a_blob_no_image_uses_is_removed_at_start() {
+    use sha2::{Digest, Sha256};
+    let mut d = Daemon::start();
+    d.stop(libc::SIGTERM);
+    let data = b"a layer of an import that was killed";
+    let hex: String = Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dir = d.home.join("blobs").join("sha256");
+    std::fs::create_dir_all(&dir).unwrap();
+    let planted = dir.join(&hex);
+    std::fs::write(&planted, data).unwrap();
+    d.spawn_process();
+    assert!(
+        !planted.exists(),
+        "the unused blob is still there after a restart\n{}",
+        d.log()
+    );
+    assert!(d.log().contains("removed at start"), "{}", d.log());
+}
