@@ -17,14 +17,6 @@ use serde_json::Value;
 
 const TOKEN: &str = "events-test-token";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One request with `Connection: close`; returns (status, head, body).
 fn http(port: u16, req: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");

@@ -31,14 +31,6 @@ const IDLE: usize = 1_600;
 const SLOW: usize = 500;
 const FLOOD_FOR: Duration = Duration::from_secs(40);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// This process holds 2,100 sockets and more: raise its own soft limit.
 fn raise_own_nofile() {
     let mut r = libc::rlimit {

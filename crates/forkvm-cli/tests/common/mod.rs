@@ -492,3 +492,12 @@ impl Drop for SmallFs {
         let _ = std::process::Command::new("umount").arg(&self.mnt).status();
     }
 }
+
+/// A loopback TCP port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
