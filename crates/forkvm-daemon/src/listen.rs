@@ -14,10 +14,14 @@
 //!    starts waiting for it, or the connection is closed (hyper's
 //!    `header_read_timeout`). That ends slowloris clients.
 //! 2. **Idle timeout.** A connection with no request in flight is closed after
-//!    [`ConnLimits::idle_timeout`], or the shorter
+//!    [`ConnLimits::idle_timeout`], or
 //!    [`ConnLimits::unauthenticated_idle_timeout`] while it has not yet shown
 //!    a valid credential. A request "in flight" lasts until its response body
 //!    ends, so streams (exec output, events, PTYs, watches) are never idle.
+//!    hyper starts its header timer whenever it waits for a request head, the
+//!    next one on a kept-alive connection included, so in practice a
+//!    connection idle between requests closes after the header timeout; the
+//!    idle timers here are the backstop for what hyper does not see.
 //! 3. **Caps.** Each listener holds at most [`ConnLimits::max`] connections,
 //!    and the TCP listener at most [`ConnLimits::max_unauthenticated`] that
 //!    have not authenticated. When a cap is reached, the oldest idle
@@ -86,7 +90,7 @@ pub fn budgets(nofile: u64) -> (ConnLimits, ConnLimits) {
         max: tcp_max,
         max_unauthenticated: (tcp_max / 2).max(8),
         header_timeout: Duration::from_secs(10),
-        idle_timeout: Duration::from_secs(120),
+        idle_timeout: Duration::from_secs(60),
         unauthenticated_idle_timeout: Duration::from_secs(10),
     };
     let unix = ConnLimits {
