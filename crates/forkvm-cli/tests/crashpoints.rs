@@ -157,10 +157,6 @@ fn crash_each(d: &mut Daemon, src: &str, points: &[&str], take: &dyn Fn(&str) ->
             "{point}: the source"
         );
         let o = d.run(&["exec", src, "--", "cat", "/root/mark"]);
-        if std::env::var("FORKVM_TEST_PAUSE").is_ok() && !o.status.success() {
-            eprintln!("paused for inspection: {}", d.home.display());
-            std::thread::sleep(Duration::from_secs(600));
-        }
         assert!(
             o.status.success(),
             "{point}: the source does not answer: {}\n{}\n{}",
@@ -184,8 +180,9 @@ fn crash_each(d: &mut Daemon, src: &str, points: &[&str], take: &dyn Fn(&str) ->
         for s in new.iter().map(|s| s.as_str()).chain([again.as_str()]) {
             d.ok(&["snapshot", "rm", s]);
         }
+        // No chain was ever unreadable, let alone broken.
         assert!(
-            !d.log().contains("layer collection skipped"),
+            !d.log().contains("layer collection skipped") && !d.log().contains("is broken"),
             "{point}: {}",
             d.log()
         );

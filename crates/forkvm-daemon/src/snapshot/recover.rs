@@ -9,10 +9,11 @@
 //! * a new top layer created, or opened by QEMU but never attached (a crash
 //!   before the freeze): it would keep the reserved layer it names, a link to
 //!   the source's old data, for as long as the sandbox lives. It is found as
-//!   a `disk-l-*.qcow2` that is not the top QEMU reports (`query-block`) and
-//!   has no other link: every layer that was ever frozen is also linked in
-//!   the store from before its freeze, and the store keeps that link while a
-//!   chain goes through it;
+//!   a `disk-l-*.qcow2` that is on no chain QEMU reports (`query-block`,
+//!   which names every image of the attached disk's chain) and has no other
+//!   link: every layer frozen by this version is also linked in the store
+//!   from before its freeze (a layer an older daemon lost that link of is
+//!   still on QEMU's chain, and kept);
 //! * a device state file not yet moved into the staging directory;
 //! * the record of the top layer, if the crash came between the freeze and
 //!   its update (GET and the pre-freeze flush read it);
@@ -95,6 +96,13 @@ impl Manager {
             if let Ok(m) = std::fs::metadata(&top) {
                 tops.insert((m.dev(), m.ino()));
             }
+            let in_use = match qmp.execute("query-block", None).await {
+                Ok(v) => chain_files(&v),
+                Err(_) => None,
+            };
+            let Some(in_use) = in_use else {
+                continue; // names this code cannot compare: touch nothing
+            };
             if crate::compact::top_layer(paths) != top {
                 if let Err(e) = crate::compact::set_top_layer(paths, &top) {
                     tracing::warn!(sandbox = %id, "cannot record sandbox {id}'s top disk layer: {e}");
@@ -115,7 +123,10 @@ impl Manager {
                 else {
                     continue;
                 };
-                if e.path() == top || e.metadata().map_or(true, |m| m.nlink() != 1) {
+                if e.path() == top
+                    || in_use.contains(&e.path())
+                    || e.metadata().map_or(true, |m| m.nlink() != 1)
+                {
                     continue;
                 }
                 // Opened by QEMU (unattached) if the crash came after that.
@@ -168,3 +179,48 @@ async fn no_stream_running(sock: &std::path::Path) -> Option<Arc<Qmp>> {
 
 /// How long the tidying waits for a stream the old daemon started.
 const STREAM_WAIT: Duration = Duration::from_secs(300);
+
+/// Every image file of the VM's disks as `query-block` reports them: each
+/// disk's image and its `backing-image`s down the chain. `None` if one is
+/// not a plain file name (a `json:` one), which a path cannot be compared
+/// with.
+fn chain_files(v: &serde_json::Value) -> Option<std::collections::HashSet<std::path::PathBuf>> {
+    let mut out = std::collections::HashSet::new();
+    for d in v.as_array().into_iter().flatten() {
+        let mut img = d.get("inserted").and_then(|i| i.get("image"));
+        while let Some(i) = img {
+            let f = i["filename"].as_str()?;
+            if f.starts_with("json:") {
+                return None;
+            }
+            out.insert(std::path::PathBuf::from(f));
+            img = i.get("backing-image");
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain_files;
+    use serde_json::json;
+
+    #[test]
+    fn the_chain_is_read_from_query_block() {
+        let v = json!([{"device": "", "inserted": {"node-name": "root-l-2", "image": {
+            "filename": "/s/disk-l-2.qcow2",
+            "backing-image": {"filename": "/s/disk-l-1.qcow2",
+                "backing-image": {"filename": "/store/sn-a/disk.qcow2",
+                    "backing-image": {"filename": "/images/base/rootfs.img"}}}}}},
+            {"device": "cd", "locked": false}]);
+        let f = chain_files(&v).unwrap();
+        assert_eq!(f.len(), 4);
+        assert!(f.contains(std::path::Path::new("/s/disk-l-1.qcow2")));
+        let odd = json!([{"inserted": {"image": {"filename": "json:{\"driver\": \"qcow2\"}"}}}]);
+        assert!(
+            chain_files(&odd).is_none(),
+            "a json: name is not comparable"
+        );
+        assert!(chain_files(&json!([{"inserted": {"image": {}}}])).is_none());
+    }
+}
