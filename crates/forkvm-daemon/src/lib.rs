@@ -238,6 +238,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     for name in mgr.store.sweep() {
         tracing::warn!("cannot remove the unfinished snapshot directory {name}");
     }
+    mgr.tidy_snapshot_leftovers();
     mgr.reconcile_snapshots();
     mgr.collect_layers().await;
     // Timeouts that ran out while no daemon ran are acted on at the first

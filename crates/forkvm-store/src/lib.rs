@@ -12,6 +12,9 @@
 //!                         (see [`head`])
 //!   <id>/disk.qcow2       the frozen disk layer (its backing file is the
 //!                         image or the parent's layer)
+//!   <id>/disk.qcow2       alone, no manifest: a frozen layer whose snapshot
+//!                         is not published (yet, or ever); a disk chain may
+//!                         name it, so only layer collection deletes it
 //!   .tmp-<id>/            a snapshot being written: never listed
 //!   .trash-<id>/          a snapshot being deleted: never listed
 //! ```
@@ -23,6 +26,18 @@
 //! any point leaves either no snapshot or a complete one; the daemon deletes
 //! leftover `.tmp-*` and `.trash-*` directories when it starts.
 //!
+//! **A frozen disk layer is different**: the source's new top layer names it
+//! by path from the moment the disk is frozen, long before the snapshot is
+//! published. So it is put at its final path, `<id>/disk.qcow2`, *before*
+//! anything can name it ([`Store::reserve_layer`]), and it never moves
+//! again. Such a snapshot is published into that directory: its other files
+//! are renamed in, and the manifest, renamed in last, is what makes it
+//! visible. A crash before that leaves `<id>/` without a manifest, which is
+//! never listed; at start its files other than the layer are removed
+//! ([`Store::sweep`]), and the layer stays until no chain names it
+//! ([`Store::collect_layers`]). Nothing the sweep deletes is ever named by a
+//! disk chain.
+//!
 //! Verification at spawn is cheap on purpose. The manifest and the device
 //! state (kilobytes) are hashed every time. The memory image and disk layer
 //! (hundreds of MiB) are hashed once, and the result is cached against the
@@ -31,16 +46,17 @@
 //! filesystem is caught at the next spawn, while a spawn of a verified
 //! snapshot never re-reads its memory.
 
+pub mod crash;
 pub mod head;
 pub mod manifest;
 pub mod memdiff;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
@@ -119,27 +135,84 @@ fn file_key(m: &std::fs::Metadata) -> FileKey {
 pub struct Store {
     root: PathBuf,
     verified: Mutex<HashMap<FileKey, String>>,
+    /// Ids whose frozen layer is reserved by a snapshot in progress: their
+    /// directories have no manifest yet, but are not orphans.
+    reserved: Arc<Mutex<HashSet<String>>>,
 }
 
 /// A snapshot being written.
 pub struct Staging {
     pub id: String,
     pub dir: PathBuf,
+    /// `<id>/`, once a frozen disk layer is reserved there.
+    layer_dir: Option<PathBuf>,
+    reserved: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Staging {
+    /// Where the snapshot's `file` is written: in the staging directory,
+    /// but for a reserved disk layer, which is at its final path already.
     pub fn path(&self, file: &str) -> PathBuf {
-        self.dir.join(file)
+        match &self.layer_dir {
+            Some(d) if file == DISK => d.join(DISK),
+            _ => self.dir.join(file),
+        }
+    }
+
+    /// Undo [`Store::reserve_layer`]: for a snapshot that failed before its
+    /// layer was frozen, when nothing names the layer (the overlay naming it
+    /// is deleted first).
+    pub fn discard_layer(&mut self) {
+        if let Some(d) = self.layer_dir.take() {
+            let _ = std::fs::remove_dir_all(&d);
+            self.unreserve();
+        }
+    }
+
+    fn unreserve(&self) {
+        if let Ok(mut r) = self.reserved.lock() {
+            r.remove(&self.id);
+        }
     }
 }
 
 impl Drop for Staging {
-    /// A staging directory that was not published is removed.
+    /// A staging directory that was not published is removed. A reserved
+    /// layer stays (a chain may name it: layer collection decides), and
+    /// whatever publication had already moved beside it goes.
     fn drop(&mut self) {
         if self.dir.exists() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+        if let Some(d) = self.layer_dir.take() {
+            if !d.join(MANIFEST).exists() {
+                trim_to_layer(&d);
+            }
+            self.unreserve();
+        }
     }
+}
+
+/// Remove everything in a snapshot directory without a manifest but its
+/// disk layer (the directory too, if it has none). Returns whether anything
+/// is left.
+fn trim_to_layer(d: &Path) -> bool {
+    let mut layer = false;
+    for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+        if e.file_name() == DISK {
+            layer = true;
+            continue;
+        }
+        let _ = if e.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(e.path())
+        } else {
+            std::fs::remove_file(e.path())
+        };
+    }
+    if !layer {
+        let _ = std::fs::remove_dir(d);
+    }
+    layer
 }
 
 impl Store {
@@ -149,13 +222,16 @@ impl Store {
         let store = Store {
             root: root.to_path_buf(),
             verified: Mutex::new(HashMap::new()),
+            reserved: Arc::new(Mutex::new(HashSet::new())),
         };
         store.sweep();
         Ok(store)
     }
 
-    /// Delete what crashed writers left (`.tmp-*` and `.trash-*`); returns
-    /// the entries that could not be deleted. A writer of the crashed
+    /// Delete what crashed writers left (`.tmp-*` and `.trash-*`, and in a
+    /// snapshot directory without a manifest every file but its disk layer,
+    /// which a chain may name); returns the entries that could not be
+    /// deleted. A writer of the crashed
     /// daemon may outlive it (a QEMU still saving into a staging
     /// directory), so a removal that races with a file being created is
     /// retried a few times, and the daemon sweeps again once it has dealt
@@ -165,8 +241,16 @@ impl Store {
         let Ok(rd) = std::fs::read_dir(&self.root) else {
             return left;
         };
+        let reserved = self.reserved_ids();
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with('.') {
+                let d = e.path();
+                if d.is_dir() && !d.join(MANIFEST).exists() && !reserved.contains(&name) {
+                    trim_to_layer(&d);
+                }
+                continue;
+            }
             if !(name.starts_with(".tmp-") || name.starts_with(".trash-")) {
                 continue;
             }
@@ -209,11 +293,40 @@ impl Store {
         Ok(Staging {
             id: id.to_string(),
             dir,
+            layer_dir: None,
+            reserved: self.reserved.clone(),
         })
     }
 
+    /// Put the disk layer a snapshot is about to freeze, `layer` (a running
+    /// sandbox's top file), at its final path in the store, `<id>/disk.qcow2`,
+    /// as a hard link, and return that path. Called before anything names
+    /// the path (the new top layer's header does), so a file a chain names
+    /// always exists; the link is the same file, so what the source writes
+    /// until the freeze is in it. Until the snapshot is published or the
+    /// staging dropped, the directory is no collection candidate.
+    pub fn reserve_layer(&self, st: &mut Staging, layer: &Path) -> Result<PathBuf, StoreError> {
+        let d = self.dir(&st.id);
+        if let Ok(mut r) = self.reserved.lock() {
+            r.insert(st.id.clone());
+        }
+        std::fs::create_dir(&d).map_err(io(&d))?;
+        st.layer_dir = Some(d.clone());
+        let disk = d.join(DISK);
+        std::fs::hard_link(layer, &disk).map_err(io(&disk))?;
+        // The link must outlive a host crash as long as a header naming it.
+        fsync_dir(&d)?;
+        fsync_dir(&self.root)?;
+        Ok(disk)
+    }
+
+    fn reserved_ids(&self) -> HashSet<String> {
+        self.reserved.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
     /// Publish a staged snapshot: hash each artefact, write the manifest,
-    /// fsync everything, and rename into place.
+    /// fsync everything, and rename into place (for a reserved layer: rename
+    /// each file into the layer's directory, the manifest last).
     pub fn publish(
         &self,
         staging: Staging,
@@ -230,6 +343,7 @@ impl Store {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).map_err(io(&p))?;
             self.remember(&p, &a.sha256);
         }
+        crash::point("store.hashed");
         let bytes = manifest.encode();
         let mp = staging.path(MANIFEST);
         {
@@ -239,8 +353,30 @@ impl Store {
         }
         std::fs::set_permissions(&mp, std::fs::Permissions::from_mode(0o444)).map_err(io(&mp))?;
         fsync_dir(&staging.dir)?;
+        crash::point("store.manifest_written");
         let dest = self.dir(&staging.id);
-        std::fs::rename(&staging.dir, &dest).map_err(io(&dest))?;
+        match &staging.layer_dir {
+            None => std::fs::rename(&staging.dir, &dest).map_err(io(&dest))?,
+            Some(d) => {
+                // The layer is in place: the rest joins it, the manifest
+                // last, and that rename is what publishes the snapshot.
+                for e in std::fs::read_dir(&staging.dir).map_err(io(&staging.dir))? {
+                    let e = e.map_err(io(&staging.dir))?;
+                    if e.file_name() == MANIFEST {
+                        continue;
+                    }
+                    let to = d.join(e.file_name());
+                    std::fs::rename(e.path(), &to).map_err(io(&to))?;
+                }
+                fsync_dir(d)?;
+                crash::point("store.files_moved");
+                let to = d.join(MANIFEST);
+                std::fs::rename(&mp, &to).map_err(io(&to))?;
+                fsync_dir(d)?;
+                crash::point("store.committed");
+                let _ = std::fs::remove_dir(&staging.dir);
+            }
+        }
         fsync_dir(&self.root)?;
         // The verification cache is keyed by inode, which a rename keeps.
         Ok(Snapshot {
@@ -366,13 +502,17 @@ impl Store {
         Ok(())
     }
 
-    /// Directories left holding only a disk layer of a removed snapshot.
+    /// Directories left holding only a disk layer: of a removed snapshot,
+    /// or of one that failed or crashed after its disk was frozen. Not those
+    /// reserved by a snapshot in progress.
     pub fn orphan_layers(&self) -> Vec<PathBuf> {
+        let reserved = self.reserved_ids();
         std::fs::read_dir(&self.root)
             .into_iter()
             .flatten()
             .flatten()
             .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .filter(|e| !reserved.contains(&*e.file_name().to_string_lossy()))
             .map(|e| e.path())
             .filter(|d| d.is_dir() && !d.join(MANIFEST).exists())
             .collect()
@@ -474,213 +614,4 @@ pub fn sparse_copy(src: &Path, dst: &Path) -> Result<u64, StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn manifest(id: &str, files: &[(&str, &str)]) -> Manifest {
-        let mut m = manifest::tests_support::sample();
-        m.id = id.into();
-        m.artefacts = files
-            .iter()
-            .map(|(kind, file)| Artefact {
-                kind: kind.to_string(),
-                file: file.to_string(),
-                size: 0,
-                allocated: 0,
-                sha256: String::new(),
-            })
-            .collect();
-        m
-    }
-
-    fn staged(store: &Store, id: &str) -> Staging {
-        let st = store.begin(id).unwrap();
-        std::fs::write(st.path(MEMORY), vec![7u8; 10_000]).unwrap();
-        std::fs::write(st.path(DEVICE_STATE), b"device state").unwrap();
-        st
-    }
-
-    #[test]
-    fn publish_is_atomic_and_verifiable() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let st = staged(&store, "sn-a");
-        assert!(
-            store.ids().is_empty(),
-            "a staging snapshot must not be listed"
-        );
-        let s = store
-            .publish(
-                st,
-                manifest(
-                    "sn-a",
-                    &[("memory", MEMORY), ("device_state", DEVICE_STATE)],
-                ),
-            )
-            .unwrap();
-        assert_eq!(store.ids(), vec!["sn-a"]);
-        let s2 = store.open_snapshot("sn-a").unwrap();
-        assert_eq!(s2.digest, s.digest);
-        assert_eq!(s2.manifest.artefact("memory").unwrap().size, 10_000);
-        store.verify(&s2).unwrap();
-        // Files are read-only.
-        let mode = std::fs::metadata(s2.path(MEMORY))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o444);
-    }
-
-    #[test]
-    fn sweep_removes_staging_dirs_and_heads_built_ahead() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let _kept = staged(&store, "sn-a");
-        let pre = dir.path().join(head::prebuild_name("sn-b"));
-        std::fs::write(&pre, b"half a head").unwrap();
-        let left = store.sweep();
-        assert!(left.is_empty(), "{left:?}");
-        assert!(!pre.exists(), "a head file built ahead is swept");
-        let rest: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
-        assert!(rest.is_empty(), "staging swept too: {rest:?}");
-    }
-
-    #[test]
-    fn corrupted_artefacts_are_detected() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let st = staged(&store, "sn-b");
-        let s = store
-            .publish(
-                st,
-                manifest(
-                    "sn-b",
-                    &[("memory", MEMORY), ("device_state", DEVICE_STATE)],
-                ),
-            )
-            .unwrap();
-        // Flip one byte of the memory image (same size): caught by the
-        // digest because the write changed the file's mtime/ctime.
-        let p = s.path(MEMORY);
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let mut b = std::fs::read(&p).unwrap();
-        b[5000] ^= 1;
-        std::fs::write(&p, &b).unwrap();
-        let e = store.verify(&s).unwrap_err().to_string();
-        assert!(e.contains("memory.img does not match"), "{e}");
-        // Truncation is caught by size.
-        std::fs::write(&p, &b[..100]).unwrap();
-        let e = store.verify(&s).unwrap_err().to_string();
-        assert!(e.contains("100 bytes"), "{e}");
-        // A deleted artefact.
-        std::fs::remove_file(s.path(DEVICE_STATE)).unwrap();
-        std::fs::write(&p, vec![7u8; 10_000]).unwrap();
-        assert!(store.verify(&s).is_err());
-    }
-
-    #[test]
-    fn corrupted_manifest_is_detected_on_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let st = staged(&store, "sn-c");
-        let s = store
-            .publish(st, manifest("sn-c", &[("memory", MEMORY)]))
-            .unwrap();
-        let mp = s.path(MANIFEST);
-        std::fs::set_permissions(&mp, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let mut b = std::fs::read(&mp).unwrap();
-        b[30] ^= 0x20;
-        std::fs::write(&mp, &b).unwrap();
-        let e = store.open_snapshot("sn-c").unwrap_err().to_string();
-        assert!(e.contains("corrupted") && e.contains("checksum"), "{e}");
-        // A manifest copied under another id is refused too.
-        std::fs::create_dir(dir.path().join("sn-d")).unwrap();
-        std::fs::write(
-            dir.path().join("sn-d").join(MANIFEST),
-            manifest("sn-c", &[]).encode(),
-        )
-        .unwrap();
-        assert!(store
-            .open_snapshot("sn-d")
-            .unwrap_err()
-            .to_string()
-            .contains("names snapshot"));
-        assert!(matches!(
-            store.open_snapshot("sn-zz"),
-            Err(StoreError::NotFound(_))
-        ));
-    }
-
-    #[test]
-    fn leftovers_of_crashed_writers_are_removed_on_open() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let store = Store::open(dir.path()).unwrap();
-            let st = staged(&store, "sn-e");
-            std::mem::forget(st); // as if the daemon died mid-write
-        }
-        assert!(dir.path().join(".tmp-sn-e").exists());
-        let store = Store::open(dir.path()).unwrap();
-        assert!(!dir.path().join(".tmp-sn-e").exists());
-        assert!(store.ids().is_empty());
-        // A staging dropped without publish is removed.
-        drop(staged(&store, "sn-f"));
-        assert!(!dir.path().join(".tmp-sn-f").exists());
-    }
-
-    #[test]
-    fn remove_makes_it_disappear() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let st = staged(&store, "sn-g");
-        std::fs::write(st.path(MEMORY_DIFF), b"pages").unwrap();
-        std::fs::write(st.path(DISK), b"layer").unwrap();
-        store
-            .publish(
-                st,
-                manifest(
-                    "sn-g",
-                    &[
-                        ("memory", MEMORY),
-                        ("memory_diff", MEMORY_DIFF),
-                        ("disk", DISK),
-                    ],
-                ),
-            )
-            .unwrap();
-        // A flattened head (a cache beside the artefacts) and a crashed build.
-        for f in [head::HEAD, head::STAMP, head::TMP] {
-            std::fs::write(dir.path().join("sn-g").join(f), b"head").unwrap();
-        }
-        store.remove("sn-g").unwrap();
-        assert!(store.ids().is_empty());
-        // Everything but the disk layer goes at once (other layers' headers
-        // may name it; layer collection deletes it later).
-        let left: Vec<String> = std::fs::read_dir(dir.path().join("sn-g"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        assert_eq!(left, [DISK]);
-        assert!(matches!(store.remove("sn-g"), Err(StoreError::NotFound(_))));
-    }
-
-    #[test]
-    fn sparse_copy_keeps_holes_and_data() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("src");
-        let dst = dir.path().join("dst");
-        {
-            let f = File::create(&src).unwrap();
-            f.set_len(64 << 20).unwrap();
-            use std::os::unix::fs::FileExt;
-            f.write_all_at(b"hello", 10 << 20).unwrap();
-            f.write_all_at(&[0u8; 8192], 20 << 20).unwrap(); // explicit zeros
-            f.write_all_at(&[9u8; 5000], (64 << 20) - 5000).unwrap();
-        }
-        let n = sparse_copy(&src, &dst).unwrap();
-        assert_eq!(std::fs::read(&src).unwrap(), std::fs::read(&dst).unwrap());
-        assert!(n <= 3 * 4096 + 8192, "copied {n} bytes of data");
-        let alloc = std::fs::metadata(&dst).unwrap().blocks() * 512;
-        assert!(alloc < 1 << 20, "destination is not sparse: {alloc}");
-    }
-}
+mod tests;

@@ -32,6 +32,7 @@
 //! prevents, and a lease cannot be taken on a doomed snapshot (409).
 
 pub mod http;
+pub mod layers;
 pub mod lease;
 pub mod select;
 

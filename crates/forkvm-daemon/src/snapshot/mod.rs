@@ -47,6 +47,7 @@ pub mod freeze;
 pub mod head;
 pub mod head_locks;
 pub mod publish;
+pub mod recover;
 pub mod store;
 
 /// How a snapshot saves the source.

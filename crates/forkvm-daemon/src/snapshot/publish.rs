@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use forkvm_qemu::{migrate, Qmp};
-use forkvm_store::StoreError;
+use forkvm_store::{crash, StoreError};
 
 use crate::error::ApiError;
 use crate::manager::Manager;
@@ -41,8 +41,6 @@ impl Manager {
             srow,
             mut timings,
             t0,
-            top_file,
-            final_disk,
             mut diff,
             live_tmp,
             info,
@@ -71,6 +69,7 @@ impl Manager {
                 .and_then(|()| forkvm_store::sparse_copy(tmp, &sp));
                 let _ = std::fs::remove_file(tmp);
                 r?;
+                crash::point("publish.live_copied");
             }
             // A diff keeps only the pages that differ from its parent's view.
             let mut ahead = None;
@@ -115,6 +114,7 @@ impl Manager {
                 }
                 forkvm_store::memdiff::write(&out, d.ram_bytes, &changed.0, &changed.1)
                     .map_err(corrupt)?;
+                crash::point("publish.diff_written");
                 ahead = worker;
             }
             // On an error above, the head thread finds its channel closed
@@ -147,9 +147,8 @@ impl Manager {
             None => {}
         });
         if let Err(e) = published {
-            // The source's disk chain names the frozen layer's final path.
-            let _ = std::fs::create_dir_all(final_disk.parent().unwrap_or(&final_disk));
-            let _ = std::fs::hard_link(&top_file, &final_disk);
+            // The source's disk chain names the frozen layer's final path,
+            // where the layer stays (forkvm_store::Staging's drop).
             // On a full disk the source's own writes may have failed while
             // the snapshot filled it, and QEMU stopped the guest (io-error).
             // The staging files are gone now: let it run again.
@@ -159,7 +158,9 @@ impl Manager {
         timings.publish_ms = ms(t.elapsed());
         // First, so that the row's `created` notice finds it.
         self.db.set_snapshot_info(&srow.id, &info)?;
+        crash::point("publish.info_indexed");
         self.db.insert_snapshot(&srow)?;
+        crash::point("publish.indexed");
         timings.total_ms = ms(t0.elapsed());
         let mut view = self.snapshot_view(&srow)?;
         view.timings = Some(timings);

@@ -2,7 +2,6 @@
 //! verified opens, removal, and the sweeps that keep the store and the state
 //! database in step.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
@@ -12,6 +11,7 @@ use forkvm_store::{Snapshot as StoredSnapshot, StoreError};
 
 use crate::db::{Origin, SnapshotRow};
 use crate::error::ApiError;
+use crate::gc::layers;
 use crate::manager::Manager;
 use crate::snapshot::{kind, store_err};
 use crate::util;
@@ -169,7 +169,9 @@ impl Manager {
 
     /// Delete the disk layers of removed snapshots that no disk chain still
     /// goes through (garbage collection from the roots: every sandbox's disk
-    /// files and every published snapshot's layer).
+    /// files and every published snapshot's layer). A chain that cannot be
+    /// followed is cut and reported, and the rest of the home is still
+    /// collected (crate::gc::layers).
     pub async fn collect_layers(&self) {
         // One collection at a time: two would each see the other's deletions
         // as unreadable chains.
@@ -187,33 +189,51 @@ impl Manager {
             .flatten()
             .flatten()
         {
+            let owner = e.file_name().to_string_lossy().into_owned();
             for f in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
                 if f.file_name().to_string_lossy().ends_with(".qcow2") {
-                    roots.push(f.path());
+                    roots.push(layers::Root {
+                        owner: owner.clone(),
+                        file: f.path(),
+                    });
                 }
             }
         }
         for id in self.store.ids() {
-            roots.push(self.store.dir(&id).join(forkvm_store::DISK));
+            roots.push(layers::Root {
+                file: self.store.dir(&id).join(forkvm_store::DISK),
+                owner: id,
+            });
         }
-        let mut referenced = HashSet::new();
-        for r in roots {
-            match forkvm_qemu::disk::backing_chain(&r).await {
-                Ok(chain) => referenced.extend(chain),
-                // A sandbox removed while we looked: its files reference
-                // nothing any more.
-                Err(_) if !r.exists() => {}
-                Err(e) => {
-                    // Unsure what this chain holds: delete nothing this time.
-                    tracing::warn!(
-                        "layer collection skipped: cannot read the chain of {}: {e}",
-                        r.display()
-                    );
-                    return;
-                }
-            }
+        let Ok(found) = tokio::task::spawn_blocking(move || layers::referenced(&roots)).await
+        else {
+            return;
+        };
+        for b in &found.broken {
+            let (sandbox, snapshot) = match b.owner.starts_with("sb-") {
+                true => (b.owner.as_str(), ""),
+                false => ("", b.owner.as_str()),
+            };
+            tracing::warn!(
+                sandbox,
+                snapshot,
+                "layer collection: the disk chain of {} ({}) is broken, skipped past the break: {}",
+                b.owner,
+                b.file.display(),
+                b.why
+            );
         }
-        for gone in self.store.collect_layers(&candidates, &referenced) {
+        if let Some(u) = &found.unsure {
+            // Unsure what this chain holds: delete nothing this time.
+            tracing::warn!(
+                "layer collection skipped this pass: cannot read the disk chain of {} ({}): {}",
+                u.owner,
+                u.file.display(),
+                u.why
+            );
+            return;
+        }
+        for gone in self.store.collect_layers(&candidates, &found.files) {
             tracing::info!("collected unused disk layer {}", gone.display());
         }
     }

@@ -12,13 +12,14 @@
 //! * [`live`]: RAM copied while the guest runs, the state file on tmpfs;
 //! * [`diff`]: device state only, plus the clone's private pages.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use forkvm_api::SnapshotTimings;
 use forkvm_qemu::{migrate, Qmp};
-use forkvm_store::{MachineInfo, Manifest};
+use forkvm_store::{crash, MachineInfo, Manifest};
 
 use crate::db::{Origin, SnapshotRow};
 use crate::error::ApiError;
@@ -37,8 +38,6 @@ pub struct Frozen {
     pub srow: SnapshotRow,
     pub timings: SnapshotTimings,
     pub(crate) t0: Instant,
-    pub(crate) top_file: PathBuf,
-    pub(crate) final_disk: PathBuf,
     /// A diff's captured pages, reduced to the changed ones at publish.
     pub(crate) diff: Option<diff::DiffCapture>,
     /// A live save written to tmpfs, moved into the store at publish.
@@ -48,6 +47,22 @@ pub struct Frozen {
     /// Children are spawned from it at once (a branch with `count` > 0):
     /// publish starts their chain head alongside (`forkvm_store::head`).
     pub head_ahead: bool,
+}
+
+/// The file a disk node of a sandbox reads. Our node names say which file
+/// each layer is: `root` is the disk the sandbox started with, `root-<layer>`
+/// the overlay a freeze made; otherwise what QEMU reports, if it is a plain
+/// file name.
+pub(crate) fn node_file(
+    paths: &crate::config::SandboxPaths,
+    node: &str,
+    reported: Option<String>,
+) -> Option<PathBuf> {
+    match node.strip_prefix("root-") {
+        Some(l) if node != "root-file" => Some(paths.dir.join(format!("disk-{l}.qcow2"))),
+        _ if node == "root" => Some(paths.disk.clone()),
+        _ => reported.map(PathBuf::from),
+    }
 }
 
 impl Manager {
@@ -132,42 +147,66 @@ impl Manager {
         let (top_node, top_file, vsize) = migrate::top_disk(&qmp)
             .await
             .map_err(|e| qemu_err("cannot find the disk", e))?;
-        // Our node names say which file each layer is: `root` is the disk the
-        // sandbox started with, `root-<layer>` the overlay of that snapshot.
-        let top_file = match top_node.strip_prefix("root-") {
-            Some(l) if top_node != "root-file" => paths.dir.join(format!("disk-{l}.qcow2")),
-            _ if top_node == "root" => paths.disk.clone(),
-            _ => PathBuf::from(top_file.ok_or_else(|| {
+        let top_file = node_file(&paths, &top_node, top_file)
+            .ok_or_else(|| {
                 ApiError::internal(format!("cannot tell which file disk node {top_node} is"))
-            })?),
-        };
-        let top_file = top_file.display().to_string();
-        let staging = self.store.begin(&snap_id).map_err(store_err)?;
-        let final_disk = self.store.dir(&snap_id).join(forkvm_store::DISK);
+            })?
+            .display()
+            .to_string();
+        let mut staging = self.store.begin(&snap_id).map_err(store_err)?;
+        crash::point("freeze.staged");
+        // The layer about to be frozen gets its final path in the store
+        // first, as a link to the running top: the new top's header names
+        // that path, and a crash at any later point must find a file there
+        // (forkvm_store::Store::reserve_layer, docs/snapshots.md).
+        let final_disk = self
+            .store
+            .reserve_layer(&mut staging, std::path::Path::new(&top_file))
+            .map_err(store_err)?;
+        crash::point("freeze.layer_reserved");
         let layer_n = util::new_id("l");
         let new_top = paths.dir.join(format!("disk-{layer_n}.qcow2"));
+        // Undo what is not frozen yet: the new layer (which QEMU may hold
+        // open, unattached) and then the reservation nothing names any more.
+        let unstage = |staging: &mut forkvm_store::Staging| {
+            let _ = std::fs::remove_file(&new_top);
+            if let Some(t) = &live_tmp {
+                let _ = std::fs::remove_file(t);
+            }
+            staging.discard_layer();
+        };
         // The new top layer is created by us, naming the frozen layer by its
         // final path in the store, then opened by QEMU with no backing and
         // attached over the running top in the pause.
-        forkvm_qemu::disk::create_overlay_unchecked(&final_disk, "qcow2", &new_top, vsize)
-            .await
-            .map_err(ApiError::internal)?;
-        crate::jail::share_with_qemu(&paths, &new_top)
-            .map_err(|e| ApiError::internal(format!("cannot give QEMU its new disk layer: {e}")))?;
+        let created =
+            forkvm_qemu::disk::create_overlay_unchecked(&final_disk, "qcow2", &new_top, vsize)
+                .await
+                .map_err(ApiError::internal)
+                .and_then(|()| {
+                    crate::jail::share_with_qemu(&paths, &new_top).map_err(|e| {
+                        ApiError::internal(format!("cannot give QEMU its new disk layer: {e}"))
+                    })
+                });
+        if let Err(e) = created {
+            unstage(&mut staging);
+            return Err(e);
+        }
+        crash::point("freeze.overlay_created");
 
         if let Some(t) = &live_tmp {
-            live::create_tmp(&paths, t, &new_top)?;
+            if let Err(e) = live::create_tmp(&paths, t, &new_top) {
+                unstage(&mut staging);
+                return Err(e);
+            }
         }
         // QEMU opens the new layer now, while the guest still runs: in the
         // pause only the block graph changes (see migrate::attach_overlay).
         let new_node = format!("root-{layer_n}");
         if let Err(e) = migrate::add_overlay(&qmp, &new_top, &new_node).await {
-            let _ = std::fs::remove_file(&new_top);
-            if let Some(t) = &live_tmp {
-                let _ = std::fs::remove_file(t);
-            }
+            unstage(&mut staging);
             return Err(qemu_err("cannot open the new disk layer", e));
         }
+        crash::point("freeze.overlay_opened");
         let mut timings = SnapshotTimings::default();
         let frozen = std::sync::atomic::AtomicBool::new(false);
         let t_stop = Instant::now();
@@ -176,9 +215,10 @@ impl Manager {
         if !live_mode {
             if let Err(e) = qmp.execute("stop", None).await {
                 let _ = forkvm_qemu::blockjob::delete_node(&qmp, &new_node).await;
-                let _ = std::fs::remove_file(&new_top);
+                unstage(&mut staging);
                 return Err(qemu_err("cannot pause the source", e));
             }
+            crash::point("freeze.stopped");
         }
         // From here on the source must be resumed whatever happens. (A live
         // save runs while the guest does, and QEMU itself stops it for the
@@ -207,6 +247,7 @@ impl Manager {
                     .map_err(|e| qemu_err("saving the device state failed", e))?;
                 timings.save_state_ms = ms(t.elapsed());
             }
+            crash::point("freeze.state_saved");
             if live_tmp.is_none() {
                 let dst = staging.path(forkvm_store::DEVICE_STATE);
                 std::fs::rename(&state_path, &dst)
@@ -215,21 +256,30 @@ impl Manager {
                         let _ = std::fs::remove_file(&state_path);
                         ApiError::internal(format!("cannot move the device state: {e}"))
                     })?;
+                crash::point("freeze.state_moved");
             }
             let t = Instant::now();
+            // The frozen layer is at its final path already (reserved above),
+            // so the source's chain is whole from this instant on.
             migrate::attach_overlay(&qmp, &top_node, &new_node)
                 .await
                 .map_err(|e| qemu_err("freezing the disk failed", e))?;
             frozen.store(true, std::sync::atomic::Ordering::SeqCst);
-            std::fs::hard_link(&top_file, staging.path(forkvm_store::DISK)).map_err(|e| {
-                ApiError::internal(format!("cannot link the frozen disk layer: {e}"))
-            })?;
+            // Read-only from now on, for everyone: a child's jailed QEMU
+            // reads it whether or not the snapshot is ever published (a
+            // later snapshot's layer may name it). Publication does the same.
+            std::fs::set_permissions(&final_disk, std::fs::Permissions::from_mode(0o444)).map_err(
+                |e| ApiError::internal(format!("cannot make the frozen disk layer read-only: {e}")),
+            )?;
+            crash::point("freeze.disk_frozen");
             timings.freeze_disk_ms = ms(t.elapsed());
             if let Some(c) = capture {
                 captured = Some(diff::finish_capture(c, &mut timings).await?);
+                crash::point("freeze.pages_captured");
             }
             if shared {
                 full::copy_memory(&paths, &staging, &mut timings).await?;
+                crash::point("freeze.memory_copied");
             }
             Ok::<(), ApiError>(())
         }
@@ -240,6 +290,8 @@ impl Manager {
         let staging = match &paused {
             Ok(()) => Some(staging),
             Err(_) => {
+                // A frozen layer stays where it is: the source's new top
+                // names it (Staging's drop keeps a reserved layer).
                 drop(staging);
                 if let Some(t) = &live_tmp {
                     let _ = std::fs::remove_file(t);
@@ -270,6 +322,7 @@ impl Manager {
             if let Err(e) = resumed {
                 tracing::error!("could not resume sandbox {id} after a snapshot: {e}");
             }
+            crash::point("freeze.resumed");
         }
         if frozen.load(std::sync::atomic::Ordering::SeqCst) && !hold {
             // The guest writes to `new_top` now; GET reads the chain's depth
@@ -277,19 +330,19 @@ impl Manager {
             if let Err(e) = crate::compact::set_top_layer(&paths, &new_top) {
                 tracing::warn!(sandbox = %id, "cannot record sandbox {id}'s top disk layer: {e}");
             }
+            crash::point("freeze.top_recorded");
             self.stream_disk_later(id, self.cfg.disk_chain_max as usize);
         }
         if let Err(e) = paused {
             // If the disk was frozen, the source now writes to `new_top`,
-            // whose header names `final_disk`: keep that layer reachable.
-            if frozen.load(std::sync::atomic::Ordering::SeqCst) {
-                let _ = std::fs::create_dir_all(self.store.dir(&snap_id));
-                let _ = std::fs::hard_link(&top_file, &final_disk);
-            } else {
+            // whose header names the frozen layer's reserved path, which
+            // stays (see above). Otherwise nothing names it.
+            if !frozen.load(std::sync::atomic::Ordering::SeqCst) {
                 if let Err(e) = forkvm_qemu::blockjob::delete_node(&qmp, &new_node).await {
                     tracing::warn!(sandbox = %id, "cannot close the unused disk layer {new_node}: {e}");
                 }
                 let _ = std::fs::remove_file(&new_top);
+                std::fs::remove_dir_all(self.store.dir(&snap_id)).ok();
             }
             return Err(e);
         }
@@ -301,6 +354,7 @@ impl Manager {
             let t = Instant::now();
             v.save_into(staging.path(forkvm_store::VOLUMES_DIR), hold)
                 .await?;
+            crash::point("freeze.volumes_saved");
             tracing::debug!(sandbox = %id, ms = ms(t.elapsed()), "saved the volumes for a snapshot");
         }
 
@@ -403,8 +457,6 @@ impl Manager {
             srow,
             timings,
             t0,
-            top_file: PathBuf::from(top_file),
-            final_disk,
             diff,
             live_tmp,
             head_ahead: false,
