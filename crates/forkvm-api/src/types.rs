@@ -340,6 +340,12 @@ pub struct SnapshotSizes {
     /// (they are in `memory.diff`), so it is sparse.
     #[serde(default)]
     pub device_state_allocated_bytes: u64,
+    /// What the snapshot's directory holds on disk: the allocated bytes of
+    /// every file in it, caches built after it was taken (a diff chain's
+    /// `memory.head`) and its disk layer included. Extents a file shares
+    /// with another by reflink are counted in both.
+    #[serde(default)]
+    pub on_disk_bytes: u64,
 }
 
 /// A snapshot as the API shows it.

@@ -31,12 +31,18 @@ pub(crate) async fn snapshot_cmd(
             s.parent.clone().unwrap_or_else(|| "-".into()),
             s.memory_mib,
             s.cpus,
+            // What its directory really holds (caches and disk layer
+            // included); a daemon before `on_disk_bytes` gives 0, so its
+            // memory and state sizes then.
             format!(
                 "{}M",
-                (s.sizes.memory_allocated_bytes
-                    + s.sizes.memory_diff_bytes
-                    + s.sizes.device_state_bytes)
-                    >> 20
+                if s.sizes.on_disk_bytes > 0 {
+                    s.sizes.on_disk_bytes
+                } else {
+                    s.sizes.memory_allocated_bytes
+                        + s.sizes.memory_diff_bytes
+                        + s.sizes.device_state_bytes
+                } >> 20
             ),
             s.created_at,
             s.sandboxes.len()

@@ -688,6 +688,8 @@ export interface SnapshotSizes {
   memory_diff_bytes?: number;
   /** Device state bytes actually allocated (a live save's file is sparse). */
   device_state_allocated_bytes?: number;
+  /** What the snapshot's directory holds on disk, caches and disk layer included. */
+  on_disk_bytes?: number;
 }
 
 /** Where the time of a snapshot went, in milliseconds. */

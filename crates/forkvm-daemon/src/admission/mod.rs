@@ -159,6 +159,7 @@ mod tests {
             disk_bytes: 0,
             memory_diff_bytes: 20 << 20,
             device_state_allocated_bytes: 300 << 20,
+            on_disk_bytes: 0,
         };
         assert_eq!(clone_estimate_mib(&s, "shared"), 100);
         assert_eq!(clone_estimate_mib(&s, "diff"), 100);

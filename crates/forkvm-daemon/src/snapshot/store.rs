@@ -54,6 +54,7 @@ impl Manager {
                 disk_bytes: size("disk").0,
                 memory_diff_bytes: size("memory_diff").0,
                 device_state_allocated_bytes: size("device_state").1,
+                on_disk_bytes: allocated_in(&self.store.dir(&r.id)),
             },
             pool_size: self.pool_size_of(r),
             pool_default: r.pool_size.is_none(),
@@ -304,5 +305,37 @@ impl Manager {
             // (Retried until the killed QEMU is gone.)
             self.jail.release(&id);
         }
+    }
+}
+
+/// The allocated bytes of every regular file directly in `dir` (a
+/// snapshot's directory has no subdirectories).
+fn allocated_in(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.blocks() * 512)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn on_disk_counts_allocated_bytes_of_every_file() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("manifest.fvs"), vec![1u8; 10_000]).unwrap();
+        // A cache built later counts too; a sparse file only what it holds.
+        std::fs::write(d.path().join("memory.head"), vec![2u8; 1 << 20]).unwrap();
+        let f = std::fs::File::create(d.path().join("memory.img")).unwrap();
+        f.set_len(64 << 20).unwrap();
+        let n = super::allocated_in(d.path());
+        assert!(n >= (1 << 20) + 10_000, "{n}");
+        assert!(n < 4 << 20, "a sparse file counted its holes: {n}");
+        assert_eq!(super::allocated_in(&d.path().join("missing")), 0);
     }
 }

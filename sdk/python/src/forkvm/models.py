@@ -647,6 +647,8 @@ class SnapshotSizes(Model):
     disk_bytes: int
     memory_diff_bytes: Optional[int] = None
     device_state_allocated_bytes: Optional[int] = None
+    #: What the snapshot's directory holds on disk, caches and disk layer included.
+    on_disk_bytes: Optional[int] = None
 
 
 @dataclass
