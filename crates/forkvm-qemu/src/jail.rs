@@ -7,14 +7,20 @@
 //!  write "0" to each cgroup.procs fd      its own cgroup before its first instruction
 //!  setns(netns)                            (process.rs: the sandbox's network)
 //!  open /dev/net/tun, TUNSETIFF tap0       the tap as an fd, dup2'd onto a reserved number
-//!  unshare(CLONE_NEWNS), / rprivate        mounts from here on stay in QEMU's namespace
+//!  (fork, from a thread that unshared      pid 1 of a pid namespace of its own
+//!   CLONE_NEWPID: process.rs)
+//!  unshare(CLONE_NEWNS|CLONE_NEWIPC)      mounts from here on stay in QEMU's namespace;
+//!  / rprivate                              no System V IPC or mqueues shared with anyone
 //!  tmpfs on <root>, then per entry:        binds at the SAME absolute paths as on the host
 //!     mkdir parents / touch, bind, remount ro,nosuid,nodev[,noexec]
 //!  pivot_root(<root>), detach the old /    the host's tree is gone
 //!  remount / read-only
 //!  no_new_privs, drop the bounding set
 //!  setgroups([]), setresgid, setresuid     an unprivileged uid/gid of its own
+//!  setrlimit NOFILE, FSIZE                 hard = soft (see [`Rlimits`])
 //!  capset(0)                               nothing inheritable either
+//!  close_range(CLOEXEC) all but 0-2,       nothing the daemon inherited or opened
+//!     the tap and the uid lock             reaches QEMU
 //!  exec qemu … -sandbox on,…               QEMU installs its seccomp filter
 //! ```
 //!
@@ -76,7 +82,36 @@ pub struct Jail {
     /// Files whose open descriptions QEMU inherits and so keeps alive (a
     /// flock on one holds the uid allocated for QEMU's lifetime).
     pub inherit: Vec<std::fs::File>,
+    /// QEMU's resource limits.
+    pub rlimits: Rlimits,
 }
+
+/// The rlimits of a jailed QEMU, soft = hard so that QEMU cannot raise them
+/// (QEMU raises its soft NOFILE to the hard limit at start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rlimits {
+    /// Open files. A microVM's QEMU holds about 60 (measured: 58 for a
+    /// booted sandbox with its volume port, docs/security.md).
+    pub nofile: u64,
+    /// The largest file QEMU may write, in bytes (its disk layers, its RAM
+    /// file and a snapshot's RAM stream); `u64::MAX` for no limit. Past it
+    /// a write fails with EFBIG: QEMU is pid 1 of its pid namespace, and a
+    /// namespace's init ignores the SIGXFSZ it would otherwise die of.
+    pub fsize: u64,
+}
+
+impl Default for Rlimits {
+    fn default() -> Self {
+        Rlimits {
+            nofile: DEFAULT_NOFILE,
+            fsize: u64::MAX,
+        }
+    }
+}
+
+/// RLIMIT_NOFILE of a jailed QEMU: Firecracker's jailer default, 30 times
+/// what a QEMU uses.
+pub const DEFAULT_NOFILE: u64 = 2048;
 
 /// Entering the jail failed before QEMU ran.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +153,10 @@ pub struct Prepared {
     ops: Vec<Op>,
     cgroups: Vec<OwnedFd>,
     inherit: Vec<RawFd>,
+    /// Descriptors above 2 that QEMU gets (the tap, the uid lock), sorted:
+    /// every other one is closed at exec.
+    keep: Vec<RawFd>,
+    rlimits: Rlimits,
     tap: Option<Tap>,
     _keep: Vec<std::fs::File>,
 }
@@ -299,7 +338,9 @@ impl Jail {
             None => None,
         };
         let tap_fd = tap.as_ref().map(|t| t.fd.as_raw_fd());
-        let inherit = self.inherit.iter().map(|f| f.as_raw_fd()).collect();
+        let inherit: Vec<RawFd> = self.inherit.iter().map(|f| f.as_raw_fd()).collect();
+        let mut keep: Vec<RawFd> = inherit.iter().copied().chain(tap_fd).collect();
+        keep.sort_unstable();
         Ok((
             Prepared {
                 uid: self.uid,
@@ -308,6 +349,8 @@ impl Jail {
                 ops,
                 cgroups,
                 inherit,
+                keep,
+                rlimits: self.rlimits,
                 tap,
                 _keep: self.inherit,
             },
@@ -427,7 +470,10 @@ impl Prepared {
             for &fd in &self.inherit {
                 check(libc::fcntl(fd, libc::F_SETFD, 0), "keeping the uid lock")?;
             }
-            check(libc::unshare(libc::CLONE_NEWNS), "unshare(CLONE_NEWNS)")?;
+            check(
+                libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWIPC),
+                "unshare(CLONE_NEWNS|CLONE_NEWIPC)",
+            )?;
             // Nothing mounted from here on may reach the host's namespace.
             check(
                 libc::mount(
@@ -523,6 +569,21 @@ impl Prepared {
                     break; // past the last capability this kernel knows
                 }
             }
+            for (res, v, what) in [
+                (libc::RLIMIT_NOFILE, self.rlimits.nofile, "RLIMIT_NOFILE"),
+                (libc::RLIMIT_FSIZE, self.rlimits.fsize, "RLIMIT_FSIZE"),
+            ] {
+                let v = if v == u64::MAX {
+                    libc::RLIM_INFINITY
+                } else {
+                    v
+                };
+                let lim = libc::rlimit {
+                    rlim_cur: v,
+                    rlim_max: v,
+                };
+                check(libc::setrlimit(res, &lim), what)?;
+            }
             check(libc::setgroups(0, std::ptr::null()), "setgroups")?;
             check(libc::setresgid(self.gid, self.gid, self.gid), "setresgid")?;
             check(libc::setresuid(self.uid, self.uid, self.uid), "setresuid")?;
@@ -537,9 +598,72 @@ impl Prepared {
                 libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()) as libc::c_int,
                 "capset",
             )?;
+            cloexec_all_except(&self.keep)?;
         }
         Ok(())
     }
+}
+
+/// Mark every descriptor above 2 close-on-exec except those in `keep`
+/// (sorted, each above 2): whatever the daemon inherited from its parent
+/// without close-on-exec, or a library opened without it, does not reach
+/// QEMU. Marking instead of closing keeps the descriptor `std` uses to
+/// report a failed exec working until the exec.
+///
+/// # Safety
+/// Only between `fork` and `exec`; it allocates nothing.
+pub unsafe fn cloexec_all_except(keep: &[RawFd]) -> io::Result<()> {
+    let mut from: u32 = 3;
+    for &k in keep {
+        let k = k as u32;
+        if k > from {
+            // SAFETY: close_range(2) on integers.
+            unsafe { cloexec_range(from, k - 1)? };
+        }
+        from = from.max(k + 1);
+    }
+    // SAFETY: as above.
+    unsafe { cloexec_range(from, u32::MAX) }
+}
+
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+
+/// close_range(first, last, CLOSE_RANGE_CLOEXEC), or (before Linux 5.11)
+/// fcntl over the numbers below the soft RLIMIT_NOFILE.
+unsafe fn cloexec_range(first: u32, last: u32) -> io::Result<()> {
+    // SAFETY: plain syscalls on integers and a struct we own.
+    unsafe {
+        let r = libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            last as libc::c_uint,
+            CLOSE_RANGE_CLOEXEC,
+        );
+        if r == 0 {
+            return Ok(());
+        }
+        let errno = *libc::__errno_location();
+        if errno != libc::ENOSYS && errno != libc::EINVAL {
+            return check(-1, "close_range");
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        check(
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim),
+            "getrlimit(NOFILE)",
+        )?;
+        let end = u64::from(last).min(lim.rlim_cur.saturating_sub(1));
+        for fd in u64::from(first)..=end {
+            let fd = fd as libc::c_int;
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
 }
 
 #[repr(C)]
@@ -568,6 +692,7 @@ mod tests {
             mounts,
             cgroup_procs: vec![],
             inherit: vec![],
+            rlimits: Rlimits::default(),
         }
     }
 
@@ -627,6 +752,35 @@ mod tests {
         let s = tokio::net::UnixStream::connect(&sock).await.unwrap();
         let e = check_peer(&s, &sock).unwrap_err();
         assert!(e.to_string().contains("uid 4242"), "{e}");
+    }
+
+    #[test]
+    fn only_the_kept_descriptors_survive_exec() {
+        use std::os::unix::process::CommandExt;
+        // Two descriptors without close-on-exec, as a daemon's parent may
+        // leave them: 200 is kept, 201 must not reach the program.
+        let mut cmd = std::process::Command::new("ls");
+        cmd.args(["-1", "/proc/self/fd"]);
+        // SAFETY: dup2(2) and close_range(2) between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                for fd in [200, 201] {
+                    if libc::dup2(2, fd) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                cloexec_all_except(&[200])
+            });
+        }
+        let o = cmd.output().expect("ls");
+        assert!(o.status.success());
+        let mut fds: Vec<u32> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        fds.sort_unstable();
+        // ls's own directory descriptor is 3.
+        assert_eq!(fds, [0, 1, 2, 3, 200]);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub struct Daemon {
     pub tcp: Option<(String, String)>,
     /// Extra environment for `forkvm serve` (applied at each (re)start).
     pub env: Vec<(String, String)>,
+    /// `(fd, at)`: the daemon inherits `fd` of the test process as
+    /// descriptor `at`, without close-on-exec (as from a careless parent).
+    pub pass_fd: Option<(i32, i32)>,
     _dir: tempfile::TempDir,
 }
 
@@ -84,10 +87,24 @@ impl Daemon {
         Self::start_full(at, tcp, &[])
     }
 
+    /// Start with the test's descriptor `fd` inherited as `at`.
+    pub fn start_passing_fd(fd: i32, at: i32) -> Daemon {
+        Self::start_fd(None, None, &[], Some((fd, at)))
+    }
+
     fn start_full(
         at: Option<&Path>,
         tcp: Option<(String, String)>,
         env: &[(&str, &str)],
+    ) -> Daemon {
+        Self::start_fd(at, tcp, env, None)
+    }
+
+    fn start_fd(
+        at: Option<&Path>,
+        tcp: Option<(String, String)>,
+        env: &[(&str, &str)],
+        pass_fd: Option<(i32, i32)>,
     ) -> Daemon {
         require_vm_prereqs();
         // Short path: unix socket paths are limited to 108 bytes.
@@ -131,6 +148,7 @@ impl Daemon {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            pass_fd,
             _dir: dir,
         };
         d.spawn_process();
@@ -164,10 +182,17 @@ impl Daemon {
         // gracefully). The death signal fires when the *thread* that forked
         // exits, which is why the shared daemon is started from a thread that
         // lives as long as the process.
-        // SAFETY: prctl is async-signal-safe and touches no memory.
+        let pass_fd = self.pass_fd;
+        // SAFETY: prctl and dup2 are async-signal-safe and touch no memory.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                // dup2 leaves the new number without close-on-exec.
+                if let Some((fd, at)) = pass_fd {
+                    if libc::dup2(fd, at) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 Ok(())
             });
         }
