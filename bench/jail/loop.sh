@@ -68,7 +68,7 @@ run() { # kind, i
     else
         ok[$kind]=$((ok[$kind] + 1))
         ms[$kind]+="$(((t1 - t0) / 1000000)) "
-        echo "$kind $i $id ok $(((t1 - t0) / 1000000)) ms (pid $pid)"
+        echo "$kind $i $id ok $(((t1 - t0) / 1000000)) ms (pid $pid, $(ls /proc/"$pid"/fd | wc -l) fds)"
     fi
     "$BIN" rm "$id" >/dev/null 2>&1 || { echo "$kind $i rm $id FAILED"; fail=$((fail + 1)); }
 }

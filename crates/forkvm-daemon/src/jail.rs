@@ -13,7 +13,7 @@
 //!   symlink attacks on them. Shared read-only files (kernel, images,
 //!   snapshot layers) are world-readable and bound read-only.
 //! * **rlimits**: NOFILE 2048 (Firecracker's jailer default; QEMU uses
-//!   about 60) and FSIZE [`fsize_limit`]: the largest file a QEMU writes is
+//!   about 35) and FSIZE [`fsize_limit`]: the largest file a QEMU writes is
 //!   a disk layer (at most the disk's virtual size plus qcow2 metadata), its
 //!   RAM file or a snapshot's RAM stream (the RAM size plus a header).
 //! * **view**: the sandbox directory and its RAM scratch directory

@@ -86,12 +86,11 @@ pub struct Jail {
     pub rlimits: Rlimits,
 }
 
-/// The rlimits of a jailed QEMU, soft = hard so that QEMU cannot raise them
-/// (QEMU raises its soft NOFILE to the hard limit at start).
+/// The rlimits of a jailed QEMU, soft = hard so that QEMU cannot raise them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rlimits {
-    /// Open files. A microVM's QEMU holds about 60 (measured: 58 for a
-    /// booted sandbox with its volume port, docs/security.md).
+    /// Open files. A microVM's QEMU holds about 35 (measured: 33 for a
+    /// cold boot, 35-36 for a clone; docs/security.md).
     pub nofile: u64,
     /// The largest file QEMU may write, in bytes (its disk layers, its RAM
     /// file and a snapshot's RAM stream); `u64::MAX` for no limit. Past it
@@ -109,8 +108,8 @@ impl Default for Rlimits {
     }
 }
 
-/// RLIMIT_NOFILE of a jailed QEMU: Firecracker's jailer default, 30 times
-/// what a QEMU uses.
+/// RLIMIT_NOFILE of a jailed QEMU: Firecracker's jailer default, over 50
+/// times what a QEMU uses.
 pub const DEFAULT_NOFILE: u64 = 2048;
 
 /// Entering the jail failed before QEMU ran.
