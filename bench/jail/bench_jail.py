@@ -228,8 +228,10 @@ def run_branch(d, side, seg, run, a, mode: str) -> dict:
         snap_id = snap.get("id")
         kids = [k["id"] for k in r.get("children") or []]
         d.sandboxes.update(kids)
-        if r.get("mode") != mode or len(kids) != 1 or snap.get("kind") != mode:
-            raise fb.BenchError(f"branch {mode} of {src['id']}: expected a {mode} snapshot and "
+        # The source is a clone: since 09e7537 a live branch point of a
+        # clone keeps only the pages it changed, a snapshot of kind diff.
+        if r.get("mode") != mode or len(kids) != 1 or snap.get("kind") != "diff":
+            raise fb.BenchError(f"branch {mode} of {src['id']}: expected a diff snapshot and "
                                 f"one child, got mode {r.get('mode')}, kind {snap.get('kind')}, "
                                 f"{len(kids)} children")
         check_side(r["children"][0], side)
