@@ -90,7 +90,7 @@ pub struct Jail {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rlimits {
     /// Open files. A microVM's QEMU holds about 35 (measured: 33 for a
-    /// cold boot, 35-36 for a clone; docs/security.md).
+    /// cold boot, 34 for a clone; docs/security.md).
     pub nofile: u64,
     /// The largest file QEMU may write, in bytes (its disk layers, its RAM
     /// file and a snapshot's RAM stream); `u64::MAX` for no limit. Past it
