@@ -145,7 +145,7 @@ pub async fn launch(
                         j.open_tap()?;
                         j.enter()?;
                     }
-                    None => crate::jail::cloexec_all_except(&[])?,
+                    None => crate::fds::cloexec_all_except(&[])?,
                 }
                 Ok(())
             });
