@@ -228,8 +228,10 @@ def run_branch(d, side, seg, run, a, mode: str) -> dict:
         snap_id = snap.get("id")
         kids = [k["id"] for k in r.get("children") or []]
         d.sandboxes.update(kids)
-        if r.get("mode") != mode or len(kids) != 1 or snap.get("kind") != mode:
-            raise fb.BenchError(f"branch {mode} of {src['id']}: expected a {mode} snapshot and "
+        # The source is a clone: since 09e7537 a live branch point of a
+        # clone keeps only the pages it changed, a snapshot of kind diff.
+        if r.get("mode") != mode or len(kids) != 1 or snap.get("kind") != "diff":
+            raise fb.BenchError(f"branch {mode} of {src['id']}: expected a diff snapshot and "
                                 f"one child, got mode {r.get('mode')}, kind {snap.get('kind')}, "
                                 f"{len(kids)} children")
         check_side(r["children"][0], side)
@@ -434,6 +436,66 @@ def plot(ratios, path) -> None:
     rp.save_figure(fig, path, title="forkvm jail cost: jailed vs unjailed QEMU (and naive QEMU)")
 
 
+def read_previous(csv_path: Path, md_path: Path) -> dict | None:
+    """The rows of an earlier run's jail.csv (numbers parsed) and the date and
+    revision lines of its RESULTS.md, to compare this run with; None when
+    there is no earlier run."""
+    import csv
+    if not csv_path.is_file():
+        return None
+    rows = []
+    with open(csv_path, newline="") as f:
+        for r in csv.DictReader(f):
+            row = {}
+            for k, v in r.items():
+                if v in ("", None):
+                    row[k] = None
+                elif k in ("case", "side"):
+                    row[k] = v
+                else:
+                    try:
+                        row[k] = float(v)
+                    except ValueError:
+                        row[k] = v
+            rows.append(row)
+    head = []
+    if md_path.is_file():
+        head = [x for x in md_path.read_text().splitlines()
+                if x.startswith(("- Date:", "- forkvm:"))]
+    return {"rows": rows, "head": head}
+
+
+def previous_lines(prev: dict | None, ratios) -> list[str]:
+    """A section comparing this run's p50s with the previous run's: each
+    side's p50 now / before, and the jail ratio then and now."""
+    if not prev:
+        return []
+    before = {(r["case"], r["metric"]): r for r in jail_ratios(prev["rows"])}
+    L = ["", "## Against the previous run", ""]
+    L += [x.replace("- Date:", "- Previous run's date:").replace("- forkvm:",
+                                                                  "- Previous run's forkvm:")
+          for x in prev["head"]]
+    L += ["", "| metric | jailed p50 before | jailed p50 now | **now ÷ before** | "
+          "unjailed p50 before | unjailed p50 now | now ÷ before | jail ratio before | "
+          "jail ratio now |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in ratios:
+        b = before.get((r["case"], r["metric"]))
+        if not b:
+            continue
+        unit = r["unit"]
+        u = unit if unit == "ms" else "MiB"
+        L.append(f"| {r['label']} ({u}) | {unit_fmt(b[JAILED]['p50'], unit)} | "
+                 f"{unit_fmt(r[JAILED]['p50'], unit)} | "
+                 f"**{rp.ratio(r[JAILED]['p50'], b[JAILED]['p50']):.3f}×** | "
+                 f"{unit_fmt(b[UNJAILED]['p50'], unit)} | {unit_fmt(r[UNJAILED]['p50'], unit)} | "
+                 f"{rp.ratio(r[UNJAILED]['p50'], b[UNJAILED]['p50']):.3f}× | "
+                 f"{b['ratio_p50']:.3f}× | {r['ratio_p50']:.3f}× |")
+    L += ["", "\"now ÷ before\" compares the same side across the two runs (host load "
+          "differs between them); the jail's own cost is the jail ratio of each run, "
+          "measured against unjailed segments that ran alongside."]
+    return L
+
+
 def write_results(path, rows, ratios, ctx, a) -> None:
     info, m = ctx["info"], ctx["machine"]
     order = ", ".join(ctx["order"])
@@ -484,7 +546,9 @@ def write_results(path, rows, ratios, ctx, a) -> None:
                  f"{r['unjailed_vs_naive']:.3f}× |")
     L += ["", "Ratios above 1 mean the jail costs time (or memory); \"÷ naive\" is each side's "
           "p50 over the naive baseline's p50 measured in this run (below 1: forkvm is faster "
-          "or smaller than plain QEMU save/restore).", "", "## Naive baseline", "",
+          "or smaller than plain QEMU save/restore)."]
+    L += previous_lines(ctx.get("previous"), ratios)
+    L += ["", "## Naive baseline", "",
           "| baseline | n | min | p50 | p90 | max |", "|---|---:|---:|---:|---:|---:|"]
     for case, metric, label, unit in NAIVE_METRICS:
         s = rp.summarize(values(rows, case, NAIVE, metric))
@@ -563,11 +627,12 @@ def main() -> int:
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    previous = read_previous(out / "jail.csv", out / "RESULTS.md")
     order = segment_order(a.rounds)
     quiet = fb.wait_for_quiet_host(a.wait_quiet) if a.wait_quiet else None
     ctx = {"order": order, "machine": rp.machine_info(), "revision": rp.git_revision(),
            "started": dt.datetime.now().astimezone(), "t0": time.monotonic(), "others": {},
-           "busy_segments": 0, "quiet": quiet,
+           "busy_segments": 0, "quiet": quiet, "previous": previous,
            "shm": tempfile.mkdtemp(prefix="fvb-jail-", dir="/dev/shm"),
            "work": tempfile.mkdtemp(prefix="fvb-jail-", dir="/tmp")}
     per_side = len(order) // 2

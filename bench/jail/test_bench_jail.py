@@ -99,3 +99,20 @@ def test_report_files(tmp_path):
     with open(tmp_path / "jail.csv") as f:
         got = list(csv.DictReader(f))
     assert len(got) == len(rows) and got[0]["side"] == "jailed"
+
+
+def test_previous_run_is_compared(tmp_path):
+    rows = rows_fixture()
+    bj.rp.write_csv(tmp_path / "jail.csv", rows, bj.FIELDS)
+    (tmp_path / "RESULTS.md").write_text("# x\n\n- Date: 2026-01-01\n- forkvm: 0.1.0, git abc\n")
+    prev = bj.read_previous(tmp_path / "jail.csv", tmp_path / "RESULTS.md")
+    assert prev["head"] == ["- Date: 2026-01-01", "- forkvm: 0.1.0, git abc"]
+    # This run: the jailed spawn twice as slow as before, unjailed the same.
+    now = [dict(r, total_ms=r["total_ms"] * 2) if r.get("side") == "jailed"
+           and r.get("total_ms") else r for r in rows]
+    text = "\n".join(bj.previous_lines(prev, bj.jail_ratios(now)))
+    assert "- Previous run's date: 2026-01-01" in text
+    line = next(x for x in text.splitlines() if x.startswith("| clone spawn, client wall"))
+    assert "**2.000×**" in line and "| 1.200× | 2.400× |" in line
+    assert bj.read_previous(tmp_path / "none.csv", tmp_path / "RESULTS.md") is None
+    assert bj.previous_lines(None, []) == []

@@ -81,6 +81,7 @@ fn jail_probe(qemu: &Path) -> Check {
         mounts: Jail::base_mounts(&bin, false),
         cgroup_procs: vec![],
         inherit: vec![],
+        rlimits: Default::default(),
     };
     let r = (|| {
         let (prepared, _) = jail.prepare(None).map_err(|e| e.to_string())?;

@@ -1,7 +1,9 @@
 //! The QEMU jail, checked from outside against real sandboxes: every QEMU
 //! (cold boot, clone of a boot template, warm-pool QEMU) runs as a uid of its
 //! own with no capabilities, `no_new_privs`, QEMU's seccomp filter, a root
-//! that is not the host's and a cgroup of its own; and asked over its QMP
+//! that is not the host's, pid and ipc namespaces of its own, rlimits on
+//! open files and file size, a cgroup of its own under the daemon's, and
+//! none of the daemon's inherited descriptors; and asked over its QMP
 //! socket, as a compromised QEMU would be, it cannot open host files.
 //! docs/security.md describes the jail. Run with `make test`.
 
@@ -25,9 +27,37 @@ fn status(pid: u32, key: &str) -> String {
         .to_string()
 }
 
-/// Assert everything the jail promises about the QEMU of sandbox `id`;
-/// returns its uid.
-fn assert_jailed(pid: u32, id: &str) -> u32 {
+/// The `Soft Hard` columns of one /proc/PID/limits line.
+fn limit(pid: u32, name: &str) -> (String, String) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let l = s
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/limits"));
+    let mut f = l[name.len()..].split_whitespace();
+    (f.next().unwrap().into(), f.next().unwrap().into())
+}
+
+/// The daemon's process id.
+fn daemon_pid(d: &Daemon) -> u32 {
+    d.child.as_ref().expect("daemon running").id()
+}
+
+/// `hierarchy id:controllers` -> path, from /proc/PID/cgroup.
+fn cgroups_of(pid: u32) -> Vec<(String, String)> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (h, p) = l.rsplit_once(':')?;
+            Some((h.to_string(), p.to_string()))
+        })
+        .collect()
+}
+
+/// Assert everything the jail promises about the QEMU of sandbox `id`
+/// (started by daemon `d`); returns its uid.
+fn assert_jailed(d: &Daemon, pid: u32, id: &str) -> u32 {
     let uids: Vec<u32> = status(pid, "Uid")
         .split_whitespace()
         .map(|u| u.parse().unwrap())
@@ -58,11 +88,60 @@ fn assert_jailed(pid: u32, id: &str) -> u32 {
     assert!(!inside("/root").exists());
     assert!(inside("/usr/bin").is_dir(), "QEMU needs /usr");
 
-    // A cgroup named after the sandbox, in every hierarchy it is placed in.
+    // A cgroup named after the sandbox, in every hierarchy it is placed in,
+    // under the daemon's own cgroup there (or the leaf the daemon moved
+    // itself into, on v2).
     let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     assert!(
         cg.lines().any(|l| l.ends_with(&format!("/{id}"))),
         "QEMU {pid} of {id} is not in a cgroup of its own:\n{cg}"
+    );
+    let own = cgroups_of(daemon_pid(d));
+    for (h, p) in cgroups_of(pid) {
+        if !p.ends_with(&format!("/{id}")) {
+            continue;
+        }
+        let (_, dp) = own
+            .iter()
+            .find(|(dh, _)| *dh == h)
+            .unwrap_or_else(|| panic!("the daemon is not in hierarchy {h}"));
+        let dp = dp.strip_suffix("/forkvm-daemon").unwrap_or(dp);
+        let base = dp.trim_end_matches('/');
+        assert!(
+            p.starts_with(&format!("{base}/forkvm-")),
+            "QEMU {pid} of {id} is in {h}:{p}, not under the daemon's {h}:{dp}"
+        );
+    }
+
+    // Namespaces of its own: it sees no other process (pid 1 of its pid
+    // namespace) and shares no System V IPC or message queues.
+    for ns in ["pid", "ipc", "mnt"] {
+        let host = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+        let its = std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).unwrap();
+        assert_ne!(host, its, "QEMU {pid} shares the host's {ns} namespace");
+    }
+    let nspid = status(pid, "NSpid");
+    assert_eq!(
+        nspid.split_whitespace().collect::<Vec<_>>(),
+        [pid.to_string().as_str(), "1"],
+        "NSpid of QEMU {pid}"
+    );
+
+    // rlimits, hard = soft: 2048 open files, files no bigger than its RAM
+    // or disk plus room (see forkvm_daemon::jail::fsize_limit).
+    assert_eq!(
+        limit(pid, "Max open files"),
+        ("2048".into(), "2048".into()),
+        "QEMU {pid}"
+    );
+    let (soft, hard) = limit(pid, "Max file size");
+    assert_eq!(soft, hard);
+    let fsize: u64 = soft
+        .parse()
+        .unwrap_or_else(|_| panic!("QEMU {pid}'s file size is not limited: {soft}"));
+    assert!(
+        (1 << 30..4 << 40).contains(&fsize),
+        "QEMU {pid}'s file size limit {fsize}"
     );
     uids[0]
 }
@@ -120,15 +199,15 @@ fn cold_booted_and_cloned_qemus_are_jailed_each_as_its_own_uid() {
     let d = shared();
     let cold = d.spawn_cold();
     let clone = d.spawn();
-    let u1 = assert_jailed(cold.pid(), &cold.id);
-    let u2 = assert_jailed(clone.pid(), &clone.id);
+    let u1 = assert_jailed(d, cold.pid(), &cold.id);
+    let u2 = assert_jailed(d, clone.pid(), &clone.id);
     assert_ne!(u1, u2, "two sandboxes share a uid");
     // Jailed, the sandboxes still work: disk writes, and a branch of each.
     for sb in [&cold, &clone] {
         assert_eq!(sh(d, &sb.id, "echo ok > /root/f && cat /root/f"), "ok\n");
         let v = d.json(&["branch", &sb.id, "--mode", "diff"]);
         let child = v["children"][0]["id"].as_str().unwrap().to_string();
-        assert_jailed(qemu_pid(d, &child), &child);
+        assert_jailed(d, qemu_pid(d, &child), &child);
         assert_eq!(sh(d, &child, "cat /root/f"), "ok\n");
         d.ok(&["rm", &child]);
     }
@@ -225,12 +304,12 @@ fn warm_pool_qemus_are_jailed_and_cgroups_go_with_their_sandbox() {
         "no warm-pool QEMU appeared"
     );
     let pooled = pooled.unwrap();
-    assert_jailed(qemu_pid(d, &pooled), &pooled);
+    assert_jailed(d, qemu_pid(d, &pooled), &pooled);
     // A spawn from the pool keeps the jail it was started in.
     let v = d.json(&["spawn", "--snapshot", &snap]);
     let id = v["id"].as_str().unwrap().to_string();
     let pid = qemu_pid(d, &id);
-    assert_jailed(pid, &id);
+    assert_jailed(d, pid, &id);
     assert_eq!(sh(d, &id, "echo up"), "up\n");
 
     // Removing the sandbox removes its cgroup.
@@ -258,4 +337,54 @@ fn warm_pool_qemus_are_jailed_and_cgroups_go_with_their_sandbox() {
         "cgroups left after rm: {cgroups:?}"
     );
     d.ok(&["snapshot", "pool", &snap, "0"]);
+}
+
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn a_descriptor_the_daemon_inherited_does_not_reach_qemu() {
+    // A pipe the daemon's parent left open without close-on-exec, at 251.
+    let mut p = [0; 2];
+    // SAFETY: pipe2(2) into an array we own.
+    assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let ino = std::fs::metadata(format!("/proc/self/fd/{}", p[1]))
+        .unwrap()
+        .ino();
+    let pipe = PathBuf::from(format!("pipe:[{ino}]"));
+    let d = Daemon::start_passing_fd(p[1], 251);
+    let dpid = daemon_pid(&d);
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{dpid}/fd/251")).unwrap(),
+        pipe,
+        "the daemon did not inherit the pipe: the test means nothing"
+    );
+    let sb = d.spawn();
+    let pid = sb.pid();
+    let fds: Vec<(String, PathBuf)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let t = std::fs::read_link(e.path()).ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), t))
+        })
+        .collect();
+    eprintln!("QEMU {pid} holds {} descriptors", fds.len());
+    for (n, t) in &fds {
+        assert_ne!(*t, pipe, "QEMU {pid} inherited the daemon's pipe as fd {n}");
+    }
+    assert_jailed(&d, pid, &sb.id);
+    assert_eq!(sh(&d, &sb.id, "echo ok"), "ok\n");
+
+    // As pid 1 of its namespace QEMU gets only the signals it handles from
+    // the daemon's namespace: SIGTERM still makes it quit.
+    // SAFETY: signalling the QEMU this test's daemon started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    assert!(
+        wait_until(Duration::from_secs(20), || !alive(pid)),
+        "QEMU {pid} ignored SIGTERM"
+    );
+    drop(sb);
+    for fd in p {
+        // SAFETY: closing the pipe this test made.
+        unsafe { libc::close(fd) };
+    }
 }

@@ -12,6 +12,10 @@
 //!   compromised QEMU cannot turn the daemon's own file operations into
 //!   symlink attacks on them. Shared read-only files (kernel, images,
 //!   snapshot layers) are world-readable and bound read-only.
+//! * **rlimits**: NOFILE 2048 (Firecracker's jailer default; QEMU uses
+//!   about 35) and FSIZE [`fsize_limit`]: the largest file a QEMU writes is
+//!   a disk layer (at most the disk's virtual size plus qcow2 metadata), its
+//!   RAM file or a snapshot's RAM stream (the RAM size plus a header).
 //! * **view**: the sandbox directory and its RAM scratch directory
 //!   (read-write), its RAM file, kernel, initrd, every layer of its disk's
 //!   backing chain and the snapshot state it will load (read-only), /usr and
@@ -20,7 +24,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use forkvm_qemu::jail::{Access, Jail, Mount};
+use forkvm_qemu::jail::{Access, Jail, Mount, Rlimits};
 use forkvm_qemu::MachineSpec;
 
 use crate::cgroup::{Cgroup, Layout};
@@ -48,7 +52,7 @@ impl Jailer {
     pub fn new(cfg: &Config) -> Jailer {
         // Detected even with the jail off: sandboxes a jailing daemon left
         // running still have cgroups to remove when they end.
-        let layout = Layout::detect();
+        let layout = Layout::for_daemon();
         Jailer {
             enabled: cfg.jail,
             uids: cfg.jail_uids,
@@ -234,6 +238,7 @@ impl Jailer {
                 .procs_files(),
             None => vec![],
         };
+        let disk = disk_bytes(&spec.root_disk).map_err(|e| err("the size of its disk", e))?;
         Ok(Some(Jail {
             uid,
             gid,
@@ -241,8 +246,36 @@ impl Jailer {
             mounts,
             cgroup_procs,
             inherit: vec![lock],
+            rlimits: Rlimits {
+                fsize: fsize_limit(u64::from(spec.memory_mib) << 20, disk),
+                ..Rlimits::default()
+            },
         }))
     }
+}
+
+/// RLIMIT_FSIZE of a QEMU with `ram` bytes of RAM and a `disk`-byte disk:
+/// the larger of the two, an eighth more (qcow2 tables and refcounts, a
+/// mapped-ram stream's header and bitmap) and 1 GiB. It bounds what one
+/// file a compromised QEMU writes can take; its disk and RAM files never
+/// reach it.
+pub fn fsize_limit(ram: u64, disk: u64) -> u64 {
+    let big = ram.max(disk);
+    big.saturating_add(big / 8).saturating_add(1 << 30)
+}
+
+/// The virtual size of a disk: a qcow2 header's `size` (bytes 24..32, big
+/// endian), or the length of a raw file.
+fn disk_bytes(disk: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(disk)?;
+    let mut head = [0u8; 32];
+    if f.read_exact_at(&mut head, 0).is_ok() && head[..4] == forkvm_qemu::qcow2::MAGIC[..] {
+        let mut size = [0u8; 8];
+        size.copy_from_slice(&head[24..32]);
+        return Ok(u64::from_be_bytes(size));
+    }
+    Ok(f.metadata()?.len())
 }
 
 /// `path` as `root:<gid>` with `mode`.
@@ -281,4 +314,34 @@ pub fn share_with_qemu(paths: &SandboxPaths, file: &Path) -> std::io::Result<()>
 pub fn take_back(file: &Path) -> std::io::Result<()> {
     std::os::unix::fs::lchown(file, Some(0), Some(0))?;
     std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fsize_fits_the_ram_file_and_the_disk_with_room() {
+        const G: u64 = 1 << 30;
+        // A 4 GiB guest's RAM file (and a live snapshot's stream of it)
+        // must fit, and a 10 GiB disk's qcow2 layer.
+        assert!(fsize_limit(4 * G, 2 * G) >= 4 * G + G);
+        assert!(fsize_limit(G / 2, 10 * G) >= 10 * G + G);
+        assert_eq!(fsize_limit(u64::MAX, 0), u64::MAX);
+    }
+
+    #[test]
+    fn disk_size_is_the_qcow2_virtual_size_or_the_raw_length() {
+        let d = tempfile::tempdir().unwrap();
+        let raw = d.path().join("raw");
+        std::fs::write(&raw, vec![0u8; 4096]).unwrap();
+        assert_eq!(disk_bytes(&raw).unwrap(), 4096);
+        let q = d.path().join("q");
+        let mut h = vec![0u8; 72];
+        h[..4].copy_from_slice(forkvm_qemu::qcow2::MAGIC);
+        h[24..32].copy_from_slice(&(5u64 << 30).to_be_bytes());
+        std::fs::write(&q, h).unwrap();
+        assert_eq!(disk_bytes(&q).unwrap(), 5 << 30);
+        assert!(disk_bytes(&d.path().join("missing")).is_err());
+    }
 }

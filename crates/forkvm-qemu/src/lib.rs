@@ -17,6 +17,7 @@
 pub mod accel;
 pub mod blockjob;
 pub mod disk;
+pub mod fds;
 pub mod features;
 pub mod jail;
 pub mod mapped_ram;

@@ -120,12 +120,12 @@ pub async fn launch(
     };
     // Under TCG, no transparent huge pages for QEMU (see NO_THP_UNDER_TCG).
     let no_thp = disables_thp(spec.accel);
-    if ns_fd.is_some() || jail.is_some() || no_thp {
+    {
         let jail = jail.clone();
         // SAFETY: the closure runs in the forked child before exec and makes
-        // only syscalls on data prepared above (prctl(2), setns(2), and the jail's
-        // steps, see `jail::Prepared`); the fds and the prepared jail stay
-        // alive until spawn returns.
+        // only syscalls on data prepared above (prctl(2), setns(2),
+        // close_range(2) and the jail's steps, see `jail::Prepared`); the fds
+        // and the prepared jail stay alive until spawn returns.
         unsafe {
             cmd.pre_exec(move || {
                 if no_thp && libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0 {
@@ -139,15 +139,23 @@ pub async fn launch(
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                if let Some(j) = &jail {
-                    j.open_tap()?;
-                    j.enter()?;
+                match &jail {
+                    // (Its last step closes what QEMU must not inherit.)
+                    Some(j) => {
+                        j.open_tap()?;
+                        j.enter()?;
+                    }
+                    None => crate::fds::cloexec_all_except(&[])?,
                 }
                 Ok(())
             });
         }
     }
-    let spawned = cmd.spawn();
+    let spawned = if jail.is_some() {
+        spawn_in_new_pid_ns(&mut cmd)
+    } else {
+        cmd.spawn()
+    };
     drop(ns_file);
     let mut child = match spawned {
         Ok(c) => c,
@@ -181,6 +189,37 @@ pub async fn launch(
             Err(LaunchError::Qmp(e))
         }
     }
+}
+
+/// Fork `cmd` as pid 1 of a new pid namespace, so that a jailed QEMU sees
+/// no other process (and cannot signal or ptrace one by pid).
+///
+/// `unshare(CLONE_NEWPID)` puts only the caller's later children in the
+/// new namespace, and once per thread, so the fork runs on a fresh thread
+/// that unshares first (a thread may: only CLONE_NEWUSER and CLONE_NEWNS
+/// need a single-threaded caller). The daemon keeps its view: the pid it
+/// gets is the host's, and it can read QEMU's /proc files, wait for it and
+/// kill it. As a namespace's init, QEMU gets from the daemon only the
+/// signals it has handlers for, plus SIGKILL and SIGSTOP: the daemon sends
+/// only SIGKILL, and QEMU handles SIGTERM, SIGINT and SIGHUP (it quits).
+fn spawn_in_new_pid_ns(
+    cmd: &mut tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    // tokio registers the child with the runtime's SIGCHLD handling.
+    let rt = tokio::runtime::Handle::current();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _rt = rt.enter();
+            // SAFETY: unshare(2) on a flag; it changes only this thread's
+            // namespace for children, and the thread ends after the fork.
+            if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            cmd.spawn()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread panicked")))
+    })
 }
 
 /// `bin` as an absolute path: itself when it has a slash, else the first

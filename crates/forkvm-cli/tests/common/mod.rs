@@ -53,6 +53,9 @@ pub struct Daemon {
     pub env: Vec<(String, String)>,
     /// Soft and hard `RLIMIT_NOFILE` for `forkvm serve`, if set.
     pub nofile: Option<u64>,
+    /// `(fd, at)`: the daemon inherits `fd` of the test process as
+    /// descriptor `at`, without close-on-exec (as from a careless parent).
+    pub pass_fd: Option<(i32, i32)>,
     _dir: tempfile::TempDir,
 }
 
@@ -93,6 +96,14 @@ impl Daemon {
 
     fn start_at(at: Option<&Path>, tcp: Option<(String, String)>) -> Daemon {
         Self::start_full(at, tcp, &[])
+    }
+
+    /// Start with the test's descriptor `fd` inherited as `at`.
+    pub fn start_passing_fd(fd: i32, at: i32) -> Daemon {
+        let mut d = Self::prepare(None, None, &[]);
+        d.pass_fd = Some((fd, at));
+        d.spawn_process();
+        d
     }
 
     fn start_full(
@@ -150,6 +161,7 @@ impl Daemon {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             nofile: None,
+            pass_fd: None,
             _dir: dir,
         }
     }
@@ -182,8 +194,9 @@ impl Daemon {
         // exits, which is why the shared daemon is started from a thread that
         // lives as long as the process.
         let nofile = self.nofile;
-        // SAFETY: prctl and setrlimit are async-signal-safe and touch no
-        // memory but the struct on this stack.
+        let pass_fd = self.pass_fd;
+        // SAFETY: prctl, setrlimit and dup2 are async-signal-safe and touch
+        // no memory but the struct on this stack.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
@@ -193,6 +206,12 @@ impl Daemon {
                         rlim_max: n,
                     };
                     if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                // dup2 leaves the new number without close-on-exec.
+                if let Some((fd, at)) = pass_fd {
+                    if libc::dup2(fd, at) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
