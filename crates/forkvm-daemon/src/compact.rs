@@ -234,6 +234,29 @@ impl Manager {
         if !busy.is_empty() {
             return Ok(()); // a stream already runs, or awaits a freeze's dismissal
         }
+        // The copy writes what the frozen layers hold into the top, in the
+        // home. A stream that ran out of room would keep its partial copy
+        // (QEMU cannot give back clusters it streamed), so one that would
+        // take the home under its reserve is not started: the chain stays
+        // one layer deeper until a later snapshot streams it.
+        let need_mib = chain[1..chain.len() - 1]
+            .iter()
+            .map(|n| crate::pressure::allocated(Path::new(&n.file)))
+            .sum::<u64>()
+            >> 20;
+        if let Some(free) = crate::admission::disk_free_mib(&self.cfg.home) {
+            if free < need_mib + self.cfg.disk_reserve_mib {
+                tracing::info!(
+                    sandbox = %id,
+                    "disk stream of sandbox {id} skipped: it would copy up to {need_mib} MiB with \
+                     {free} MiB free, under the {} MiB reserve; the chain stays {} layers until a \
+                     later snapshot streams it",
+                    self.cfg.disk_reserve_mib,
+                    chain.len() - 1
+                );
+                return Ok(());
+            }
+        }
         let job = format!("{}{}", blockjob::JOB_PREFIX, crate::util::new_id("j"));
         let (top, base) = (&chain[0], &chain[chain.len() - 1]);
         blockjob::start_stream(&qmp, &job, &top.node_name, &base.node_name)

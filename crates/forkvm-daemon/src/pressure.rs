@@ -64,7 +64,7 @@ impl Suspended {
 }
 
 /// Allocated bytes of a file (0 if it cannot be read).
-fn allocated(path: &std::path::Path) -> u64 {
+pub(crate) fn allocated(path: &std::path::Path) -> u64 {
     std::fs::metadata(path)
         .map(|m| m.blocks() * 512)
         .unwrap_or(0)
