@@ -48,7 +48,7 @@ pub struct Manager {
     /// The event stream (crate::events).
     pub events: crate::events::bus::Bus,
     /// Sandboxes suspended by disk pressure (crate::pressure).
-    pub(crate) suspended: crate::pressure::Suspended,
+    pub(crate) suspended: crate::pressure::suspended::Suspended,
 }
 
 impl Manager {

@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -41,27 +41,9 @@ use crate::Manager;
 /// How often the watcher looks.
 pub const EVERY: Duration = Duration::from_secs(1);
 
-/// Sandboxes suspended by disk pressure: id → reason.
-#[derive(Default)]
-pub struct Suspended(Mutex<HashMap<String, String>>);
+pub use suspended::Suspended;
 
-impl Suspended {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    pub fn get(&self, id: &str) -> Option<String> {
-        self.lock().get(id).cloned()
-    }
-    fn set(&self, id: &str, reason: String) -> bool {
-        self.lock().insert(id.to_string(), reason).is_none()
-    }
-    fn clear(&self, id: &str) -> Option<String> {
-        self.lock().remove(id)
-    }
-    fn ids(&self) -> Vec<String> {
-        self.lock().keys().cloned().collect()
-    }
-}
+pub mod suspended;
 
 /// Allocated bytes of a file (0 if it cannot be read).
 pub(crate) fn allocated(path: &std::path::Path) -> u64 {
@@ -207,15 +189,4 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn suspensions_are_set_once_and_cleared() {
-        let s = Suspended::default();
-        assert!(s.set("a", "x".into()));
-        assert!(!s.set("a", "y".into()));
-        assert_eq!(s.get("a").as_deref(), Some("y"));
-        assert_eq!(s.ids(), vec!["a".to_string()]);
-        assert_eq!(s.clear("a").as_deref(), Some("y"));
-        assert_eq!(s.get("a"), None);
-    }
 }
