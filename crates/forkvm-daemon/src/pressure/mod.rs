@@ -185,8 +185,3 @@ impl Manager {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-}
