@@ -229,9 +229,7 @@ fn host_elements(e: &HostEntry) -> (String, Vec<String>, Vec<String>) {
 }
 
 /// The whole host table, with every sandbox's entries.
-/// `pool` is the daemon's address pool (`--net-pool`): every sandbox uplink
-/// of this daemon sends from an address in it.
-pub fn host_script(table: &str, pool: &str, entries: &[HostEntry]) -> String {
+pub fn host_script(table: &str, entries: &[HostEntry]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -248,16 +246,9 @@ pub fn host_script(table: &str, pool: &str, entries: &[HostEntry]) -> String {
     }
     // Slightly before the default filter priority, so our verdicts come
     // first; a later table (for instance Docker's) can still drop.
-    //
-    // Which packets are a sandbox's must not depend on the `ifaces` set
-    // alone: the set is rebuilt when the daemon starts, and a QEMU the
-    // daemon lost track of is missing from it. So a packet from any
-    // forkvm uplink (`fvh*`) whose source is in this daemon's pool is
-    // filtered whether or not its interface is in the set; an uplink of
-    // another daemon (another pool) is left to that daemon's table.
     let _ = writeln!(
         s,
-        "  chain input {{\n    type filter hook input priority filter - 5; policy accept;\n    iifname != \"fvh*\" accept\n    iifname != @ifaces ip saddr != {pool} accept\n    ct state established,related accept\n    meta l4proto {{ tcp, udp }} iifname . ip daddr . th dport @host accept\n    drop\n  }}"
+        "  chain input {{\n    type filter hook input priority filter - 5; policy accept;\n    iifname != @ifaces accept\n    ct state established,related accept\n    meta l4proto {{ tcp, udp }} iifname . ip daddr . th dport @host accept\n    drop\n  }}"
     );
     let _ = writeln!(
         s,
@@ -395,12 +386,9 @@ mod tests {
             allow: Some(vec![Allow::parse("10.0.0.1", vec![7000]).unwrap()]),
             allow_host: true,
         };
-        let s = host_script(&t, "10.200.0.0/16", std::slice::from_ref(&e));
+        let s = host_script(&t, std::slice::from_ref(&e));
         assert!(s.contains("table inet forkvm-0123abcd {"));
-        // Not set membership alone: any uplink sending from the pool.
-        assert!(s.contains("iifname != \"fvh*\" accept"));
-        assert!(s.contains("iifname != @ifaces ip saddr != 10.200.0.0/16 accept"));
-        assert!(!s.contains("iifname != @ifaces accept"));
+        assert!(s.contains("iifname != @ifaces accept"));
         assert!(s.contains("iifname @ifaces oifname \"fvh*\" drop"));
         // The host's input honours only the `host` set.
         let input = &s[s.find("chain input").unwrap()..s.find("chain forward").unwrap()];

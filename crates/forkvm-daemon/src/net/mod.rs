@@ -101,12 +101,9 @@ impl Net {
             .await
             .map_err(|e| format!("{e}"))?;
         ns::enable_host_forwarding().map_err(|e| e.to_string())?;
-        ns::nft(
-            None,
-            &rules::host_script(&self.table, &self.pool.to_string(), &[]),
-        )
-        .await
-        .map_err(|e| format!("{e}"))?;
+        ns::nft(None, &rules::host_script(&self.table, &[]))
+            .await
+            .map_err(|e| format!("{e}"))?;
         Ok(())
     }
 
@@ -450,12 +447,7 @@ impl Net {
                 })
             })
             .collect();
-        if let Err(e) = ns::nft(
-            None,
-            &rules::host_script(&self.table, &self.pool.to_string(), &entries),
-        )
-        .await
-        {
+        if let Err(e) = ns::nft(None, &rules::host_script(&self.table, &entries)).await {
             tracing::error!("cannot rebuild the host nft table: {e}");
         }
         for (id, n) in running {
