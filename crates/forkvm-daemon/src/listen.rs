@@ -134,6 +134,9 @@ pub fn raise_nofile() -> (u64, u64) {
 
 /// One accepted connection's shared state.
 struct Conn {
+    /// Its socket, valid while the connection is in the table (its task
+    /// removes it before the socket closes); -1 in unit tests.
+    fd: std::os::fd::RawFd,
     authenticated: AtomicBool,
     /// Requests whose response has not ended yet.
     busy: AtomicUsize,
@@ -151,6 +154,20 @@ impl Conn {
     fn authenticated(&self) -> bool {
         self.authenticated.load(Ordering::Acquire)
     }
+    /// Bytes the client sent that nobody has read yet. A new client's
+    /// request sits there until its task first runs; an idle or slowloris
+    /// connection has none (hyper reads what a slowloris client sends).
+    fn unread(&self) -> bool {
+        // The fd is open while the connection is in the table.
+        self.fd >= 0 && sent_something(self.fd)
+    }
+    /// Can it be closed to make room? Not while a request is in flight, nor
+    /// while a request it sent waits to be read: under a flood of new
+    /// connections, a client that sent its request at once would otherwise
+    /// be evicted before its task ever ran.
+    fn evictable(&self) -> bool {
+        self.idle() && !self.unread()
+    }
 }
 
 /// The request extension through which an auth check marks its connection.
@@ -163,6 +180,18 @@ pub fn mark_authenticated(req: &Request) {
     if let Some(a) = req.extensions().get::<ConnAuth>() {
         a.0.authenticated.store(true, Ordering::Release);
     }
+}
+
+/// Bytes waiting on a socket that nobody has read yet. True when it cannot
+/// be told (unit tests pass -1).
+fn sent_something(fd: std::os::fd::RawFd) -> bool {
+    if fd < 0 {
+        return true;
+    }
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int; the caller holds the socket.
+    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+    r != 0 || n > 0
 }
 
 /// Why a new connection could not be admitted.
@@ -200,7 +229,7 @@ impl Table {
     /// Admit a new connection, evicting the oldest idle one if a cap is
     /// reached: an unauthenticated one first, and only an unauthenticated one
     /// when it is their cap that is reached.
-    fn admit(&self) -> Result<(u64, Arc<Conn>), Refusal> {
+    fn admit(&self, fd: std::os::fd::RawFd) -> Result<(u64, Arc<Conn>), Refusal> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         let unauthenticated = if self.trusted {
             0
@@ -210,17 +239,20 @@ impl Table {
         let total_full = conns.len() >= self.limits.max;
         let unauth_full = !self.trusted && unauthenticated >= self.limits.max_unauthenticated;
         if total_full || unauth_full {
-            let victim = conns
-                .iter()
-                .find(|(_, c)| !c.authenticated() && c.idle())
+            // The oldest idle connection with nothing unread goes first: a
+            // client whose request waits for its task to run is kept while
+            // there is any other choice.
+            let pick =
+                |want: &dyn Fn(&Conn) -> bool| conns.iter().find(|(_, c)| want(c)).map(|(k, _)| *k);
+            let victim = pick(&|c| !c.authenticated() && c.evictable())
+                .or_else(|| pick(&|c| !c.authenticated() && c.idle()))
                 .or_else(|| {
                     if unauth_full {
                         None
                     } else {
-                        conns.iter().find(|(_, c)| c.idle())
+                        pick(&|c| c.evictable()).or_else(|| pick(&|c| c.idle()))
                     }
-                })
-                .map(|(k, _)| *k);
+                });
             match victim {
                 Some(k) => {
                     if let Some(c) = conns.remove(&k) {
@@ -232,6 +264,7 @@ impl Table {
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let c = Arc::new(Conn {
+            fd,
             authenticated: AtomicBool::new(self.trusted),
             busy: AtomicUsize::new(0),
             last_active: AtomicU64::new(self.now_ms()),
@@ -298,7 +331,7 @@ pub fn bind_tcp(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListene
 
 /// What a listener hands out: a stream per accepted connection.
 pub trait Accept: Send + 'static {
-    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + std::os::fd::AsRawFd + 'static;
     fn accept(&self) -> impl Future<Output = io::Result<Self::Io>> + Send;
     /// Best effort: write `bytes` to a fresh stream without waiting.
     fn try_write(io: &Self::Io, bytes: &[u8]);
@@ -373,15 +406,18 @@ pub async fn serve<L: Accept>(
                 continue;
             }
         };
-        let (id, conn) = match table.admit() {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&io);
+        let (id, conn) = match table.admit(fd) {
             Ok(x) => x,
             Err(Refusal::Full) => {
                 L::try_write(&io, FULL);
                 refused += 1;
                 if last_report.elapsed() >= Duration::from_secs(60) {
                     tracing::warn!(
-                        "{what}: refused {refused} connections so far: all {} are busy",
-                        table.limits.max
+                        "{what}: refused {refused} connections so far: the table is full \
+                         ({} connections, {} unauthenticated at most)",
+                        table.limits.max,
+                        table.limits.max_unauthenticated
                     );
                     last_report = Instant::now();
                 }
@@ -504,40 +540,80 @@ mod tests {
     #[test]
     fn the_oldest_idle_unauthenticated_connection_makes_room() {
         let t = Table::new(limits(4, 2), false);
-        let (a, ca) = t.admit().unwrap();
-        let (_b, cb) = t.admit().unwrap();
+        let (a, ca) = t.admit(-1).unwrap();
+        let (_b, cb) = t.admit(-1).unwrap();
         // Two unauthenticated: the cap. A third evicts the oldest, `a`.
-        let (_c, _cc) = t.admit().unwrap();
+        let (_c, _cc) = t.admit(-1).unwrap();
         assert!(!t.conns.lock().unwrap().contains_key(&a));
         // Its task is told to close (a stored permit, so it sees it later).
         let _ = ca;
         // An authenticated connection is never evicted for the unauth cap.
         cb.authenticated.store(true, Ordering::Release);
-        let (_d, _cd) = t.admit().unwrap();
+        let (_d, _cd) = t.admit(-1).unwrap();
         assert!(t.conns.lock().unwrap().values().any(|c| c.authenticated()));
     }
 
     #[test]
     fn busy_connections_are_kept_and_a_full_table_refuses() {
         let t = Arc::new(Table::new(limits(2, 2), false));
-        let (_a, ca) = t.admit().unwrap();
-        let (_b, cb) = t.admit().unwrap();
+        let (_a, ca) = t.admit(-1).unwrap();
+        let (_b, cb) = t.admit(-1).unwrap();
         let _g1 = InFlight::new(ca.clone(), t.clone());
         let g2 = InFlight::new(cb.clone(), t.clone());
-        assert_eq!(t.admit().err(), Some(Refusal::Full));
+        assert_eq!(t.admit(-1).err(), Some(Refusal::Full));
         // The response of `b` ends: it is idle again and can be evicted.
         drop(g2);
-        assert!(t.admit().is_ok());
+        assert!(t.admit(-1).is_ok());
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn a_connection_whose_request_waits_unread_is_not_evicted() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let t = Table::new(limits(2, 2), false);
+        // The older connection has sent its request; nobody read it yet.
+        let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+        client
+            .write_all(b"GET /v1/health HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let (a, _ca) = t.admit(server.as_raw_fd()).unwrap();
+        let (b, _cb) = t.admit(-1).unwrap();
+        // The unauthenticated cap is reached: the idle one goes, not `a`.
+        let (_c, _) = t.admit(-1).unwrap();
+        let conns = t.conns.lock().unwrap();
+        assert!(conns.contains_key(&a));
+        assert!(!conns.contains_key(&b));
+    }
+
+    #[test]
+    fn when_every_idle_connection_has_unread_bytes_the_oldest_still_goes() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let t = Table::new(limits(2, 2), false);
+        let mut keep = Vec::new();
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+            client.write_all(b"X-Slow: 1\r\n").unwrap();
+            ids.push(t.admit(server.as_raw_fd()).unwrap().0);
+            keep.push((client, server));
+        }
+        // No choice without unread bytes: the oldest idle one makes room,
+        // so clients that keep sending cannot pin the table.
+        assert!(t.admit(-1).is_ok());
+        let conns = t.conns.lock().unwrap();
+        assert!(!conns.contains_key(&ids[0]));
+        assert!(conns.contains_key(&ids[1]));
     }
 
     #[test]
     fn the_total_cap_evicts_idle_authenticated_connections_last() {
         let t = Table::new(limits(2, 2), false);
-        let (a, ca) = t.admit().unwrap();
+        let (a, ca) = t.admit(-1).unwrap();
         ca.authenticated.store(true, Ordering::Release);
-        let (b, _cb) = t.admit().unwrap();
-        let (_c, _) = t.admit().unwrap();
+        let (b, _cb) = t.admit(-1).unwrap();
+        let (_c, _) = t.admit(-1).unwrap();
         let conns = t.conns.lock().unwrap();
         assert!(conns.contains_key(&a), "the authenticated one stays");
         assert!(!conns.contains_key(&b), "the unauthenticated one went");
@@ -547,10 +623,10 @@ mod tests {
     fn a_trusted_listener_counts_no_one_as_unauthenticated() {
         let t = Table::new(limits(3, 0), true);
         for _ in 0..3 {
-            t.admit().unwrap();
+            t.admit(-1).unwrap();
         }
         // Full: the oldest idle connection goes.
-        assert!(t.admit().is_ok());
+        assert!(t.admit(-1).is_ok());
         assert_eq!(t.len(), 3);
     }
 

@@ -101,9 +101,19 @@ impl Net {
             .await
             .map_err(|e| format!("{e}"))?;
         ns::enable_host_forwarding().map_err(|e| e.to_string())?;
-        ns::nft(None, &rules::host_script(&self.table, &[]))
+        // A table left by the previous daemon holds the interfaces of the
+        // sandboxes still running: keep it until `reconcile` replaces it (in
+        // one nft transaction) after they are re-attached, and the QEMUs no
+        // record holds are killed (crate::cleanup). Emptying it here left
+        // them unfiltered towards the host in between.
+        let exists = ns::run(None, "nft", &["list", "table", "inet", &self.table], None)
             .await
-            .map_err(|e| format!("{e}"))?;
+            .is_ok();
+        if !exists {
+            ns::nft(None, &rules::host_script(&self.table, &[]))
+                .await
+                .map_err(|e| format!("{e}"))?;
+        }
         Ok(())
     }
 
