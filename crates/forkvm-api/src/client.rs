@@ -16,6 +16,7 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::gc::{PruneRequest, PruneResult};
 use crate::types::*;
 
 /// Where the daemon listens.

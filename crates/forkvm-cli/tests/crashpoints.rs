@@ -17,27 +17,21 @@ use std::time::{Duration, Instant};
 use common::*;
 
 /// The points a clone's `forkvm snapshot` (a `diff` save) goes through, in
-/// order; `publish.live_copied` needs a live save (a `branch --mode live`).
-const DIFF_POINTS: &[&str] = &[
-    "freeze.staged",
-    "freeze.layer_reserved",
-    "freeze.overlay_created",
-    "freeze.overlay_opened",
-    "freeze.stopped",
-    "freeze.state_saved",
-    "freeze.state_moved",
-    "freeze.disk_frozen",
-    "freeze.pages_captured",
-    "freeze.resumed",
-    "freeze.top_recorded",
-    "publish.diff_written",
-    "store.hashed",
-    "store.manifest_written",
-    "store.files_moved",
-    "store.committed",
-    "publish.info_indexed",
-    "publish.indexed",
-];
+/// order: every point the store declares but those only a `shared` save
+/// (`freeze.memory_copied`), a live save (`publish.live_copied`) or a
+/// sandbox with volumes (`freeze.volumes_saved`) reaches.
+fn diff_points() -> Vec<&'static str> {
+    const NOT_DIFF: &[&str] = &[
+        "freeze.memory_copied",
+        "freeze.volumes_saved",
+        "publish.live_copied",
+    ];
+    forkvm_store::crash::POINTS
+        .iter()
+        .copied()
+        .filter(|p| !NOT_DIFF.contains(p))
+        .collect()
+}
 
 /// The points only a `shared` snapshot (of a sandbox that owns its RAM) or
 /// a live save reaches, with the window of issue 30 again for these modes.
@@ -201,7 +195,7 @@ fn a_daemon_killed_at_any_step_of_a_snapshot_leaves_it_whole_or_absent() {
     let t = Instant::now();
     let mut d = Daemon::start();
     let src = d.ok(&["spawn"]).trim().to_string();
-    crash_each(&mut d, &src, &selected(DIFF_POINTS), &|s| {
+    crash_each(&mut d, &src, &selected(&diff_points()), &|s| {
         vec!["snapshot".into(), s.into()]
     });
     crash_each(&mut d, &src, &selected(LIVE_POINTS), &|s| {
