@@ -13,6 +13,11 @@
 //! be a host file outside the volume), and a copy with a single link would
 //! hand their content to the guest. The copy is built in `dst.tmp-<rand>` and renamed
 //! into place at the end, so `dst` either is complete or does not exist.
+//!
+//! [`copy_tree_within`] bounds the bytes a copy may write (files that had to
+//! be copied rather than reflinked), so the daemon can keep its free-space
+//! reserve: a copy that would cross it stops with [`VolumeError::NoSpace`]
+//! and removes what it wrote.
 
 use std::ffi::CString;
 use std::fs;
@@ -34,6 +39,17 @@ fn io_err(what: &str, p: &Path) -> impl FnOnce(io::Error) -> VolumeError {
 
 /// Copies the tree at `src` to `dst` (which must not exist).
 pub fn copy_tree(src: &Path, dst: &Path) -> Result<CopyStats, VolumeError> {
+    copy_tree_within(src, dst, None)
+}
+
+/// [`copy_tree`], writing at most `budget` bytes of file data (reflinked
+/// files cost nothing); over it, the partial copy is removed and the error
+/// is [`VolumeError::NoSpace`].
+pub fn copy_tree_within(
+    src: &Path,
+    dst: &Path,
+    budget: Option<u64>,
+) -> Result<CopyStats, VolumeError> {
     if dst.symlink_metadata().is_ok() {
         return Err(VolumeError::DestExists(dst.to_owned()));
     }
@@ -56,7 +72,8 @@ pub fn copy_tree(src: &Path, dst: &Path) -> Result<CopyStats, VolumeError> {
         bytes: 0,
         reflinked: true,
     };
-    let res = copy_dir(src, &tmp, &meta, 0, &mut stats)
+    let mut written = Budget { left: budget };
+    let res = copy_dir(src, &tmp, &meta, 0, &mut stats, &mut written)
         .and_then(|()| fs::rename(&tmp, dst).map_err(io_err("renaming into", dst)));
     if res.is_err() {
         let _ = fs::remove_dir_all(&tmp);
@@ -68,12 +85,18 @@ pub fn copy_tree(src: &Path, dst: &Path) -> Result<CopyStats, VolumeError> {
     Ok(stats)
 }
 
+/// What a copy may still write; `None` is unbounded.
+struct Budget {
+    left: Option<u64>,
+}
+
 fn copy_dir(
     src: &Path,
     dst: &Path,
     meta: &fs::Metadata,
     depth: usize,
     stats: &mut CopyStats,
+    budget: &mut Budget,
 ) -> Result<(), VolumeError> {
     fs::create_dir(dst).map_err(io_err("creating", dst))?;
     for ent in fs::read_dir(src).map_err(io_err("listing", src))? {
@@ -82,7 +105,7 @@ fn copy_dir(
         let m = fs::symlink_metadata(&s).map_err(io_err("reading", &s))?;
         let ft = m.file_type();
         if ft.is_dir() {
-            copy_dir(&s, &d, &m, depth + 1, stats)?;
+            copy_dir(&s, &d, &m, depth + 1, stats, budget)?;
         } else if ft.is_symlink() {
             let target = fs::read_link(&s).map_err(io_err("reading link", &s))?;
             if !crate::security::symlink_target_ok(depth, target.as_os_str()) {
@@ -98,7 +121,7 @@ fn copy_dir(
         } else if ft.is_file() && m.nlink() > 1 {
             tracing::warn!(path = %s.display(), "volume copy: skipped a file with several hard links");
         } else if ft.is_file() {
-            copy_file(&s, &d, &m, stats)?;
+            copy_file(&s, &d, &m, stats, budget)?;
         }
         // Devices, fifos and sockets: skipped on purpose.
     }
@@ -111,6 +134,7 @@ fn copy_file(
     dst: &Path,
     m: &fs::Metadata,
     stats: &mut CopyStats,
+    budget: &mut Budget,
 ) -> Result<(), VolumeError> {
     let mut from = fs::File::open(src).map_err(io_err("opening", src))?;
     let mut to = fs::OpenOptions::new()
@@ -122,6 +146,17 @@ fn copy_file(
     let rc = unsafe { libc::ioctl(to.as_raw_fd(), FICLONE, from.as_raw_fd()) };
     if rc != 0 {
         stats.reflinked = false;
+        // Checked before writing: the file's size is what it will take.
+        if let Some(left) = budget.left {
+            if m.len() > left {
+                return Err(VolumeError::NoSpace {
+                    path: src.to_owned(),
+                    needed: m.len(),
+                    left,
+                });
+            }
+            budget.left = Some(left - m.len());
+        }
         io::copy(&mut from, &mut to).map_err(io_err("copying to", dst))?;
     }
     stats.files += 1;
@@ -170,6 +205,32 @@ fn finish(p: &Path, m: &fs::Metadata, chmod: bool) -> Result<(), VolumeError> {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_copy_over_its_budget_stops_and_leaves_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+        fs::create_dir_all(src.join("d")).unwrap();
+        fs::write(src.join("a"), vec![1u8; 3000]).unwrap();
+        fs::write(src.join("d/b"), vec![2u8; 3000]).unwrap();
+        // Where the filesystem reflinks (XFS, btrfs), files cost nothing.
+        let probe = copy_tree(&src, &t.path().join("probe")).unwrap();
+        fs::remove_dir_all(t.path().join("probe")).unwrap();
+        if probe.reflinked {
+            assert_eq!(copy_tree_within(&src, &dst, Some(0)).unwrap().bytes, 6000);
+            return;
+        }
+        let e = copy_tree_within(&src, &dst, Some(4000)).unwrap_err();
+        assert!(
+            matches!(e, VolumeError::NoSpace { needed: 3000, .. }),
+            "{e}"
+        );
+        assert!(!dst.exists());
+        let left: Vec<_> = fs::read_dir(t.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "the partial copy is removed");
+        let st = copy_tree_within(&src, &dst, Some(6000)).unwrap();
+        assert_eq!(st.bytes, 6000);
+    }
 
     #[test]
     fn copies_tree_keeping_symlinks_unfollowed() {

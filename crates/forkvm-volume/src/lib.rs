@@ -151,9 +151,19 @@ pub enum VolumeError {
     Closed,
     #[error("copy destination {0} already exists; choose a new directory")]
     DestExists(PathBuf),
+    /// A bounded copy ([`copy_tree_within`]) would write past its budget.
+    #[error(
+        "no space left for the volume copy: {path} needs {needed} bytes and {left} remain above \
+         the free-space reserve"
+    )]
+    NoSpace {
+        path: PathBuf,
+        needed: u64,
+        left: u64,
+    },
 }
 
-pub use copy::copy_tree;
+pub use copy::{copy_tree, copy_tree_within};
 
 /// Rewrites the journal at `src` as a compacted one at `dst` (atomically):
 /// only the live nodes, with their lookup counts, and the INIT parameters.

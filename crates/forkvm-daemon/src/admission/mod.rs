@@ -101,6 +101,14 @@ impl Manager {
         })
     }
 
+    /// Bytes a write may take before the home goes under its reserve
+    /// (`None` when free space cannot be read): bounds copies whose size is
+    /// only known as they go, such as `copy` volumes.
+    pub fn disk_budget_bytes(&self) -> Option<u64> {
+        disk_free_mib(&self.cfg.home)
+            .map(|free| free.saturating_sub(self.cfg.disk_reserve_mib) * 1024 * 1024)
+    }
+
     fn check_disk_unlogged(&self, what: &str) -> Result<(), ApiError> {
         if let Some(free) = disk_free_mib(&self.cfg.home) {
             if free < self.cfg.disk_reserve_mib {

@@ -93,7 +93,9 @@ impl Manager {
         let reserve = self.cfg.disk_reserve_mib;
         let floor = reserve / 2;
         let suspended = self.suspended.ids();
-        if free >= reserve {
+        // With no reserve (0), a home at 0 MiB is still pressure: that is
+        // when QEMU stops guests with `io-error`.
+        if free >= reserve.max(1) {
             sizes.clear();
             for id in suspended {
                 self.unsuspend(&id, free).await;

@@ -90,6 +90,22 @@ fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("{what}: {e}"))
 }
 
+/// A failed volume copy: over the free-space budget is `507 no_space`
+/// (nothing was left behind), anything else a 500 that is classified.
+fn copy_error(what: &str, e: forkvm_volume::VolumeError) -> ApiError {
+    match e {
+        forkvm_volume::VolumeError::NoSpace { .. } => ApiError::new(
+            axum::http::StatusCode::INSUFFICIENT_STORAGE,
+            forkvm_api::codes::NO_SPACE,
+            format!(
+                "{what}: {e}; free space with `forkvm snapshot prune` or by removing images and \
+                 snapshots, or use a reflink filesystem (XFS, btrfs) for the home"
+            ),
+        ),
+        e => internal(what, e),
+    }
+}
+
 fn write_state(p: &SandboxPaths, v: &[VolState]) -> Result<(), ApiError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
@@ -307,9 +323,11 @@ impl Manager {
         } else {
             let sdir = snap.dir.join(forkvm_store::VOLUMES_DIR);
             let (svols, sdir, dst) = (svols.clone(), sdir.clone(), paths.volumes.clone());
-            let vols = tokio::task::spawn_blocking(move || clone_volumes(&svols, &sdir, &dst))
-                .await
-                .map_err(|e| internal("volume copy task", e))??;
+            let budget = self.disk_budget_bytes();
+            let vols =
+                tokio::task::spawn_blocking(move || clone_volumes(&svols, &sdir, &dst, budget))
+                    .await
+                    .map_err(|e| internal("volume copy task", e))??;
             write_state(&paths, &vols)?;
             vols
         };
@@ -367,7 +385,14 @@ impl Manager {
 /// A clone's volumes from its snapshot's: `copy` volumes get a private copy
 /// of the snapshot's tree, `shared` ones the same directory; every journal
 /// is copied so the new server knows the guest's nodes.
-fn clone_volumes(svols: &[SnapVolume], sdir: &Path, dst: &Path) -> Result<Vec<VolState>, ApiError> {
+/// `budget` bounds the bytes the `copy` trees may write (see
+/// `Manager::disk_budget_bytes`), shared by all of them.
+fn clone_volumes(
+    svols: &[SnapVolume],
+    sdir: &Path,
+    dst: &Path,
+    mut budget: Option<u64>,
+) -> Result<Vec<VolState>, ApiError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -383,8 +408,9 @@ fn clone_volumes(svols: &[SnapVolume], sdir: &Path, dst: &Path) -> Result<Vec<Vo
         let host_path = if copy {
             let to = dst.join(v.index.to_string());
             let _ = std::fs::remove_dir_all(&to);
-            forkvm_volume::copy_tree(&sdir.join(v.index.to_string()), &to)
-                .map_err(|e| internal("cannot copy the snapshot's volume", e))?;
+            let st = forkvm_volume::copy_tree_within(&sdir.join(v.index.to_string()), &to, budget)
+                .map_err(|e| copy_error("cannot copy the snapshot's volume", e))?;
+            budget = budget.map(|b| b.saturating_sub(if st.reflinked { 0 } else { st.bytes }));
             to
         } else {
             PathBuf::from(&v.host_path)
@@ -442,7 +468,13 @@ impl VolumeHold {
 
     /// Save the journals, and the trees of `copy` volumes (unless `journals_only`:
     /// a pause keeps serving the sandbox's own directories), into `dir`.
-    pub async fn save_into(&self, dir: PathBuf, journals_only: bool) -> Result<(), ApiError> {
+    /// `budget` bounds the bytes the `copy` trees may write.
+    pub async fn save_into(
+        &self,
+        dir: PathBuf,
+        journals_only: bool,
+        mut budget: Option<u64>,
+    ) -> Result<(), ApiError> {
         let h = self.handle.clone();
         let vols = self.vols.clone();
         tokio::task::spawn_blocking(move || {
@@ -452,8 +484,14 @@ impl VolumeHold {
                 .map_err(|e| internal("cannot save the volume journals", e))?;
             if !journals_only {
                 for v in vols.iter().filter(|v| v.mount.mode == VolumeMode::Copy) {
-                    forkvm_volume::copy_tree(&v.host_path, &dir.join(v.index.to_string()))
-                        .map_err(|e| internal("cannot copy a volume into the snapshot", e))?;
+                    let st = forkvm_volume::copy_tree_within(
+                        &v.host_path,
+                        &dir.join(v.index.to_string()),
+                        budget,
+                    )
+                    .map_err(|e| copy_error("cannot copy a volume into the snapshot", e))?;
+                    budget =
+                        budget.map(|b| b.saturating_sub(if st.reflinked { 0 } else { st.bytes }));
                 }
             }
             Ok::<(), ApiError>(())

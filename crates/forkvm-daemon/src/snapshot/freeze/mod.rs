@@ -352,8 +352,12 @@ impl Manager {
             // The guest runs again, but its volume I/O waits until the
             // journals (and `copy` trees) are saved.
             let t = Instant::now();
-            v.save_into(staging.path(forkvm_store::VOLUMES_DIR), hold)
-                .await?;
+            v.save_into(
+                staging.path(forkvm_store::VOLUMES_DIR),
+                hold,
+                self.disk_budget_bytes(),
+            )
+            .await?;
             crash::point("freeze.volumes_saved");
             tracing::debug!(sandbox = %id, ms = ms(t.elapsed()), "saved the volumes for a snapshot");
         }
