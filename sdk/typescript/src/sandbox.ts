@@ -358,9 +358,10 @@ export class Sandbox implements AsyncDisposable {
   /**
    * Save it to disk and free its RAM and QEMU: `state` becomes `paused` and
    * `info.paused` says what was stored. Its timeout stops counting.
+   * `{ memory: false }` keeps only the disk: the resume cold-boots from it.
    */
-  async pause(opts?: RequestOptions): Promise<Sandbox> {
-    this.info = await this.client.pause(this.id, opts);
+  async pause(req: api.PauseRequest = {}, opts?: RequestOptions): Promise<Sandbox> {
+    this.info = await this.client.pause(this.id, req, opts);
     return this;
   }
 
