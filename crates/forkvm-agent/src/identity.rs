@@ -24,16 +24,7 @@
 //! 6. overwrites `/run/forkvm/boot_id` with a fresh random UUID, read from
 //!    the RNG just reseeded.
 //!
-//! **Why the boot id is a file of ours.** The kernel makes
-//! `/proc/sys/kernel/random/boot_id` once per boot and offers no way to
-//! change it, so every clone of one snapshot would report its source's. As
-//! pid 1 of a booted VM the agent copies it to `/run/forkvm/boot_id` (tmpfs)
-//! and bind-mounts that file, read-only, over the kernel's
-//! ([`IdentityPaths::boot_id_over`]), as container managers do for their
-//! containers; a clone then gets its own by step 6, one more `pwrite` beside
-//! the other ids. What cannot change, a procfs mounted afresh (a new pid
-//! namespace with its own `/proc`) still shows the kernel's: docs/snapshots.md
-//! lists it with what else clones share.
+//! Step 6 and why the boot id is a file of ours: [`crate::boot_id`].
 //!
 //! Every field is validated before anything is changed, so a malformed
 //! request changes nothing. A failing step (for example `EPERM` when the
@@ -62,6 +53,7 @@ use std::path::{Path, PathBuf};
 
 use forkvm_agent_protocol::{ERR_INVALID, ERR_IO};
 
+use crate::boot_id::{uuid_v4, KERNEL_BOOT_ID};
 use crate::serve::ReqError;
 use crate::sys;
 
@@ -118,9 +110,6 @@ impl IdentityPaths {
         self.run_dir.join("boot_id")
     }
 }
-
-/// Where the kernel shows its boot id.
-pub const KERNEL_BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
 /// A decoded `identity` request.
 #[derive(Debug, Clone, Copy)]
@@ -341,21 +330,6 @@ fn open_machine_id(path: &Path, follow: bool) -> Result<Option<Slot>, ReqError> 
     }))
 }
 
-/// A random (version 4) UUID in the kernel's `boot_id` spelling.
-pub fn uuid_v4(mut b: [u8; 16]) -> String {
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
 /// Create `<run_dir>/boot_id` holding the kernel's `boot_id`, keep it open,
 /// and bind-mount it read-only over [`IdentityPaths::boot_id_over`] when
 /// that is set. A mount that fails is reported on the console and leaves
@@ -365,23 +339,7 @@ pub fn uuid_v4(mut b: [u8; 16]) -> String {
 fn open_boot_id(paths: &IdentityPaths) -> Result<Slot, ReqError> {
     let slot = create_id_file(paths, &paths.boot_id(), KERNEL_BOOT_ID)?;
     if let Some(over) = &paths.boot_id_over {
-        let src = paths.boot_id();
-        let src = src.to_string_lossy();
-        let r = sys::mount(&src, over, None, libc::MS_BIND, None).and_then(|()| {
-            sys::mount(
-                "none",
-                over,
-                None,
-                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
-                None,
-            )
-        });
-        if let Err(e) = r {
-            eprintln!(
-                "forkvm-agent: cannot mount {src} over {}: {e}; clones will share this boot id",
-                over.display()
-            );
-        }
+        crate::boot_id::mount_over(&paths.boot_id(), over);
     }
     Ok(slot)
 }
@@ -664,12 +622,6 @@ mod tests {
             boot_ids.push(b);
         }
         fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn uuid_v4_spelling() {
-        assert_eq!(uuid_v4([0xff; 16]), "ffffffff-ffff-4fff-bfff-ffffffffffff");
-        assert_eq!(uuid_v4([0; 16]), "00000000-0000-4000-8000-000000000000");
     }
 
     #[test]

@@ -48,6 +48,7 @@
 mod archive;
 mod at;
 mod boot;
+mod boot_id;
 mod cmdline;
 mod command;
 mod download;
