@@ -286,6 +286,13 @@ fn timeouts_pause_and_survive_a_daemon_kill() {
         .trim()
         .to_string();
     let k_pid = d.json(&["inspect", &k])["pid"].as_u64().unwrap() as u32;
+    // And one paused without its memory: its disk outlives the daemon.
+    let f = d.ok(&["spawn"]).trim().to_string();
+    sh(&d, &f, "echo kept > /root/f.txt");
+    assert_eq!(
+        d.json(&["pause", "--no-memory", &f])["paused"]["memory"],
+        false
+    );
     d.stop(libc::SIGKILL);
     std::thread::sleep(Duration::from_secs(6));
     d.spawn_process();
@@ -303,7 +310,10 @@ fn timeouts_pause_and_survive_a_daemon_kill() {
     assert_eq!(state(&d, &p).unwrap()["state"], "running");
     let v = d.json(&["resume", &q]);
     assert_eq!(v["state"], "running");
-    for id in [&p, &q] {
+    assert_eq!(state(&d, &f).unwrap()["state"], "paused");
+    assert_eq!(d.json(&["resume", &f])["state"], "running");
+    assert_eq!(sh(&d, &f, "cat /root/f.txt").trim(), "kept");
+    for id in [&p, &q, &f] {
         d.ok(&["rm", id]);
     }
     assert!(d.json(&["ps"])["sandboxes"].as_array().unwrap().is_empty());

@@ -44,10 +44,18 @@ use crate::snapshot::qemu_err;
 /// How long the guest gets to write out its page cache.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Remove what a stopped VM leaves, except its disk chain (the `.qcow2`
-/// files of its directory), its logs and the directory itself.
+/// Remove what a stopped VM leaves (its pid file included), except its disk
+/// chain (the `.qcow2` files of its directory), its logs and the directory
+/// itself.
 pub(crate) fn remove_runtime_keep_disk(paths: &SandboxPaths) {
-    for p in [&paths.mem, &paths.qmp, &paths.agent, &paths.volumes_sock] {
+    let pid_file = paths.dir.join("qemu.pid");
+    for p in [
+        &paths.mem,
+        &paths.qmp,
+        &paths.agent,
+        &paths.volumes_sock,
+        &pid_file,
+    ] {
         let _ = std::fs::remove_file(p);
     }
     let _ = std::fs::remove_dir_all(&paths.shm);
@@ -298,7 +306,9 @@ mod tests {
         std::fs::write(paths.dir.join("disk-l1.qcow2"), b"q").unwrap();
         std::fs::write(&paths.qmp, b"").unwrap();
         std::fs::write(&paths.agent, b"").unwrap();
+        std::fs::write(paths.dir.join("qemu.pid"), b"1").unwrap();
         remove_runtime_keep_disk(&paths);
+        assert!(!paths.dir.join("qemu.pid").exists());
         assert!(paths.disk.exists() && is_layer(&paths.disk));
         assert!(paths.dir.join("disk-l1.qcow2").exists());
         assert!(!paths.qmp.exists() && !paths.agent.exists());
