@@ -6,7 +6,7 @@
 #   $FORKVM_HOME/guest/kernel.release          e.g. 6.12.95+deb12-amd64
 #   $FORKVM_HOME/guest/initramfs.img           gzip'd newc cpio: /init = forkvm-agent,
 #                                              virtio/ext4 modules, /etc/forkvm/modules.list
-#   $FORKVM_HOME/images/default/rootfs.ext4    default image (Debian bookworm + python3), 0444
+#   $FORKVM_HOME/images/default/rootfs.ext4    default image (Debian bookworm + python3, git, sudo), 0444
 #   $FORKVM_HOME/images/default/image.json     its metadata
 #
 # Each artefact is rebuilt only when missing or when its inputs changed: a stamp
@@ -54,9 +54,11 @@ INITRAMFS_DIRS=(proc sys dev newroot tmp)
 
 IMAGE_SUITE=bookworm
 IMAGE_VARIANT=minbase
-IMAGE_PKGS=(python3 iproute2 procps ca-certificates curl iputils-ping iperf3)
+# git, sudo and python-is-python3 (`python`): what E2B's base template has
+# and agent code assumes; examples/e2b-base builds on this image (docs/e2b.md).
+IMAGE_PKGS=(python3 python-is-python3 git sudo iproute2 procps ca-certificates curl iputils-ping iperf3)
 IMAGE_SIZE=2G
-IMAGE_DESCRIPTION="Debian bookworm with python3"
+IMAGE_DESCRIPTION="Debian bookworm with python3, git and sudo"
 
 FORKVM_HOME=${FORKVM_HOME:-/var/lib/forkvm}
 GUEST_DIR=$FORKVM_HOME/guest

@@ -21,6 +21,10 @@
 //! 5. overwrites `/run/forkvm/instance-id` with the new instance id. (A booted
 //!    VM's instance id is its kernel's `boot_id`, written when the agent
 //!    starts.)
+//! 6. overwrites `/run/forkvm/boot_id` with a fresh random UUID, read from
+//!    the RNG just reseeded.
+//!
+//! Step 6 and why the boot id is a file of ours: [`crate::boot_id`].
 //!
 //! Every field is validated before anything is changed, so a malformed
 //! request changes nothing. A failing step (for example `EPERM` when the
@@ -49,6 +53,7 @@ use std::path::{Path, PathBuf};
 
 use forkvm_agent_protocol::{ERR_INVALID, ERR_IO};
 
+use crate::boot_id::{uuid_v4, KERNEL_BOOT_ID};
 use crate::serve::ReqError;
 use crate::sys;
 
@@ -68,8 +73,12 @@ pub struct IdentityPaths {
     pub random: PathBuf,
     pub machine_id: PathBuf,
     pub dbus_machine_id: PathBuf,
-    /// Holds `instance-id`; created (mode 0755) if missing.
+    /// Holds `instance-id` and `boot_id`; created (mode 0755) if missing.
     pub run_dir: PathBuf,
+    /// The kernel's boot id file, which `run_dir/boot_id` is bind-mounted
+    /// over. `None` (the default, and in tests) mounts nothing: only the
+    /// agent running as pid 1 of a guest sets it.
+    pub boot_id_over: Option<PathBuf>,
 }
 
 impl Default for IdentityPaths {
@@ -79,13 +88,26 @@ impl Default for IdentityPaths {
             machine_id: "/etc/machine-id".into(),
             dbus_machine_id: "/var/lib/dbus/machine-id".into(),
             run_dir: "/run/forkvm".into(),
+            boot_id_over: None,
         }
     }
 }
 
 impl IdentityPaths {
+    /// The real paths of a guest, with the boot id mounted over the kernel's.
+    pub fn guest() -> Self {
+        IdentityPaths {
+            boot_id_over: Some(KERNEL_BOOT_ID.into()),
+            ..Default::default()
+        }
+    }
+
     pub fn instance_id(&self) -> PathBuf {
         self.run_dir.join("instance-id")
+    }
+
+    pub fn boot_id(&self) -> PathBuf {
+        self.run_dir.join("boot_id")
     }
 }
 
@@ -193,6 +215,7 @@ pub struct Targets {
     random: Result<(PathBuf, File), ReqError>,
     machine_ids: Result<Vec<Slot>, ReqError>,
     instance_id: Result<Slot, ReqError>,
+    boot_id: Result<Slot, ReqError>,
 }
 
 impl Targets {
@@ -208,10 +231,13 @@ impl Targets {
             .into_iter()
             .filter_map(|(p, follow)| open_machine_id(p, follow).transpose())
             .collect();
+        let instance_id = open_instance_id(paths);
+        let boot_id = open_boot_id(paths);
         Targets {
             random,
             machine_ids,
-            instance_id: open_instance_id(paths),
+            instance_id,
+            boot_id,
         }
     }
 
@@ -231,14 +257,19 @@ impl Targets {
         self.apply_files(req)
     }
 
-    /// Steps 4 and 5: the machine id and instance id files.
+    /// Steps 4 to 6: the machine id, instance id and boot id files.
     pub fn apply_files(&mut self, req: &Identity<'_>) -> Result<(), ReqError> {
         let content = format!("{}\n", req.machine_id);
         for slot in self.machine_ids.as_mut().map_err(|e| e.clone())? {
             slot.overwrite(content.as_bytes())?;
         }
         let slot = self.instance_id.as_mut().map_err(|e| e.clone())?;
-        slot.overwrite(format!("{}\n", req.instance_id).as_bytes())
+        slot.overwrite(format!("{}\n", req.instance_id).as_bytes())?;
+        let mut raw = [0u8; 16];
+        sys::random_bytes(&mut raw)
+            .map_err(|e| io_error(format!("cannot draw a boot id (getrandom): {e}")))?;
+        let slot = self.boot_id.as_mut().map_err(|e| e.clone())?;
+        slot.overwrite(format!("{}\n", uuid_v4(raw)).as_bytes())
     }
 }
 
@@ -299,9 +330,29 @@ fn open_machine_id(path: &Path, follow: bool) -> Result<Option<Slot>, ReqError> 
     }))
 }
 
+/// Create `<run_dir>/boot_id` holding the kernel's `boot_id`, keep it open,
+/// and bind-mount it read-only over [`IdentityPaths::boot_id_over`] when
+/// that is set. A mount that fails is reported on the console and leaves
+/// the kernel's file in view (every clone then shows its source's boot id,
+/// as before); the file is still written, so identities are never refused
+/// for it.
+fn open_boot_id(paths: &IdentityPaths) -> Result<Slot, ReqError> {
+    let slot = create_id_file(paths, &paths.boot_id(), KERNEL_BOOT_ID)?;
+    if let Some(over) = &paths.boot_id_over {
+        crate::boot_id::mount_over(&paths.boot_id(), over);
+    }
+    Ok(slot)
+}
+
 /// Create `<run_dir>/instance-id` (and `run_dir`, mode 0755, if needed)
 /// holding the kernel's `boot_id`, and keep it open.
 fn open_instance_id(paths: &IdentityPaths) -> Result<Slot, ReqError> {
+    create_id_file(paths, &paths.instance_id(), KERNEL_BOOT_ID)
+}
+
+/// Create the id file `path` in `run_dir` (made, mode 0755, if needed),
+/// read-only, holding what `initial` holds; keep it open for overwriting.
+fn create_id_file(paths: &IdentityPaths, path: &Path, initial: &str) -> Result<Slot, ReqError> {
     let run_dir = &paths.run_dir;
     let d = run_dir.display();
     match DirBuilder::new().mode(0o755).create(run_dir) {
@@ -311,10 +362,9 @@ fn open_instance_id(paths: &IdentityPaths) -> Result<Slot, ReqError> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && run_dir.is_dir() => {}
         Err(e) => return Err(io_error(format!("cannot create {d}: {e}"))),
     }
-    let path = paths.instance_id();
     let p = path.display();
     // A leftover file may be read-only: start afresh.
-    match fs::remove_file(&path) {
+    match fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_error(format!("cannot remove {p}: {e}"))),
@@ -323,13 +373,17 @@ fn open_instance_id(paths: &IdentityPaths) -> Result<Slot, ReqError> {
         .write(true)
         .create_new(true)
         .mode(ID_FILE_MODE)
-        .open(&path)
+        .open(path)
         .map_err(|e| io_error(format!("cannot create {p}: {e}")))?;
     // Exactly ID_FILE_MODE whatever the umask.
     file.set_permissions(Permissions::from_mode(ID_FILE_MODE))
         .map_err(|e| io_error(format!("cannot chmod {p}: {e}")))?;
-    let mut slot = Slot { path, file, len: 0 };
-    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let mut slot = Slot {
+        path: path.to_path_buf(),
+        file,
+        len: 0,
+    };
+    let boot_id = fs::read_to_string(initial).unwrap_or_default();
     slot.overwrite(format!("{}\n", boot_id.trim()).as_bytes())?;
     Ok(slot)
 }
@@ -385,6 +439,7 @@ mod tests {
             dbus_machine_id: dir.join("var/lib/dbus/machine-id"),
             // Like /run, the parent exists.
             run_dir: dir.join("run-forkvm"),
+            boot_id_over: None,
         }
     }
 
@@ -537,6 +592,9 @@ mod tests {
         // A booted VM's instance id: the kernel's boot_id.
         let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
         assert_eq!(fs::read_to_string(p.instance_id()).unwrap(), boot_id);
+        // So is its boot id file (mounted over the kernel's in a guest).
+        assert_eq!(fs::read_to_string(p.boot_id()).unwrap(), boot_id);
+        let mut boot_ids = vec![boot_id];
         // Two identities in a row (a clone of a clone): each one lands.
         for (mid, iid) in [
             (MID, "first-id"),
@@ -556,6 +614,12 @@ mod tests {
                 fs::read_to_string(p.instance_id()).unwrap(),
                 format!("{iid}\n")
             );
+            // A fresh boot id each time, spelled as the kernel's.
+            let b = fs::read_to_string(p.boot_id()).unwrap();
+            assert_eq!(b.len(), 37, "{b:?}");
+            assert_eq!(&b[14..15], "4", "version 4: {b:?}");
+            assert!(!boot_ids.contains(&b), "{b:?} repeats");
+            boot_ids.push(b);
         }
         fs::remove_dir_all(&d).unwrap();
     }
@@ -591,7 +655,8 @@ mod tests {
         fs::set_permissions(p.instance_id(), Permissions::from_mode(0o444)).unwrap();
         apply_files_in(&p).unwrap();
         assert_eq!(fs::read_to_string(p.instance_id()).unwrap(), "i-0abc-DEF\n");
-        assert_eq!(fs::read_dir(&p.run_dir).unwrap().count(), 1);
+        // instance-id and boot_id.
+        assert_eq!(fs::read_dir(&p.run_dir).unwrap().count(), 2);
 
         // run_dir is a file: an io error at every identity, not a silent
         // success.

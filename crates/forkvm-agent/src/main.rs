@@ -48,6 +48,7 @@
 mod archive;
 mod at;
 mod boot;
+mod boot_id;
 mod cmdline;
 mod command;
 mod download;
@@ -157,11 +158,13 @@ fn serve_forever(spec: &PortSpec, conn: Conn, pid1: bool) -> Result<(), Fatal> {
     } = conn;
     // Opens what a clone's `identity` request will write to, now, in the
     // booted VM: see the identity module for why.
-    let agent = Agent::new(
-        writer,
-        move || shutdown(pid1),
-        &identity::IdentityPaths::default(),
-    );
+    // As pid 1 the boot id is mounted over the kernel's (identity module).
+    let paths = if pid1 {
+        identity::IdentityPaths::guest()
+    } else {
+        identity::IdentityPaths::default()
+    };
+    let agent = Agent::new(writer, move || shutdown(pid1), &paths);
     loop {
         match serve::serve_conn(&mut *reader, &agent, eof) {
             Ok(()) => log("the host closed the connection; reconnecting"),

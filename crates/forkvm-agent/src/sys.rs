@@ -300,7 +300,26 @@ pub fn poll_readable(fd: RawFd, timeout_ms: libc::c_int) -> io::Result<bool> {
     }
 }
 
-/// sync(2).
+/// Fill `buf` from the kernel RNG (getrandom(2), blocking until it is
+/// seeded, which it always is by the time a clone asks).
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is valid for writes of `rest.len()` bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
 /// Detach a mount (`umount2(MNT_DETACH)`), ignoring errors: used to undo
 /// a half-done set of mounts.
 pub fn umount_detach(path: &str) {
@@ -312,6 +331,7 @@ pub fn umount_detach(path: &str) {
     }
 }
 
+/// sync(2).
 pub fn sync() {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };

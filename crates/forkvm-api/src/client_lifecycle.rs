@@ -7,7 +7,7 @@ use hyper::Method;
 
 use crate::client::{enc, Client, ClientError};
 use crate::types::{Sandbox, SandboxList};
-use crate::{ResumeRequest, SetTimeout, METADATA_QUERY_PREFIX};
+use crate::{PauseRequest, ResumeRequest, SetTimeout, METADATA_QUERY_PREFIX};
 
 impl Client {
     /// Sandboxes with every given metadata pair.
@@ -36,11 +36,11 @@ impl Client {
         .await
     }
 
-    pub async fn pause(&self, id: &str) -> Result<Sandbox, ClientError> {
+    pub async fn pause(&self, id: &str, req: &PauseRequest) -> Result<Sandbox, ClientError> {
         self.json(
             Method::POST,
             &format!("/v1/sandboxes/{}/pause", enc(id)),
-            None::<&()>,
+            Some(req),
         )
         .await
     }

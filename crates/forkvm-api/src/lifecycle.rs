@@ -1,10 +1,12 @@
 //! Bodies of the lifetime operations: timeouts, pause and resume.
 //!
 //! A sandbox may carry a timeout (seconds). When it runs out the daemon
-//! removes the sandbox, or pauses it when `on_timeout` is `pause`. A paused
-//! sandbox is saved to disk (a snapshot of origin `pause`) and holds no RAM
-//! and no QEMU; `resume` brings it back with the same id, network and
-//! published ports. Time spent paused does not count against the timeout.
+//! removes the sandbox, or pauses it when `on_timeout` is `pause` (or
+//! `pause_filesystem`). A paused sandbox is saved to disk (a snapshot of
+//! origin `pause`) and holds no RAM and no QEMU; `resume` brings it back with
+//! the same id, network and published ports. A filesystem-only pause keeps
+//! the disk and not the memory, and its resume cold-boots from that disk.
+//! Time spent paused does not count against the timeout.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -18,6 +20,30 @@ pub enum OnTimeout {
     Kill,
     /// Pause it: it can be resumed later with its memory and disk.
     Pause,
+    /// Pause it keeping only its disk (a pause with `memory: false`): the
+    /// resume cold-boots from that disk, without the running processes.
+    PauseFilesystem,
+}
+
+impl OnTimeout {
+    /// Does this action pause (with or without the memory)?
+    pub fn pauses(self) -> bool {
+        matches!(self, OnTimeout::Pause | OnTimeout::PauseFilesystem)
+    }
+}
+
+/// `POST /v1/sandboxes/{id}/pause` (the body is optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PauseRequest {
+    /// `false`: keep only the disk. The guest's page cache is written out
+    /// (`sync`) and QEMU stopped; no memory is saved, and the resume
+    /// cold-boots from the disk with the same id, metadata, environment,
+    /// network and published ports, but none of the processes that ran.
+    /// Default `true`: memory and disk, and the resume goes on where the
+    /// guest stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
 }
 
 /// `PUT /v1/sandboxes/{id}/timeout`: a new timeout, counted from now.
@@ -41,6 +67,11 @@ pub struct ResumeRequest {
     /// its timeout ran out, its whole timeout again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
+    /// `false`: cold-boot from the saved disk even when memory was saved
+    /// (the memory stays stored, unused). A filesystem-only pause always
+    /// resumes this way. Default `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
 }
 
 /// A sandbox's timeout as the API shows it.
@@ -61,7 +92,14 @@ pub struct Lifetime {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct PauseInfo {
     /// The snapshot holding it (origin `pause`; removed with the sandbox).
-    pub snapshot: String,
+    /// Absent for a filesystem-only pause, whose disk stays in the
+    /// sandbox's own files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// `false`: a filesystem-only pause, which saved no memory; the resume
+    /// cold-boots from the disk.
+    #[serde(default = "yes")]
+    pub memory: bool,
     /// RFC 3339 time of the pause.
     pub paused_at: String,
     /// Why: `request` or `timeout`.
@@ -73,6 +111,10 @@ pub struct PauseInfo {
     pub disk_bytes: u64,
     /// How long the vCPUs were stopped before QEMU went away.
     pub pause_ms: f64,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Resource limits of one sandbox, set at spawn and inherited by a branch's

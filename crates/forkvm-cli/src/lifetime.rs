@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Subcommand;
-use forkvm_api::{Client, OnTimeout, ResumeRequest, Sandbox, SetTimeout};
+use forkvm_api::{Client, OnTimeout, PauseRequest, ResumeRequest, Sandbox, SetTimeout};
 
 /// Resource limit flags (docs/limits.md); omitted ones are unlimited (or,
 /// on a branch, the source's).
@@ -61,7 +61,8 @@ pub struct LifeArgs {
     /// --on-timeout pause).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
-    /// What happens when the timeout runs out.
+    /// What happens when the timeout runs out: kill, pause, or
+    /// pause-filesystem (keep only the disk; the resume cold-boots).
     #[arg(long, value_parser = parse_on_timeout, requires = "timeout")]
     pub on_timeout: Option<OnTimeout>,
 }
@@ -90,7 +91,8 @@ fn parse_on_timeout(s: &str) -> Result<OnTimeout, String> {
     match s {
         "kill" => Ok(OnTimeout::Kill),
         "pause" => Ok(OnTimeout::Pause),
-        _ => Err(format!("{s:?}: use kill or pause")),
+        "pause-filesystem" | "pause_filesystem" => Ok(OnTimeout::PauseFilesystem),
+        _ => Err(format!("{s:?}: use kill, pause or pause-filesystem")),
     }
 }
 
@@ -107,13 +109,22 @@ fn parse_timeout(s: &str) -> Result<Option<u64>, String> {
 #[derive(Subcommand)]
 pub enum LifeCmd {
     /// Save a running sandbox to disk and free its RAM and QEMU.
-    Pause { id: String },
+    Pause {
+        id: String,
+        /// Keep only the disk: no memory is saved, and the resume cold-boots
+        /// from the disk (same id, network and ports; no processes).
+        #[arg(long)]
+        no_memory: bool,
+    },
     /// Bring a paused sandbox back (same id, memory, disk, ports).
     Resume {
         id: String,
         /// A new timeout in seconds (default: what it had left).
         #[arg(long, value_name = "SECS")]
         timeout: Option<u64>,
+        /// Cold-boot from the saved disk even if memory was saved.
+        #[arg(long)]
+        no_memory: bool,
     },
     /// Print the daemon's Prometheus metrics.
     Metrics,
@@ -135,20 +146,26 @@ fn summary(s: &Sandbox) -> String {
         .unwrap_or_default();
     let mut out = format!("{} {state}", s.id);
     if let Some(p) = &s.paused {
-        out += &format!(
-            " (saved {} memory + {} disk bytes as {}, stopped {:.1} ms)",
-            p.memory_bytes, p.disk_bytes, p.snapshot, p.pause_ms
-        );
+        out += &match &p.snapshot {
+            Some(snap) if p.memory => format!(
+                " (saved {} memory + {} disk bytes as {snap}, stopped {:.1} ms)",
+                p.memory_bytes, p.disk_bytes, p.pause_ms
+            ),
+            _ => format!(
+                " (disk only, {} bytes kept; a resume cold-boots; stopped {:.1} ms)",
+                p.disk_bytes, p.pause_ms
+            ),
+        };
     }
     if let Some(l) = &s.lifetime {
         out += &format!(
             " timeout {} s, {:.0} s left, then {}",
             l.timeout,
             l.remaining_s,
-            if l.on_timeout == OnTimeout::Pause {
-                "pause"
-            } else {
-                "kill"
+            match l.on_timeout {
+                OnTimeout::Kill => "kill",
+                OnTimeout::Pause => "pause",
+                OnTimeout::PauseFilesystem => "pause (disk only)",
             }
         );
     }
@@ -162,8 +179,23 @@ pub async fn run(c: &Client, cmd: LifeCmd, json: bool) -> Result<ExitCode> {
             print!("{}", String::from_utf8_lossy(&b));
             return Ok(ExitCode::SUCCESS);
         }
-        LifeCmd::Pause { id } => c.pause(&id).await?,
-        LifeCmd::Resume { id, timeout } => c.resume(&id, &ResumeRequest { timeout }).await?,
+        LifeCmd::Pause { id, no_memory } => {
+            let req = PauseRequest {
+                memory: no_memory.then_some(false),
+            };
+            c.pause(&id, &req).await?
+        }
+        LifeCmd::Resume {
+            id,
+            timeout,
+            no_memory,
+        } => {
+            let req = ResumeRequest {
+                timeout,
+                memory: no_memory.then_some(false),
+            };
+            c.resume(&id, &req).await?
+        }
         LifeCmd::Timeout {
             id,
             secs,
@@ -207,6 +239,10 @@ mod tests {
         assert_eq!(parse_timeout("30").unwrap(), Some(30));
         assert!(parse_timeout("-1").is_err());
         assert_eq!(parse_on_timeout("pause").unwrap(), OnTimeout::Pause);
+        assert_eq!(
+            parse_on_timeout("pause-filesystem").unwrap(),
+            OnTimeout::PauseFilesystem
+        );
         assert!(parse_on_timeout("stop").is_err());
     }
 }

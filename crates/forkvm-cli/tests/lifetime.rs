@@ -286,6 +286,13 @@ fn timeouts_pause_and_survive_a_daemon_kill() {
         .trim()
         .to_string();
     let k_pid = d.json(&["inspect", &k])["pid"].as_u64().unwrap() as u32;
+    // And one paused without its memory: its disk outlives the daemon.
+    let f = d.ok(&["spawn"]).trim().to_string();
+    sh(&d, &f, "echo kept > /root/f.txt");
+    assert_eq!(
+        d.json(&["pause", "--no-memory", &f])["paused"]["memory"],
+        false
+    );
     d.stop(libc::SIGKILL);
     std::thread::sleep(Duration::from_secs(6));
     d.spawn_process();
@@ -303,7 +310,10 @@ fn timeouts_pause_and_survive_a_daemon_kill() {
     assert_eq!(state(&d, &p).unwrap()["state"], "running");
     let v = d.json(&["resume", &q]);
     assert_eq!(v["state"], "running");
-    for id in [&p, &q] {
+    assert_eq!(state(&d, &f).unwrap()["state"], "paused");
+    assert_eq!(d.json(&["resume", &f])["state"], "running");
+    assert_eq!(sh(&d, &f, "cat /root/f.txt").trim(), "kept");
+    for id in [&p, &q, &f] {
         d.ok(&["rm", id]);
     }
     assert!(d.json(&["ps"])["sandboxes"].as_array().unwrap().is_empty());
@@ -407,4 +417,155 @@ fn usage_and_metrics() {
     assert!(d
         .ok(&["metrics"])
         .contains("forkvm_errors_total{code=\"not_found\"}"));
+}
+
+/// `pause --no-memory`, `--on-timeout pause-filesystem` and `resume
+/// --no-memory`: the disk is kept, the memory is not, and the resume
+/// cold-boots with the same id, metadata, env, network and published port.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn filesystem_pause_keeps_the_disk_and_cold_boots() {
+    let d = shared();
+    let id = d
+        .ok(&[
+            "spawn",
+            "--port",
+            "8000",
+            "--timeout",
+            "600",
+            "--env",
+            "MODE=eval",
+            "--metadata",
+            "suite=fs-pause",
+        ])
+        .trim()
+        .to_string();
+    let sb = Sandbox { d, id: id.clone() };
+    let host_port = |d: &Daemon| d.json(&["inspect", &id])["network"]["ports"][0]["host"].as_u64();
+    let port = host_port(d);
+    // No sync here: the pause writes the guest's page cache out itself.
+    sh(
+        d,
+        &id,
+        "echo on-disk > /root/kept.txt; echo in-ram > /tmp/ram.txt",
+    );
+    let (pid, _) = start_counter(d, &id);
+    let boot_id = sh(d, &id, "cat /proc/sys/kernel/random/boot_id");
+    let snapshots = d.json(&["snapshot", "ls"])["snapshots"]
+        .as_array()
+        .unwrap()
+        .len();
+    let qemu = sb.pid();
+
+    let cold = |v: &serde_json::Value, why: &str| {
+        assert_eq!(v["state"], "running", "{why}: {v}");
+        assert_eq!(v["id"], id.as_str());
+        assert_eq!(v["metadata"]["suite"], "fs-pause", "{why}");
+        assert_eq!(sh(d, &id, "cat /root/kept.txt").trim(), "on-disk", "{why}");
+        assert_eq!(
+            try_sh(d, &id, "cat /tmp/ram.txt 2>/dev/null"),
+            "",
+            "{why}: RAM came back"
+        );
+        assert!(
+            try_sh(
+                d,
+                &id,
+                "grep -l 'counte[r].py' /proc/[0-9]*/cmdline 2>/dev/null"
+            )
+            .is_empty(),
+            "{why}: the counter (pid {pid}) survived a cold boot"
+        );
+        assert_eq!(
+            sh(d, &id, "echo $MODE; hostname")
+                .split_whitespace()
+                .collect::<Vec<_>>(),
+            ["eval", id.as_str()]
+        );
+        assert_eq!(host_port(d), port, "{why}: the published port moved");
+        let b = sh(d, &id, "cat /proc/sys/kernel/random/boot_id");
+        assert_ne!(b, boot_id, "{why}: the guest did not boot again");
+        b
+    };
+
+    let t = Instant::now();
+    let v = d.json(&["pause", "--no-memory", &id]);
+    eprintln!("a filesystem-only pause took {:?}", t.elapsed());
+    assert_eq!(v["state"], "paused", "{v}");
+    let p = &v["paused"];
+    assert_eq!(
+        (p["memory"].as_bool(), p["memory_bytes"].as_u64()),
+        (Some(false), Some(0)),
+        "{v}"
+    );
+    assert!(p.get("snapshot").is_none(), "{v}");
+    assert!(
+        wait_until(Duration::from_secs(15), || !alive(qemu)),
+        "QEMU runs on"
+    );
+    assert_eq!(
+        d.json(&["snapshot", "ls"])["snapshots"]
+            .as_array()
+            .unwrap()
+            .len(),
+        snapshots,
+        "a filesystem-only pause makes no snapshot"
+    );
+    let files = d.sandbox_files(&id);
+    assert!(
+        files.iter().any(|f| f.ends_with("disk.qcow2")),
+        "the disk goes: {files:?}"
+    );
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.ends_with("qmp.sock") || f.ends_with("agent.sock")),
+        "{files:?}"
+    );
+    let t = Instant::now();
+    let v = d.json(&["resume", &id]);
+    eprintln!("its resume (a cold boot) took {:?}", t.elapsed());
+    let boot2 = cold(&v, "resume of a filesystem-only pause");
+
+    // A timeout that pauses without memory.
+    let v = d.json(&["timeout", &id, "2", "--on-timeout", "pause-filesystem"]);
+    assert_eq!(v["lifetime"]["on_timeout"], "pause_filesystem", "{v}");
+    sh(d, &id, "echo again > /root/kept2.txt");
+    assert!(
+        wait_until(Duration::from_secs(90), || d.json(&["inspect", &id])
+            ["state"]
+            == "paused"),
+        "the timeout did not pause it"
+    );
+    let v = d.json(&["inspect", &id]);
+    assert_eq!(
+        (
+            v["paused"]["memory"].as_bool(),
+            v["paused"]["reason"].as_str()
+        ),
+        (Some(false), Some("timeout")),
+        "{v}"
+    );
+    let v = d.json(&["resume", &id, "--timeout", "600"]);
+    let boot3 = cold(&v, "resume after a timeout's filesystem-only pause");
+    assert_ne!(boot3, boot2);
+    assert_eq!(sh(d, &id, "cat /root/kept2.txt").trim(), "again");
+
+    // A pause with memory, resumed with --no-memory: a cold boot from its disk.
+    sh(d, &id, "echo in-ram > /tmp/ram.txt");
+    let v = d.json(&["pause", &id]);
+    assert_eq!(v["paused"]["memory"], true, "{v}");
+    let v = d.json(&["resume", "--no-memory", &id]);
+    cold(&v, "resume --no-memory of a full pause");
+    // It owns its RAM now, and a full pause and resume still work.
+    d.json(&["pause", &id]);
+    let v = d.json(&["resume", &id]);
+    assert_eq!(v["state"], "running", "{v}");
+    assert_eq!(sh(d, &id, "cat /root/kept.txt").trim(), "on-disk");
+    drop(sb);
+    assert!(
+        wait_until(Duration::from_secs(15), || d.sandbox_files(&id).is_empty()),
+        "{:?}",
+        d.sandbox_files(&id)
+    );
 }

@@ -408,6 +408,20 @@ impl Manager {
         paths: &SandboxPaths,
         t0: Instant,
     ) -> Result<SpawnTimings, ApiError> {
+        self.boot_on(id, boot, paths, t0, false).await
+    }
+
+    /// [`Self::boot`]; with `keep_disk`, on the disk already at
+    /// `paths.disk` (a cold resume, crate::lifetime::cold) instead of a new
+    /// overlay of the image.
+    pub(crate) async fn boot_on(
+        self: &Arc<Self>,
+        id: &str,
+        boot: &BootReq,
+        paths: &SandboxPaths,
+        t0: Instant,
+        keep_disk: bool,
+    ) -> Result<SpawnTimings, ApiError> {
         let (image, memory_mib, cpus) = (boot.image.as_str(), boot.memory_mib, boot.cpus);
         let io = |what: &str, e: std::io::Error| {
             ApiError::internal(format!(
@@ -416,13 +430,15 @@ impl Manager {
         };
         std::fs::create_dir_all(&paths.dir).map_err(|e| io("the sandbox directory", e))?;
         std::fs::create_dir_all(&self.cfg.run_dir).map_err(|e| io("the RAM directory", e))?;
-        forkvm_qemu::disk::create_overlay_sized(
-            &self.cfg.image_rootfs(image),
-            &paths.disk,
-            boot.disk_size,
-        )
-        .await
-        .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
+        if !keep_disk {
+            forkvm_qemu::disk::create_overlay_sized(
+                &self.cfg.image_rootfs(image),
+                &paths.disk,
+                boot.disk_size,
+            )
+            .await
+            .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
+        }
         let netns = if self.net.available() {
             Some(self.net.create_ns(id).await?)
         } else {

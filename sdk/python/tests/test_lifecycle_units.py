@@ -93,16 +93,30 @@ def test_client_requests() -> None:
         c.set_timeout("sb-1", None)
         c.set_timeout("sb-1", 60, on_timeout="pause")
         assert c.pause("sb-1").state == "paused"
+        c.pause("sb-1", memory=False)
         c.resume("sb-1")
         c.resume("sb-1", timeout=30)
+        c.resume("sb-1", memory=False)
+        c.set_timeout("sb-1", 60, on_timeout="pause_filesystem")
     assert _sent(requests) == [
         ("GET", "/v1/sandboxes?metadata.team=a+b&metadata.run=7", None),
         ("PUT", "/v1/sandboxes/sb-1/timeout", {"timeout": None}),
         ("PUT", "/v1/sandboxes/sb-1/timeout", {"timeout": 60, "on_timeout": "pause"}),
         ("POST", "/v1/sandboxes/sb-1/pause", None),
+        ("POST", "/v1/sandboxes/sb-1/pause", {"memory": False}),
         ("POST", "/v1/sandboxes/sb-1/resume", {}),
         ("POST", "/v1/sandboxes/sb-1/resume", {"timeout": 30}),
+        ("POST", "/v1/sandboxes/sb-1/resume", {"memory": False}),
+        ("PUT", "/v1/sandboxes/sb-1/timeout", {"timeout": 60, "on_timeout": "pause_filesystem"}),
     ]
+
+
+def test_a_filesystem_only_pause_parses() -> None:
+    paused = {k: v for k, v in PAUSED["paused"].items() if k != "snapshot"}
+    info = models.PauseInfo.from_dict(dict(paused, memory=False, memory_bytes=0))
+    assert (info.snapshot, info.memory, info.memory_bytes) == (None, False, 0)
+    # A record from before filesystem-only pauses: memory was kept.
+    assert models.PauseInfo.from_dict(PAUSED["paused"]).memory is True
 
 
 @pytest.mark.asyncio

@@ -57,6 +57,7 @@ import type {
   PruneRequest,
   PruneResult,
   PullImage,
+  PauseRequest,
   ResumeRequest,
   Sandbox,
   SandboxBatch,
@@ -273,9 +274,10 @@ export class Client extends ProcessOps {
   /**
    * `POST /v1/sandboxes/{id}/pause` (operation `pause`): save a running
    * sandbox to disk and free its RAM and QEMU. Resolves with it `paused`.
+   * `{ memory: false }` keeps only the disk (the resume cold-boots).
    */
-  pause(id: string, opts?: RequestOptions): Promise<Sandbox> {
-    return this.#json({ method: "POST", path: `/v1/sandboxes/${seg(id)}/pause`, signal: opts?.signal });
+  pause(id: string, req: PauseRequest = {}, opts?: RequestOptions): Promise<Sandbox> {
+    return this.#json({ method: "POST", path: `/v1/sandboxes/${seg(id)}/pause`, ...jsonBody(req), signal: opts?.signal });
   }
 
   /**

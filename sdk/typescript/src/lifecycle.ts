@@ -4,10 +4,12 @@
  * `api`).
  *
  * A sandbox may carry a timeout in seconds. When it runs out the daemon
- * removes the sandbox, or pauses it when `on_timeout` is `pause`. A paused
- * sandbox is saved to disk and holds no RAM and no QEMU; a resume brings it
- * back with the same id, memory, disk, network and published ports. Time
- * spent paused does not count against the timeout.
+ * removes the sandbox, or pauses it when `on_timeout` is `pause` (or
+ * `pause_filesystem`). A paused sandbox is saved to disk and holds no RAM
+ * and no QEMU; a resume brings it back with the same id, memory, disk,
+ * network and published ports. A filesystem-only pause keeps the disk and
+ * not the memory, and its resume cold-boots from that disk. Time spent
+ * paused does not count against the timeout.
  *
  * @module
  */
@@ -15,8 +17,12 @@
 /** The longest timeout a sandbox may have, in seconds (30 days). */
 export const MAX_TIMEOUT_S = 30 * 24 * 3600;
 
-/** What happens when a sandbox's timeout runs out: `kill` removes it (the default), `pause` pauses it. */
-export type OnTimeout = "kill" | "pause";
+/**
+ * What happens when a sandbox's timeout runs out: `kill` removes it (the
+ * default), `pause` pauses it, `pause_filesystem` pauses it keeping only its
+ * disk (the resume cold-boots).
+ */
+export type OnTimeout = "kill" | "pause" | "pause_filesystem";
 
 /** A sandbox's timeout as the API shows it. */
 export interface Lifetime {
@@ -31,8 +37,14 @@ export interface Lifetime {
 
 /** A paused sandbox's saved state. */
 export interface PauseInfo {
-  /** The snapshot holding it (origin `pause`; removed with the sandbox). */
-  snapshot: string;
+  /**
+   * The snapshot holding it (origin `pause`; removed with the sandbox).
+   * Absent for a filesystem-only pause, whose disk stays in the sandbox's
+   * own files.
+   */
+  snapshot?: string | null;
+  /** `false`: a filesystem-only pause, which saved no memory; the resume cold-boots from the disk. */
+  memory?: boolean;
   /** RFC 3339 time of the pause. */
   paused_at: string;
   /** Why: `request` or `timeout`. */
@@ -56,6 +68,16 @@ export interface SetTimeout {
   on_timeout?: OnTimeout | null;
 }
 
+/** `POST /v1/sandboxes/{id}/pause` (the body is optional). */
+export interface PauseRequest {
+  /**
+   * `false`: keep only the disk; no memory is saved and the resume
+   * cold-boots from the disk (same id, metadata, environment, network and
+   * published ports, none of the processes). Default: memory and disk.
+   */
+  memory?: boolean | null;
+}
+
 /** `POST /v1/sandboxes/{id}/resume`. */
 export interface ResumeRequest {
   /**
@@ -64,4 +86,6 @@ export interface ResumeRequest {
    * timeout again.
    */
   timeout?: number | null;
+  /** `false`: cold-boot from the saved disk even when memory was saved (a filesystem-only pause always resumes that way). */
+  memory?: boolean | null;
 }

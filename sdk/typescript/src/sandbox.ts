@@ -358,19 +358,25 @@ export class Sandbox implements AsyncDisposable {
   /**
    * Save it to disk and free its RAM and QEMU: `state` becomes `paused` and
    * `info.paused` says what was stored. Its timeout stops counting.
+   * `{ memory: false }` keeps only the disk: the resume cold-boots from it.
    */
-  async pause(opts?: RequestOptions): Promise<Sandbox> {
-    this.info = await this.client.pause(this.id, opts);
+  async pause(req: api.PauseRequest = {}, opts?: RequestOptions): Promise<Sandbox> {
+    this.info = await this.client.pause(this.id, req, opts);
     return this;
   }
 
   /**
    * Bring it back from {@link pause} with the same id, memory, processes
    * and network. `timeout` sets a new timeout in seconds; without it, it
-   * gets the time it had left.
+   * gets the time it had left. `memory: false` cold-boots from the saved
+   * disk instead (a filesystem-only pause always resumes that way).
    */
-  async resume(opts: { timeout?: number | undefined } & RequestOptions = {}): Promise<Sandbox> {
-    const req: api.ResumeRequest = opts.timeout === undefined ? {} : { timeout: opts.timeout };
+  async resume(
+    opts: { timeout?: number | undefined; memory?: boolean | undefined } & RequestOptions = {},
+  ): Promise<Sandbox> {
+    const req: api.ResumeRequest = {};
+    if (opts.timeout !== undefined) req.timeout = opts.timeout;
+    if (opts.memory !== undefined) req.memory = opts.memory;
     this.info = await this.client.resume(this.id, req, opts);
     return this;
   }

@@ -13,7 +13,7 @@ import type { Capacity, SandboxLimits, Usage } from "./resources.js";
 import type { MountedVolume, VolumeMount } from "./volumes.js";
 
 /** The lifetime schemas live in `lifecycle.ts`, those of resources in `resources.ts`. */
-export type { Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout } from "./lifecycle.js";
+export type { Lifetime, OnTimeout, PauseInfo, PauseRequest, ResumeRequest, SetTimeout } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
 /** The schemas of volumes live in `volumes.ts`. */
 export type { CreateVolume, MountedVolume, Volume, VolumeList, VolumeMode, VolumeMount } from "./volumes.js";

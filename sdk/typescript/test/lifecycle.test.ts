@@ -111,6 +111,26 @@ describe("lifetimes", { timeout: VM_TIMEOUT }, () => {
     assert.ok(later > afterResume, "the counter goes on after resume");
   });
 
+  test("pause({ memory: false }) keeps the disk only; resume() cold-boots from it", async () => {
+    const fs = await Sandbox.create({ client, metadata: { suite, role: "fs-pause" }, timeout: 600 });
+    try {
+      await fs.exec("echo kept > /root/kept.txt; echo lost > /tmp/lost.txt");
+      const bootId = (await fs.exec("cat /proc/sys/kernel/random/boot_id")).stdout;
+      await fs.pause({ memory: false });
+      assert.equal(fs.state, "paused");
+      assert.equal(fs.info.paused?.memory, false);
+      assert.equal(fs.info.paused?.snapshot ?? undefined, undefined);
+      await fs.resume();
+      assert.equal(fs.state, "running");
+      assert.equal((await fs.exec("cat /root/kept.txt")).stdout, "kept\n");
+      assert.notEqual((await fs.exec("cat /tmp/lost.txt")).exitCode, 0);
+      assert.notEqual((await fs.exec("cat /proc/sys/kernel/random/boot_id")).stdout, bootId);
+      assert.equal(fs.info.metadata?.role, "fs-pause");
+    } finally {
+      await fs.close();
+    }
+  });
+
   test("a sandbox is removed when its timeout runs out", async () => {
     const doomed = await Sandbox.create({ client, timeout: 3 });
     try {

@@ -28,6 +28,7 @@ fn nowhere() -> IdentityPaths {
         machine_id: nowhere.join("machine-id"),
         dbus_machine_id: nowhere.join("dbus-machine-id"),
         run_dir: nowhere.join("run"),
+        boot_id_over: None,
     }
 }
 
@@ -423,6 +424,7 @@ fn identity_validates_then_acks() {
         machine_id: dir.join("machine-id"),
         dbus_machine_id: dir.join("dbus-machine-id"),
         run_dir: dir.join("run-forkvm"),
+        boot_id_over: None,
     };
     std::fs::write(&paths.machine_id, "ffffffffffffffffffffffffffffffff\n").unwrap();
     let mut h = start_with(paths.clone());

@@ -42,6 +42,7 @@ pub(super) fn agent() -> Agent {
         machine_id: nowhere.join("machine-id"),
         dbus_machine_id: nowhere.join("dbus-machine-id"),
         run_dir: nowhere.join("run"),
+        boot_id_over: None,
     };
     Agent::new(Box::new(io::sink()), || {}, &paths)
 }

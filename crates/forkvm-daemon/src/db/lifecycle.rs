@@ -68,6 +68,7 @@ fn on_timeout_str(o: OnTimeout) -> &'static str {
     match o {
         OnTimeout::Kill => "kill",
         OnTimeout::Pause => "pause",
+        OnTimeout::PauseFilesystem => "pause_filesystem",
     }
 }
 
@@ -99,6 +100,7 @@ fn finish(id: &str, r: RawLife) -> Result<LifecycleRow, DbError> {
         timeout_s: r.2.map(|t| t.max(0) as u64),
         on_timeout: match r.3.as_str() {
             "pause" => OnTimeout::Pause,
+            "pause_filesystem" => OnTimeout::PauseFilesystem,
             _ => OnTimeout::Kill,
         },
         deadline_ms: r.4,
@@ -232,6 +234,16 @@ impl Db {
     }
 
     /// Record the snapshot a sandbox now restores from (its pause).
+    /// The sandbox no longer runs on a snapshot's memory (a cold resume).
+    pub fn clear_snapshot(&self, id: &str) -> Result<(), DbError> {
+        self.lock().execute(
+            "UPDATE sandboxes SET snapshot=NULL WHERE id=?1",
+            params![id],
+        )?;
+        self.sandbox_changed(id, Action::Updated);
+        Ok(())
+    }
+
     pub fn set_snapshot(&self, id: &str, snapshot: &str) -> Result<(), DbError> {
         self.lock().execute(
             "UPDATE sandboxes SET snapshot=?2 WHERE id=?1",
@@ -272,7 +284,8 @@ mod tests {
         l.deadline_ms = None;
         l.remaining_ms = Some(4_000);
         l.pause = Some(PauseInfo {
-            snapshot: "sn-1".into(),
+            snapshot: Some("sn-1".into()),
+            memory: true,
             paused_at: "t".into(),
             reason: "request".into(),
             memory_bytes: 1,
@@ -281,6 +294,24 @@ mod tests {
         });
         db.set_lifecycle("sb-x", &l).unwrap();
         assert_eq!(db.lifecycle("sb-x").unwrap(), l);
+        // A filesystem-only pause, timing out into another one.
+        l.on_timeout = OnTimeout::PauseFilesystem;
+        l.pause = Some(PauseInfo {
+            snapshot: None,
+            memory: false,
+            ..l.pause.clone().unwrap()
+        });
+        db.set_lifecycle("sb-x", &l).unwrap();
+        assert_eq!(db.lifecycle("sb-x").unwrap(), l);
+        // A record written before filesystem-only pauses existed.
+        db.lock()
+            .execute(
+                "UPDATE lifecycles SET pause=?1 WHERE id='sb-x'",
+                [r#"{"snapshot":"sn-1","paused_at":"t","reason":"request","memory_bytes":1,"disk_bytes":2,"pause_ms":3.0}"#],
+            )
+            .unwrap();
+        let old = db.lifecycle("sb-x").unwrap().pause.unwrap();
+        assert!(old.memory && old.snapshot.as_deref() == Some("sn-1"));
         assert!(
             db.expired(i64::MAX).unwrap().is_empty(),
             "a paused sandbox has no deadline"

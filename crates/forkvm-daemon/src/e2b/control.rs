@@ -228,13 +228,14 @@ async fn create(
     let networked = req.allow_internet_access != Some(false) && m.net.available();
     // templateID names a snapshot (id or tag) when one exists, else an image.
     let from_snapshot = matches!(m.db.snapshot(&req.template_id), Ok(Some(_)));
+    let on_timeout = req.on_timeout();
     let spec = CreateSandbox {
         image: (!from_snapshot).then(|| req.template_id.clone()),
         snapshot: from_snapshot.then(|| req.template_id.clone()),
         metadata: req.metadata,
         env: req.env_vars,
         timeout: Some(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
-        on_timeout: req.auto_pause.unwrap_or(false).then_some(OnTimeout::Pause),
+        on_timeout,
         network: (!networked).then_some(NetworkMode::None),
         // Port 49999 (a code interpreter, when the image serves one) is
         // reachable through E2b-Sandbox-Port (super::ports).
@@ -456,7 +457,7 @@ async fn detail(
         return super::error(StatusCode::NOT_FOUND, format!("sandbox {id} not found"));
     };
     let on_timeout = match sb.lifetime.as_ref().map(|l| l.on_timeout) {
-        Some(OnTimeout::Pause) => "pause",
+        Some(o) if o.pauses() => "pause",
         _ => "kill",
     };
     Json(SandboxDetail {
@@ -480,7 +481,15 @@ async fn kill(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Response
     }
 }
 
-async fn pause(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Response {
+async fn pause(
+    State(m): State<Arc<Manager>>,
+    Path(id): Path<String>,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let memory = match body::<PauseRequest>(&bytes) {
+        Ok(r) => r.memory != Some(false),
+        Err(r) => return r.into_response(),
+    };
     match lookup(&m, &id) {
         Ok(sb) if sb.state == SandboxState::Paused => {
             return super::error(
@@ -492,7 +501,7 @@ async fn pause(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Respons
         Err(r) => return r.into_response(),
     }
     let mm = m.clone();
-    match detached(async move { mm.pause(&id, "e2b pause").await }).await {
+    match detached(async move { mm.pause(&id, "e2b pause", memory).await }).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => fail(e),
     }
@@ -549,6 +558,7 @@ async fn wake(
     let rid = id.clone();
     let resume = ResumeRequest {
         timeout: req.timeout,
+        memory: req.memory,
     };
     match detached(async move { mm.resume(&rid, resume).await }).await {
         Ok(sb) => (StatusCode::CREATED, Json(created(&m, &key, &sb))).into_response(),

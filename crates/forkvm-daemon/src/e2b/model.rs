@@ -18,6 +18,8 @@ pub struct NewSandbox {
     pub timeout: Option<u64>,
     /// Pause instead of kill when the timeout runs out.
     pub auto_pause: Option<bool>,
+    /// With `autoPause`: `false` keeps only the disk at that pause.
+    pub auto_pause_memory: Option<bool>,
     pub metadata: Option<BTreeMap<String, String>>,
     pub env_vars: Option<BTreeMap<String, String>>,
     /// `false`: no network at all.
@@ -27,6 +29,17 @@ pub struct NewSandbox {
     pub mcp: Option<serde_json::Value>,
     /// Volumes: not offered.
     pub volume_mounts: Option<Vec<serde_json::Value>>,
+}
+
+impl NewSandbox {
+    /// `autoPause` (with `autoPauseMemory: false`, a filesystem-only pause).
+    pub fn on_timeout(&self) -> Option<forkvm_api::OnTimeout> {
+        match (self.auto_pause, self.auto_pause_memory) {
+            (Some(true), Some(false)) => Some(forkvm_api::OnTimeout::PauseFilesystem),
+            (Some(true), _) => Some(forkvm_api::OnTimeout::Pause),
+            _ => None,
+        }
+    }
 }
 
 /// A created, connected or forked sandbox (E2B's `Sandbox`).
@@ -111,6 +124,16 @@ pub struct ConnectRequest {
     pub timeout: Option<u64>,
     /// Resume: pause instead of kill at the end of the new timeout.
     pub auto_pause: Option<bool>,
+    /// `false`: a paused sandbox cold-boots from its disk (`on_resume:
+    /// "reboot"`).
+    pub memory: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/pause` (the body is optional).
+#[derive(Debug, Default, Deserialize)]
+pub struct PauseRequest {
+    /// `false`: keep only the disk (`keep_memory=False`, `mode="filesystem"`).
+    pub memory: Option<bool>,
 }
 
 /// `POST /sandboxes/{id}/fork`.
@@ -182,6 +205,7 @@ mod tests {
         assert_eq!(b.template_id, "base");
         assert_eq!(b.timeout, Some(300));
         assert_eq!(b.env_vars.unwrap()["X"], "1");
+        assert_eq!(b.auto_pause_memory, Some(true));
         assert!(
             serde_json::from_str::<NewSandbox>("{}").is_err(),
             "templateID is required"

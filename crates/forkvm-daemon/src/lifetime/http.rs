@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use forkvm_api::{ErrorBody, ResumeRequest, Sandbox, SetTimeout};
+use forkvm_api::{ErrorBody, PauseRequest, ResumeRequest, Sandbox, SetTimeout};
 
 use crate::api::body::{JsonBody, OptJsonBody};
 use crate::error::ApiError;
@@ -47,12 +47,15 @@ pub async fn set_timeout(
 }
 
 /// Save a running sandbox to disk and free its RAM and QEMU. A clone stores
-/// only the pages it changed since its snapshot.
+/// only the pages it changed since its snapshot. With `{"memory": false}`
+/// only the disk is kept, and the resume cold-boots from it.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id")),
+    request_body = PauseRequest,
     responses((status = 200, body = Sandbox, description = "the sandbox, `paused`"),
         (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "not running, or busy with a snapshot"),
+        (status = 409, body = ErrorBody, description = "not running, busy with a snapshot, or (`memory: false`) it has volumes"),
+        (status = 502, body = ErrorBody, description = "`memory: false`: the guest did not write out its disk; the sandbox runs on"),
         (status = 500, body = ErrorBody, description = "saving failed; the sandbox runs on"),
         (status = 503, body = ErrorBody, description = "its volumes are not being served yet; the sandbox runs on"),
         (status = 504, body = ErrorBody, description = "its volumes did not come to rest; the sandbox runs on"),
@@ -60,15 +63,18 @@ pub async fn set_timeout(
 pub async fn pause(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
+    OptJsonBody(req): OptJsonBody<PauseRequest>,
 ) -> Result<Json<Sandbox>, ApiError> {
-    tokio::spawn(async move { m.pause(&id, "request").await })
+    let memory = req.memory != Some(false);
+    tokio::spawn(async move { m.pause(&id, "request", memory).await })
         .await
         .map_err(|e| ApiError::internal(format!("pause task failed: {e}")))?
         .map(Json)
 }
 
 /// Bring a paused sandbox back with the same id, memory, disk, network and
-/// published ports.
+/// published ports; a filesystem-only pause (or `{"memory": false}`)
+/// cold-boots from its disk instead.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id")),
     request_body = ResumeRequest,

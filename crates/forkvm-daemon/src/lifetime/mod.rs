@@ -16,6 +16,7 @@
 //! deadline, only the time it had left. Pause and resume themselves live in
 //! [`pause`].
 
+pub mod cold;
 pub mod http;
 pub mod pause;
 
@@ -263,11 +264,12 @@ impl Manager {
             if row.state == SandboxState::Starting {
                 continue; // its spawn or resume is still running
             }
-            let pause = l.on_timeout == OnTimeout::Pause && row.state == SandboxState::Running;
+            let pause = l.on_timeout.pauses() && row.state == SandboxState::Running;
             tracing::info!(sandbox = %id, "timeout of sandbox {id} ran out: {}", if pause { "pausing it" } else { "removing it" });
             crate::metrics::METRICS.timed_out(if pause { "pause" } else { "kill" });
             let r = if pause {
-                self.pause(&id, "timeout").await.map(drop)
+                let memory = l.on_timeout != OnTimeout::PauseFilesystem;
+                self.pause(&id, "timeout", memory).await.map(drop)
             } else {
                 self.remove(&id).await
             };

@@ -17,6 +17,9 @@
 //! up again (the same host ports), keeps the guest's identity and only sets
 //! its clock. A failed resume leaves the sandbox paused as it was. Removing
 //! a paused (or resumed) sandbox removes its pause snapshots.
+//!
+//! A pause with `memory: false` keeps only the disk, and its resume
+//! cold-boots: see [`super::cold`].
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -32,15 +35,28 @@ use crate::manager::{Manager, Phase};
 use crate::snapshot::Save;
 
 impl Manager {
-    /// `POST /v1/sandboxes/{id}/pause`, and a timeout with `on_timeout:
-    /// pause`. `reason` is `request` or `timeout`.
-    pub async fn pause(self: &Arc<Self>, id: &str, reason: &str) -> Result<Sandbox, ApiError> {
-        let r = self.pause_unlogged(id, reason).await;
+    /// `POST /v1/sandboxes/{id}/pause` (E2B's too), and a timeout with
+    /// `on_timeout: pause` or `pause_filesystem`. `reason` is `request` or
+    /// `timeout`; `memory: false` keeps only the disk ([`super::cold`]).
+    pub async fn pause(
+        self: &Arc<Self>,
+        id: &str,
+        reason: &str,
+        memory: bool,
+    ) -> Result<Sandbox, ApiError> {
+        let r = if memory {
+            self.pause_unlogged(id, reason).await
+        } else {
+            self.pause_filesystem(id, reason).await
+        };
         crate::metrics::METRICS.paused(reason, r.is_ok());
         match &r {
-            Ok(s) => {
+            Ok(s) if memory => {
                 tracing::info!(sandbox = %id, reason, "sandbox {id} paused ({} bytes of memory saved)",
                 s.paused.as_ref().map_or(0, |p| p.memory_bytes))
+            }
+            Ok(_) => {
+                tracing::info!(sandbox = %id, reason, "sandbox {id} paused, disk only")
             }
             Err(e) => {
                 tracing::warn!(sandbox = %id, code = e.code, "pause of sandbox {id} failed: {}", e.message)
@@ -97,7 +113,8 @@ impl Manager {
         l.deadline_ms = None;
         let sizes = &snap.sizes;
         l.pause = Some(forkvm_api::PauseInfo {
-            snapshot: snap.id.clone(),
+            snapshot: Some(snap.id.clone()),
+            memory: true,
             paused_at: crate::util::now_rfc3339(),
             reason: reason.to_string(),
             memory_bytes: match snap.kind.as_str() {
@@ -118,7 +135,7 @@ impl Manager {
     }
 
     /// Resume a guest a failed pause left stopped.
-    async fn cont(&self, paths: &SandboxPaths) {
+    pub(super) async fn cont(&self, paths: &SandboxPaths) {
         match forkvm_qemu::Qmp::connect(&paths.qmp, Duration::from_secs(5)).await {
             Ok(q) => {
                 if let Err(e) = q.execute("cont", None).await {
@@ -161,18 +178,25 @@ impl Manager {
                 crate::db::state_str(row.state)
             )));
         }
-        let mut l = self.db.lifecycle(id)?;
+        let l = self.db.lifecycle(id)?;
         let info = l.pause.clone().ok_or_else(|| {
             ApiError::internal(format!(
                 "sandbox {id} is paused but has no saved state on record"
             ))
         })?;
-        let v = self.snapshot_by_ref(&info.snapshot)?;
+        let snapshot = match (&info.snapshot, info.memory && req.memory != Some(false)) {
+            (Some(s), true) => s.clone(),
+            _ => {
+                self.resume_cold(id, &l, &info).await?;
+                return self.resumed(id, &req, l);
+            }
+        };
+        let v = self.snapshot_by_ref(&snapshot)?;
         let _admitted = self.admit(
             crate::admission::clone_estimate_mib(&v.sizes, &v.kind),
             &format!("resume of sandbox {id}"),
         )?;
-        let snap = self.open_verified(&info.snapshot).await?;
+        let snap = self.open_verified(&snapshot).await?;
         let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
         let net = match &l.paused_net {
             Some(n) => self.net.validate(
@@ -210,6 +234,17 @@ impl Manager {
             self.back_to_paused(id, &self.cfg.sandbox_paths(id)).await;
             return Err(e);
         }
+        self.resumed(id, &req, l)
+    }
+
+    /// The lifecycle of a sandbox that just resumed: its deadline again,
+    /// no pause on record.
+    fn resumed(
+        &self,
+        id: &str,
+        req: &ResumeRequest,
+        mut l: crate::db::LifecycleRow,
+    ) -> Result<Sandbox, ApiError> {
         let now = super::now_ms();
         l.deadline_ms = match (req.timeout, l.timeout_s, l.remaining_ms) {
             (Some(t), _, _) => Some(now + t as i64 * 1000),
@@ -229,7 +264,8 @@ impl Manager {
     }
 
     /// Undo a resume that did not finish: no QEMU, no network, no runtime
-    /// files; the row `paused` again with its saved state.
+    /// files; the row `paused` again with its saved state (for a
+    /// filesystem-only pause, the disk in the sandbox's directory).
     pub(crate) async fn back_to_paused(&self, id: &str, paths: &SandboxPaths) {
         let live = self.live_map().remove(id);
         if let Some(live) = live {
@@ -239,7 +275,15 @@ impl Manager {
         }
         let net = self.db.get(id).ok().flatten().and_then(|r| r.network);
         self.net.teardown(id, net.as_ref()).await;
-        paths.remove_all();
+        let disk_only = self
+            .db
+            .lifecycle(id)
+            .is_ok_and(|l| l.pause.is_some_and(|p| !p.memory));
+        if disk_only {
+            super::cold::remove_runtime_keep_disk(paths);
+        } else {
+            paths.remove_all();
+        }
         let _ = self.db.set_network(id, None);
         if let Err(e) = self.db.set_paused(id) {
             tracing::error!(sandbox = %id, "cannot mark sandbox {id} paused again: {e}");

@@ -181,8 +181,13 @@ def set_timeout(id: str, body: models.SetTimeout) -> Request:
     return Request("PUT", f"/v1/sandboxes/{_seg(id)}/timeout", _model(models.Sandbox), json=body.to_dict())
 
 
-def pause(id: str) -> Request:
-    return Request("POST", f"/v1/sandboxes/{_seg(id)}/pause", _model(models.Sandbox))
+def pause(id: str, body: Optional[models.PauseRequest] = None) -> Request:
+    return Request(
+        "POST",
+        f"/v1/sandboxes/{_seg(id)}/pause",
+        _model(models.Sandbox),
+        json=body.to_dict() if body is not None else None,
+    )
 
 
 def resume(id: str, body: models.ResumeRequest) -> Request:

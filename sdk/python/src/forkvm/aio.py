@@ -518,21 +518,23 @@ class AsyncSandbox:
         self._info = await self.client.set_timeout(self.id, timeout, on_timeout=on_timeout)
         return self
 
-    async def pause(self) -> "AsyncSandbox":
+    async def pause(self, memory: Optional[bool] = None) -> "AsyncSandbox":
         """Save it to disk and free its RAM and QEMU; :attr:`state` becomes ``paused``.
 
         ``info.paused`` says what was stored. Its timeout stops counting.
+        ``memory=False`` keeps only the disk: the resume cold-boots from it.
         """
-        self._info = await self.client.pause(self.id)
+        self._info = await self.client.pause(self.id, memory=memory)
         return self
 
-    async def resume(self, timeout: Optional[int] = None) -> "AsyncSandbox":
+    async def resume(self, timeout: Optional[int] = None, memory: Optional[bool] = None) -> "AsyncSandbox":
         """Bring it back from :meth:`pause`, with the same id, memory, processes and network.
 
         ``timeout`` sets a new timeout in seconds; without it the sandbox
-        gets the time it had left.
+        gets the time it had left. ``memory=False`` cold-boots from the saved
+        disk instead (a filesystem-only pause always resumes that way).
         """
-        self._info = await self.client.resume(self.id, timeout=timeout)
+        self._info = await self.client.resume(self.id, timeout=timeout, memory=memory)
         return self
 
     async def close(self) -> None:

@@ -299,21 +299,26 @@ class AsyncClient(_BaseClient, AsyncProcessOps):
         body = models.SetTimeout(timeout=timeout, on_timeout=_ops.on_timeout_mode(on_timeout))
         return await self._send(_ops.set_timeout(id, body))
 
-    async def pause(self, id: str) -> models.Sandbox:
+    async def pause(self, id: str, *, memory: Optional[bool] = None) -> models.Sandbox:
         """``POST /v1/sandboxes/{id}/pause``: save a running sandbox to disk and free its RAM and QEMU.
 
         The answer is the sandbox, ``paused``, with ``paused`` saying what was stored.
+        ``memory=False`` keeps only the disk: the resume cold-boots from it.
         """
-        return await self._send(_ops.pause(id))
+        body = models.PauseRequest(memory=memory) if memory is not None else None
+        return await self._send(_ops.pause(id, body))
 
-    async def resume(self, id: str, *, timeout: Optional[int] = None) -> models.Sandbox:
+    async def resume(
+        self, id: str, *, timeout: Optional[int] = None, memory: Optional[bool] = None
+    ) -> models.Sandbox:
         """``POST /v1/sandboxes/{id}/resume``: bring a paused sandbox back, ``running``, with the same id.
 
         ``timeout`` sets a new timeout (seconds from now); without it the
         sandbox gets the time it had left (or, when its timeout paused it,
-        its whole timeout again).
+        its whole timeout again). ``memory=False`` cold-boots from the saved
+        disk even when memory was saved.
         """
-        return await self._send(_ops.resume(id, models.ResumeRequest(timeout=timeout)))
+        return await self._send(_ops.resume(id, models.ResumeRequest(timeout=timeout, memory=memory)))
 
     async def branch_sandbox(
         self,

@@ -58,6 +58,7 @@ __all__ = [
     "OnTimeout",
     "OutputEncoding",
     "PauseInfo",
+    "PauseRequest",
     "PoolConfig",
     "PoolInfo",
     "PortForward",
@@ -807,7 +808,7 @@ from . import _event_models, _proc_models, _transfer_models, _volume_models  # n
 from ._event_models import *  # noqa: E402, F401, F403
 from ._image_models import BuildQuery, Image, ImageConfig, ImageEvent, ImageList, ImportQuery  # noqa: E402
 from ._image_models import PullImage, StartCommand  # noqa: E402
-from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, ResumeRequest, SetTimeout  # noqa: E402
+from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, PauseRequest, ResumeRequest, SetTimeout  # noqa: E402
 from ._proc_models import *  # noqa: E402, F401, F403
 from ._resource_models import Capacity, SandboxLimits, Usage  # noqa: E402
 from ._transfer_models import *  # noqa: E402, F401, F403

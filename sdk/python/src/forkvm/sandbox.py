@@ -498,21 +498,23 @@ class Sandbox:
         self._info = self.client.set_timeout(self.id, timeout, on_timeout=on_timeout)
         return self
 
-    def pause(self) -> "Sandbox":
+    def pause(self, memory: Optional[bool] = None) -> "Sandbox":
         """Save it to disk and free its RAM and QEMU; :attr:`state` becomes ``paused``.
 
         ``info.paused`` says what was stored. Its timeout stops counting.
+        ``memory=False`` keeps only the disk: the resume cold-boots from it.
         """
-        self._info = self.client.pause(self.id)
+        self._info = self.client.pause(self.id, memory=memory)
         return self
 
-    def resume(self, timeout: Optional[int] = None) -> "Sandbox":
+    def resume(self, timeout: Optional[int] = None, memory: Optional[bool] = None) -> "Sandbox":
         """Bring it back from :meth:`pause`, with the same id, memory, processes and network.
 
         ``timeout`` sets a new timeout in seconds; without it the sandbox
-        gets the time it had left.
+        gets the time it had left. ``memory=False`` cold-boots from the saved
+        disk instead (a filesystem-only pause always resumes that way).
         """
-        self._info = self.client.resume(self.id, timeout=timeout)
+        self._info = self.client.resume(self.id, timeout=timeout, memory=memory)
         return self
 
     def close(self) -> None:
