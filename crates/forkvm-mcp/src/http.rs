@@ -5,8 +5,8 @@
 //! set by [`Guard`]), the `Accept` and `Content-Type` checks, and the
 //! stateless request handling. In front of it, [`Endpoint::handle`] reads
 //! a POST body and sorts it with [`crate::jsonrpc::check`]: a fault gets
-//! its JSON-RPC error here (`400` when it cannot be tied to a request, as
-//! its id is null), and a batch is sent to rmcp one member at a time, the
+//! its JSON-RPC error here (`400` for what is not JSON or not JSON-RPC,
+//! `200` for invalid params of a request), and a batch is sent to rmcp one member at a time, the
 //! answers gathered into one array. Before answering anything itself it
 //! asks rmcp whether the request's `Host` and `Origin` are allowed (by a
 //! bodiless `GET`, which a stateless rmcp endpoint refuses after those
@@ -182,13 +182,14 @@ fn is_json(req: &Request<Bytes>) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// `400` for an error that cannot be tied to a request (its id is null);
-/// `200` for one that answers a request, like any other JSON-RPC answer.
+/// `400` for what is not JSON or not JSON-RPC; `200` for invalid params of
+/// a well-formed request, like any other answer to a request (a client
+/// reads the error from the body only on a success status).
 fn status_of(e: &Value) -> StatusCode {
-    if e["id"].is_null() {
-        StatusCode::BAD_REQUEST
-    } else {
+    if e["error"]["code"].as_i64() == Some(jsonrpc::INVALID_PARAMS) {
         StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
     }
 }
 

@@ -117,6 +117,10 @@ fn faults_are_json_rpc_errors() {
         assert_eq!(v["id"], Value::Null);
         let (s, v) = answer(&e, post("localhost", None, None, r#"{"hello": 1}"#)).await;
         assert_eq!((s, v["error"]["code"].as_i64()), (StatusCode::BAD_REQUEST, Some(-32600)), "{v}");
+        // Not JSON-RPC is a 400 also when its id could be echoed.
+        let (s, v) = answer(&e, post("localhost", None, None, r#"{"jsonrpc": "1.0", "id": 7, "method": "ping"}"#)).await;
+        assert_eq!((s, v["error"]["code"].as_i64()), (StatusCode::BAD_REQUEST, Some(-32600)), "{v}");
+        assert_eq!(v["id"], 7);
         let (s, v) = answer(
             &e,
             post("localhost", None, Some("2025-11-25"), r#"{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"arguments": {}}}"#),

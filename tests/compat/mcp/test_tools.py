@@ -174,8 +174,13 @@ def test_console_and_files_are_resources(connect, sandbox):
                 "forkvm://sandboxes/{sandbox_id}/console",
                 "forkvm://sandboxes/{sandbox_id}/files/{+path}",
             }
+            # A clone's console starts empty (its boot was the template's):
+            # put a line on it from the guest.
+            r = await c.call_tool("run_command", {"sandbox_id": sandbox, "command": "echo forkvm-console-mark > /dev/console"})
+            assert not r.is_error and r.structured_content["exit_code"] == 0, text(r)
             r = await c.read_resource(console)
-            assert "Linux" in r.contents[0].text, r.contents[0].text[:300]
+            assert "forkvm-console-mark" in r.contents[0].text, r.contents[0].text[-300:]
+            assert r.contents[0].mime_type == "text/plain"
             r = await c.call_tool("write_file", {"sandbox_id": sandbox, "path": "/root/res.txt", "content": "as a resource\n"})
             assert not r.is_error, text(r)
             r = await c.read_resource(f"forkvm://sandboxes/{sandbox}/files/root/res.txt")
@@ -189,7 +194,9 @@ def test_console_and_files_are_resources(connect, sandbox):
             assert "missing" in e.value.message
             with pytest.raises(MCPError) as e:
                 await c.read_resource("forkvm://sandboxes/sb-nope/console")
-            assert e.value.code == -32002, e.value
+            # -32002 until 2025-11-25; protocol 2026-07-28 (this SDK's) says -32602.
+            assert e.value.code == (-32602 if c.protocol_version >= "2026" else -32002), e.value
+            assert "sb-nope" in e.value.message
 
     run(body)
 
