@@ -176,21 +176,28 @@ def test_a_dropped_http_call_kills_its_command_in_the_guest(daemon, sandbox):
     }
     h = dict(HEADERS, Authorization=f"Bearer {daemon.token}", **{"MCP-Protocol-Version": "2025-11-25"})
 
-    def drop():
-        with httpx.Client(timeout=60) as c:
-            with c.stream("POST", f"{daemon.url}/mcp", content=json.dumps(call), headers=h):
-                time.sleep(4)
-
-    t = threading.Thread(target=drop)
-    t.start()
-    t.join()
     scan = 'n=31; n="${n}7"; for d in /proc/[0-9]*; do grep -qF sleep "$d/cmdline" 2>/dev/null && grep -qF "$n" "$d/cmdline" 2>/dev/null && echo "${d#/proc/}"; done; true'
-    left = "?"
-    for _ in range(10):
+
+    def running() -> str:
         with daemon.http() as http:
             r = http.post(f"/v1/sandboxes/{sandbox}/exec", json={"argv": ["sh", "-c", scan]})
             assert r.status_code == 200, r.text
-            left = r.json()["stdout"].strip()
+            return r.json()["stdout"].strip()
+
+    # While the call runs, its command is there (the control)...
+    seen = []
+    probe = threading.Timer(3, lambda: seen.append(running()))
+    probe.start()
+    # ...then the client gives up after 6 s (no answer comes before the
+    # command ends) and closes its connection.
+    with httpx.Client(timeout=httpx.Timeout(60, read=6)) as c:
+        with pytest.raises(httpx.ReadTimeout):
+            c.post(f"{daemon.url}/mcp", content=json.dumps(call), headers=h)
+    probe.join()
+    assert seen and seen[0], f"the command never ran: {seen}"
+    left = "?"
+    for _ in range(10):
+        left = running()
         if not left:
             break
         time.sleep(1)

@@ -6,9 +6,10 @@
 //     60 s request timeout and resetTimeoutOnProgress: it succeeds only if
 //     progress notifications keep arriving.
 //   node sdk_checks.mjs cancel FORKVM_BIN SANDBOX
-//     over stdio (`forkvm mcp`), start `sleep 313` under a shell, abort it
-//     after 5 s (the SDK sends notifications/cancelled), then list the
-//     guest's processes that are still that sleep or its shell.
+//     over stdio (`forkvm mcp`), start `sleep 313` under a shell, list the
+//     guest's processes that are that sleep or its shell after 2.5 s, abort
+//     the call after 6 s (the SDK sends notifications/cancelled), and list
+//     them again.
 //
 // Prints one JSON object on stdout.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -40,8 +41,21 @@ if (mode === "progress") {
 } else if (mode === "cancel") {
   const [bin, sandbox] = args;
   await client.connect(new StdioClientTransport({ command: bin, args: ["mcp"], env: process.env, stderr: "inherit" }));
+  // The number is put together at run time, so this scan does not find itself.
+  const scan = async () => {
+    const r = await client.callTool({
+      name: "run_command",
+      arguments: {
+        sandbox_id: sandbox,
+        command: 'n=31; n="${n}3"; for d in /proc/[0-9]*; do grep -qF sleep "$d/cmdline" 2>/dev/null && grep -qF "$n" "$d/cmdline" 2>/dev/null && echo "${d#/proc/}"; done; true',
+      },
+    });
+    return (r.structuredContent?.stdout ?? "").trim();
+  };
   const ac = new AbortController();
-  setTimeout(() => ac.abort("the test gave up"), 5000);
+  setTimeout(() => ac.abort("the test gave up"), 6000);
+  let before = null;
+  setTimeout(async () => { before = await scan(); }, 2500);
   let aborted = null;
   try {
     await client.callTool(
@@ -54,14 +68,7 @@ if (mode === "progress") {
   }
   // The kill happens on the server when the notification arrives; give it a moment.
   await new Promise((ok) => setTimeout(ok, 3000));
-  // The number is put together at run time, so this scan does not find itself.
-  const r = await client.callTool({
-    name: "run_command",
-    arguments: {
-      sandbox_id: sandbox,
-      command: 'n=31; n="${n}3"; for d in /proc/[0-9]*; do grep -qF sleep "$d/cmdline" 2>/dev/null && grep -qF "$n" "$d/cmdline" 2>/dev/null && echo "${d#/proc/}"; done; true',
-    },
-  });
-  console.log(JSON.stringify({ aborted, left: (r.structuredContent?.stdout ?? "").trim() }));
+  const left = await scan();
+  console.log(JSON.stringify({ aborted, before, left }));
 }
 await client.close();

@@ -46,4 +46,5 @@ def test_progress_keeps_a_resetting_host_waiting_past_60_s(daemon, sandbox):
 def test_a_cancelled_call_kills_its_command_in_the_guest(daemon, sandbox):
     r = _check("cancel", str(daemon.binary), sandbox, env=daemon.env())
     assert r["aborted"] and "gave up" in r["aborted"], r
+    assert r["before"], f"the command never ran: {r}"
     assert r["left"] == "", f"still running in the guest: {r}"
