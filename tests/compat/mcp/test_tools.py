@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -232,5 +233,43 @@ def test_unknown_sandbox_is_a_tool_error_saying_what_to_do(connect):
             r = await c.call_tool("create_sandbox", {"image": "no-such-image"})
             assert r.is_error
             assert "no-such-image" in text(r), text(r)
+
+    run(body)
+
+
+def test_a_cancelled_call_kills_its_command_in_the_guest(connect, sandbox, request):
+    """The SDK abandons the call (a cancel scope): on stdio it sends
+    notifications/cancelled, on HTTP it drops the call's stream; either way
+    the command is killed in the guest."""
+    n = {"stdio": 331, "http": 337}[request.node.callspec.id]
+    # The number is put together in the guest, so the scan does not find itself.
+    scan = (
+        f'n={n // 10}; n="${{n}}{n % 10}"; for d in /proc/[0-9]*; do grep -qF sleep "$d/cmdline" 2>/dev/null '
+        '&& grep -qF "$n" "$d/cmdline" 2>/dev/null && echo "${d#/proc/}"; done; true'
+    )
+
+    async def body():
+        async with connect() as c:
+            seen = []
+
+            async def probe():
+                await anyio.sleep(2.5)
+                async with connect() as c2:
+                    r = await c2.call_tool("run_command", {"sandbox_id": sandbox, "command": scan})
+                    seen.append(r.structured_content["stdout"].strip())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(probe)
+                with anyio.move_on_after(6):
+                    await c.call_tool("run_command", {"sandbox_id": sandbox, "command": f"sleep {n}; echo never"})
+            assert seen and seen[0], f"the command never ran: {seen}"
+            left = "?"
+            for _ in range(10):
+                r = await c.call_tool("run_command", {"sandbox_id": sandbox, "command": scan})
+                left = r.structured_content["stdout"].strip()
+                if not left:
+                    break
+                await anyio.sleep(1)
+            assert left == "", f"still running in the guest: {left}"
 
     run(body)
