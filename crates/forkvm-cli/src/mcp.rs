@@ -88,6 +88,14 @@ impl Backend for Rest {
     async fn remove(&self, id: String) -> Result<(), BackendError> {
         self.0.delete_sandbox(&id).await.map_err(err)
     }
+
+    async fn logs(&self, id: String) -> Result<String, BackendError> {
+        self.0
+            .logs(&id)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(err)
+    }
 }
 
 /// Serve MCP on stdin/stdout until the client closes stdin.

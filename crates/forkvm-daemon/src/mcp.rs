@@ -6,14 +6,22 @@
 //! This front-end only supplies its [`forkvm_mcp::Backend`]: each method
 //! calls one action, as a REST handler would. The route sits in the REST
 //! router (`crate::api::router`), so on TCP it is behind the same bearer
-//! token as `/v1`, and on the unix socket it is open like `/v1`.
+//! token as `/v1`, and on the unix socket it is open like `/v1`. The
+//! endpoint ([`forkvm_mcp::http::Endpoint`]) checks `Host` (on listeners
+//! only this machine reaches) and `Origin` itself, and answers JSON-RPC
+//! faults as JSON-RPC.
 
 use std::sync::Arc;
 
+use axum::extract::Request;
+use axum::http::{self, StatusCode};
+use axum::response::IntoResponse;
 use forkvm_api::{
     BranchRequest, BranchResult, CreateSandbox, CreateSnapshot, EntryList, ExecRequest, ExecResult,
     FileWritten, Sandbox, Snapshot,
 };
+use forkvm_mcp::http::Endpoint;
+pub use forkvm_mcp::http::Guard;
 use forkvm_mcp::{Backend, BackendError};
 
 use crate::error::ApiError;
@@ -100,14 +108,41 @@ impl Backend for Actions {
         let m = self.0.clone();
         detached(async move { m.remove(&id).await }).await
     }
+
+    async fn logs(&self, id: String) -> Result<String, BackendError> {
+        self.0.get(&id).map_err(err)?;
+        Ok(crate::util::tail_file(
+            &self.0.cfg.sandbox_paths(&id).console,
+            1 << 20,
+        ))
+    }
 }
 
-/// The `/mcp` service.
-pub fn service(
-    mgr: Arc<Manager>,
-) -> forkvm_mcp::rmcp::transport::streamable_http_server::StreamableHttpService<
-    forkvm_mcp::Server<Actions>,
-    forkvm_mcp::rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-> {
-    forkvm_mcp::http_service(Arc::new(Actions(mgr)))
+/// The `/mcp` service. `guard` says which `Host` headers it takes: only
+/// loopback names on the unix socket and on a loopback TCP listener, any on
+/// a listener others reach.
+pub fn service(mgr: Arc<Manager>, guard: Guard) -> axum::routing::MethodRouter<Arc<Manager>> {
+    let endpoint = Endpoint::new(Arc::new(Actions(mgr.clone())), guard);
+    let limit = mgr.cfg.limits.max_request_bytes as usize;
+    axum::routing::any(move |req: Request| {
+        let endpoint = endpoint.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = match axum::body::to_bytes(body, limit).await {
+                Ok(b) => b,
+                Err(e) => {
+                    return ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        forkvm_api::codes::PAYLOAD_TOO_LARGE,
+                        format!("the MCP message could not be read: {e}"),
+                    )
+                    .into_response()
+                }
+            };
+            endpoint
+                .handle(http::Request::from_parts(parts, body))
+                .await
+                .map(axum::body::Body::new)
+        }
+    })
 }

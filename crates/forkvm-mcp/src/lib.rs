@@ -8,15 +8,26 @@
 //! ```
 //!
 //! [`Server`] is the MCP handler: it lists the tools of [`tools::catalog`],
-//! parses and checks each call's arguments (a bad one is an MCP
-//! invalid-params error), runs it through a [`Backend`], and renders the
-//! answer (a failed action is a tool result with `isError` and a message
-//! saying what to do). The backend is the only thing a front-end supplies:
+//! parses and checks each call's arguments, runs it through a [`Backend`],
+//! and renders the answer. A bad argument and a failed action are both tool
+//! results with `isError` and a message saying what to do, so the model can
+//! correct itself; JSON-RPC errors are for protocol faults (an unknown tool,
+//! a malformed message: [`jsonrpc`]). Long calls report progress to a
+//! client that asks for it, and a cancelled command is killed in the guest.
+//! It also offers each sandbox's console and files as resources
+//! ([`resources`]). The backend is the only thing a front-end supplies:
 //! the daemon implements it on its manager's typed actions, the CLI on the
 //! REST client. So both serve the same tools with the same checks.
 
+pub mod http;
+pub mod jsonrpc;
 pub mod render;
+pub mod resources;
+pub mod schema;
+mod stdio;
 pub mod tools;
+
+pub use stdio::{serve, serve_stdio};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,11 +39,14 @@ use forkvm_api::{
 pub use rmcp;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 /// Why an action failed, as the REST API says it: the HTTP status, the
 /// stable error code (`forkvm_api::codes`) and a message.
@@ -95,6 +109,8 @@ pub trait Backend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Snapshot, BackendError>> + Send;
     fn list(&self) -> impl Future<Output = Result<Vec<Sandbox>, BackendError>> + Send;
     fn remove(&self, id: String) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// The tail of the sandbox's serial console, as `GET /v1/sandboxes/{id}/logs`.
+    fn logs(&self, id: String) -> impl Future<Output = Result<String, BackendError>> + Send;
 }
 
 /// The MCP server over a backend.
@@ -122,12 +138,39 @@ impl<B: Backend> Server<B> {
         Server { backend }
     }
 
-    /// Run one tool call. `Err` is an MCP error (unknown tool, bad
-    /// arguments); a failed action is `Ok` with `isError`.
+    /// Run one tool call. `Err` is an MCP error, for an unknown tool only;
+    /// bad arguments and a failed action are `Ok` with `isError`, so the
+    /// model reads what to fix.
     pub async fn call(
         &self,
         name: &str,
         args: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.call_ct(name, args, CancellationToken::new()).await
+    }
+
+    /// [`Server::call`], stopped by `ct`: a command it cancels is killed in
+    /// the guest ([`tools::kill_request`]).
+    pub async fn call_ct(
+        &self,
+        name: &str,
+        args: Option<serde_json::Map<String, serde_json::Value>>,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, ErrorData> {
+        let known = tools::catalog().iter().any(|t| t.name == name);
+        match self.run(name, args, &ct).await {
+            // An argument error of a known tool: a tool error, which the
+            // model sees and can correct, not a protocol fault.
+            Err(e) if known => Ok(CallToolResult::error(vec![ContentBlock::text(e.message)])),
+            other => other,
+        }
+    }
+
+    async fn run(
+        &self,
+        name: &str,
+        args: Option<serde_json::Map<String, serde_json::Value>>,
+        ct: &CancellationToken,
     ) -> Result<CallToolResult, ErrorData> {
         use tools::*;
         let b = &self.backend;
@@ -148,11 +191,11 @@ impl<B: Backend> Server<B> {
             }
             names::RUN_COMMAND => {
                 let (id, req) = command_request(parse(name, args)?)?;
-                exec_result(name, b.exec(id, req).await)
+                exec_result(name, self.exec(id, req, ct).await)
             }
             names::RUN_PYTHON => {
                 let (id, req) = python_request(parse(name, args)?)?;
-                exec_result(name, b.exec(id, req).await)
+                exec_result(name, self.exec(id, req, ct).await)
             }
             names::READ_FILE => {
                 let a: ReadFileArgs = parse(name, args)?;
@@ -279,6 +322,75 @@ impl<B: Backend> Server<B> {
     }
 }
 
+impl<B: Backend> Server<B> {
+    /// Run a command; if `ct` is cancelled first, kill it in the guest (by
+    /// the marker in its environment) and wait a little for its end.
+    async fn exec(
+        &self,
+        id: String,
+        mut req: forkvm_api::ExecRequest,
+        ct: &CancellationToken,
+    ) -> Result<ExecResult, BackendError> {
+        let cancelled = || {
+            BackendError::new(
+                499,
+                "cancelled",
+                "the call was cancelled and its command killed",
+            )
+        };
+        if ct.is_cancelled() {
+            return Err(cancelled());
+        }
+        let marker = tools::call_marker();
+        req.env.insert(tools::MARKER_VAR.into(), marker.clone());
+        let run = self.backend.exec(id.clone(), req);
+        tokio::pin!(run);
+        tokio::select! {
+            biased;
+            r = &mut run => r,
+            _ = ct.cancelled() => {
+                let killed = self.backend.exec(id, tools::kill_request(&marker)).await;
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(30), run).await;
+                tracing::info!(?killed, "MCP call cancelled; its command was killed");
+                Err(cancelled())
+            }
+        }
+    }
+}
+
+/// How often a long call tells a client that asked for progress that it
+/// is still running: well inside the 60 s a client waits by default.
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Run `fut`, sending a progress notification every [`PROGRESS_EVERY`]
+/// until it ends. Progress counts the notifications (it must increase);
+/// there is no total, as how long a command runs is not known.
+pub async fn with_progress<T>(
+    fut: impl Future<Output = T>,
+    peer: &rmcp::Peer<RoleServer>,
+    token: ProgressToken,
+    tool: &str,
+) -> T {
+    tokio::pin!(fut);
+    let start = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(start + PROGRESS_EVERY, PROGRESS_EVERY);
+    let mut n = 0u32;
+    loop {
+        tokio::select! {
+            r = &mut fut => return r,
+            _ = tick.tick() => {
+                n += 1;
+                let p = ProgressNotificationParam::new(token.clone(), f64::from(n)).with_message(
+                    format!("{tool} still running after {} s", start.elapsed().as_secs()),
+                );
+                if let Err(e) = peer.notify_progress(p).await {
+                    tracing::debug!("progress not sent: {e}");
+                }
+            }
+        }
+    }
+}
+
 fn exec_result(tool: &str, r: Result<ExecResult, BackendError>) -> CallToolResult {
     match r {
         Ok(r) => {
@@ -331,9 +443,14 @@ impl<B: Backend> ServerHandler for Server<B> {
         let mut implementation = Implementation::default();
         implementation.name = "forkvm".into();
         implementation.version = env!("CARGO_PKG_VERSION").into();
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(implementation)
-            .with_instructions(INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(implementation)
+        .with_instructions(INSTRUCTIONS)
     }
 
     async fn list_tools(
@@ -347,53 +464,41 @@ impl<B: Backend> ServerHandler for Server<B> {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(&request.name, request.arguments)
+        let call = self.call_ct(&request.name, request.arguments, context.ct.clone());
+        let r = match context.meta.get_progress_token() {
+            Some(token) => with_progress(call, &context.peer, token, &request.name).await,
+            None => call.await,
+        };
+        r.map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        resources::list(self.backend.as_ref()).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        resources::read(self.backend.as_ref(), &request.uri)
             .await
             .map(Into::into)
     }
-}
-
-/// Serve MCP on this process's stdin and stdout until the client closes
-/// them.
-pub async fn serve_stdio<B: Backend>(backend: Arc<B>) -> Result<(), String> {
-    use rmcp::ServiceExt;
-    let running = Server::new(backend)
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| format!("MCP initialization failed: {e}"))?;
-    running
-        .waiting()
-        .await
-        .map_err(|e| format!("MCP server stopped: {e}"))?;
-    Ok(())
-}
-
-/// The streamable-HTTP service for `/mcp`, stateless (every request is
-/// answered on its own, so no session outlives its client). Authentication
-/// is the caller's: the daemon puts it behind the same bearer-token layer as
-/// `/v1`, and the unix socket is guarded by its file permissions, so the
-/// `Host` allow-list (a defence against DNS rebinding for unauthenticated
-/// local servers) is off.
-pub fn http_service<B: Backend>(
-    backend: Arc<B>,
-) -> rmcp::transport::streamable_http_server::StreamableHttpService<
-    Server<B>,
-    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-> {
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-    };
-    let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true)
-        .disable_allowed_hosts();
-    StreamableHttpService::new(
-        move || Ok(Server::new(backend.clone())),
-        Default::default(),
-        config,
-    )
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub struct SandboxOut {
     /// The image it booted from.
     pub image: String,
     /// The snapshot it started from, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
     pub memory_mib: u32,
     pub cpus: u32,
@@ -30,9 +31,11 @@ pub struct SandboxOut {
 /// What a command did.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ExecOut {
-    /// Exit code; null if a signal ended it.
+    /// Exit code; absent if a signal ended it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// The signal that ended it, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
     /// Whether it was killed for running past its timeout.
     pub timed_out: bool,
@@ -94,6 +97,7 @@ pub struct BranchOut {
 pub struct SnapshotOut {
     /// Pass it as `snapshot` to create_sandbox.
     pub snapshot_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
     /// The sandbox it was taken of.
     pub source: String,

@@ -8,15 +8,15 @@ use serde_json::json;
 use super::*;
 
 #[derive(Default)]
-struct Fake {
-    calls: Mutex<Vec<String>>,
+pub(crate) struct Fake {
+    pub(crate) calls: Mutex<Vec<String>>,
 }
 
 fn gone(id: &str) -> BackendError {
     BackendError::new(404, "not_found", format!("no sandbox {id}"))
 }
 
-fn sandbox(id: &str) -> Sandbox {
+pub(crate) fn sandbox(id: &str) -> Sandbox {
     serde_json::from_value(json!({
         "id": id, "state": "running", "image": "default", "memory_mib": 512, "cpus": 1,
         "accel": "tcg", "created_at": "2026-01-01T00:00:00Z"
@@ -77,6 +77,12 @@ impl Backend for Fake {
     }
     async fn list(&self) -> Result<Vec<Sandbox>, BackendError> {
         Ok(vec![sandbox("sb-1"), sandbox("sb-2")])
+    }
+    async fn logs(&self, id: String) -> Result<String, BackendError> {
+        if id != "sb-1" {
+            return Err(gone(&id));
+        }
+        Ok("Linux version 6.x\nforkvm agent ready\n".into())
     }
     async fn remove(&self, id: String) -> Result<(), BackendError> {
         Err(BackendError::new(
@@ -173,18 +179,135 @@ fn failed_actions_are_tool_errors_that_say_what_to_do() {
 }
 
 #[test]
-fn bad_calls_are_invalid_params_and_never_reach_the_backend() {
+fn bad_arguments_are_tool_errors_and_never_reach_the_backend() {
     let s = Server::new(Arc::new(Fake::default()));
-    for (name, args) in [
-        ("nope", json!({})),
-        ("run_command", json!({"sandbox_id": "sb-1"})),
-        ("read_file", json!({"sandbox_id": "sb-1", "path": "rel"})),
-        ("list_sandboxes", json!({"all": true})),
+    for (name, args, words) in [
+        (
+            "run_command",
+            json!({"sandbox_id": "sb-1"}),
+            "give `command`",
+        ),
+        (
+            "run_command",
+            json!({"command": "ls"}),
+            "missing field `sandbox_id`",
+        ),
+        (
+            "read_file",
+            json!({"sandbox_id": "sb-1", "path": "rel"}),
+            "not absolute",
+        ),
+        (
+            "list_sandboxes",
+            json!({"all": true}),
+            "unknown field `all`",
+        ),
+        (
+            "run_python",
+            json!({"sandbox_id": "sb-1", "code": 5}),
+            "bad argument code",
+        ),
+        (
+            "list_files",
+            json!({"sandbox_id": "sb-1", "path": "/", "depth": 99}),
+            "out of range",
+        ),
+        (
+            "branch_sandbox",
+            json!({"sandbox_id": "sb-1", "count": -1}),
+            "count",
+        ),
     ] {
-        let e = call(&s, name, args).unwrap_err();
-        assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{name}");
+        let r = call(&s, name, args).unwrap();
+        assert_eq!(r.is_error, Some(true), "{name}");
+        let t = text(&r);
+        assert!(t.contains(words), "{name}: {t}");
+        assert!(t.contains("inputSchema"), "{name}: {t}");
     }
-    let e = call(&s, "nope", json!({})).unwrap_err();
-    assert!(e.message.contains("run_python"), "{}", e.message);
     assert!(s.backend.calls.lock().unwrap().is_empty());
+}
+
+#[test]
+fn an_unknown_tool_is_a_protocol_error_naming_the_tools() {
+    let s = Server::new(Arc::new(Fake::default()));
+    let e = call(&s, "nope", json!({})).unwrap_err();
+    assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+    assert!(e.message.contains("run_python"), "{}", e.message);
+}
+
+#[test]
+fn a_cancelled_command_is_killed_by_its_marker() {
+    let s = Server::new(Arc::new(Fake::default()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let ct = CancellationToken::new();
+    ct.cancel();
+    let r = rt
+        .block_on(
+            s.call_ct(
+                "run_command",
+                json!({"sandbox_id": "sb-1", "command": "sleep 100"})
+                    .as_object()
+                    .cloned(),
+                ct,
+            ),
+        )
+        .unwrap();
+    // Cancelled before it started: nothing runs.
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("cancelled"), "{}", text(&r));
+    assert!(s.backend.calls.lock().unwrap().is_empty());
+}
+
+#[test]
+fn the_kill_finds_the_call_by_its_marker() {
+    let m = tools::call_marker();
+    assert_ne!(m, tools::call_marker());
+    let k = tools::kill_request(&m);
+    assert_eq!(k.argv[..2], ["sh", "-c"]);
+    assert!(
+        k.argv[2].contains(&format!("'FORKVM_MCP_CALL={m}'")),
+        "{}",
+        k.argv[2]
+    );
+    assert!(k.env.is_empty(), "the killer must not carry the marker");
+}
+
+#[test]
+fn every_sandbox_console_is_a_resource_and_files_read_by_template() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let b = Fake::default();
+    let l = rt.block_on(resources::list(&b)).unwrap();
+    let uris: Vec<_> = l.resources.iter().map(|r| r.uri.clone()).collect();
+    assert_eq!(
+        uris,
+        [
+            "forkvm://sandboxes/sb-1/console",
+            "forkvm://sandboxes/sb-2/console"
+        ]
+    );
+    let r = rt
+        .block_on(resources::read(&b, "forkvm://sandboxes/sb-1/console"))
+        .unwrap();
+    let v = serde_json::to_value(&r.contents).unwrap();
+    assert_eq!(v[0]["text"], "Linux version 6.x\nforkvm agent ready\n");
+    assert_eq!(v[0]["mimeType"], "text/plain");
+    let e = rt
+        .block_on(resources::read(
+            &b,
+            "forkvm://sandboxes/sb-1/files/etc/hosts",
+        ))
+        .unwrap_err();
+    assert_eq!(e.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
+    assert!(e.message.contains("no sandbox sb-1"), "{}", e.message);
+    let e = rt
+        .block_on(resources::read(&b, "file:///etc/hosts"))
+        .unwrap_err();
+    assert_eq!(e.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
+    let t = resources::templates();
+    assert_eq!(t.resource_templates.len(), 2);
 }

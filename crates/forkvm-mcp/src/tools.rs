@@ -214,14 +214,18 @@ fn tool<A: JsonSchema + 'static, O: JsonSchema + 'static>(
     description: &'static str,
     annotations: ToolAnnotations,
 ) -> Tool {
-    Tool::new(
-        name,
-        description,
-        rmcp::handler::server::common::schema_for_type::<A>(),
-    )
-    .with_title(title)
-    .with_output_schema::<O>()
-    .with_annotations(annotations.with_title(title))
+    let mut t = Tool::new(name, description, tidied::<A>())
+        .with_title(title)
+        .with_annotations(annotations.with_title(title));
+    t.output_schema = Some(tidied::<O>());
+    t
+}
+
+/// A type's JSON schema as rmcp derives it, tidied ([`crate::schema`]).
+fn tidied<T: JsonSchema + 'static>() -> std::sync::Arc<serde_json::Map<String, serde_json::Value>> {
+    let mut s = (*rmcp::handler::server::common::schema_for_type::<T>()).clone();
+    crate::schema::tidy(&mut s);
+    std::sync::Arc::new(s)
 }
 
 trait WithTitle {
@@ -447,6 +451,43 @@ pub fn command_request(a: RunCommandArgs) -> Result<(String, ExecRequest), Error
             ..Default::default()
         },
     ))
+}
+
+/// The environment variable that marks a tool call's command and all its
+/// descendants, so a cancelled call can find and kill them in the guest
+/// (the agent's exec gives the host no pid to signal).
+pub const MARKER_VAR: &str = "FORKVM_MCP_CALL";
+
+/// A marker unique to one call of this process.
+pub fn call_marker() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{}-{nanos}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The command that kills every process whose environment carries
+/// `marker`: a shell loop over /proc (`sh` and `grep`, which every image
+/// with a shell has). Its own environment lacks the marker, so it is
+/// spared.
+pub fn kill_request(marker: &str) -> ExecRequest {
+    let script = format!(
+        "for d in /proc/[0-9]*; do \
+           grep -qF '{MARKER_VAR}={marker}' \"$d/environ\" 2>/dev/null && kill -KILL \"${{d#/proc/}}\" 2>/dev/null; \
+         done; exit 0"
+    );
+    ExecRequest {
+        argv: vec!["sh".into(), "-c".into(), script],
+        timeout_ms: Some(20_000),
+        ..Default::default()
+    }
 }
 
 /// `run_python`'s sandbox and request: the code goes in on stdin, so its

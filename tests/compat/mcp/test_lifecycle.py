@@ -104,6 +104,7 @@ def test_http_without_the_token_is_401(daemon, auth):
     r = httpx.post(f"{daemon.url}/mcp", json=INIT, headers=headers, timeout=30)
     assert r.status_code == 401, r.text
     assert "token" in r.json()["error"]["message"]
+    assert r.headers["www-authenticate"].startswith("Bearer"), r.headers
 
 
 def test_the_sdk_with_a_wrong_token_fails_cleanly(daemon):

@@ -257,7 +257,20 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
     }
     // MCP over streamable HTTP (crate::mcp): behind the same layers, and so
     // the same bearer token on TCP, as /v1.
-    r = r.nest_service("/mcp", crate::mcp::service(state.clone()));
+    // The unix socket and a loopback listener take only loopback `Host`
+    // names (DNS rebinding); a listener others reach takes any.
+    let guard = match (&token, state.cfg.tcp) {
+        (Some(_), Some(addr)) if !addr.ip().is_loopback() => crate::mcp::Guard::Any,
+        _ => crate::mcp::Guard::Loopback,
+    };
+    let mcp = crate::mcp::service(state.clone(), guard);
+    r = r.route("/mcp", mcp.clone()).route("/mcp/", mcp);
+    // OAuth discovery (RFC 9728, RFC 8414, and the MCP spec's paths under
+    // /mcp): forkvm has no authorization server, so these are plain 404s,
+    // open like the login page, so a client probing them learns that at once.
+    for p in OAUTH_DISCOVERY {
+        r = r.route(p, axum::routing::any(no_oauth));
+    }
     // The dashboard, behind the same layers (crate::api::ui).
     r = r.merge(ui::routes(token.clone()));
     let limit = state.cfg.limits.max_request_bytes as usize;
@@ -296,6 +309,28 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
         )),
         None => r,
     }
+}
+
+/// The OAuth discovery paths MCP clients probe: forkvm uses a bearer token
+/// and has no authorization server.
+pub const OAUTH_DISCOVERY: &[&str] = &[
+    "/.well-known/oauth-protected-resource",
+    "/.well-known/oauth-protected-resource/mcp",
+    "/.well-known/oauth-authorization-server",
+    "/.well-known/oauth-authorization-server/mcp",
+    "/.well-known/openid-configuration",
+    "/.well-known/openid-configuration/mcp",
+    "/mcp/.well-known/oauth-protected-resource",
+    "/mcp/.well-known/oauth-authorization-server",
+    "/mcp/.well-known/openid-configuration",
+];
+
+async fn no_oauth(req: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "no OAuth metadata at {}: forkvm has no authorization server; send the daemon's \
+         token as Authorization: Bearer <token>",
+        req.uri().path()
+    ))
 }
 
 /// The concurrency limit: a request beyond it is refused at once with 429
@@ -342,14 +377,14 @@ async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) ->
 /// as the token; a browser without either is sent to the login page.
 async fn auth(token: &str, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if ui::is_public(path) {
+    if ui::is_public(path) || OAUTH_DISCOVERY.contains(&path) {
         return next.run(req).await;
     }
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer)
         .unwrap_or("");
     if !constant_time_eq(given.as_bytes(), token.as_bytes())
         && !ui::has_session(req.headers(), token)
@@ -357,15 +392,31 @@ async fn auth(token: &str, req: Request, next: Next) -> Response {
         if ui::is_ui(path) {
             return ui::to_login();
         }
-        return ApiError::new(
+        let mut r = ApiError::new(
             StatusCode::UNAUTHORIZED,
             codes::UNAUTHORIZED,
             "missing or wrong bearer token; set FORKVM_TOKEN to the daemon's token",
         )
         .into_response();
+        // RFC 6750: a 401 names the scheme (MCP clients read it to decide
+        // how to authenticate).
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"forkvm\""),
+        );
+        return r;
     }
     crate::listen::mark_authenticated(&req);
     next.run(req).await
+}
+
+/// The token of an `Authorization: Bearer <token>` header; the scheme's
+/// name is case-insensitive (RFC 9110 section 11.1).
+pub fn bearer(v: &str) -> Option<&str> {
+    let (scheme, token) = v.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
 }
 
 /// Compare without an early exit, so timing does not reveal a prefix match.
@@ -420,6 +471,22 @@ async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
 mod tests {
     use super::body::parse_object;
     use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for h in [
+            "Bearer t0k",
+            "bearer t0k",
+            "BEARER t0k",
+            "Bearer  t0k ",
+            " bEaReR t0k",
+        ] {
+            assert_eq!(bearer(h), Some("t0k"), "{h:?}");
+        }
+        for h in ["Basic t0k", "Bearert0k", "t0k", ""] {
+            assert_ne!(bearer(h), Some("t0k"), "{h:?}");
+        }
+    }
 
     #[test]
     fn constant_time_eq_is_correct() {

@@ -175,6 +175,8 @@ fn is_forkvm_path(p: &str) -> bool {
     let seg = first_segment(p);
     seg == "mcp"
         || seg == "ui"
+        || p.starts_with("/.well-known/oauth-")
+        || p.starts_with("/.well-known/openid-configuration")
         || forkvm_api::routes::ROUTES
             .iter()
             .any(|(_, _, route)| first_segment(route) == seg)
@@ -194,6 +196,8 @@ mod tests {
             "/mcp/x",
             "/ui",
             "/ui/login",
+            "/.well-known/oauth-protected-resource",
+            "/.well-known/oauth-authorization-server/mcp",
         ] {
             assert!(is_forkvm_path(p), "{p}");
         }
