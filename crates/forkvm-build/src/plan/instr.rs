@@ -278,6 +278,7 @@ pub(super) fn copy_plan(
                         compression,
                         sha256,
                     },
+                    mtime: None,
                 });
                 continue;
             }

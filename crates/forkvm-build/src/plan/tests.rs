@@ -476,6 +476,20 @@ fn add_extracts_local_archives() {
 #[test]
 fn copy_step_writes_its_tar() {
     let f = Fixture::new();
+    // COPY keeps the context's mtimes (as Docker does).
+    let when = |s: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s);
+    for (path, t) in [("src/a.py", 1_600_000_001), ("src/b/c.py", 1_600_000_002)] {
+        let h = fs::File::options().write(true).open(f.path().join(path)).unwrap();
+        h.set_modified(when(t)).unwrap();
+    }
+    fs::File::open(f.path().join("src/b"))
+        .unwrap()
+        .set_modified(when(1_600_000_003))
+        .unwrap();
+    let app_mtime = {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(f.path().join("app.py")).unwrap().mtime() as u64
+    };
     let p = f.plan("FROM a\nCOPY --chmod=600 src app.py /app/");
     let StepKind::Copy { archive, dest, .. } = &p.steps[0].kind else {
         panic!()
@@ -496,12 +510,11 @@ fn copy_step_writes_its_tar() {
             s,
         ));
     }
-    let m = crate::ARCHIVE_MTIME;
     let want: Vec<(String, u32, u64, String)> = vec![
-        ("a.py".into(), 0o600, m, "a\n".into()),
-        ("b".into(), 0o600, m, String::new()),
-        ("b/c.py".into(), 0o600, m, "c\n".into()),
-        ("app.py".into(), 0o600, m, "print('hi')\n".into()),
+        ("a.py".into(), 0o600, 1_600_000_001, "a\n".into()),
+        ("b".into(), 0o600, 1_600_000_003, String::new()),
+        ("b/c.py".into(), 0o600, 1_600_000_002, "c\n".into()),
+        ("app.py".into(), 0o600, app_mtime, "print('hi')\n".into()),
     ];
     assert_eq!(got, want);
 }
