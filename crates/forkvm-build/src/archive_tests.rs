@@ -110,7 +110,14 @@ fn writes_entries_deterministically() {
     assert_eq!(
         rows,
         vec![
-            ("sub".into(), EntryType::Directory, 0o755, 1_700_000_000, 0, vec![]),
+            (
+                "sub".into(),
+                EntryType::Directory,
+                0o755,
+                1_700_000_000,
+                0,
+                vec![]
+            ),
             (
                 "sub/a.txt".into(),
                 EntryType::Regular,

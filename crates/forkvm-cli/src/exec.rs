@@ -31,10 +31,13 @@ pub(crate) fn exec_req(a: &ExecArgs) -> Result<ExecRequest> {
     };
     // Docker's rules, applied by the daemon to the sandbox's image: the
     // arguments replace Cmd, never Entrypoint.
-    let entrypoint = a
-        .entrypoint
-        .as_ref()
-        .map(|e| if e.is_empty() { vec![] } else { vec![e.clone()] });
+    let entrypoint = a.entrypoint.as_ref().map(|e| {
+        if e.is_empty() {
+            vec![]
+        } else {
+            vec![e.clone()]
+        }
+    });
     Ok(ExecRequest {
         cmd: (!a.argv.is_empty()).then(|| a.argv.clone()),
         entrypoint,

@@ -479,7 +479,10 @@ fn copy_step_writes_its_tar() {
     // COPY keeps the context's mtimes (as Docker does).
     let when = |s: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s);
     for (path, t) in [("src/a.py", 1_600_000_001), ("src/b/c.py", 1_600_000_002)] {
-        let h = fs::File::options().write(true).open(f.path().join(path)).unwrap();
+        let h = fs::File::options()
+            .write(true)
+            .open(f.path().join(path))
+            .unwrap();
         h.set_modified(when(t)).unwrap();
     }
     fs::File::open(f.path().join("src/b"))
