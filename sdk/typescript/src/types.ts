@@ -275,6 +275,8 @@ export interface BuildQuery {
   build_args?: string | null;
   /** Run every step again, ignoring the cache. */
   no_cache?: boolean | null;
+  /** Build this stage (`FROM … AS name`) instead of the last, as `docker build --target`. */
+  target?: string | null;
   disk_size?: number | null;
   /** Guest RAM of the build sandbox in MiB. */
   memory_mib?: number | null;

@@ -389,6 +389,28 @@ pub(super) fn canonical(kind: &StepKind, k: &mut KeyHasher) {
             k.put(path);
             put_opt(k, owner);
         }
+        StepKind::CopyFrom {
+            source,
+            source_key,
+            srcs,
+            dest,
+            into_dir,
+            owner,
+            chmod,
+        } => {
+            k.put("copy-from");
+            match source {
+                super::CopySource::Stage(i) => k.put(&format!("stage {i}")),
+                super::CopySource::Image(r) => k.put(&format!("image {r}")),
+            }
+            k.put(source_key);
+            k.put(&srcs.len().to_string());
+            srcs.iter().for_each(|s| k.put(s));
+            k.put(dest);
+            k.put(if *into_dir { "into" } else { "as" });
+            put_opt(k, owner);
+            put_opt(k, &chmod.map(|m| format!("{m:o}")));
+        }
     }
 }
 
