@@ -73,7 +73,10 @@ pub(crate) fn plan(p: &mut Planner, ins: &Instruction) -> Result<StepKind, Build
     let (source, source_key) = match p.sources.stage(&from) {
         Some(i) => {
             let d = p.sources.stages[i].as_ref().ok_or_else(|| {
-                BuildError::at(line, format!("COPY --from={from}: stage {i} was not planned"))
+                BuildError::at(
+                    line,
+                    format!("COPY --from={from}: stage {i} was not planned"),
+                )
             })?;
             (CopySource::Stage(i), d.final_key.clone())
         }

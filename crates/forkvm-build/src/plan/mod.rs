@@ -60,9 +60,9 @@
 
 mod copy_from;
 mod instr;
-mod stages;
 #[cfg(test)]
 mod stage_tests;
+mod stages;
 #[cfg(test)]
 mod tests;
 
@@ -224,7 +224,12 @@ pub fn plan(
         ));
     }
     // The FROM image only: a COPY --from image is plan_build's.
-    let images = o.images.iter().take(1).map(|r| (r.clone(), base.clone())).collect();
+    let images = o
+        .images
+        .iter()
+        .take(1)
+        .map(|r| (r.clone(), base.clone()))
+        .collect();
     let b = plan_build(dockerfile, context, build_args, None, &images)?;
     let base_ref = b.root_image().to_string();
     let t = b.stages.into_iter().next_back().ok_or_else(no_from)?;

@@ -114,7 +114,10 @@ fn three_stages_plan_in_order_with_copy_from() {
     let edited = THREE.replace("RUN check", "RUN check2");
     let b2 = plan_build(&edited, t.path(), &BTreeMap::new(), None, &imgs).unwrap();
     assert_eq!(b2.stages[0].final_key, b.stages[0].final_key);
-    assert_eq!(b2.stages[3].steps[0].cache_key, b.stages[3].steps[0].cache_key);
+    assert_eq!(
+        b2.stages[3].steps[0].cache_key,
+        b.stages[3].steps[0].cache_key
+    );
     assert_ne!(b2.stages[3].final_key, b.stages[3].final_key);
 }
 
@@ -126,7 +129,11 @@ fn target_skips_what_it_does_not_need() {
     let b = plan_build(THREE, t.path(), &BTreeMap::new(), Some("test"), &imgs).unwrap();
     let idx: Vec<usize> = b.stages.iter().map(|s| s.index).collect();
     assert_eq!(idx, [0, 2]);
-    assert!(b.warnings.iter().any(|w| w.contains("2 stage(s)")), "{:?}", b.warnings);
+    assert!(
+        b.warnings.iter().any(|w| w.contains("2 stage(s)")),
+        "{:?}",
+        b.warnings
+    );
 }
 
 #[test]
@@ -138,10 +145,19 @@ fn copy_from_errors() {
             "FROM deb AS x\nCOPY --from=later /a /b\nFROM deb AS later\nFROM x",
             "names no earlier stage",
         ),
-        ("FROM deb AS a\nCOPY --from=a /a /b", "names no earlier stage"),
+        (
+            "FROM deb AS a\nCOPY --from=a /a /b",
+            "names no earlier stage",
+        ),
         ("FROM deb AS a\nFROM deb\nCOPY --from=a /x* /b/", "wildcard"),
-        ("FROM deb AS a\nFROM deb\nCOPY --from=a /x /y /b", "ending in '/'"),
-        ("FROM deb AS a\nFROM deb\nCOPY --from=a --keep-git-dir /x /b", "COPY --keep-git-dir"),
+        (
+            "FROM deb AS a\nFROM deb\nCOPY --from=a /x /y /b",
+            "ending in '/'",
+        ),
+        (
+            "FROM deb AS a\nFROM deb\nCOPY --from=a --keep-git-dir /x /b",
+            "COPY --keep-git-dir",
+        ),
         ("FROM deb AS 1a\n", "invalid stage name"),
     ];
     for (df, want) in cases {
@@ -174,7 +190,12 @@ fn guest_tar() -> Vec<u8> {
     add("src/out/bin", tar::EntryType::Regular, b"ELF", None);
     add("src/out/lib", tar::EntryType::Directory, b"", None);
     add("src/out/lib/x.so", tar::EntryType::Regular, b"so", None);
-    add("src/out/lib/y.so", tar::EntryType::Link, b"", Some("src/out/lib/x.so"));
+    add(
+        "src/out/lib/y.so",
+        tar::EntryType::Link,
+        b"",
+        Some("src/out/lib/x.so"),
+    );
     add("src/out/link", tar::EntryType::Symlink, b"", Some("bin"));
     b.into_inner().unwrap()
 }
@@ -226,8 +247,14 @@ fn reshape_a_directory_and_a_file() {
         b.append_data(&mut h, "src/out/bin", &b"ELF"[..]).unwrap();
         b.into_inner().unwrap()
     };
-    let (at, out) =
-        reshape_from(&file_tar, "/src/out/bin", "/usr/local/bin/app", false, Some(0o700)).unwrap();
+    let (at, out) = reshape_from(
+        &file_tar,
+        "/src/out/bin",
+        "/usr/local/bin/app",
+        false,
+        Some(0o700),
+    )
+    .unwrap();
     assert_eq!(at, "/usr/local/bin");
     assert_eq!(rows(&out), [("app".into(), 0o700, 0, 7, "ELF".into())]);
     // Into a directory: keeps its name.

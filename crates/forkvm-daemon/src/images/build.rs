@@ -213,7 +213,10 @@ impl Manager {
                     phase: format!(
                         "stage {}{}",
                         st.index,
-                        st.name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
+                        st.name
+                            .as_ref()
+                            .map(|n| format!(" ({n})"))
+                            .unwrap_or_default()
                     ),
                 });
             }
