@@ -66,6 +66,11 @@ pub enum EntryKind {
     Symlink {
         target: String,
     },
+    /// A file whose content is in the plan (a `COPY <<EOF` heredoc).
+    Inline {
+        mode: u32,
+        data: Vec<u8>,
+    },
     /// A local tar archive that `ADD` unpacks: its entries are copied into
     /// the stream.
     Extract {
@@ -106,6 +111,7 @@ impl ArchiveSpec {
             .iter()
             .map(|e| match &e.kind {
                 EntryKind::File { size, .. } => *size,
+                EntryKind::Inline { data, .. } => data.len() as u64,
                 _ => 0,
             })
             .sum();
@@ -155,6 +161,10 @@ impl ArchiveSpec {
                     if grew != 0 || hex(&r.hasher.finalize()) != *sha256 {
                         return Err(BuildError::Changed { path: host.clone() });
                     }
+                }
+                EntryKind::Inline { mode, data } => {
+                    let mut h = header(EntryType::Regular, *mode, data.len() as u64, e.mtime);
+                    b.append_data(&mut h, &e.path, &data[..]).map_err(werr)?;
                 }
                 EntryKind::Extract {
                     host, compression, ..

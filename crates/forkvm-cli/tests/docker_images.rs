@@ -8,6 +8,7 @@
 //! * a `WorkingDir` the layers lack exists in the guest;
 //! * the guest's environment is the image's plus PATH and HOME only;
 //! * a three-stage Dockerfile with `COPY --from` (a stage, an image),
+//!   heredocs in `RUN` and `COPY`,
 //!   `--target`, a stage the target does not need (it would fail), the
 //!   context files' mtimes kept, no `/lost+found`;
 //! * a `docker save` archive without `manifest.json` refused by import.
@@ -227,8 +228,16 @@ fn a_docker_save_without_manifest_json_is_refused_by_import() {
 const THREE_STAGES: &str = "\
 FROM bb-ms AS build
 WORKDIR /src
+ENV WHO=forkvm
 COPY app.txt ./
-RUN /bin/busybox sh -c 'mkdir -p out && /bin/busybox tr a-z A-Z < app.txt > out/APP && echo built > out/stamp'
+RUN <<EOF
+mkdir -p out
+/bin/busybox tr a-z A-Z < app.txt > out/APP
+echo built > out/stamp
+EOF
+COPY <<NOTE /src/out/note
+made by $WHO
+NOTE
 
 FROM bb-ms AS unused
 RUN /bin/busybox sh -c 'echo this stage must not run; exit 9'
@@ -240,7 +249,7 @@ RUN /bin/busybox grep -q HELLO /check/APP
 FROM build AS final
 COPY --from=test /check/stamp /usr/local/bin/stamp-copy
 COPY --from=bb-ms /etc/passwd /copied/
-CMD [\"/bin/busybox\", \"cat\", \"/src/out/APP\", \"/usr/local/bin/stamp-copy\", \"/copied/passwd\"]
+CMD [\"/bin/busybox\", \"cat\", \"/src/out/APP\", \"/usr/local/bin/stamp-copy\", \"/copied/passwd\", \"/src/out/note\"]
 ";
 
 #[test]
@@ -276,7 +285,7 @@ fn a_three_stage_dockerfile_builds_its_target() {
     assert!(!out.contains("must not run"), "{out}");
     assert_eq!(
         d.ok(&["run", "--image", "ms"]),
-        "HELLO\nbuilt\nroot:x:0:0:root:/root:/bin/sh\n"
+        "HELLO\nbuilt\nroot:x:0:0:root:/root:/bin/sh\nmade by forkvm\n"
     );
     // The final stage is FROM build: its WORKDIR and files; COPY kept the
     // context file's mtime; no /lost+found.

@@ -87,6 +87,9 @@ fn describe(e: &ArchiveEntry) -> (String, String) {
         EntryKind::Dir { mode } => format!("dir {mode:o}"),
         EntryKind::File { mode, .. } => format!("file {mode:o}"),
         EntryKind::Symlink { target } => format!("-> {target}"),
+        EntryKind::Inline { mode, data } => {
+            format!("inline {mode:o} {}", String::from_utf8_lossy(data))
+        }
         EntryKind::Extract { compression, .. } => format!("extract {}", compression.name()),
     };
     (e.path.clone(), k)
@@ -593,3 +596,39 @@ fn forkvm_directives() {
 
 #[path = "key_tests.rs"]
 mod key_tests;
+
+#[test]
+fn heredocs_in_run_and_copy() {
+    let f = Fixture::new();
+    let p = f.plan(
+        "FROM a\nENV WHO=world\nRUN <<EOF\necho one\necho $WHO\nEOF\n\
+         RUN python3 - <<'PY' > /out\nprint(1)\nPY\n\
+         COPY --chmod=600 <<A <<\"B\" /etc/conf/\nhello $WHO\nA\nraw $WHO\nB\n\
+         COPY <<EOF /etc/motd\nmotd\nEOF\n",
+    );
+    // A lone heredoc: its body is the shell script.
+    assert_eq!(
+        run(&p.steps[0]).0,
+        &["/bin/sh", "-c", "echo one\necho $WHO"]
+    );
+    // A command with a heredoc: the shell gets all of it.
+    assert_eq!(
+        run(&p.steps[1]).0,
+        &["/bin/sh", "-c", "python3 - <<'PY' > /out\nprint(1)\nPY"]
+    );
+    // COPY: files named after the markers, substituted unless quoted.
+    let (dest, _, entries) = copy(&p.steps[2]);
+    assert_eq!(dest, "/etc/conf");
+    assert_eq!(
+        entries,
+        pairs(&[
+            ("A", "inline 600 hello world\n"),
+            ("B", "inline 600 raw $WHO\n")
+        ])
+    );
+    let (dest, _, entries) = copy(&p.steps[3]);
+    assert_eq!(
+        (dest, entries),
+        ("/etc", pairs(&[("motd", "inline 644 motd\n")]))
+    );
+}
