@@ -153,7 +153,16 @@ fn heredoc_command(p: &Planner, ins: &Instruction) -> Result<Vec<String>, BuildE
         && ins.args.trim().starts_with("<<")
         && !ins.args.trim().contains(char::is_whitespace);
     if lone {
-        return Ok(shell_form(&p.shell, &ins.heredocs[0].body));
+        let body = &ins.heredocs[0].body;
+        if body.starts_with("#!") {
+            return Err(BuildError::unsupported(
+                ins.line,
+                "a RUN heredoc with a #! line",
+                "forkvm runs a heredoc's body with the shell; name the interpreter instead, \
+                 e.g. RUN python3 <<EOF",
+            ));
+        }
+        return Ok(shell_form(&p.shell, body));
     }
     let mut script = format!("{}\n", ins.args.trim());
     for h in &ins.heredocs {
