@@ -632,5 +632,8 @@ fn heredocs_in_run_and_copy() {
         ("/etc", pairs(&[("motd", "inline 644 motd\n")]))
     );
     let e = f.err("FROM a\nRUN <<EOF\n#!/usr/bin/python3\nprint(1)\nEOF");
-    assert!(e.contains("#! line") && e.contains("RUN python3 <<EOF"), "{e}");
+    assert!(
+        e.contains("#! line") && e.contains("RUN python3 <<EOF"),
+        "{e}"
+    );
 }
