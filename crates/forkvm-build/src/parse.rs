@@ -48,46 +48,81 @@ pub struct Heredoc {
 }
 
 /// The heredoc markers in an instruction's arguments: (name, strip tabs,
-/// expand). A `<<` not followed by a word (`<<<`, `<< x`) is not one.
+/// expand). As in BuildKit, a marker is a word of its own (`<<EOF`,
+/// `<<-EOF`, `<<"EOF"`, `2<<EOF`), outside quotes: `"a<<b"`, `$((1<<3))`
+/// and `<<<word` are not markers.
 pub fn heredoc_markers(args: &str) -> Vec<(String, bool, bool)> {
     let mut out = Vec::new();
     let b = args.as_bytes();
+    let word_end =
+        |c: Option<&u8>| c.is_none_or(|c| c.is_ascii_whitespace() || b">|;&)".contains(c));
+    let mut quote: Option<u8> = None;
     let mut i = 0;
-    while let Some(at) = args[i..].find("<<") {
-        let mut j = i + at + 2;
-        i = j;
-        let strip = b.get(j) == Some(&b'-');
-        if strip {
-            j += 1;
-        }
-        let quote = match b.get(j) {
-            Some(&q) if q == b'"' || q == b'\'' => {
-                j += 1;
-                Some(q)
-            }
-            _ => None,
-        };
-        let start = j;
-        while b
-            .get(j)
-            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-' || *c == b'.')
-        {
-            j += 1;
-        }
-        if j == start {
-            continue;
-        }
-        let name = args[start..j].to_string();
-        if let Some(q) = quote {
-            if b.get(j) != Some(&q) {
+    while i < b.len() {
+        let c = b[i];
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(b'"') if c == b'\\' => i += 1,
+            Some(_) => {}
+            None if c == b'\\' => i += 1,
+            None if c == b'"' || c == b'\'' => quote = Some(c),
+            None if b[i..].starts_with(b"<<") => {
+                // Word start: nothing before but fd digits.
+                let mut k = i;
+                while k > 0 && b[k - 1].is_ascii_digit() {
+                    k -= 1;
+                }
+                let at_start = k == 0 || b[k - 1].is_ascii_whitespace();
+                if let Some((m, next)) = marker_at(args, i + 2).filter(|(_, n)| word_end(b.get(*n)))
+                {
+                    if at_start {
+                        out.push(m);
+                        i = next;
+                        continue;
+                    }
+                }
+                i += 2;
                 continue;
             }
-            j += 1;
+            None => {}
         }
-        i = j;
-        out.push((name, strip, quote.is_none()));
+        i += 1;
     }
     out
+}
+
+/// The marker after a `<<` at `j`, and where it ends.
+fn marker_at(args: &str, mut j: usize) -> Option<((String, bool, bool), usize)> {
+    let b = args.as_bytes();
+    let strip = b.get(j) == Some(&b'-');
+    if strip {
+        j += 1;
+    }
+    let quote = match b.get(j) {
+        Some(&q) if q == b'"' || q == b'\'' => {
+            j += 1;
+            Some(q)
+        }
+        _ => None,
+    };
+    let start = j;
+    while b
+        .get(j)
+        .is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+    {
+        j += 1;
+    }
+    if j == start {
+        return None;
+    }
+    let name = args[start..j].to_string();
+    if let Some(q) = quote {
+        if b.get(j) != Some(&q) {
+            return None;
+        }
+        j += 1;
+    }
+    Some(((name, strip, quote.is_none()), j))
 }
 
 impl Instruction {
@@ -454,6 +489,22 @@ mod tests {
             ]
         );
         assert!(i[3].heredocs.is_empty(), "{:?}", i[3]);
+        for not in [
+            "python3 -c \"print(1<<3)\"",
+            "echo $((1<<3))",
+            "echo 'a <<b'",
+            "cat <<<word",
+            "echo a\\<<b",
+        ] {
+            assert!(heredoc_markers(not).is_empty(), "{not}");
+        }
+        let m = |s: &str| {
+            heredoc_markers(s)
+                .into_iter()
+                .map(|m| m.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(m("cat 3<<A >out && cat <<-'B';"), ["A", "B"]);
         assert_eq!(i[3].line, 11);
     }
 
