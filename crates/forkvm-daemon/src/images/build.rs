@@ -2,17 +2,21 @@
 //!
 //! ```text
 //! context tar ──unpack──▶ uploads/build-N.ctx/        (host: files only, never run)
-//! FROM ──▶ local image, or pulled
-//! plan (forkvm-build): steps with chained cache keys
+//! outline (forkvm-build): the stages the target needs, the images they name
+//! each image ──▶ local image, or pulled
+//! plan: per stage, steps with chained cache keys
+//! for each stage, in order (build_steps.rs):
 //!      │  longest cached prefix: snapshots whose template key is build-<key>
 //!      ▼
-//! sandbox of the base image (or clone of the last cached step)
+//! sandbox of its base (an image, or an earlier stage's last snapshot),
+//! or a clone of its last cached step
 //!   RUN   → agent exec (argv, env, cwd, user), output streamed as log lines
 //!   COPY  → agent PutArchive (a tar of the planned files)
+//!   COPY --from → a sandbox of the source, GetArchive, PutArchive here
 //!   WORKDIR → PutArchive of an empty tar (creates the directory)
 //!   after each step: sync(2) in the guest, then a snapshot (build-<key>)
 //!      ▼
-//! last step's snapshot disk ──qemu-img convert──▶ images/<tag>/rootfs.ext4
+//! target stage's last snapshot disk ──qemu-img convert──▶ images/<tag>/rootfs.ext4
 //! ```
 //!
 //! Untrusted steps only ever run in the guest. The cache is forkvm's own
