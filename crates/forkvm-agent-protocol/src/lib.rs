@@ -116,8 +116,8 @@ pub enum HostMsg {
     /// closed). Answered by `Output*` then `Exited`; with `detach`, by
     /// `Started` alone.
     ///
-    /// `env` is added to the agent's own environment (PATH, HOME=/root,
-    /// LANG); PATH from `env` is the one searched for `argv[0]`. A `cwd` that
+    /// `env` is added to the agent's own environment (PATH and
+    /// HOME=/root); PATH from `env` is the one searched for `argv[0]`. A `cwd` that
     /// does not exist is an `Error` (code [`ERR_SPAWN`]).
     Exec {
         id: u64,

@@ -339,12 +339,18 @@ pub fn stage2_setup() {
         configure_nic(addr, prefix, params.gw, params.dns);
     }
 
-    // Inherited by every command the agent runs. The kernel starts init with
-    // almost no environment.
+    // Inherited by every command the agent runs, which gets the image's
+    // `Env` on top: PATH and HOME only, as in a Docker container (whose
+    // runtime also adds HOSTNAME, and TERM with a terminal; the agent sets
+    // TERM for PTYs). What the kernel gave init (TERM=linux, HOME=/, any
+    // undotted cmdline `key=value`) is dropped: images see only their own
+    // variables (docs/images.md).
+    for (k, _) in std::env::vars_os() {
+        std::env::remove_var(k);
+    }
     std::env::set_var(
         "PATH",
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     );
     std::env::set_var("HOME", "/root");
-    std::env::set_var("LANG", "C.UTF-8");
 }

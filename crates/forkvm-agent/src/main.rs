@@ -25,7 +25,7 @@
 //! **Stage 2 — real root** (also runs when not pid 1, for local testing):
 //!
 //! 1. as pid 1: mount devpts, /dev/shm, /run and /tmp, set the hostname from
-//!    `forkvm.hostname=`, bring `lo` up, and set PATH, HOME and LANG for the
+//!    `forkvm.hostname=`, bring `lo` up, and set PATH and HOME (only) for the
 //!    commands it will run;
 //! 2. find the virtio-serial port named `org.forkvm.agent.0` through
 //!    `/sys/class/virtio-ports/*/name` (or use `$FORKVM_AGENT_PORT`, a unix

@@ -86,6 +86,9 @@ impl Client {
         if q.no_cache == Some(true) {
             path.push_str("&no_cache=true");
         }
+        if let Some(t) = &q.target {
+            path.push_str(&format!("&target={}", enc(t)));
+        }
         if let Some(s) = q.disk_size {
             path.push_str(&format!("&disk_size={s}"));
         }

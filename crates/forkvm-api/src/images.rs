@@ -164,6 +164,10 @@ pub struct BuildQuery {
     /// Run every step again, ignoring the cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_cache: Option<bool>,
+    /// Build this stage (`FROM … AS name`) of a multi-stage Dockerfile
+    /// instead of the last one, as `docker build --target`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_size: Option<u64>,
     /// Guest RAM of the build sandbox in MiB.

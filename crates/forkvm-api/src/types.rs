@@ -472,10 +472,21 @@ pub enum OutputEncoding {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
-    /// Program and arguments; `argv[0]` is looked up on the guest's PATH.
-    /// Empty: the image's default command (its `Entrypoint` and `Cmd`).
+    /// Program and arguments, run as they are; `argv[0]` is looked up on
+    /// the guest's PATH. Empty: the image's default command (its
+    /// `Entrypoint` and `Cmd`), or what `cmd` and `entrypoint` say.
     #[serde(default)]
     pub argv: Vec<String>,
+    /// Arguments as `docker run IMAGE ARGS` takes them: they replace the
+    /// image's `Cmd` and follow its `Entrypoint` (or `entrypoint`); empty:
+    /// the image's `Cmd`. Not together with `argv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<Vec<String>>,
+    /// Replaces the image's `Entrypoint`, as `docker run --entrypoint`
+    /// does (`[]` runs `cmd` alone); the image's `Cmd` is then dropped.
+    /// Not together with `argv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
     /// Extra environment variables, on top of the image's `Env` and the
     /// agent's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -6,8 +6,9 @@
 //! destination directory, without a leading `/` or `./`. Entries come in
 //! the order of the instruction's sources, each source's tree sorted by
 //! byte order, so the same plan always gives the same bytes. Every entry
-//! has uid/gid 0, no user or group names and the fixed mtime
-//! [`ARCHIVE_MTIME`]; the receiver applies the step's owner. Entries from
+//! has uid/gid 0, no user or group names, and the context file's mtime
+//! (as Docker's COPY keeps it), or the fixed [`ARCHIVE_MTIME`] for what has
+//! none; the receiver applies the step's owner. Entries from
 //! an archive that `ADD` extracts keep their own headers (mode, owner,
 //! mtime) and order.
 //!
@@ -25,9 +26,8 @@ use tar::{Builder, EntryType, Header};
 
 use crate::{hex, BuildError};
 
-/// The mtime of every entry forkvm writes: 2000-01-01T00:00:00Z. Fixed so
-/// the stream does not depend on when files were touched; not 0 because
-/// tools such as Python's zipfile reject dates before 1980.
+/// The mtime of an entry without one of its own: 2000-01-01T00:00:00Z;
+/// not 0 because tools such as Python's zipfile reject dates before 1980.
 pub const ARCHIVE_MTIME: u64 = 946_684_800;
 
 /// How to produce the tar stream of a `COPY`/`ADD` step.
@@ -44,6 +44,10 @@ pub struct ArchiveEntry {
     /// under (`""` for the destination itself).
     pub path: String,
     pub kind: EntryKind,
+    /// The context file's mtime (seconds), kept as Docker's COPY keeps it;
+    /// `None`: [`ARCHIVE_MTIME`]. Not part of the cache key (Docker's is
+    /// by content too), so a cached step keeps the mtimes it was built with.
+    pub mtime: Option<u64>,
 }
 
 /// What an entry is.
@@ -61,6 +65,11 @@ pub enum EntryKind {
     },
     Symlink {
         target: String,
+    },
+    /// A file whose content is in the plan (a `COPY <<EOF` heredoc).
+    Inline {
+        mode: u32,
+        data: Vec<u8>,
     },
     /// A local tar archive that `ADD` unpacks: its entries are copied into
     /// the stream.
@@ -102,6 +111,7 @@ impl ArchiveSpec {
             .iter()
             .map(|e| match &e.kind {
                 EntryKind::File { size, .. } => *size,
+                EntryKind::Inline { data, .. } => data.len() as u64,
                 _ => 0,
             })
             .sum();
@@ -116,11 +126,11 @@ impl ArchiveSpec {
         for e in &self.entries {
             match &e.kind {
                 EntryKind::Dir { mode } => {
-                    let mut h = header(EntryType::Directory, *mode, 0);
+                    let mut h = header(EntryType::Directory, *mode, 0, e.mtime);
                     b.append_data(&mut h, &e.path, io::empty()).map_err(werr)?;
                 }
                 EntryKind::Symlink { target } => {
-                    let mut h = header(EntryType::Symlink, 0o777, 0);
+                    let mut h = header(EntryType::Symlink, 0o777, 0, e.mtime);
                     b.append_link(&mut h, &e.path, target).map_err(werr)?;
                 }
                 EntryKind::File {
@@ -135,7 +145,7 @@ impl ArchiveSpec {
                         remaining: *size,
                         hasher: Sha256::new(),
                     };
-                    let mut h = header(EntryType::Regular, *mode, *size);
+                    let mut h = header(EntryType::Regular, *mode, *size, e.mtime);
                     b.append_data(&mut h, &e.path, &mut r).map_err(|err| {
                         if err.kind() == io::ErrorKind::UnexpectedEof {
                             BuildError::Changed { path: host.clone() }
@@ -152,6 +162,10 @@ impl ArchiveSpec {
                         return Err(BuildError::Changed { path: host.clone() });
                     }
                 }
+                EntryKind::Inline { mode, data } => {
+                    let mut h = header(EntryType::Regular, *mode, data.len() as u64, e.mtime);
+                    b.append_data(&mut h, &e.path, &data[..]).map_err(werr)?;
+                }
                 EntryKind::Extract {
                     host, compression, ..
                 } => copy_archive(&mut b, host, *compression, &e.path)?,
@@ -161,12 +175,12 @@ impl ArchiveSpec {
     }
 }
 
-fn header(kind: EntryType, mode: u32, size: u64) -> Header {
+fn header(kind: EntryType, mode: u32, size: u64, mtime: Option<u64>) -> Header {
     let mut h = Header::new_gnu();
     h.set_entry_type(kind);
     h.set_mode(mode);
     h.set_size(size);
-    h.set_mtime(ARCHIVE_MTIME);
+    h.set_mtime(mtime.unwrap_or(ARCHIVE_MTIME));
     h.set_uid(0);
     h.set_gid(0);
     h

@@ -19,6 +19,7 @@ fn file_entry(dir: &Path, name: &str, data: &[u8], path: &str, mode: u32) -> Arc
             size: data.len() as u64,
             sha256: sha(data),
         },
+        mtime: None,
     }
 }
 
@@ -86,6 +87,7 @@ fn writes_entries_deterministically() {
             ArchiveEntry {
                 path: "sub".into(),
                 kind: EntryKind::Dir { mode: 0o755 },
+                mtime: Some(1_700_000_000),
             },
             file_entry(dir.path(), "a", b"alpha", "sub/a.txt", 0o644),
             ArchiveEntry {
@@ -93,6 +95,7 @@ fn writes_entries_deterministically() {
                 kind: EntryKind::Symlink {
                     target: "/etc/hosts".into(),
                 },
+                mtime: None,
             },
             file_entry(dir.path(), "b", b"", "empty", 0o4755),
             file_entry(dir.path(), "c", b"long", &long, 0o600),
@@ -107,7 +110,14 @@ fn writes_entries_deterministically() {
     assert_eq!(
         rows,
         vec![
-            ("sub".into(), EntryType::Directory, 0o755, m, 0, vec![]),
+            (
+                "sub".into(),
+                EntryType::Directory,
+                0o755,
+                1_700_000_000,
+                0,
+                vec![]
+            ),
             (
                 "sub/a.txt".into(),
                 EntryType::Regular,
@@ -204,6 +214,7 @@ fn detects_and_extracts_every_compression() {
                     compression: kind,
                     sha256: sha(&data),
                 },
+                mtime: None,
             }],
         };
         let rows = read_back(&spec.write_tar(Vec::new()).unwrap());
@@ -289,6 +300,7 @@ fn extraction_refuses_escapes_and_bad_data() {
                     compression: sniff(data),
                     sha256: sha(data),
                 },
+                mtime: None,
             }],
         }
         .write_tar(Vec::new())

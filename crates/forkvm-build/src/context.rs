@@ -278,6 +278,7 @@ impl Walk<'_> {
                     out.push(ArchiveEntry {
                         path: child_path,
                         kind: EntryKind::Dir { mode },
+                        mtime: mtime_of(&meta),
                     });
                     out.append(&mut inner);
                 }
@@ -289,6 +290,7 @@ impl Walk<'_> {
                     kind: EntryKind::Symlink {
                         target: target.to_string_lossy().into_owned(),
                     },
+                    mtime: mtime_of(&meta),
                 });
             } else if ft.is_file() {
                 out.push(file_entry(&child_host, &child_path, &meta, self.chmod)?);
@@ -318,7 +320,13 @@ fn file_entry(
             size,
             sha256,
         },
+        mtime: mtime_of(meta),
     })
+}
+
+/// A context entry's mtime, for the archive (before 1970: none).
+fn mtime_of(meta: &fs::Metadata) -> Option<u64> {
+    u64::try_from(std::os::unix::fs::MetadataExt::mtime(meta)).ok()
 }
 
 /// Size and hex sha256 of a file's content.

@@ -140,6 +140,7 @@ fn collect(c: &Context, src: &str, path: &str, chmod: Option<u32>) -> Vec<(Strin
                 EntryKind::File { mode, size, .. } => format!("file {mode:o} {size}"),
                 EntryKind::Symlink { target } => format!("-> {target}"),
                 EntryKind::Extract { .. } => "extract".into(),
+                EntryKind::Inline { .. } => "inline".into(),
             };
             (e.path, k)
         })

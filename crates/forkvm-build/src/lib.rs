@@ -39,7 +39,10 @@ use std::path::PathBuf;
 
 pub use archive::{ArchiveEntry, ArchiveSpec, Compression, EntryKind, ARCHIVE_MTIME};
 pub use forkvm_image::meta::{ImageConfig, ReadyCheck, StartSpec};
-pub use plan::{base_reference, plan, BaseImage, Plan, Step, StepKind};
+pub use plan::{
+    base_reference, outline, plan, plan_build, reshape_from, BaseImage, BuildPlan, CopySource,
+    Outline, Plan, StageFrom, StagePlan, Step, StepKind,
+};
 
 /// Everything that can go wrong while planning a build or writing a
 /// step's archive. Messages name the Dockerfile (or `.dockerignore`) line

@@ -15,6 +15,11 @@
 //!   character and newline, as Docker does.
 //! * An instruction is `KEYWORD args`; the keyword is case-insensitive.
 //!   `\r\n` line ends and a leading byte-order mark are accepted.
+//! * Heredocs (BuildKit's Dockerfile 1.4 syntax) in `RUN`, `COPY` and
+//!   `ADD`: each `<<WORD` (or `<<-WORD`, which strips leading tabs, or
+//!   `<<"WORD"`/`<<'WORD'`, whose body is not substituted) takes the lines
+//!   after the instruction up to a line that is `WORD`, in the order the
+//!   markers appear; see [`Heredoc`].
 
 use crate::BuildError;
 
@@ -25,8 +30,99 @@ pub struct Instruction {
     pub line: usize,
     /// Upper-case keyword.
     pub keyword: String,
-    /// Everything after the keyword, trimmed.
+    /// Everything after the keyword, trimmed (heredoc markers included,
+    /// their bodies not).
     pub args: String,
+    /// The heredocs of a `RUN`, `COPY` or `ADD`, in marker order.
+    pub heredocs: Vec<Heredoc>,
+}
+
+/// A heredoc: `<<NAME` in an instruction, and the lines up to `NAME`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heredoc {
+    pub name: String,
+    /// The lines, each ending in `\n` (tabs stripped for `<<-`).
+    pub body: String,
+    /// Unquoted marker: `COPY` substitutes variables in the body.
+    pub expand: bool,
+}
+
+/// The heredoc markers in an instruction's arguments: (name, strip tabs,
+/// expand). As in BuildKit, a marker is a word of its own (`<<EOF`,
+/// `<<-EOF`, `<<"EOF"`, `2<<EOF`), outside quotes: `"a<<b"`, `$((1<<3))`
+/// and `<<<word` are not markers.
+pub fn heredoc_markers(args: &str) -> Vec<(String, bool, bool)> {
+    let mut out = Vec::new();
+    let b = args.as_bytes();
+    let word_end =
+        |c: Option<&u8>| c.is_none_or(|c| c.is_ascii_whitespace() || b">|;&)".contains(c));
+    let mut quote: Option<u8> = None;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(b'"') if c == b'\\' => i += 1,
+            Some(_) => {}
+            None if c == b'\\' => i += 1,
+            None if c == b'"' || c == b'\'' => quote = Some(c),
+            None if b[i..].starts_with(b"<<") => {
+                // Word start: nothing before but fd digits.
+                let mut k = i;
+                while k > 0 && b[k - 1].is_ascii_digit() {
+                    k -= 1;
+                }
+                let at_start = k == 0 || b[k - 1].is_ascii_whitespace();
+                if let Some((m, next)) = marker_at(args, i + 2).filter(|(_, n)| word_end(b.get(*n)))
+                {
+                    if at_start {
+                        out.push(m);
+                        i = next;
+                        continue;
+                    }
+                }
+                i += 2;
+                continue;
+            }
+            None => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The marker after a `<<` at `j`, and where it ends.
+fn marker_at(args: &str, mut j: usize) -> Option<((String, bool, bool), usize)> {
+    let b = args.as_bytes();
+    let strip = b.get(j) == Some(&b'-');
+    if strip {
+        j += 1;
+    }
+    let quote = match b.get(j) {
+        Some(&q) if q == b'"' || q == b'\'' => {
+            j += 1;
+            Some(q)
+        }
+        _ => None,
+    };
+    let start = j;
+    while b
+        .get(j)
+        .is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+    {
+        j += 1;
+    }
+    if j == start {
+        return None;
+    }
+    let name = args[start..j].to_string();
+    if let Some(q) = quote {
+        if b.get(j) != Some(&q) {
+            return None;
+        }
+        j += 1;
+    }
+    Some(((name, strip, quote.is_none()), j))
 }
 
 impl Instruction {
@@ -132,7 +228,33 @@ pub fn parse(text: &str) -> Result<Dockerfile, BuildError> {
         if continues {
             pending = Some((start, body));
         } else {
-            df.instructions.push(instruction(start, &body)?);
+            let mut ins = instruction(start, &body)?;
+            if matches!(ins.keyword.as_str(), "RUN" | "COPY" | "ADD") {
+                for (name, strip, expand) in heredoc_markers(&ins.args) {
+                    let mut text = String::new();
+                    loop {
+                        let Some(l) = lines.get(i) else {
+                            return Err(BuildError::at(
+                                start,
+                                format!("the heredoc <<{name} has no line {name} to end it"),
+                            ));
+                        };
+                        i += 1;
+                        let l = if strip { l.trim_start_matches('\t') } else { l };
+                        if l == name {
+                            break;
+                        }
+                        text.push_str(l);
+                        text.push('\n');
+                    }
+                    ins.heredocs.push(Heredoc {
+                        name,
+                        body: text,
+                        expand,
+                    });
+                }
+            }
+            df.instructions.push(ins);
         }
     }
     // A continuation at the end of the file just ends the instruction.
@@ -183,19 +305,11 @@ fn instruction(line: usize, body: &str) -> Result<Instruction, BuildError> {
     }
     let keyword = keyword.to_ascii_uppercase();
     let args = body[end..].trim().to_string();
-    // A heredoc's body lines would otherwise be read as instructions and
-    // fail with a confusing message further down.
-    if matches!(keyword.as_str(), "RUN" | "COPY" | "ADD") && take_flags(&args).1.starts_with("<<") {
-        return Err(BuildError::unsupported(
-            line,
-            format!("{keyword} with a heredoc"),
-            "put the script or file into the build context and COPY or RUN it",
-        ));
-    }
     Ok(Instruction {
         line,
         keyword,
         args,
+        heredocs: Vec::new(),
     })
 }
 
@@ -331,13 +445,67 @@ mod tests {
         assert!(parse("FROM a\nRUN2 x").is_err());
         assert!(parse("").unwrap().instructions.is_empty());
         assert!(parse("\\\n").unwrap().instructions.is_empty());
-        let e = parse("FROM a\nRUN <<EOF\napt-get update\nEOF\n").unwrap_err();
+        let e = parse("FROM a\nRUN cat <<EOF\nno end\n").unwrap_err();
         assert!(
-            e.to_string().contains("line 2") && e.to_string().contains("heredoc"),
+            e.to_string().contains("line 2") && e.to_string().contains("<<EOF"),
             "{e}"
         );
-        assert!(parse("FROM a\nCOPY --chmod=755 <<-EOF /x\nEOF").is_err());
-        assert!(parse("FROM a\nRUN cat <<EOF").is_ok());
+    }
+
+    #[test]
+    fn heredocs() {
+        let df = parse(
+            "FROM a\nRUN <<EOF\napt-get update\n  echo $HOME\nEOF\nCOPY --chmod=755 <<-\"X\" <<Y /d/\n\tx1\n\tX\ny1\nY\nRUN cat <<<word && echo done\n",
+        )
+        .unwrap();
+        let i = &df.instructions;
+        assert_eq!(i.len(), 4);
+        assert_eq!(
+            (i[1].keyword.as_str(), i[1].args.as_str()),
+            ("RUN", "<<EOF")
+        );
+        assert_eq!(
+            i[1].heredocs,
+            [Heredoc {
+                name: "EOF".into(),
+                body: "apt-get update\n  echo $HOME\n".into(),
+                expand: true
+            }]
+        );
+        assert_eq!(i[2].line, 6);
+        assert_eq!(
+            i[2].heredocs,
+            [
+                Heredoc {
+                    name: "X".into(),
+                    body: "x1\n".into(),
+                    expand: false
+                },
+                Heredoc {
+                    name: "Y".into(),
+                    body: "y1\n".into(),
+                    expand: true
+                }
+            ]
+        );
+        assert!(i[3].heredocs.is_empty(), "{:?}", i[3]);
+        for not in [
+            "python3 -c \"print(1<<3)\"",
+            "echo $((1<<3))",
+            "echo 'a <<b'",
+            "cat <<<word",
+            "echo a\\<<b",
+        ] {
+            assert!(heredoc_markers(not).is_empty(), "{not}");
+        }
+        let m = |s: &str| {
+            heredoc_markers(s)
+                .into_iter()
+                .map(|m| m.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(m("cat 3<<A >out && cat <<-'B';"), ["A", "B"]);
+        assert_eq!(i[3].line, 11);
     }
 
     #[test]

@@ -131,9 +131,14 @@ pub(crate) struct ExecArgs {
     /// the image's `User`, else root.
     #[arg(short = 'u', long = "user")]
     pub(crate) user: Option<String>,
-    /// The command and its arguments; omitted: the image's default command
-    /// (its Entrypoint and Cmd).
-    #[arg(last = true, value_name = "CMD")]
+    /// Run this program instead of the image's Entrypoint (`''`: none), as
+    /// `docker run --entrypoint` does; the image's Cmd is then dropped.
+    #[arg(long, value_name = "PROG")]
+    pub(crate) entrypoint: Option<String>,
+    /// Arguments, as `docker run IMAGE ARGS` takes them: they replace the
+    /// image's Cmd and go to its Entrypoint (an image without one runs them
+    /// as the command); omitted: the image's Entrypoint and Cmd.
+    #[arg(last = true, value_name = "ARGS")]
     pub(crate) argv: Vec<String>,
 }
 

@@ -29,8 +29,18 @@ pub(crate) fn exec_req(a: &ExecArgs) -> Result<ExecRequest> {
         Some(t) => Some((t * 1000.0).ceil() as u64),
         None => None,
     };
+    // Docker's rules, applied by the daemon to the sandbox's image: the
+    // arguments replace Cmd, never Entrypoint.
+    let entrypoint = a.entrypoint.as_ref().map(|e| {
+        if e.is_empty() {
+            vec![]
+        } else {
+            vec![e.clone()]
+        }
+    });
     Ok(ExecRequest {
-        argv: a.argv.clone(),
+        cmd: (!a.argv.is_empty()).then(|| a.argv.clone()),
+        entrypoint,
         env,
         cwd: a.cwd.clone(),
         user: a.user.clone(),

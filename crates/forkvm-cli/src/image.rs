@@ -118,6 +118,9 @@ pub enum ImageCmd {
         /// Run every step, ignoring the cache.
         #[arg(long)]
         no_cache: bool,
+        /// Build this stage (`FROM … AS NAME`) instead of the last.
+        #[arg(long, value_name = "NAME")]
+        target: Option<String>,
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
         disk_size: Option<u64>,
         /// Guest RAM of the build sandbox in MiB.
@@ -250,6 +253,7 @@ pub async fn run(c: &Client, cmd: ImageCmd, json: bool) -> Result<ExitCode> {
             tag,
             build_args,
             no_cache,
+            target,
             disk_size,
             memory,
         } => {
@@ -272,6 +276,7 @@ pub async fn run(c: &Client, cmd: ImageCmd, json: bool) -> Result<ExitCode> {
                 dockerfile: Some(DOCKERFILE_IN_CONTEXT.into()),
                 build_args: (!args.is_empty()).then(|| serde_json::Value::Object(args).to_string()),
                 no_cache: no_cache.then_some(true),
+                target,
                 disk_size,
                 memory_mib: memory,
             };

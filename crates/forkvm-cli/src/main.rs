@@ -263,14 +263,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Proc { cmd } => procs::run(&client().await?, cmd, json).await,
         Cmd::Fs { cmd } => files::run(&client().await?, cmd, json).await,
         Cmd::Exec { id, exec } => {
-            // Unlike `run`, exec has no image default to fall back on:
-            // a missing command is a usage error, as for any other.
-            if exec.argv.is_empty() {
-                eprintln!(
-                    "error: forkvm exec needs a command\n\nUsage: forkvm exec [OPTIONS] <ID> -- <CMD>..."
-                );
-                return Ok(ExitCode::from(2));
-            }
+            // No command: the image's Entrypoint and Cmd, as the API does.
             let c = client().await?;
             do_exec(&c, &id, &exec, json).await
         }

@@ -33,13 +33,23 @@ impl Manager {
         // The image's config gives the defaults (docs/images.md).
         let mut req = req;
         let defaults = self.exec_defaults_of(id)?;
+        let docker = req.cmd.is_some() || req.entrypoint.is_some();
+        if docker && !req.argv.is_empty() {
+            return Err(ApiError::invalid(
+                "give argv (a command run as it is) or cmd/entrypoint (Docker's rules: cmd \
+                 replaces the image's Cmd after its Entrypoint), not both",
+            ));
+        }
         if req.argv.is_empty() {
-            req.argv = defaults.default_argv();
+            let cmd = req.cmd.take().unwrap_or_default();
+            req.argv = defaults.docker_argv(req.entrypoint.take().as_deref(), &cmd);
             if req.argv.is_empty() {
-                return Err(ApiError::invalid(
+                return Err(ApiError::invalid(if docker {
+                    "nothing to run: the entrypoint is empty and no cmd was given"
+                } else {
                     "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"] \
-                     (this sandbox's image has no default command: no Entrypoint or Cmd)",
-                ));
+                     (this sandbox's image has no default command: no Entrypoint or Cmd)"
+                }));
             }
         }
         if req.argv[0].is_empty() {

@@ -17,8 +17,14 @@
 //!                         <id>/layer.tar        an uncompressed layer (or a
 //!                                               symlink to a repeated one)
 //!
-//! rootfs tarball          anything else         one layer, no config
+//! rootfs tarball          any other tar         one layer, no config
 //! ```
+//!
+//! A tar holding what is left of an image format (a `docker save` without
+//! `manifest.json`, an OCI layout without `index.json`, an image packed
+//! inside a directory) is refused with the format named, never installed
+//! as a root filesystem; so is a file that is no tar (xz, zip, qcow2,
+//! ext4, … named by their magic bytes).
 //!
 //! Docker 25+ writes both an OCI layout and `manifest.json` (with paths
 //! `blobs/sha256/<hex>`); the layout is read first (it has a manifest
@@ -98,7 +104,79 @@ fn detect(src: &Source) -> Result<ArchiveFormat, ImageError> {
             reason: "it is a directory without oci-layout and index.json (to import a root filesystem directory, tar it: tar -C DIR -czf rootfs.tar.gz .)".into(),
         });
     }
+    if let Some(what) = image_remains(src) {
+        return Err(ImageError::UnknownFormat {
+            path: src.path().to_path_buf(),
+            reason: what,
+        });
+    }
     Ok(ArchiveFormat::RootfsTar)
+}
+
+/// What a tar that is neither an OCI layout nor a `docker save` archive
+/// holds of one (so it is refused instead of installed as a root
+/// filesystem of image files): the format detected and what to do.
+fn image_remains(src: &Source) -> Option<String> {
+    let names = src.names();
+    let has = |n: &str| names.contains(&n);
+    // `<64 hex>.json` configs and `<64 hex>.tar` layers (skopeo, docker).
+    let by_digest = |n: &&str| {
+        n.strip_suffix(".json")
+            .or_else(|| n.strip_suffix(".tar"))
+            .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    if has("repositories")
+        || names.iter().any(|n| n.ends_with("/layer.tar"))
+        || names.iter().any(by_digest)
+    {
+        return Some(
+            "it is a `docker save` archive without its manifest.json (it has `repositories`, \
+             <id>/layer.tar or <digest>.json/.tar entries, but forkvm needs manifest.json, which \
+             Docker writes since 1.10, to know the layers' order); save it again with \
+             `docker save` or `skopeo copy … docker-archive:FILE`"
+                .into(),
+        );
+    }
+    if has("oci-layout") || has("index.json") {
+        let lacks = if has("oci-layout") {
+            "index.json"
+        } else {
+            "oci-layout"
+        };
+        return Some(format!(
+            "it is an incomplete OCI image layout (it lacks {lacks}); export the image again"
+        ));
+    }
+    if names.iter().any(|n| n.starts_with("blobs/sha256/")) {
+        return Some(
+            "it holds OCI blobs (blobs/sha256/…) but no oci-layout, index.json or manifest.json; \
+             export the image again"
+                .into(),
+        );
+    }
+    // An image packed with its directory (`tar -cf x.tar layout/`): one
+    // top-level directory holding the markers. (A root filesystem has
+    // several, and may well have an `app/manifest.json`.)
+    let tops: std::collections::BTreeSet<&str> = names
+        .iter()
+        .map(|n| n.split('/').next().unwrap_or(""))
+        .collect();
+    if tops.len() > 1 {
+        return None;
+    }
+    for marker in ["oci-layout", "manifest.json"] {
+        if let Some(n) = names
+            .iter()
+            .find(|n| n.split_once('/').is_some_and(|(_, b)| b == marker))
+        {
+            let dir = n.split('/').next().unwrap_or_default();
+            return Some(format!(
+                "it holds an image inside the directory {dir}/ ({n}); pack the directory's \
+                 contents instead (tar -C {dir} -cf image.tar .) or import the directory itself"
+            ));
+        }
+    }
+    None
 }
 
 /// What kind of source `path` is (lists a tar once).

@@ -485,3 +485,78 @@ fn what_is_not_an_image() {
     let err = e.import(&tar).unwrap_err();
     assert!(matches!(err, ImageError::MissingBlob { .. }), "{err}");
 }
+
+/// Tars holding what is left of an image format, and files that are no
+/// tar, are refused with the format named; a root filesystem with an
+/// `app/manifest.json` is still one.
+#[test]
+fn image_remains_and_other_formats_are_refused_by_name() {
+    let e = env();
+    let refused = |name: &str, bytes: Vec<u8>, says: &str| {
+        let p = e.p(name);
+        fs::write(&p, bytes).unwrap();
+        let err = e.import(&p).unwrap_err();
+        assert!(
+            matches!(err, ImageError::UnknownFormat { .. }),
+            "{name}: {err}"
+        );
+        assert!(err.to_string().contains(says), "{name}: {err}");
+        assert!(
+            matches!(detect_format(&p), Err(ImageError::UnknownFormat { .. })),
+            "{name}"
+        );
+    };
+    let legacy = TarBuf::new()
+        .file("repositories", 0o644, b"{}")
+        .file(&format!("{}/layer.tar", "a".repeat(64)), 0o644, &layer(1))
+        .file(&format!("{}/json", "a".repeat(64)), 0o644, b"{}")
+        .finish();
+    refused(
+        "legacy.tar",
+        legacy,
+        "`docker save` archive without its manifest.json",
+    );
+    let skopeo_like = TarBuf::new()
+        .file(&format!("{}.json", "b".repeat(64)), 0o644, b"{}")
+        .file(&format!("{}.tar", "c".repeat(64)), 0o644, &layer(1))
+        .finish();
+    refused(
+        "skopeo.tar",
+        gzip(&skopeo_like),
+        "without its manifest.json",
+    );
+    let no_index = TarBuf::new()
+        .file("oci-layout", 0o644, br#"{"imageLayoutVersion":"1.0.0"}"#)
+        .file("blobs/sha256/x", 0o644, b"{}")
+        .finish();
+    refused("no-index.tar", no_index, "lacks index.json");
+    let blobs = TarBuf::new().file("blobs/sha256/x", 0o644, b"{}").finish();
+    refused("blobs.tar", blobs, "OCI blobs");
+    let nested = TarBuf::new()
+        .dir("layout", 0o755)
+        .file("layout/oci-layout", 0o644, b"{}")
+        .file("layout/index.json", 0o644, b"{}")
+        .finish();
+    refused("nested.tar", nested, "inside the directory layout/");
+    let mut xz = vec![0xfd, b'7', b'z', b'X', b'Z', 0];
+    xz.resize(4096, 0);
+    refused("r.tar.xz", xz, "xz-compressed");
+    let mut ext4 = vec![0u8; 4096];
+    ext4[1080..1082].copy_from_slice(&[0x53, 0xef]);
+    refused("disk.img", ext4, "ext2/3/4 filesystem image");
+    let mut zip = b"PK\x03\x04".to_vec();
+    zip.resize(1024, 0);
+    refused("a.zip", zip, "a zip archive");
+
+    let p = e.p("rootfs-with-manifest.tar");
+    fs::write(
+        &p,
+        TarBuf::new()
+            .file("bin/x", 0o755, b"x")
+            .file("app/manifest.json", 0o644, b"{}")
+            .file("app/index.json", 0o644, b"{}")
+            .finish(),
+    )
+    .unwrap();
+    assert_eq!(e.import(&p).unwrap().1, ArchiveFormat::RootfsTar);
+}

@@ -26,6 +26,9 @@
 //! No blocks are reserved for root (`-m 0`): a sandbox's user may be
 //! anyone, and the whole disk is theirs.
 //!
+//! mke2fs's `/lost+found` is removed (with `debugfs`) unless the tree has
+//! one: Docker images have none.
+//!
 //! The file is written under a temporary name beside `dest` and renamed
 //! into place, so a failed or interrupted mkfs leaves nothing at `dest`.
 
@@ -192,9 +195,14 @@ pub fn make_ext4(src: &Path, dest: &Path, size: Option<u64>) -> Result<u64, Imag
                 }
             })
         }
+        Ok(_) if fs::symlink_metadata(src.join("lost+found")).is_err() => drop_lost_found(&tmp),
+        Ok(_) => Ok(()),
+    };
+    let result = match result {
+        Err(e) => Err(e),
         // mke2fs drops a last block group too small to hold its own
         // metadata, so the file (made by mke2fs) is the true size.
-        Ok(_) => fs::File::open(&tmp)
+        Ok(()) => fs::File::open(&tmp)
             .and_then(|f| {
                 f.sync_all()?;
                 f.metadata()
@@ -206,6 +214,35 @@ pub fn make_ext4(src: &Path, dest: &Path, size: Option<u64>) -> Result<u64, Imag
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Remove the empty `/lost+found` mke2fs always makes: an image's root is
+/// what its layers hold, as in a container (e2fsck makes the directory
+/// again should it ever need one).
+fn drop_lost_found(img: &Path) -> Result<(), ImageError> {
+    let debugfs = find_tool("debugfs").ok_or_else(|| ImageError::MissingTool {
+        tool: "debugfs (e2fsprogs)".into(),
+    })?;
+    let o = Command::new(&debugfs)
+        .args(["-w", "-R", "rmdir /lost+found"])
+        .arg(img)
+        .output()
+        .map_err(io_err(format!("running {}", debugfs.display())))?;
+    // debugfs exits 0 whatever its request did: its errors are on stderr,
+    // after the version banner.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("debugfs "))
+        .collect();
+    if !o.status.success() || !errors.is_empty() {
+        return Err(ImageError::ToolFailed {
+            tool: "debugfs (removing /lost+found)".into(),
+            status: o.status.to_string(),
+            stderr: errors.join("\n"),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

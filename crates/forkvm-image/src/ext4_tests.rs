@@ -76,6 +76,27 @@ fn ext4_keeps_modes_links_devices_and_capabilities() {
         "{root}"
     );
     assert!(debugfs(&img, "cat /usr/bin/ping").contains("ping"));
+    // No /lost+found (mke2fs's) in an image, and the filesystem is clean
+    // without it.
+    assert!(!debugfs(&img, "ls /").contains("lost+found"));
+    let fsck = std::process::Command::new(find_tool("e2fsck").expect("e2fsck (e2fsprogs)"))
+        .arg("-fn")
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(fsck.status.success(), "{fsck:?}");
+}
+
+/// A tree with its own `lost+found` keeps it.
+#[test]
+fn a_tree_s_own_lost_found_is_kept() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("root");
+    fs::create_dir_all(src.join("lost+found")).unwrap();
+    fs::write(src.join("lost+found/note"), "mine").unwrap();
+    let img = t.path().join("rootfs.ext4");
+    make_ext4(&src, &img, None).unwrap();
+    assert!(debugfs(&img, "cat /lost+found/note").contains("mine"));
 }
 
 #[test]

@@ -245,6 +245,9 @@ pub fn install_image(
         });
     }
     add_mount_points(&root)?;
+    if let Some(wd) = resolved.config.working_dir.as_deref() {
+        add_working_dir(&root, wd, progress)?;
+    }
 
     progress.event(ProgressEvent::Phase {
         phase: "mkfs".into(),
@@ -324,6 +327,34 @@ fn add_mount_points(root: &Path) -> Result<(), ImageError> {
         }
     }
     Ok(())
+}
+
+/// Make the config's `WorkingDir` (and its missing parents) when the
+/// layers lack it, owned by root with mode 0755, as runc does before the
+/// container's process starts (`prepareRootfs` in
+/// libcontainer/rootfs_linux.go: `os.MkdirAll(cwd, 0o755)`, as root).
+/// Resolved like a layer entry, so a symlink cannot lead it out of the
+/// root. A path that is a file is left alone: the image's commands then
+/// fail saying so, as Docker's do.
+fn add_working_dir(root: &Path, wd: &str, progress: &dyn Progress) -> Result<(), ImageError> {
+    let comps = crate::safepath::clean_entry_path(Path::new(wd))?;
+    let mut made = HashSet::new();
+    match crate::safepath::resolve_dir(root, Path::new(wd), &comps, Some(&mut made)) {
+        Ok(_) if !made.is_empty() => {
+            progress.event(ProgressEvent::Log {
+                line: format!("WorkingDir {wd} is not in the layers: created it (root, 0755)"),
+            });
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(ImageError::Entry { .. }) => {
+            progress.event(ProgressEvent::Log {
+                line: format!("WorkingDir {wd} is not a directory in the image"),
+            });
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn write_synced(path: &Path, meta: &ImageMeta) -> Result<(), ImageError> {

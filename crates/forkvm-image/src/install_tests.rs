@@ -376,3 +376,39 @@ fn timestamps() {
     assert_eq!(rfc3339(1_795_600_000), "2026-11-25T09:46:40Z");
     assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
 }
+
+/// A `WorkingDir` the layers lack is made (root, 0755, with its parents),
+/// as runc makes a container's cwd; one behind a symlink stays inside the
+/// root; one that is a file is left alone.
+#[test]
+fn a_missing_working_dir_is_created() {
+    let e = Env::new();
+    let layer = gzip(
+        &TarBuf::new()
+            .file("bin/app", 0o755, b"app")
+            .symlink("srv", "/data")
+            .file("etc/file", 0o644, b"f")
+            .finish(),
+    );
+    for (name, wd, made) in [
+        ("wd-new", "/work/deep/dir", Some("/work/deep/dir")),
+        ("wd-link", "/srv/app", Some("/data/app")),
+        ("wd-file", "/etc/file", None),
+    ] {
+        let mut r = e.resolved(std::slice::from_ref(&layer));
+        r.config.working_dir = Some(wd.into());
+        e.install(name, &r, false).unwrap();
+        let disk = e.images().join(name).join(ROOTFS);
+        match made {
+            Some(p) => {
+                let st = debugfs(&disk, &format!("stat {p}"));
+                assert!(
+                    st.contains("Type: directory") && st.contains("Mode:  0755"),
+                    "{st}"
+                );
+                assert!(st.contains("User:     0"), "{st}");
+            }
+            None => assert!(debugfs(&disk, "stat /etc/file").contains("Type: regular")),
+        }
+    }
+}

@@ -53,6 +53,23 @@ impl ImageConfig {
         self.entrypoint.iter().chain(&self.cmd).cloned().collect()
     }
 
+    /// What `docker run [--entrypoint E] IMAGE [ARGS…]` runs: the
+    /// entrypoint (`entrypoint`, else the image's) followed by `cmd` when it
+    /// has arguments, else by the image's `Cmd`, which an overridden
+    /// entrypoint drops (Docker: "passing --entrypoint clears out any
+    /// default command").
+    pub fn docker_argv(&self, entrypoint: Option<&[String]>, cmd: &[String]) -> Vec<String> {
+        let ep = entrypoint.unwrap_or(&self.entrypoint);
+        let args: &[String] = if !cmd.is_empty() {
+            cmd
+        } else if entrypoint.is_some() {
+            &[]
+        } else {
+            &self.cmd
+        };
+        ep.iter().chain(args).cloned().collect()
+    }
+
     /// The environment as a map (a later duplicate wins, as in Docker).
     pub fn env_map(&self) -> BTreeMap<String, String> {
         self.env
@@ -187,6 +204,35 @@ mod tests {
         assert_eq!(ImageMeta::parse(&j).unwrap(), m);
         assert_eq!(m.config.default_argv(), ["/bin/sh", "-c", "echo hi"]);
         assert_eq!(m.config.env_map()["B"], "x=y");
+    }
+
+    #[test]
+    fn docker_run_rules() {
+        let v = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        let c = ImageConfig {
+            entrypoint: v(&["tool"]),
+            cmd: v(&["--help"]),
+            ..Default::default()
+        };
+        // docker run IMAGE / docker run IMAGE ARGS
+        assert_eq!(c.docker_argv(None, &[]), v(&["tool", "--help"]));
+        assert_eq!(c.docker_argv(None, &v(&["a", "b"])), v(&["tool", "a", "b"]));
+        // --entrypoint drops the image's Cmd; ARGS still follow it.
+        assert_eq!(c.docker_argv(Some(&v(&["sh"])), &[]), v(&["sh"]));
+        assert_eq!(
+            c.docker_argv(Some(&v(&["sh"])), &v(&["-c", "x"])),
+            v(&["sh", "-c", "x"])
+        );
+        // --entrypoint '' runs ARGS alone.
+        assert_eq!(c.docker_argv(Some(&[]), &v(&["ls"])), v(&["ls"]));
+        assert!(c.docker_argv(Some(&[]), &[]).is_empty());
+        // No Entrypoint: ARGS replace Cmd.
+        let plain = ImageConfig {
+            cmd: v(&["bash"]),
+            ..Default::default()
+        };
+        assert_eq!(plain.docker_argv(None, &v(&["ls", "/"])), v(&["ls", "/"]));
+        assert_eq!(plain.docker_argv(None, &[]), v(&["bash"]));
     }
 
     #[test]

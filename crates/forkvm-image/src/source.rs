@@ -81,6 +81,50 @@ fn not_tar(path: &Path, e: impl ToString) -> ImageError {
     }
 }
 
+/// How much of a file [`sniff`] looks at (ext4's magic is at 1080).
+const SNIFF_LEN: u64 = 2048;
+
+/// Name a file format that is not a tar by its magic bytes, so an import
+/// of the wrong file says what it got. `None`: maybe a tar (plain, gzip or
+/// zstd), which the listing pass then reads.
+pub fn sniff(head: &[u8]) -> Option<&'static str> {
+    const MAGIC: &[(&[u8], &str)] = &[
+        (
+            &[0xfd, b'7', b'z', b'X', b'Z', 0],
+            "xz-compressed data (decompress it first: xz -d, or recompress with gzip or zstd)",
+        ),
+        (
+            b"BZh",
+            "bzip2-compressed data (decompress it first: bunzip2, or recompress with gzip or zstd)",
+        ),
+        (
+            &[0x04, 0x22, 0x4d, 0x18],
+            "lz4-compressed data (decompress it first, or recompress with gzip or zstd)",
+        ),
+        (b"PK\x03\x04", "a zip archive"),
+        (b"7z\xbc\xaf\x27\x1c", "a 7-zip archive"),
+        (b"QFI\xfb", "a qcow2 disk image"),
+        (b"hsqs", "a squashfs filesystem image"),
+        (b"\x7fELF", "an ELF executable"),
+        (b"!<arch>", "an ar archive (a .deb?)"),
+    ];
+    // A tar header says `ustar` at 257; compressed data is looked into later.
+    if head.get(257..262) == Some(b"ustar") || Compression::detect(head) != Compression::None {
+        return None;
+    }
+    if let Some((_, what)) = MAGIC.iter().find(|(m, _)| head.starts_with(m)) {
+        return Some(what);
+    }
+    if head.get(1080..1082) == Some(&[0x53, 0xef]) {
+        return Some("an ext2/3/4 filesystem image (forkvm makes its own from a tar: tar -C MOUNTPOINT -cf rootfs.tar .)");
+    }
+    let text = head.iter().find(|b| !b.is_ascii_whitespace());
+    if matches!(text, Some(b'{') | Some(b'[')) && head.len() < 512 {
+        return Some("a JSON document");
+    }
+    None
+}
+
 /// Whether the listing pass keeps a small entry's content.
 fn worth_keeping(name: &str, head: &[u8]) -> bool {
     let top = !name.contains('/');
@@ -99,9 +143,15 @@ impl Source {
         let mut f = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
         let mut head = Vec::new();
         (&mut f)
-            .take(4)
+            .take(SNIFF_LEN)
             .read_to_end(&mut head)
             .map_err(io_err(format!("reading {}", path.display())))?;
+        if let Some(kind) = sniff(&head) {
+            return Err(ImageError::UnknownFormat {
+                path: path.to_path_buf(),
+                reason: format!("it is {kind}, not a tar archive or a directory"),
+            });
+        }
         let compression = Compression::detect(&head);
         let mut src = Source::Tar {
             path: path.to_path_buf(),
@@ -160,6 +210,15 @@ impl Source {
     /// Whether the source is a tar file.
     pub fn is_tar(&self) -> bool {
         matches!(self, Source::Tar { .. })
+    }
+
+    /// The names a tar's listing kept (at most two deep, and `blobs/…`);
+    /// none for a directory.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            Source::Dir(_) => Vec::new(),
+            Source::Tar { items, .. } => items.keys().map(String::as_str).collect(),
+        }
     }
 
     /// Whether a file of this name is there (through links, in a tar).

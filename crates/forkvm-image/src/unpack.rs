@@ -4,6 +4,8 @@
 //! files it adds or changes, plus markers for what it deletes:
 //!
 //! * `dir/.wh.<name>` (a whiteout) deletes `<name>` of a lower layer;
+//!   when the same layer also has `dir/<name>/` (before or after the
+//!   whiteout), the directory stays with this layer's entries only;
 //! * `dir/.wh..wh..opq` (an opaque marker) deletes everything lower layers
 //!   put in `dir`, keeping what this layer puts there, wherever in the tar
 //!   the marker comes;
@@ -338,9 +340,17 @@ impl Applier<'_> {
             });
         }
         let rel = dir.join(target);
-        // A whiteout hides lower layers only (OCI image spec).
+        // A whiteout hides lower layers only (OCI image spec): what this
+        // layer made at the path stays, but a directory it recreated (or
+        // wrote into) loses the lower layers' contents, as if the whiteout
+        // had come first in the tar (umoci unpacks so).
         if self.made_here(&rel) {
-            return Ok(());
+            let is_dir = fs::symlink_metadata(self.root.join(&rel)).is_ok_and(|m| m.is_dir());
+            return if is_dir {
+                self.opaque(raw, &rel)
+            } else {
+                Ok(())
+            };
         }
         let abs = self.root.join(&rel);
         let m = fs::symlink_metadata(&abs).ok();

@@ -121,6 +121,46 @@ fn whiteout_spares_the_same_layer() {
     assert_eq!(fs::read(root.join("d")).unwrap(), b"file now");
 }
 
+/// A layer that recreates `d/` and whites out `d`: the lower `d`'s
+/// contents go, this layer's stay, whichever comes first in the tar
+/// (`tests/real_tools.rs` compares the same case with `umoci unpack`).
+#[test]
+fn whiteout_of_a_dir_the_layer_recreates_hides_the_lower_contents() {
+    for whiteout_first in [false, true] {
+        let (_t, root) = setup();
+        apply(
+            &root,
+            &TarBuf::new()
+                .file("d/old", 0o644, b"o")
+                .file("d/sub/old", 0o644, b"o")
+                .file("e/old", 0o644, b"o")
+                .finish(),
+        )
+        .unwrap();
+        let mut upper = TarBuf::new();
+        if whiteout_first {
+            upper.file(".wh.d", 0o644, b"").file(".wh.e", 0o644, b"");
+        }
+        upper
+            .dir("d", 0o750)
+            .file("d/new", 0o644, b"n")
+            .dir("d/sub", 0o755)
+            // `e` is recreated only as the parent of a new file.
+            .file("e/sub/new", 0o644, b"n");
+        if !whiteout_first {
+            upper.file(".wh.d", 0o644, b"").file(".wh.e", 0o644, b"");
+        }
+        apply(&root, &upper.finish()).unwrap();
+        let mut d = walk(&root.join("d"));
+        d.sort();
+        assert_eq!(d, ["new", "sub"], "whiteout first: {whiteout_first}");
+        let mut e = walk(&root.join("e"));
+        e.sort();
+        assert_eq!(e, ["sub", "sub/new"], "whiteout first: {whiteout_first}");
+        assert_eq!(lmeta(root.join("d")).permissions().mode() & 0o7777, 0o750);
+    }
+}
+
 #[test]
 fn opaque_dir_clears_lower_contents_only() {
     let (_t, root) = setup();

@@ -2,7 +2,11 @@
 //! with `umoci` (two layers, the second with a whiteout), copied by
 //! `skopeo` to a `docker save` style archive and to an OCI archive, and a
 //! rootfs tarball made by GNU tar with xattrs. Each is installed and its
-//! root disk read back with `debugfs`.
+//! root disk read back with `debugfs`. Docker's edge cases (issue 31): a
+//! layer that recreates a directory it also whites out, compared with
+//! `umoci unpack`; a `docker save` archive (skopeo's) stripped of its
+//! `manifest.json`, refused; a `WorkingDir` the layers lack (set with
+//! `umoci config` and `buildah config`), created.
 //!
 //! Needs root (ownership, device nodes, file capabilities) and the tools
 //! `scripts/setup.sh` installs; a missing tool fails the test, naming it.
@@ -343,5 +347,200 @@ fn buildah_images() {
         let disk = e.install(name, src, format);
         check_disk(&disk, false);
         assert!(debugfs(&disk, "cat /etc/second").contains("two"));
+    }
+}
+
+/// The names under `dir`, relative, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+            if p.symlink_metadata().unwrap().is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A second layer holding `dir/`, `dir/new` and then `.wh.dir` (in that
+/// order, as GNU tar writes them when told to): the lower layer's `dir`
+/// contents are hidden, this layer's stay. forkvm's root disk must hold
+/// exactly what `umoci unpack` makes of the same layout.
+#[test]
+fn whiteout_of_a_recreated_dir_matches_umoci_unpack() {
+    for t in ["umoci", "tar", "mkfs.ext4", "debugfs"] {
+        need(t);
+    }
+    let e = Env::new();
+    let oci = e.p("oci");
+    let image = format!("{}:wh", s(&oci));
+    run("umoci", &["init", "--layout", s(&oci)]);
+    run("umoci", &["new", "--image", &image]);
+    let (l1, l2) = (e.p("l1"), e.p("l2"));
+    for d in ["dir/sub", "keep"] {
+        fs::create_dir_all(l1.join(d)).unwrap();
+    }
+    for f in ["dir/old", "dir/sub/old", "keep/k"] {
+        fs::write(l1.join(f), "lower\n").unwrap();
+    }
+    let l1tar = e.p("l1.tar");
+    run("tar", &["-C", s(&l1), "-cf", s(&l1tar), "./dir", "./keep"]);
+    run("umoci", &["raw", "add-layer", "--image", &image, s(&l1tar)]);
+    fs::create_dir_all(l2.join("dir")).unwrap();
+    fs::write(l2.join("dir/new"), "upper\n").unwrap();
+    fs::write(l2.join(".wh.dir"), "").unwrap();
+    let l2tar = e.p("l2.tar");
+    run(
+        "tar",
+        &[
+            "-C",
+            s(&l2),
+            "--no-recursion",
+            "-cf",
+            s(&l2tar),
+            "./dir",
+            "./dir/new",
+            "./.wh.dir",
+        ],
+    );
+    let listing = run("tar", &["-tf", s(&l2tar)]);
+    assert_eq!(
+        listing.lines().collect::<Vec<_>>(),
+        ["./dir/", "./dir/new", "./.wh.dir"],
+        "the layer's order is the case under test"
+    );
+    run("umoci", &["raw", "add-layer", "--image", &image, s(&l2tar)]);
+    let bundle = e.p("bundle");
+    run("umoci", &["unpack", "--image", &image, s(&bundle)]);
+    let want = tree(&bundle.join("rootfs"));
+    assert_eq!(want, ["dir", "dir/new", "keep", "keep/k"], "umoci's result");
+
+    let disk = e.install("wh", &oci, ArchiveFormat::OciLayout);
+    let dump = e.p("dump");
+    fs::create_dir(&dump).unwrap();
+    for top in ["dir", "keep"] {
+        debugfs(&disk, &format!("rdump /{top} {}", s(&dump)));
+    }
+    assert_eq!(
+        tree(&dump),
+        want,
+        "forkvm's root disk differs from umoci unpack"
+    );
+    assert_eq!(fs::read_to_string(dump.join("dir/new")).unwrap(), "upper\n");
+}
+
+/// skopeo's `docker save` archive without its `manifest.json` (what a
+/// truncated or hand-edited save leaves) is refused, naming the format,
+/// instead of being installed as a root filesystem of layer tars.
+#[test]
+fn a_docker_save_without_manifest_json_is_refused() {
+    for t in ["umoci", "skopeo", "tar"] {
+        need(t);
+    }
+    let e = Env::new();
+    let (oci, bundle) = (e.p("oci"), e.p("bundle"));
+    let image = format!("{}:base", s(&oci));
+    run("umoci", &["init", "--layout", s(&oci)]);
+    run("umoci", &["new", "--image", &image]);
+    run("umoci", &["unpack", "--image", &image, s(&bundle)]);
+    populate(&bundle.join("rootfs"));
+    run("umoci", &["repack", "--image", &image, s(&bundle)]);
+    let docker = e.p("docker.tar");
+    run(
+        "skopeo",
+        &[
+            "copy",
+            &format!("oci:{}:base", s(&oci)),
+            &format!("docker-archive:{}:x/y:t", s(&docker)),
+        ],
+    );
+    // Whole, it imports.
+    assert_eq!(
+        forkvm_image::archive::detect_format(&docker).unwrap(),
+        ArchiveFormat::DockerArchive
+    );
+    // Unpacked and packed again without it (GNU tar's --delete breaks
+    // such archives: the entries after the deleted one are lost).
+    let (unpacked, cut) = (e.p("unpacked"), e.p("cut.tar"));
+    fs::create_dir(&unpacked).unwrap();
+    run("tar", &["-C", s(&unpacked), "-xf", s(&docker)]);
+    fs::remove_file(unpacked.join("manifest.json")).unwrap();
+    run("tar", &["-C", s(&unpacked), "-cf", s(&cut), "."]);
+    let listing = run("tar", &["-tf", s(&cut)]);
+    assert!(!listing.contains("manifest.json") && listing.contains("repositories"));
+    let err = import_source(&cut, &e.store, &NoProgress).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("`docker save` archive without its manifest.json"),
+        "{msg}"
+    );
+    assert!(e.store.list().is_empty(), "nothing stored");
+}
+
+/// A `WorkingDir` that no layer makes (`umoci config --config.workingdir`,
+/// `buildah config --workingdir`) is on the root disk, owned by root with
+/// mode 0755, as runc would make it.
+#[test]
+fn a_working_dir_missing_from_the_layers_is_created() {
+    for t in ["umoci", "buildah", "mkfs.ext4", "debugfs"] {
+        need(t);
+    }
+    let e = Env::new();
+    let (oci, bundle) = (e.p("oci"), e.p("bundle"));
+    let image = format!("{}:wd", s(&oci));
+    run("umoci", &["init", "--layout", s(&oci)]);
+    run("umoci", &["new", "--image", &image]);
+    run("umoci", &["unpack", "--image", &image, s(&bundle)]);
+    populate(&bundle.join("rootfs"));
+    run("umoci", &["repack", "--image", &image, s(&bundle)]);
+    run(
+        "umoci",
+        &[
+            "config",
+            "--image",
+            &image,
+            "--config.workingdir=/srv/made/here",
+        ],
+    );
+    let (store_root, run_root) = (e.p("containers"), e.p("containers-run"));
+    let b = |args: &[&str]| {
+        let mut all = vec![
+            "--root",
+            s(&store_root),
+            "--runroot",
+            s(&run_root),
+            "--storage-driver",
+            "vfs",
+        ];
+        all.extend_from_slice(args);
+        run("buildah", &all).trim().to_string()
+    };
+    let c = b(&["from", "scratch"]);
+    populate(Path::new(&b(&["mount", &c])));
+    b(&["config", "--workingdir", "/opt/app", &c]);
+    let bo = e.p("b-oci.tar");
+    b(&["commit", &c, &format!("oci-archive:{}:latest", s(&bo))]);
+    b(&["rm", "--all"]);
+    b(&["rmi", "--all", "--force"]);
+    for (name, src, format, wd) in [
+        ("umoci-wd", &oci, ArchiveFormat::OciLayout, "/srv/made/here"),
+        ("buildah-wd", &bo, ArchiveFormat::OciArchive, "/opt/app"),
+    ] {
+        let r = import_source(src, &e.store, &NoProgress).unwrap();
+        assert_eq!(r.config.working_dir.as_deref(), Some(wd), "{name}");
+        let disk = e.install(name, src, format);
+        let st = debugfs(&disk, &format!("stat {wd}"));
+        assert!(
+            st.contains("Type: directory")
+                && st.contains("Mode:  0755")
+                && st.contains("User:     0"),
+            "{name}: {st}"
+        );
+        check_disk(&disk, false);
     }
 }

@@ -132,6 +132,7 @@ export function buildQuery(params: BuildImageParams): BuildQuery {
     query.build_args = JSON.stringify(sorted);
   }
   if (params.no_cache) query.no_cache = true;
+  if (params.target) query.target = params.target;
   if (params.disk_size != null) query.disk_size = params.disk_size;
   if (params.memory_mib != null) query.memory_mib = params.memory_mib;
   return query;

@@ -164,9 +164,20 @@ export interface ErrorDetail {
 export interface ExecRequest {
   /**
    * Program and arguments; `argv[0]` is looked up on the guest's PATH.
-   * Empty or omitted: the image's default command (its `Entrypoint` and `Cmd`).
+   * Empty or omitted: the image's default command (its `Entrypoint` and `Cmd`),
+   * or what `cmd` and `entrypoint` say.
    */
   argv?: string[];
+  /**
+   * Arguments as `docker run IMAGE ARGS` takes them: they replace the image's
+   * `Cmd` after its `Entrypoint` (or `entrypoint`). Not with `argv`.
+   */
+  cmd?: string[] | null;
+  /**
+   * Replaces the image's `Entrypoint` (`[]`: none), as `docker run --entrypoint`;
+   * the image's `Cmd` is then dropped. Not with `argv`.
+   */
+  entrypoint?: string[] | null;
   /** Extra environment variables, on top of the image's `Env` and the agent's. */
   env?: Record<string, string>;
   /** Working directory (default: the image's `WorkingDir`, else `/`). */
@@ -264,6 +275,8 @@ export interface BuildQuery {
   build_args?: string | null;
   /** Run every step again, ignoring the cache. */
   no_cache?: boolean | null;
+  /** Build this stage (`FROM … AS name`) instead of the last, as `docker build --target`. */
+  target?: string | null;
   disk_size?: number | null;
   /** Guest RAM of the build sandbox in MiB. */
   memory_mib?: number | null;

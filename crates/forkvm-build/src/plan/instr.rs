@@ -122,6 +122,9 @@ pub(super) fn command(
     ins: &Instruction,
     allow_empty: bool,
 ) -> Result<Vec<String>, BuildError> {
+    if !ins.heredocs.is_empty() {
+        return heredoc_command(p, ins);
+    }
     match parse::json_form(&ins.args) {
         Some(v) if v.is_empty() && !allow_empty => Err(BuildError::at(
             ins.line,
@@ -134,6 +137,40 @@ pub(super) fn command(
         )),
         None => Ok(shell_form(&p.shell, &ins.args)),
     }
+}
+
+/// `RUN` with heredocs, as BuildKit runs it: a lone `<<EOF` runs its body
+/// as a shell script; a command with heredocs goes to the shell whole,
+/// bodies and end lines included, so the shell feeds them to it.
+fn heredoc_command(p: &Planner, ins: &Instruction) -> Result<Vec<String>, BuildError> {
+    if parse::json_form(&ins.args).is_some() {
+        return Err(BuildError::at(
+            ins.line,
+            "a heredoc needs the shell form of RUN, not a JSON array",
+        ));
+    }
+    let lone = parse::heredoc_markers(&ins.args).len() == 1
+        && ins.args.trim().starts_with("<<")
+        && !ins.args.trim().contains(char::is_whitespace);
+    if lone {
+        let body = &ins.heredocs[0].body;
+        if body.starts_with("#!") {
+            return Err(BuildError::unsupported(
+                ins.line,
+                "a RUN heredoc with a #! line",
+                "forkvm runs a heredoc's body with the shell; name the interpreter instead, \
+                 e.g. RUN python3 <<EOF",
+            ));
+        }
+        return Ok(shell_form(&p.shell, body));
+    }
+    let mut script = format!("{}\n", ins.args.trim());
+    for h in &ins.heredocs {
+        script.push_str(&h.body);
+        script.push_str(&h.name);
+        script.push('\n');
+    }
+    Ok(shell_form(&p.shell, &script))
 }
 
 fn shell_form(shell: &[String], cmd: &str) -> Vec<String> {
@@ -251,16 +288,20 @@ pub(super) fn copy_plan(
         || dest_raw == "..";
     let dest = absolute(&p.cwd(), dest_raw);
     let mut sources = Vec::new();
+    let mut inline = Vec::new();
     for s in srcs {
-        sources.extend(ctx.sources(s, line)?);
+        match heredoc_source(p, ins, s)? {
+            Some(h) => inline.push(h),
+            None => sources.extend(ctx.sources(s, line)?),
+        }
     }
-    let multiple = sources.len() > 1;
+    let multiple = sources.len() + inline.len() > 1;
     if multiple && !dir_hint {
         return Err(BuildError::at(
             line,
             format!(
                 "{kw} copies {} sources (after expanding wildcards) so the destination must be a directory ending in '/': write {dest_raw}/",
-                sources.len()
+                sources.len() + inline.len()
             ),
         ));
     }
@@ -278,6 +319,7 @@ pub(super) fn copy_plan(
                         compression,
                         sha256,
                     },
+                    mtime: None,
                 });
                 continue;
             }
@@ -293,11 +335,58 @@ pub(super) fn copy_plan(
         };
         ctx.collect(s, &name, chmod, line, &mut entries, &mut p.warnings)?;
     }
+    for (name, data) in inline {
+        let path = if into_dir {
+            name
+        } else {
+            step_dest = parent(&dest);
+            dest.rsplit('/').next().unwrap_or_default().to_string()
+        };
+        entries.push(ArchiveEntry {
+            path,
+            kind: EntryKind::Inline {
+                mode: chmod.unwrap_or(0o644),
+                data: data.into_bytes(),
+            },
+            mtime: None,
+        });
+    }
     Ok(CopyPlan {
         dest: step_dest,
         owner,
         archive: ArchiveSpec { entries },
     })
+}
+
+/// A `COPY`/`ADD` source that is a heredoc marker: the file's name and
+/// content (variables substituted unless the marker was quoted).
+fn heredoc_source(
+    p: &Planner,
+    ins: &Instruction,
+    src: &str,
+) -> Result<Option<(String, String)>, BuildError> {
+    if !src.starts_with("<<") {
+        return Ok(None);
+    }
+    let Some((name, _, _)) = parse::heredoc_markers(src).into_iter().next() else {
+        return Ok(None);
+    };
+    let Some(h) = ins.heredocs.iter().find(|h| h.name == name) else {
+        return Ok(None);
+    };
+    let body = if h.expand {
+        // Line by line: the substitution works on words of one line.
+        let mut out = String::new();
+        for l in h.body.split_inclusive('\n') {
+            let (text, nl) = l.strip_suffix('\n').map_or((l, ""), |t| (t, "\n"));
+            out.push_str(&p.expand(ins.line, text)?);
+            out.push_str(nl);
+        }
+        out
+    } else {
+        h.body.clone()
+    };
+    Ok(Some((h.name.clone(), body)))
 }
 
 /// `--chmod=755`: octal only.
@@ -371,6 +460,11 @@ pub(super) fn canonical(kind: &StepKind, k: &mut KeyHasher) {
                         k.put("symlink");
                         k.put(target);
                     }
+                    EntryKind::Inline { mode, data } => {
+                        k.put("inline");
+                        k.put(&mode.to_string());
+                        k.put(&crate::hex(&<sha2::Sha256 as sha2::Digest>::digest(data)));
+                    }
                     EntryKind::Extract {
                         compression,
                         sha256,
@@ -387,6 +481,28 @@ pub(super) fn canonical(kind: &StepKind, k: &mut KeyHasher) {
             k.put("mkdir");
             k.put(path);
             put_opt(k, owner);
+        }
+        StepKind::CopyFrom {
+            source,
+            source_key,
+            srcs,
+            dest,
+            into_dir,
+            owner,
+            chmod,
+        } => {
+            k.put("copy-from");
+            match source {
+                super::CopySource::Stage(i) => k.put(&format!("stage {i}")),
+                super::CopySource::Image(r) => k.put(&format!("image {r}")),
+            }
+            k.put(source_key);
+            k.put(&srcs.len().to_string());
+            srcs.iter().for_each(|s| k.put(s));
+            k.put(dest);
+            k.put(if *into_dir { "into" } else { "as" });
+            put_opt(k, owner);
+            put_opt(k, &chmod.map(|m| format!("{m:o}")));
         }
     }
 }

@@ -58,9 +58,16 @@
 //! path and owner for `WORKDIR`. Host paths and mtimes are not part of
 //! it, nor is the Dockerfile's layout (comments, line breaks).
 
+mod copy_from;
 mod instr;
 #[cfg(test)]
+mod stage_tests;
+mod stages;
+#[cfg(test)]
 mod tests;
+
+pub use copy_from::reshape_from;
+pub use stages::{outline, plan_build, BuildPlan, Outline, StageFrom, StagePlan};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -150,6 +157,30 @@ pub enum StepKind {
     },
     /// `mkdir -p path` (the new directories owned by `owner`, else root).
     Mkdir { path: String, owner: Option<String> },
+    /// `COPY --from=SOURCE`: each of `srcs` (absolute paths in the source's
+    /// root filesystem) is fetched from a sandbox of the source and put at
+    /// `dest` ([`reshape_from`] says where each entry goes). `source_key`
+    /// is the source stage's last cache key, or the source image's digest.
+    CopyFrom {
+        source: CopySource,
+        source_key: String,
+        srcs: Vec<String>,
+        dest: String,
+        /// `dest` is a directory the sources go into (else the one source
+        /// is named `dest`).
+        into_dir: bool,
+        owner: Option<String>,
+        chmod: Option<u32>,
+    },
+}
+
+/// Where `COPY --from` copies from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopySource {
+    /// An earlier stage, by its 0-based index in the Dockerfile.
+    Stage(usize),
+    /// An image, by the reference as written (the daemon resolves it).
+    Image(String),
 }
 
 /// The `FROM` reference (after global `ARG`s and `--build-arg`s), so the
@@ -169,61 +200,46 @@ pub fn base_reference(
     p.base.ok_or_else(no_from)
 }
 
-/// Plan a build of `dockerfile` with the context directory `context`
-/// on top of `base` (which the daemon resolved from [`base_reference`];
-/// use [`BaseImage::scratch`] for `FROM scratch`).
+/// Plan a single-stage build of `dockerfile` with the context directory
+/// `context` on top of `base` (which the daemon resolved from
+/// [`base_reference`]; use [`BaseImage::scratch`] for `FROM scratch`).
+/// A multi-stage Dockerfile needs [`outline`] and [`plan_build`].
 pub fn plan(
     dockerfile: &str,
     context: &Path,
     build_args: &BTreeMap<String, String>,
     base: &BaseImage,
 ) -> Result<Plan, BuildError> {
-    let df = parse::parse(dockerfile)?;
-    let ctx = Context::open(context)?;
-    let mut p = Planner::new(df.escape, build_args);
-    p.warnings = df.warnings.clone();
-    p.config = base.config.clone();
-    p.prev_key = {
-        let mut k = KeyHasher::new("forkvm-build/base/v1");
-        k.put(&base.digest);
-        k.finish()
-    };
-    for ins in &df.instructions {
-        if p.base.is_none() {
-            p.global(ins)?;
-            if let Some(b) = &p.base {
-                if b != "scratch" {
-                    p.known_dirs
-                        .extend(STANDARD_DIRS.iter().map(|d| d.to_string()));
-                }
-            }
-        } else {
-            p.instruction(ins, &ctx)?;
-        }
-    }
-    let base_ref = p.base.clone().ok_or_else(no_from)?;
-    let start = instr::start_spec(&df.forkvm, &p.config, &p.shell)?;
-    let unused: Vec<&String> = build_args
-        .keys()
-        .filter(|k| !p.used_args.contains(*k))
-        .collect();
-    if !unused.is_empty() {
-        p.warnings.push(format!(
-            "build arguments not declared by any ARG were not used: {}",
-            unused
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+    let o = outline(dockerfile, build_args, None)?;
+    if o.stages > 1 {
+        let line = parse::parse(dockerfile)?
+            .instructions
+            .iter()
+            .filter(|i| i.keyword == "FROM")
+            .nth(1)
+            .map_or(1, |i| i.line);
+        return Err(BuildError::at(
+            line,
+            "a second FROM (multi-stage build): plan it with plan_build",
         ));
     }
+    // The FROM image only: a COPY --from image is plan_build's.
+    let images = o
+        .images
+        .iter()
+        .take(1)
+        .map(|r| (r.clone(), base.clone()))
+        .collect();
+    let b = plan_build(dockerfile, context, build_args, None, &images)?;
+    let base_ref = b.root_image().to_string();
+    let t = b.stages.into_iter().next_back().ok_or_else(no_from)?;
     Ok(Plan {
         base: base_ref,
-        steps: p.steps,
-        final_config: p.config,
-        start,
-        warnings: p.warnings,
-        dockerfile_digest: hex(&Sha256::digest(dockerfile.as_bytes())),
+        steps: t.steps,
+        final_config: t.config,
+        start: b.start,
+        warnings: b.warnings,
+        dockerfile_digest: b.dockerfile_digest,
     })
 }
 
@@ -277,6 +293,11 @@ pub(crate) struct Planner<'a> {
     prev_key: String,
     steps: Vec<Step>,
     warnings: Vec<String>,
+    /// `FROM … AS name`, lower-cased as Docker does.
+    stage_name: Option<String>,
+    /// What `COPY --from` may name: the stages planned before this one and
+    /// the images the daemon resolved.
+    sources: stages::Sources,
 }
 
 impl<'a> Planner<'a> {
@@ -295,6 +316,8 @@ impl<'a> Planner<'a> {
             prev_key: String::new(),
             steps: Vec::new(),
             warnings: Vec::new(),
+            stage_name: None,
+            sources: stages::Sources::default(),
         }
     }
 
@@ -322,6 +345,17 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|w| self.expand(line, w))
             .collect()
+    }
+
+    /// Substitute the global `ARG`s only (what `FROM` sees).
+    fn expand_global(&self, line: usize, word: &str) -> Result<String, BuildError> {
+        let globals: BTreeMap<String, String> = self
+            .global_args
+            .iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
+            .collect();
+        crate::words::expand(word, self.escape, &|n: &str| globals.get(n).cloned())
+            .map_err(|e| BuildError::at(line, e))
     }
 
     /// An instruction before (or being) `FROM`.
@@ -375,7 +409,11 @@ impl<'a> Planner<'a> {
             .collect::<Result<_, _>>()?;
         let image = match words.as_slice() {
             [image] => image,
-            [image, as_, _name] if as_.eq_ignore_ascii_case("as") => image,
+            [image, as_, name] if as_.eq_ignore_ascii_case("as") => {
+                stages::check_stage_name(ins.line, name)?;
+                self.stage_name = Some(name.to_ascii_lowercase());
+                image
+            }
             _ => {
                 return Err(BuildError::at(
                     ins.line,
@@ -435,11 +473,8 @@ impl<'a> Planner<'a> {
     fn instruction(&mut self, ins: &Instruction, ctx: &Context) -> Result<(), BuildError> {
         let line = ins.line;
         match ins.keyword.as_str() {
-            "FROM" => Err(BuildError::unsupported(
-                line,
-                "a second FROM (multi-stage build)",
-                "multi-stage builds are not supported yet; build the stages as separate images",
-            )),
+            // Stages are split before planning (see `stages`).
+            "FROM" => Err(BuildError::at(line, "FROM inside a stage")),
             "ARG" => {
                 for (name, value) in self.arg_values(ins, true)? {
                     self.args.insert(name, value);
@@ -447,6 +482,11 @@ impl<'a> Planner<'a> {
                 Ok(())
             }
             "RUN" => self.run(ins),
+            "COPY" if copy_from::from_flag(ins).is_some() => {
+                let kind = copy_from::plan(self, ins)?;
+                self.push_step(ins, kind);
+                Ok(())
+            }
             "COPY" | "ADD" => self.copy(ins, ctx),
             "WORKDIR" => self.workdir(ins),
             "ENV" => {

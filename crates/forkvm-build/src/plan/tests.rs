@@ -87,6 +87,9 @@ fn describe(e: &ArchiveEntry) -> (String, String) {
         EntryKind::Dir { mode } => format!("dir {mode:o}"),
         EntryKind::File { mode, .. } => format!("file {mode:o}"),
         EntryKind::Symlink { target } => format!("-> {target}"),
+        EntryKind::Inline { mode, data } => {
+            format!("inline {mode:o} {}", String::from_utf8_lossy(data))
+        }
         EntryKind::Extract { compression, .. } => format!("extract {}", compression.name()),
     };
     (e.path.clone(), k)
@@ -476,6 +479,23 @@ fn add_extracts_local_archives() {
 #[test]
 fn copy_step_writes_its_tar() {
     let f = Fixture::new();
+    // COPY keeps the context's mtimes (as Docker does).
+    let when = |s: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s);
+    for (path, t) in [("src/a.py", 1_600_000_001), ("src/b/c.py", 1_600_000_002)] {
+        let h = fs::File::options()
+            .write(true)
+            .open(f.path().join(path))
+            .unwrap();
+        h.set_modified(when(t)).unwrap();
+    }
+    fs::File::open(f.path().join("src/b"))
+        .unwrap()
+        .set_modified(when(1_600_000_003))
+        .unwrap();
+    let app_mtime = {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(f.path().join("app.py")).unwrap().mtime() as u64
+    };
     let p = f.plan("FROM a\nCOPY --chmod=600 src app.py /app/");
     let StepKind::Copy { archive, dest, .. } = &p.steps[0].kind else {
         panic!()
@@ -496,12 +516,11 @@ fn copy_step_writes_its_tar() {
             s,
         ));
     }
-    let m = crate::ARCHIVE_MTIME;
     let want: Vec<(String, u32, u64, String)> = vec![
-        ("a.py".into(), 0o600, m, "a\n".into()),
-        ("b".into(), 0o600, m, String::new()),
-        ("b/c.py".into(), 0o600, m, "c\n".into()),
-        ("app.py".into(), 0o600, m, "print('hi')\n".into()),
+        ("a.py".into(), 0o600, 1_600_000_001, "a\n".into()),
+        ("b".into(), 0o600, 1_600_000_003, String::new()),
+        ("b/c.py".into(), 0o600, 1_600_000_002, "c\n".into()),
+        ("app.py".into(), 0o600, app_mtime, "print('hi')\n".into()),
     ];
     assert_eq!(got, want);
 }
@@ -577,3 +596,44 @@ fn forkvm_directives() {
 
 #[path = "key_tests.rs"]
 mod key_tests;
+
+#[test]
+fn heredocs_in_run_and_copy() {
+    let f = Fixture::new();
+    let p = f.plan(
+        "FROM a\nENV WHO=world\nRUN <<EOF\necho one\necho $WHO\nEOF\n\
+         RUN python3 - <<'PY' > /out\nprint(1)\nPY\n\
+         COPY --chmod=600 <<A <<\"B\" /etc/conf/\nhello $WHO\nA\nraw $WHO\nB\n\
+         COPY <<EOF /etc/motd\nmotd\nEOF\n",
+    );
+    // A lone heredoc: its body is the shell script.
+    assert_eq!(
+        run(&p.steps[0]).0,
+        &["/bin/sh", "-c", "echo one\necho $WHO"]
+    );
+    // A command with a heredoc: the shell gets all of it.
+    assert_eq!(
+        run(&p.steps[1]).0,
+        &["/bin/sh", "-c", "python3 - <<'PY' > /out\nprint(1)\nPY"]
+    );
+    // COPY: files named after the markers, substituted unless quoted.
+    let (dest, _, entries) = copy(&p.steps[2]);
+    assert_eq!(dest, "/etc/conf");
+    assert_eq!(
+        entries,
+        pairs(&[
+            ("A", "inline 600 hello world\n"),
+            ("B", "inline 600 raw $WHO\n")
+        ])
+    );
+    let (dest, _, entries) = copy(&p.steps[3]);
+    assert_eq!(
+        (dest, entries),
+        ("/etc", pairs(&[("motd", "inline 644 motd\n")]))
+    );
+    let e = f.err("FROM a\nRUN <<EOF\n#!/usr/bin/python3\nprint(1)\nEOF");
+    assert!(
+        e.contains("#! line") && e.contains("RUN python3 <<EOF"),
+        "{e}"
+    );
+}

@@ -14,7 +14,7 @@ use super::{AgentConn, AgentError};
 #[derive(Debug, Clone, Default)]
 pub struct StartSpec {
     pub argv: Vec<String>,
-    /// Added to the agent's environment (PATH, HOME=/root, LANG).
+    /// Added to the agent's environment (PATH, HOME=/root).
     pub env: BTreeMap<String, String>,
     /// Default `/`; one that does not exist is an error.
     pub cwd: Option<String>,

@@ -2,17 +2,21 @@
 //!
 //! ```text
 //! context tar ──unpack──▶ uploads/build-N.ctx/        (host: files only, never run)
-//! FROM ──▶ local image, or pulled
-//! plan (forkvm-build): steps with chained cache keys
+//! outline (forkvm-build): the stages the target needs, the images they name
+//! each image ──▶ local image, or pulled
+//! plan: per stage, steps with chained cache keys
+//! for each stage, in order (build_steps.rs):
 //!      │  longest cached prefix: snapshots whose template key is build-<key>
 //!      ▼
-//! sandbox of the base image (or clone of the last cached step)
+//! sandbox of its base (an image, or an earlier stage's last snapshot),
+//! or a clone of its last cached step
 //!   RUN   → agent exec (argv, env, cwd, user), output streamed as log lines
 //!   COPY  → agent PutArchive (a tar of the planned files)
+//!   COPY --from → a sandbox of the source, GetArchive, PutArchive here
 //!   WORKDIR → PutArchive of an empty tar (creates the directory)
 //!   after each step: sync(2) in the guest, then a snapshot (build-<key>)
 //!      ▼
-//! last step's snapshot disk ──qemu-img convert──▶ images/<tag>/rootfs.ext4
+//! target stage's last snapshot disk ──qemu-img convert──▶ images/<tag>/rootfs.ext4
 //! ```
 //!
 //! Untrusted steps only ever run in the guest. The cache is forkvm's own
@@ -29,28 +33,27 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::StatusCode;
-use forkvm_api::{codes, BuildQuery, CreateSandbox, Image, ImageEvent};
-use forkvm_build::{BaseImage, Plan, StepKind};
+use forkvm_api::{codes, BuildQuery, Image, ImageEvent};
+use forkvm_build::{BaseImage, StageFrom};
 use forkvm_image::meta::{ImageMeta, ImageSource};
 use tokio::sync::mpsc;
 
+use super::build_steps::{Sources, Start};
 use super::install::Upload;
 use super::stream::Emitter;
-use crate::agent::ExecSpec;
 use crate::error::ApiError;
 use crate::manager::Manager;
-use crate::spawn::Created;
 
 /// The template-key prefix of build cache snapshots.
 pub const CACHE_PREFIX: &str = "build-";
 
 /// How long one RUN step may take.
-const STEP_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(super) const STEP_TIMEOUT: Duration = Duration::from_secs(3600);
 
-fn build_failed(m: impl Into<String>) -> ApiError {
+pub(super) fn build_failed(m: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, codes::BUILD_FAILED, m)
 }
 
@@ -155,36 +158,80 @@ impl Manager {
             })?,
             None => BTreeMap::new(),
         };
-        let base_ref =
-            forkvm_build::base_reference(&text, &args).map_err(|e| build_failed(e.to_string()))?;
-        if base_ref == "scratch" {
+        let outline = forkvm_build::outline(&text, &args, q.target.as_deref())
+            .map_err(|e| build_failed(e.to_string()))?;
+        if outline.images.iter().any(|r| r == "scratch") {
             return Err(build_failed(
                 "FROM scratch is not supported: build steps run in a sandbox of the base image, \
                  so start from an image (import a rootfs tarball with `forkvm image import` and \
                  use FROM <its name>)",
             ));
         }
-        let base = self.build_base(&base_ref, &emit).await?;
-        let base_img = BaseImage {
-            digest: image_identity(self, &base),
-            config: base.config.clone(),
-        };
+        // Every image the needed stages name, local or pulled now.
+        let mut srcs = Sources::default();
+        let mut resolved = BTreeMap::new();
+        for r in &outline.images {
+            let m = self.build_base(r, &emit).await?;
+            resolved.insert(
+                r.clone(),
+                BaseImage {
+                    digest: image_identity(self, &m),
+                    config: m.config.clone(),
+                },
+            );
+            srcs.images.insert(r.clone(), m.name.to_string());
+        }
         let plan = {
             let (t, c) = (text.clone(), ctx.0.clone());
-            let (a, b) = (args.clone(), base_img.clone());
-            tokio::task::spawn_blocking(move || forkvm_build::plan(&t, &c, &a, &b))
-                .await
-                .map_err(|e| ApiError::internal(format!("plan task failed: {e}")))?
-                .map_err(|e| build_failed(e.to_string()))?
+            let (a, target, imgs) = (args.clone(), q.target.clone(), resolved);
+            tokio::task::spawn_blocking(move || {
+                forkvm_build::plan_build(&t, &c, &a, target.as_deref(), &imgs)
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("plan task failed: {e}")))?
+            .map_err(|e| build_failed(e.to_string()))?
         };
         for w in &plan.warnings {
             emit.send(ImageEvent::Log {
                 line: format!("warning: {w}"),
             });
         }
-        let last = self
-            .run_steps(&plan, &base.name, &q, no_cache(&q), &emit)
-            .await?;
+        let base_ref = plan.root_image().to_string();
+        let many = plan.stages.len() > 1;
+        for st in &plan.stages {
+            let start = match &st.from {
+                StageFrom::Image(r) => Start::Image(
+                    srcs.images
+                        .get(r)
+                        .cloned()
+                        .ok_or_else(|| ApiError::internal(format!("image {r} not resolved")))?,
+                ),
+                StageFrom::Stage(i) => srcs
+                    .stages
+                    .get(i)
+                    .cloned()
+                    .ok_or_else(|| ApiError::internal(format!("stage {i} not built")))?,
+            };
+            if many {
+                emit.send(ImageEvent::Phase {
+                    phase: format!(
+                        "stage {}{}",
+                        st.index,
+                        st.name
+                            .as_ref()
+                            .map(|n| format!(" ({n})"))
+                            .unwrap_or_default()
+                    ),
+                });
+            }
+            let last = self
+                .run_steps(&st.steps, &start, &q, no_cache(&q), &emit, &srcs)
+                .await?;
+            srcs.stages
+                .insert(st.index, last.map(Start::Snapshot).unwrap_or(start));
+        }
+        let target = plan.target();
+        let last = srcs.stages.get(&target.index).cloned();
         let meta = ImageMeta {
             name: q.tag.clone(),
             format: "ext4".into(),
@@ -196,7 +243,7 @@ impl Manager {
             }),
             digest: None,
             layers: Vec::new(),
-            config: plan.final_config.clone(),
+            config: target.config.clone(),
             start: plan.start.clone(),
             description: None,
         };
@@ -204,8 +251,9 @@ impl Manager {
             phase: "exporting the root disk".into(),
         });
         let disk_file = match &last {
-            Some(snap) => self.store().dir(snap).join(forkvm_store::DISK),
-            None => self.cfg.image_rootfs(&base.name),
+            Some(Start::Snapshot(snap)) => self.store().dir(snap).join(forkvm_store::DISK),
+            Some(Start::Image(name)) => self.cfg.image_rootfs(name),
+            None => return Err(ApiError::internal("the target stage was not built")),
         };
         // A sandbox may have started on an image of that name meanwhile.
         self.check_new_image_name(&q.tag, true)?;
@@ -230,7 +278,7 @@ impl Manager {
             "image {}: built from {} in {} step(s)",
             meta.name,
             base_ref,
-            plan.steps.len()
+            plan.stages.iter().map(|s| s.steps.len()).sum::<usize>()
         );
         Ok(super::view(&meta))
     }
@@ -257,212 +305,6 @@ impl Manager {
         let name = plan.name.clone();
         self.pull_with(plan, emit.clone()).await?;
         self.image_meta(&name)
-    }
-
-    /// Run the steps not cached; returns the id of the last step's snapshot
-    /// (`None` for a Dockerfile with no steps).
-    async fn run_steps(
-        self: &Arc<Self>,
-        plan: &Plan,
-        base: &str,
-        q: &BuildQuery,
-        no_cache: bool,
-        emit: &Arc<Emitter>,
-    ) -> Result<Option<String>, ApiError> {
-        let total = plan.steps.len() as u32;
-        // The longest cached prefix.
-        let mut resume: Option<(usize, String)> = None;
-        if !no_cache {
-            for (i, s) in plan.steps.iter().enumerate().rev() {
-                let key = format!("{CACHE_PREFIX}{}", s.cache_key);
-                if let Some(r) = self.db.snapshot_by_template(&key)? {
-                    if self.open_verified(&r.id).await.is_ok() {
-                        resume = Some((i, r.id));
-                        break;
-                    }
-                }
-            }
-        }
-        let first = resume.as_ref().map_or(0, |(i, _)| i + 1);
-        for s in &plan.steps[..first] {
-            emit.send(ImageEvent::Step {
-                index: s.index as u32 + 1,
-                total,
-                text: s.text.clone(),
-                cached: true,
-            });
-        }
-        if first == plan.steps.len() {
-            return Ok(resume.map(|(_, id)| id));
-        }
-        let req = match &resume {
-            Some((_, snap)) => CreateSandbox {
-                snapshot: Some(snap.clone()),
-                ..Default::default()
-            },
-            None => CreateSandbox {
-                image: Some(base.to_string()),
-                memory_mib: q.memory_mib,
-                disk_size: q.disk_size,
-                // A base with a start command would have it running in the
-                // build; boot it plainly instead.
-                use_template: self
-                    .image_meta(base)
-                    .ok()
-                    .and_then(|m| m.start)
-                    .map(|_| false),
-                ..Default::default()
-            },
-        };
-        emit.send(ImageEvent::Phase {
-            phase: "starting the build sandbox".into(),
-        });
-        let sb = match self.create(req).await? {
-            Created::One(s) => s.id,
-            Created::Batch(_) => return Err(ApiError::internal("a batch where one was asked")),
-        };
-        let r = self.run_in(&sb, plan, first, emit).await;
-        if let Err(e) = self.remove(&sb).await {
-            tracing::warn!("build sandbox {sb}: removal failed: {}", e.message);
-        }
-        r.map(Some)
-    }
-
-    /// Run steps `first..` in sandbox `sb`, snapshotting after each.
-    async fn run_in(
-        self: &Arc<Self>,
-        sb: &str,
-        plan: &Plan,
-        first: usize,
-        emit: &Arc<Emitter>,
-    ) -> Result<String, ApiError> {
-        let total = plan.steps.len() as u32;
-        let mut last = String::new();
-        for s in &plan.steps[first..] {
-            let n = s.index as u32 + 1;
-            emit.send(ImageEvent::Step {
-                index: n,
-                total,
-                text: s.text.clone(),
-                cached: false,
-            });
-            let t = Instant::now();
-            let live = self.running(sb)?;
-            let conn = live
-                .agent()
-                .await
-                .map_err(|e| build_failed(format!("step {n}: the build sandbox's agent: {e}")))?;
-            match &s.kind {
-                StepKind::Run {
-                    argv,
-                    env,
-                    cwd,
-                    user,
-                } => {
-                    let spec = ExecSpec {
-                        argv: argv.clone(),
-                        env: env.clone(),
-                        cwd: Some(cwd.clone()),
-                        user: user.clone(),
-                        timeout_ms: Some(STEP_TIMEOUT.as_millis() as u64),
-                        max_output: 0,
-                        ..Default::default()
-                    };
-                    let (tap, mut rx) =
-                        mpsc::unbounded_channel::<(forkvm_agent_protocol::Stream, Vec<u8>)>();
-                    let e2 = emit.clone();
-                    let lines = tokio::spawn(async move {
-                        let mut tail: Vec<String> = Vec::new();
-                        let mut pending = Vec::new();
-                        while let Some((_, chunk)) = rx.recv().await {
-                            pending.extend_from_slice(&chunk);
-                            while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
-                                let l: Vec<u8> = pending.drain(..=nl).collect();
-                                let line = String::from_utf8_lossy(&l[..l.len() - 1]).into_owned();
-                                e2.send(ImageEvent::Log { line: line.clone() });
-                                tail.push(line);
-                                if tail.len() > 20 {
-                                    tail.remove(0);
-                                }
-                            }
-                        }
-                        if !pending.is_empty() {
-                            let line = String::from_utf8_lossy(&pending).into_owned();
-                            e2.send(ImageEvent::Log { line: line.clone() });
-                            tail.push(line);
-                        }
-                        tail
-                    });
-                    let out = conn
-                        .exec_tapped(spec, STEP_TIMEOUT + Duration::from_secs(30), Some(tap))
-                        .await;
-                    let tail = lines.await.unwrap_or_default();
-                    let out =
-                        out.map_err(|e| build_failed(format!("step {n} `{}`: {e}", s.text)))?;
-                    if out.exit_code != Some(0) {
-                        return Err(build_failed(format!(
-                            "step {n}/{total} `{}` (Dockerfile line {}) failed: {}. Last output:\n{}",
-                            s.text,
-                            s.line,
-                            match (out.exit_code, out.signal, out.timed_out) {
-                                (_, _, true) => "it timed out".to_string(),
-                                (Some(c), _, _) => format!("exit code {c}"),
-                                (None, Some(sig), _) => format!("killed by signal {sig}"),
-                                _ => "no exit status".to_string(),
-                            },
-                            tail.join("\n")
-                        )));
-                    }
-                }
-                StepKind::Copy {
-                    dest,
-                    owner,
-                    archive,
-                } => {
-                    let a = archive.clone();
-                    let tar = tokio::task::spawn_blocking(move || a.write_tar(Vec::new()))
-                        .await
-                        .map_err(|e| ApiError::internal(format!("archive task failed: {e}")))?
-                        .map_err(|e| build_failed(format!("step {n}: {e}")))?;
-                    conn.put_archive(dest, owner.as_deref(), &tar, Duration::from_secs(600))
-                        .await
-                        .map_err(|e| build_failed(format!("step {n} `{}`: {e}", s.text)))?;
-                }
-                StepKind::Mkdir { path, owner } => {
-                    // An empty archive: the agent creates the destination.
-                    let empty = forkvm_build::ArchiveSpec {
-                        entries: Vec::new(),
-                    }
-                    .write_tar(Vec::new())
-                    .map_err(|e| build_failed(format!("step {n}: {e}")))?;
-                    conn.put_archive(path, owner.as_deref(), &empty, Duration::from_secs(60))
-                        .await
-                        .map_err(|e| build_failed(format!("step {n} `{}`: {e}", s.text)))?;
-                }
-            }
-            conn.sync(Duration::from_secs(120))
-                .await
-                .map_err(|e| build_failed(format!("step {n}: sync in the guest: {e}")))?;
-            let f = self
-                .freeze(
-                    sb,
-                    None,
-                    Some(format!("{CACHE_PREFIX}{}", s.cache_key)),
-                    Some(0),
-                    crate::snapshot::Save::Stopped,
-                )
-                .await?;
-            let snap = self.publish_frozen(f).await?;
-            emit.send(ImageEvent::Log {
-                line: format!(
-                    "step {n} done in {:.1} s (cached as snapshot {})",
-                    t.elapsed().as_secs_f64(),
-                    snap.id
-                ),
-            });
-            last = snap.id;
-        }
-        Ok(last)
     }
 }
 

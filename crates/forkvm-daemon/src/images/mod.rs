@@ -13,6 +13,7 @@
 //! * [`stream`]: progress of a long operation as NDJSON lines.
 
 pub mod build;
+pub mod build_steps;
 pub mod http;
 pub mod install;
 pub mod start;

@@ -136,14 +136,16 @@ class BuildQuery(Model):
 
     ``dockerfile`` is the Dockerfile's path inside the context (default
     ``Dockerfile``); ``build_args`` the ``--build-arg`` values as a JSON
-    object string; ``no_cache`` runs every step again; ``memory_mib`` is the
-    guest RAM of the build sandbox.
+    object string; ``no_cache`` runs every step again; ``target`` builds that
+    stage of a multi-stage Dockerfile (``docker build --target``);
+    ``memory_mib`` is the guest RAM of the build sandbox.
     """
 
     tag: str
     dockerfile: Optional[str] = None
     build_args: Optional[str] = None
     no_cache: Optional[bool] = None
+    target: Optional[str] = None
     disk_size: Optional[int] = None
     memory_mib: Optional[int] = None
 

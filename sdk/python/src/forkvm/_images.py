@@ -126,6 +126,7 @@ def build_query(
     *,
     build_args: Optional[Mapping[str, str]] = None,
     no_cache: bool = False,
+    target: Optional[str] = None,
     disk_size: Optional[int] = None,
     memory_mib: Optional[int] = None,
 ) -> models.BuildQuery:
@@ -142,6 +143,7 @@ def build_query(
         dockerfile=DOCKERFILE_IN_CONTEXT,
         build_args=args,
         no_cache=True if no_cache else None,
+        target=target or None,
         disk_size=disk_size,
         memory_mib=memory_mib,
     )

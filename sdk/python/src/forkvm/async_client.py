@@ -643,6 +643,7 @@ class AsyncClient(_BaseClient, AsyncProcessOps):
         dockerfile: Union[str, "os.PathLike[str]", None] = None,
         build_args: Optional[Mapping[str, str]] = None,
         no_cache: bool = False,
+        target: Optional[str] = None,
         disk_size: Optional[int] = None,
         memory_mib: Optional[int] = None,
         on_event: Optional[ImageEventCallback] = None,
@@ -653,12 +654,18 @@ class AsyncClient(_BaseClient, AsyncProcessOps):
         Dockerfile (default ``context/Dockerfile``; ``dockerfile`` is a path
         on this machine) and uploaded; the steps run in a sandbox of the
         base image. ``build_args`` are the ``ARG`` values, ``no_cache`` runs
-        every step again, ``memory_mib`` sizes the build sandbox. A failed
+        every step again, ``target`` builds that stage of a multi-stage
+        Dockerfile, ``memory_mib`` sizes the build sandbox. A failed
         step raises :class:`~forkvm.BuildFailed` (its output came as ``log``
         events to ``on_event``).
         """
         query = _images.build_query(
-            tag, build_args=build_args, no_cache=no_cache, disk_size=disk_size, memory_mib=memory_mib
+            tag,
+            build_args=build_args,
+            no_cache=no_cache,
+            target=target,
+            disk_size=disk_size,
+            memory_mib=memory_mib,
         )
         tar = await asyncio.to_thread(_images.prepare_build, context, dockerfile)  # async-only
         # sync-only: tar = _images.prepare_build(context, dockerfile)

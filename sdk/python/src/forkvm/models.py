@@ -533,7 +533,10 @@ class ExecRequest(Model):
     """``POST /v1/sandboxes/{id}/exec``: run a command.
 
     An empty ``argv`` runs the image's default command (its ``Entrypoint``
-    and ``Cmd``). ``user`` is ``name``, ``uid``, ``name:group`` or
+    and ``Cmd``). ``cmd`` and ``entrypoint`` (instead of ``argv``) follow
+    ``docker run [--entrypoint E] IMAGE ARGS``: ``cmd`` replaces the image's
+    ``Cmd`` after its ``Entrypoint``; ``entrypoint`` replaces the
+    ``Entrypoint`` (``[]``: none) and drops the ``Cmd``. ``user`` is ``name``, ``uid``, ``name:group`` or
     ``uid:gid`` (default: the image's ``User``, else root); ``env`` and
     ``cwd`` add to and override the image's ``Env`` and ``WorkingDir``.
     ``stream`` asks for an NDJSON stream of :class:`ExecEvent` lines instead
@@ -541,6 +544,8 @@ class ExecRequest(Model):
     """
 
     argv: Optional[List[str]] = None
+    cmd: Optional[List[str]] = None
+    entrypoint: Optional[List[str]] = None
     env: Optional[Dict[str, str]] = None
     cwd: Optional[str] = None
     user: Optional[str] = None
