@@ -525,8 +525,10 @@ def branch_request(
 
 
 def exec_request(
-    argv: Union[str, Sequence[str]],
+    argv: Union[str, Sequence[str], None],
     *,
+    cmd: Optional[Sequence[str]] = None,
+    entrypoint: Optional[Sequence[str]] = None,
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[str] = None,
     user: Optional[str] = None,
@@ -539,19 +541,28 @@ def exec_request(
     """Build an :class:`~forkvm.models.ExecRequest`.
 
     A string command runs through ``sh -c``; an empty list runs the image's
-    default command; bytes ``stdin`` is sent as base64.
+    default command; ``cmd`` and ``entrypoint`` go instead of ``argv`` (the
+    daemon refuses both); bytes ``stdin`` is sent as base64.
     """
+    docker = cmd is not None or entrypoint is not None
+    args: Optional[List[str]]
     if isinstance(argv, str):
         args = ["sh", "-c", argv]
+    elif argv is None:
+        args = None if docker else []
     else:
         args = [str(a) for a in argv]
+    if docker and args:
+        raise ValueError("give argv, or cmd and entrypoint, not both")
     if isinstance(stdin, (bytes, bytearray, memoryview)):
         if stdin_base64 is not None:
             raise ValueError("give stdin or stdin_base64, not both")
         stdin_base64 = base64.b64encode(bytes(stdin)).decode("ascii")
         stdin = None
     return models.ExecRequest(
-        argv=args,
+        argv=(args or None) if docker else args,
+        cmd=[str(a) for a in cmd] if cmd is not None else None,
+        entrypoint=[str(a) for a in entrypoint] if entrypoint is not None else None,
         env=dict(env) if env is not None else None,
         cwd=cwd,
         user=user,

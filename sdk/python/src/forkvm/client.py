@@ -347,8 +347,10 @@ class Client(_BaseClient, ProcessOps):
     def exec(
         self,
         id: str,
-        argv: Union[str, Sequence[str]],
+        argv: Union[str, Sequence[str], None] = None,
         *,
+        cmd: Optional[Sequence[str]] = None,
+        entrypoint: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         user: Optional[str] = None,
@@ -361,12 +363,18 @@ class Client(_BaseClient, ProcessOps):
         """``POST /v1/sandboxes/{id}/exec``: run a command and wait for it.
 
         ``argv`` is a list, or a string run with ``sh -c``; an empty list runs
-        the image's default command (its ``Entrypoint`` and ``Cmd``). ``user``
-        is ``name``, ``uid``, ``name:group`` or ``uid:gid`` (default: the
-        image's ``User``, else root). Bytes ``stdin`` is sent as ``stdin_base64``.
+        the image's default command (its ``Entrypoint`` and ``Cmd``). Instead
+        of ``argv``, ``cmd`` and ``entrypoint`` follow ``docker run
+        [--entrypoint E] IMAGE ARGS``: ``cmd`` replaces the image's ``Cmd``
+        after its ``Entrypoint``, ``entrypoint`` replaces the ``Entrypoint``
+        (``[]``: none) and drops the ``Cmd``. ``user`` is ``name``, ``uid``,
+        ``name:group`` or ``uid:gid`` (default: the image's ``User``, else
+        root). Bytes ``stdin`` is sent as ``stdin_base64``.
         """
         body = _ops.exec_request(
             argv,
+            cmd=cmd,
+            entrypoint=entrypoint,
             env=env,
             cwd=cwd,
             user=user,

@@ -752,60 +752,8 @@ class BranchResult(Model):
     total_ms: float
 
 
-@dataclass
-class FlattenRequest(Model):
-    """``POST /v1/snapshots/{id}/flatten``."""
-
-    tag: Optional[str] = None
-
-
-@dataclass
-class PoolConfig(Model):
-    """``PUT /v1/snapshots/{id}/pool``. ``size`` ``None`` follows the daemon's default."""
-
-    size: Optional[int] = None
-
-
-@dataclass
-class PruneRequest(Model):
-    """``POST /v1/snapshots/prune``. ``all`` ignores the grace period; ``dry_run`` removes nothing."""
-
-    all: Optional[bool] = None
-    dry_run: Optional[bool] = None
-
-
-@dataclass
-class PrunedSnapshot(Model):
-    """A snapshot a prune removed (or in a dry run, would remove), with the bytes it freed."""
-
-    id: str
-    kind: str
-    created_at: str
-    bytes: int
-    parent: Optional[str] = None
-
-
-@dataclass
-class PruneFailure(Model):
-    """A snapshot a prune chose but could not remove."""
-
-    id: str
-    message: str
-
-
-@dataclass
-class PruneResult(Model):
-    """The result of ``POST /v1/snapshots/prune``: the snapshots removed, children first."""
-
-    dry_run: bool
-    grace_secs: int
-    snapshots: List[PrunedSnapshot]
-    freed_bytes: int
-    failed: List[PruneFailure]
-
-
 # --------------------------------------------------------------------------
-# Images, lifetimes, resources, volumes, processes, events and snapshot transfer: in modules of
+# Snapshot upkeep, images, lifetimes, resources, volumes, processes, events and snapshot transfer: in modules of
 # their own (re-exported here), after the base classes they use. Of processes and filesystem
 # operations (docs/processes.md), volumes (docs/volumes.md), events (docs/events.md) and snapshot
 # push and pull: every name of their module.
@@ -816,6 +764,8 @@ from ._image_models import PullImage, StartCommand  # noqa: E402
 from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, PauseRequest, ResumeRequest, SetTimeout  # noqa: E402
 from ._proc_models import *  # noqa: E402, F401, F403
 from ._resource_models import Capacity, SandboxLimits, Usage  # noqa: E402
+from ._snapshot_admin_models import FlattenRequest, PoolConfig, PruneFailure, PrunedSnapshot  # noqa: E402
+from ._snapshot_admin_models import PruneRequest, PruneResult  # noqa: E402
 from ._transfer_models import *  # noqa: E402, F401, F403
 from ._volume_models import *  # noqa: E402, F401, F403
 
