@@ -77,7 +77,7 @@ pub(crate) async fn start(call: Call) -> Response {
     }
     .await;
     match r {
-        Ok(ps) => render(call.id, ps),
+        Ok(ps) => render(call, ps, true),
         Err(e) => connect::stream_error(e),
     }
 }
@@ -91,14 +91,20 @@ pub(crate) async fn connect(call: Call) -> Response {
     }
     .await;
     match r {
-        Ok(ps) => render(call.id, ps),
+        Ok(ps) => render(call, ps, false),
         Err(e) => connect::stream_error(e),
     }
 }
 
-/// Stream a process's events until it ends or the client goes away.
-fn render(id: String, ps: ProcessStream) -> Response {
+/// Stream a process's events until it ends, the client goes away or the
+/// call's deadline passes. At the deadline of a `Start` (`kill`), the
+/// process is killed, as envd runs it under the call's deadline; a
+/// `Connect` that times out only stops watching.
+fn render(call: Call, ps: ProcessStream, kill: bool) -> Response {
     let (tx, resp) = connect::stream_response();
+    let Call {
+        mgr, id, deadline, ..
+    } = call;
     tokio::spawn(async move {
         let ProcessStream { pid, mut events } = ps;
         let start = ProcessEvent::Start(StartEvent { pid });
@@ -106,7 +112,19 @@ fn render(id: String, ps: ProcessStream) -> Response {
             return;
         }
         loop {
-            let ev = match events.next().await {
+            let next = tokio::select! {
+                n = events.next() => n,
+                () = super::deadline::reached(deadline) => {
+                    if kill {
+                        // Gone already is fine: it ended at the deadline.
+                        let _ = mgr
+                            .signal_process(&id, &ProcessRef::Pid(pid), libc::SIGKILL)
+                            .await;
+                    }
+                    return tx.end(Some(super::deadline::exceeded())).await;
+                }
+            };
+            let ev = match next {
                 Ok(Some(ProcEvent::Started { .. })) => continue,
                 // `lost` has no place in envd's events: the bytes are gone
                 // either way, and the SDK would not show the count.
