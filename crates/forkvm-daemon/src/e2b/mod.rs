@@ -23,6 +23,8 @@
 pub(crate) mod control;
 pub(crate) mod envd;
 pub(crate) mod model;
+pub(crate) mod network;
+pub(crate) mod paging;
 pub(crate) mod ports;
 pub(crate) mod snapshots;
 
@@ -51,6 +53,7 @@ pub struct EnvdTarget {
 /// The E2B API, for the TCP listener: `api_key` is the daemon's token.
 pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
     let control = snapshots::router()
+        .merge(network::router())
         .merge(control::router(api_key.clone()))
         .with_state(mgr.clone());
     let envd = envd::router().with_state(mgr.clone());

@@ -27,6 +27,9 @@ pub struct NewSandbox {
     pub mcp: Option<serde_json::Value>,
     /// Volumes: not offered.
     pub volume_mounts: Option<Vec<serde_json::Value>>,
+    /// Egress rules (`allowOut`, `denyOut`), mapped onto the allow-list
+    /// (super::network).
+    pub network: Option<serde_json::Value>,
 }
 
 /// A created, connected or forked sandbox (E2B's `Sandbox`).

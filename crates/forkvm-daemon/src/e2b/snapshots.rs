@@ -21,9 +21,9 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
-use base64::Engine;
 
 use super::model::SnapshotInfo;
+use super::paging::{decode_token, encode_token};
 use crate::db::{Origin, SnapshotRow};
 use crate::manager::Manager;
 
@@ -51,19 +51,6 @@ fn info(row: &SnapshotRow) -> SnapshotInfo {
 /// The page key of a row: newest first, then by id.
 fn key(row: &SnapshotRow) -> (String, String) {
     (row.created_at.clone(), row.id.clone())
-}
-
-fn encode_token(k: &(String, String)) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}\n{}", k.0, k.1))
-}
-
-fn decode_token(t: &str) -> Option<(String, String)> {
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(t)
-        .ok()?;
-    let s = String::from_utf8(raw).ok()?;
-    let (a, b) = s.split_once('\n')?;
-    Some((a.to_string(), b.to_string()))
 }
 
 /// `GET /snapshots?sandboxID=&name=&limit=&nextToken=`: the user's
@@ -114,7 +101,7 @@ async fn list(
     if more {
         if let Some(h) = v
             .last()
-            .and_then(|last| HeaderValue::from_str(&encode_token(&key(last))).ok())
+            .and_then(|last| HeaderValue::from_str(&encode_token(&key(last).0, &key(last).1)).ok())
         {
             r.headers_mut().insert("x-next-token", h);
         }
@@ -160,17 +147,5 @@ async fn remove(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Respon
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("task failed: {e}"),
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn page_tokens_round_trip() {
-        let k = ("2026-11-25T00:00:00.000Z".to_string(), "snap-1".to_string());
-        assert_eq!(decode_token(&encode_token(&k)), Some(k));
-        assert_eq!(decode_token("%%"), None);
     }
 }
