@@ -76,3 +76,43 @@ def test_a_foreground_command_cut_off_by_a_kill_is_not_running(e2b_env):
             await asyncio.wait_for(task, 60)
 
     asyncio.run(run())
+
+
+def test_a_disconnected_background_command_ends_at_its_timeout(sandbox):
+    # envd runs a started process under its call's deadline, whether or not
+    # the client still listens: E2B's background commands end after their
+    # timeout (60 s by default; 0 for none).
+    # It prints all along, so the daemon notices the client is gone before
+    # the deadline.
+    ticker = "for i in $(seq 300); do echo tick; sleep 0.1; done # ticker"
+    h = sandbox.commands.run(ticker, background=True, timeout=3)
+    h.disconnect()
+    assert not gone(sandbox, "# ticker", within=1), "the command did not start"
+    assert gone(sandbox, "# ticker", within=8), "the command outlived its timeout"
+    keep = sandbox.commands.run("sleep 30.75", background=True, timeout=0)
+    try:
+        keep.disconnect()
+        time.sleep(4)
+        assert not gone(sandbox, "sleep 30.75", within=0.5), "timeout=0 killed the command"
+    finally:
+        sandbox.commands.kill(keep.pid)
+
+
+def test_a_connect_that_times_out_leaves_the_process_running(sandbox):
+    h = sandbox.commands.run("sleep 31", background=True, timeout=0)
+    h.disconnect()
+    try:
+
+        async def attach() -> float:
+            sbx = await AsyncSandbox.connect(sandbox.sandbox_id)
+            again = await sbx.commands.connect(h.pid, timeout=2)
+            t = time.monotonic()
+            with pytest.raises(TimeoutException):
+                await again.wait()
+            return time.monotonic() - t
+
+        took = asyncio.run(attach())
+        assert took < 5, f"a 2 s connect ended after {took:.1f} s"
+        assert not gone(sandbox, "sleep 31", within=0.5), "Connect's deadline killed the process"
+    finally:
+        sandbox.commands.kill(h.pid)

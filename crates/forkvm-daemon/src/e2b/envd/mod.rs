@@ -222,9 +222,12 @@ async fn rpc(
     };
     // A stream's own deadline is kept by its task (process::render,
     // filesystem::watch_dir); this one bounds the work before it begins,
-    // and a unary call's whole.
+    // and a unary call's whole. Not a Start's: abandoning it half-way could
+    // leave a process started that nobody kills, so its stream's task
+    // kills it once the deadline has passed, however soon that is.
+    let setup = deadline.filter(|_| service != "process.Process" || method != "Start");
     let answer = async move { dispatch(call, &service, &method).await };
-    deadline::unary(deadline, answer, stream).await
+    deadline::unary(setup, answer, stream).await
 }
 
 async fn dispatch(call: Call, service: &str, method: &str) -> Response {

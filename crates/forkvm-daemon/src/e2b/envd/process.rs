@@ -98,8 +98,11 @@ pub(crate) async fn connect(call: Call) -> Response {
 
 /// Stream a process's events until it ends, the client goes away or the
 /// call's deadline passes. At the deadline of a `Start` (`kill`), the
-/// process is killed, as envd runs it under the call's deadline; a
-/// `Connect` that times out only stops watching.
+/// process is killed, as envd runs it under the call's deadline: also when
+/// the client has gone away by then (a background command, `disconnect()`),
+/// which is why E2B's background commands end after their `timeout` (60 s
+/// unless the SDK is told otherwise, 0 for none). A `Connect` that times out
+/// only stops watching.
 fn render(call: Call, ps: ProcessStream, kill: bool) -> Response {
     let (tx, resp) = connect::stream_response();
     let Call {
@@ -108,7 +111,11 @@ fn render(call: Call, ps: ProcessStream, kill: bool) -> Response {
     tokio::spawn(async move {
         let ProcessStream { pid, mut events } = ps;
         let start = ProcessEvent::Start(StartEvent { pid });
-        if !tx.send(&EventResponse { event: start }).await {
+        // Once the client is gone, a Start with a deadline still watches
+        // for the process's end, to kill it at the deadline if it runs on.
+        let watch_on = kill && deadline.is_some();
+        let mut gone = !tx.send(&EventResponse { event: start }).await;
+        if gone && !watch_on {
             return;
         }
         loop {
@@ -153,8 +160,11 @@ fn render(call: Call, ps: ProcessStream, kill: bool) -> Response {
                 }
             };
             let last = matches!(ev, ProcessEvent::End(_));
-            if !tx.send(&EventResponse { event: ev }).await {
-                return;
+            if !gone && !tx.send(&EventResponse { event: ev }).await {
+                gone = true;
+                if !watch_on {
+                    return;
+                }
             }
             if last {
                 return tx.end(None).await;
