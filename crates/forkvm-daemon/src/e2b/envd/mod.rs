@@ -156,6 +156,16 @@ pub(crate) fn router() -> Router<Arc<Manager>> {
         .route("/envs", get(envs))
         .route("/files", get(files::download).post(files::upload))
         .route("/{service}/{method}", post(rpc))
+        .fallback(|req: Request| async move {
+            http_error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "{} {} is not an envd route served by forkvm (docs/e2b.md lists them)",
+                    req.method(),
+                    req.uri().path()
+                ),
+            )
+        })
 }
 
 /// An envd error of the plain HTTP endpoints: `{"code": status, "message"}`.
