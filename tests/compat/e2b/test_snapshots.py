@@ -1,13 +1,16 @@
 """Snapshot management through the unmodified ``e2b`` SDK:
 ``create_snapshot``, ``Sandbox.list_snapshots()`` with its sandbox and name
 filters and its paging, and ``Sandbox.delete_snapshot()`` (``True``, then
-``False`` once it is gone) (issue 31, point 1)."""
+``False`` once it is gone) (issue 31, point 1). A filesystem-only snapshot,
+which forkvm does not make, is refused rather than made with memory."""
 
 from __future__ import annotations
 
 import uuid
 
+import pytest
 from e2b import Sandbox
+from e2b.exceptions import SandboxException
 
 
 def ids(pager) -> list[str]:
@@ -65,3 +68,10 @@ def test_a_snapshot_spawns_sandboxes_and_deletes_by_name(sandbox):
         # The name is enough, as it is for Sandbox.create.
         assert Sandbox.delete_snapshot(name) is True
     assert Sandbox.delete_snapshot(snap.snapshot_id) is False
+
+
+def test_a_filesystem_only_snapshot_is_refused_not_made_full(sandbox):
+    before = set(ids(Sandbox.list_snapshots(sandbox_id=sandbox.sandbox_id)))
+    with pytest.raises(SandboxException, match="filesystem-only"):
+        sandbox.create_snapshot(mode="filesystem")
+    assert set(ids(Sandbox.list_snapshots(sandbox_id=sandbox.sandbox_id))) == before

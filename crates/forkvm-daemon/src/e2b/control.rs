@@ -734,6 +734,9 @@ async fn snapshot(
         Ok(r) => r,
         Err(r) => return r.into_response(),
     };
+    if let Some(r) = super::snapshots::unsupported(&req) {
+        return r;
+    }
     if let Err(r) = lookup(&m, &id) {
         return r.into_response();
     }

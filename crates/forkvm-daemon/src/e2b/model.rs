@@ -145,6 +145,9 @@ pub struct ErrorBody {
 #[derive(Debug, Default, Deserialize)]
 pub struct SnapshotRequest {
     pub name: Option<String>,
+    /// `false`: a filesystem-only snapshot (`mode="filesystem"`), refused
+    /// (super::snapshots::unsupported).
+    pub memory: Option<bool>,
 }
 
 /// A snapshot made by `POST /sandboxes/{id}/snapshots` (E2B's `SnapshotInfo`).

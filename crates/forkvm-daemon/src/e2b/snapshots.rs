@@ -36,6 +36,22 @@ pub(crate) fn router() -> Router<Arc<Manager>> {
         .route("/templates/{id}", delete(remove))
 }
 
+/// What `POST /sandboxes/{id}/snapshots` cannot do, refused with 400 (the
+/// status E2B gives where the feature is off) rather than done otherwise:
+/// a filesystem-only snapshot (`memory: false`, the SDK's
+/// `mode="filesystem"`), whose sandboxes would cold-boot; forkvm's
+/// snapshots always hold memory and disk.
+pub(crate) fn unsupported(req: &super::model::SnapshotRequest) -> Option<Response> {
+    (req.memory == Some(false)).then(|| {
+        super::error(
+            StatusCode::BAD_REQUEST,
+            "filesystem-only snapshots (mode=\"filesystem\") are not offered by forkvm: its \
+             snapshots hold memory and disk; omit mode for a full one (docs/e2b.md)"
+                .into(),
+        )
+    })
+}
+
 /// A snapshot the user made, which E2B calls a snapshot template.
 fn is_users(row: &SnapshotRow) -> bool {
     row.template_key.is_none() && matches!(row.origin, Origin::Snapshot | Origin::Pull)
