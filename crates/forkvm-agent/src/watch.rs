@@ -15,8 +15,11 @@
 //! | IN_ATTRIB               | `chmod`  |
 //!
 //! A directory created inside a recursive watch is watched from when its
-//! creation is read; what appeared in it before then is reported as
-//! `create` events, so nothing is missed in that window. The kernel's
+//! creation is read (for a polled watcher, at the next poll); what appeared
+//! in it before then is reported as `create` events, and a file that already
+//! holds data as a `write` too, since the writes that put it there happened
+//! before the directory was watched. So nothing is missed in that window (a
+//! write seen both ways is reported twice, as inotify may do anyway). The kernel's
 //! queue bounds what waits between two reads (a polled watcher reads only
 //! when polled); an overflow is reported as `dropped`. A polled watcher
 //! thus needs no thread of its own.
@@ -121,11 +124,19 @@ impl Inotify {
         };
         for e in rd.flatten() {
             let child = rel.join(e.file_name());
+            let name = child.to_string_lossy().into_owned();
             found.push(FsEvent {
-                name: child.to_string_lossy().into_owned(),
+                name: name.clone(),
                 op: FsOp::Create,
             });
-            if e.file_type().is_ok_and(|t| t.is_dir()) && self.add(child.clone()).is_ok() {
+            let kind = e.file_type();
+            if kind.as_ref().is_ok_and(|t| t.is_file()) && e.metadata().is_ok_and(|m| m.len() > 0) {
+                found.push(FsEvent {
+                    name,
+                    op: FsOp::Write,
+                });
+            }
+            if kind.is_ok_and(|t| t.is_dir()) && self.add(child.clone()).is_ok() {
                 self.add_tree(&child, found);
             }
         }
@@ -338,6 +349,29 @@ mod tests {
         fs::remove_dir_all(&d).unwrap();
         let _ = w.read(1000).unwrap();
         assert!(w.gone);
+    }
+
+    #[test]
+    fn a_file_written_in_a_new_directory_before_it_is_watched_is_a_write() {
+        // The polled watcher's case: nothing is read between the mkdir and
+        // the write, so the directory is watched only after the file has
+        // its data.
+        let d = temp_dir("watch-late-dir");
+        let mut w = Inotify::new(d.to_str().unwrap(), true).unwrap();
+        for i in 0..20 {
+            let sub = d.join(format!("new{i}"));
+            fs::create_dir(&sub).unwrap();
+            fs::write(sub.join("f.txt"), b"data").unwrap();
+            fs::write(sub.join("empty"), b"").unwrap();
+            let ev = all(&mut w);
+            let f = format!("new{i}/f.txt");
+            assert!(ev.contains(&(f.clone(), FsOp::Create)), "{ev:?}");
+            assert!(ev.contains(&(f, FsOp::Write)), "{ev:?}");
+            let e = format!("new{i}/empty");
+            assert!(ev.contains(&(e.clone(), FsOp::Create)), "{ev:?}");
+            assert!(!ev.contains(&(e, FsOp::Write)), "{ev:?}");
+        }
+        fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

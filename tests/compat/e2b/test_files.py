@@ -115,3 +115,54 @@ def test_watch_dir_sees_a_create_and_a_delete(sandbox, d):
             time.sleep(0.3)
     finally:
         handle.stop()
+
+
+NEW_DIRS = 12
+# Each directory is made and a file written in it at once, in the guest, so
+# the write lands before any watcher can have read the directory's creation.
+MKDIR_WRITE = "; ".join(f"mkdir {{d}}/n{i} && echo data > {{d}}/n{i}/f.txt" for i in range(NEW_DIRS))
+
+
+def writes_seen(events) -> set:
+    return {e.name for e in events if e.type == FilesystemEventType.WRITE and e.name.endswith("/f.txt")}
+
+
+def test_recursive_polled_watch_sees_writes_in_new_directories(sandbox, d):
+    # The sync SDK polls (CreateWatcher / GetWatcherEvents): the directories
+    # appear between two polls.
+    handle = sandbox.files.watch_dir(d, recursive=True)
+    try:
+        sandbox.commands.run(MKDIR_WRITE.format(d=d))
+        want = {f"n{i}/f.txt" for i in range(NEW_DIRS)}
+        seen: set = set()
+        deadline = time.monotonic() + 30
+        while not want <= seen:
+            assert time.monotonic() < deadline, f"writes missed: {sorted(want - seen)}"
+            seen |= writes_seen(handle.get_new_events())
+            time.sleep(0.3)
+    finally:
+        handle.stop()
+
+
+def test_recursive_streamed_watch_sees_writes_in_new_directories(sandbox, d):
+    # The async SDK streams (WatchDir).
+    import asyncio
+
+    from e2b import AsyncSandbox
+
+    async def run() -> set:
+        sbx = await AsyncSandbox.connect(sandbox.sandbox_id)
+        events: list = []
+        handle = await sbx.files.watch_dir(d, events.append, recursive=True)
+        try:
+            await sbx.commands.run(MKDIR_WRITE.format(d=d))
+            want = {f"n{i}/f.txt" for i in range(NEW_DIRS)}
+            deadline = time.monotonic() + 30
+            while not want <= writes_seen(events) and time.monotonic() < deadline:
+                await asyncio.sleep(0.3)
+            return want - writes_seen(events)
+        finally:
+            await handle.stop()
+
+    missed = asyncio.run(run())
+    assert not missed, f"writes missed: {sorted(missed)}"

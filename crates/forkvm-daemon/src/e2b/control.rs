@@ -26,7 +26,6 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use base64::Engine;
 use forkvm_api::{
     BranchRequest, CreateSandbox, NetworkMode, OnTimeout, ResumeRequest, Sandbox, SandboxState,
     SetTimeout,
@@ -34,6 +33,7 @@ use forkvm_api::{
 use serde::de::DeserializeOwned;
 
 use super::model::*;
+use super::paging::{decode_token, encode_token};
 use super::{access_token, envd::ENVD_VERSION};
 use crate::error::ApiError;
 use crate::manager::Manager;
@@ -226,6 +226,10 @@ async fn create(
         );
     }
     let networked = req.allow_internet_access != Some(false) && m.net.available();
+    let egress = match super::network::egress_of(req.network.as_ref()) {
+        Ok(e) => e.filter(|_| networked),
+        Err(why) => return super::error(StatusCode::BAD_REQUEST, why),
+    };
     // templateID names a snapshot (id or tag) when one exists, else an image.
     let from_snapshot = matches!(m.db.snapshot(&req.template_id), Ok(Some(_)));
     let on_timeout = req.on_timeout();
@@ -240,6 +244,7 @@ async fn create(
         // Port 49999 (a code interpreter, when the image serves one) is
         // reachable through E2b-Sandbox-Port (super::ports).
         ports: networked.then(super::ports::published),
+        egress,
         ..Default::default()
     };
     let mm = m.clone();
@@ -429,19 +434,6 @@ async fn list_v2(
         }
     }
     r
-}
-
-fn encode_token(started_at: &str, id: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{started_at}\n{id}"))
-}
-
-fn decode_token(t: &str) -> Option<(String, String)> {
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(t)
-        .ok()?;
-    let s = String::from_utf8(raw).ok()?;
-    let (a, b) = s.split_once('\n')?;
-    Some((a.to_string(), b.to_string()))
 }
 
 async fn detail(
@@ -752,6 +744,9 @@ async fn snapshot(
         Ok(r) => r,
         Err(r) => return r.into_response(),
     };
+    if let Some(r) = super::snapshots::unsupported(&req) {
+        return r;
+    }
     if let Err(r) = lookup(&m, &id) {
         return r.into_response();
     }
@@ -795,16 +790,5 @@ mod tests {
         assert_eq!(parse_time("2026-11-25T12:00:00+02:00"), Some(z));
         assert_eq!(parse_time("2026-11-25T09:30:00.000000-00:30"), Some(z));
         assert_eq!(parse_time("yesterday"), None);
-    }
-
-    #[test]
-    fn page_tokens_round_trip_and_reject_garbage() {
-        let t = encode_token("2026-11-25T00:00:00.000Z", "sb-1");
-        assert_eq!(
-            decode_token(&t),
-            Some(("2026-11-25T00:00:00.000Z".into(), "sb-1".into()))
-        );
-        assert_eq!(decode_token("!!!"), None);
-        assert_eq!(decode_token(&encode_token("x", "y").replace('e', "")), None);
     }
 }

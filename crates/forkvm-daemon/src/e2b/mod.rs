@@ -23,7 +23,10 @@
 pub(crate) mod control;
 pub(crate) mod envd;
 pub(crate) mod model;
+pub(crate) mod network;
+pub(crate) mod paging;
 pub(crate) mod ports;
+pub(crate) mod snapshots;
 
 use std::sync::Arc;
 
@@ -49,7 +52,10 @@ pub struct EnvdTarget {
 
 /// The E2B API, for the TCP listener: `api_key` is the daemon's token.
 pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
-    let control = control::router(api_key.clone()).with_state(mgr.clone());
+    let control = snapshots::router()
+        .merge(network::router())
+        .merge(control::router(api_key.clone()))
+        .with_state(mgr.clone());
     let envd = envd::router().with_state(mgr.clone());
     let key = Arc::new(api_key);
     Router::new().fallback(move |req: Request| {
@@ -79,6 +85,15 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
                     // sandbox (`is_running()` false, SandboxNotRunning) from
                     // an unreachable one.
                     let sb = match mgr.get(&id) {
+                        Ok(sb)
+                            if sb.state == forkvm_api::SandboxState::Running
+                                && going_away(&mgr, &id) =>
+                        {
+                            return error(
+                                StatusCode::BAD_GATEWAY,
+                                format!("sandbox {id} was not found running: it is being removed"),
+                            )
+                        }
                         Ok(sb) if sb.state == forkvm_api::SandboxState::Running => sb,
                         Ok(sb) => {
                             return error(
@@ -128,6 +143,19 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
             }
         }
     })
+}
+
+/// Whether a sandbox still recorded as running is being torn down: a
+/// `DELETE` has begun (its phase is `Removing`) or has already ended its
+/// QEMU (no live VM is left while the row waits for its files to go). For
+/// E2B it is gone from that instant, as its proxy forgets a sandbox when the
+/// kill begins; the SDK's health probe must say so, or a command cut off by
+/// the kill would surface as "unreachable, state unknown".
+fn going_away(mgr: &Manager, id: &str) -> bool {
+    match mgr.live(id) {
+        Some(l) => l.phase() == crate::manager::Phase::Removing,
+        None => true,
+    }
 }
 
 /// A sandbox's envd access token: hex SHA-256 over the daemon's token and the

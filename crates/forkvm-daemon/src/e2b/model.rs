@@ -29,6 +29,9 @@ pub struct NewSandbox {
     pub mcp: Option<serde_json::Value>,
     /// Volumes: not offered.
     pub volume_mounts: Option<Vec<serde_json::Value>>,
+    /// Egress rules (`allowOut`, `denyOut`), mapped onto the allow-list
+    /// (super::network).
+    pub network: Option<serde_json::Value>,
 }
 
 impl NewSandbox {
@@ -165,6 +168,9 @@ pub struct ErrorBody {
 #[derive(Debug, Default, Deserialize)]
 pub struct SnapshotRequest {
     pub name: Option<String>,
+    /// `false`: a filesystem-only snapshot (`mode="filesystem"`), refused
+    /// (super::snapshots::unsupported).
+    pub memory: Option<bool>,
 }
 
 /// A snapshot made by `POST /sandboxes/{id}/snapshots` (E2B's `SnapshotInfo`).

@@ -182,12 +182,19 @@ pub(crate) async fn watch_dir(call: Call) -> Response {
     };
     let (tx, resp) = connect::stream_response();
     let id = call.id;
+    let deadline = call.deadline;
     tokio::spawn(async move {
         if !tx.send(&WatchDirResponse::Start(Empty {})).await {
             return;
         }
         loop {
-            match w.next().await {
+            let next = tokio::select! {
+                n = w.next() => n,
+                () = super::deadline::reached(deadline) => {
+                    return tx.end(Some(super::deadline::exceeded())).await;
+                }
+            };
+            match next {
                 Ok(Some(WatchEvent::Started)) => {}
                 Ok(Some(WatchEvent::Events { events, .. })) => {
                     for e in crate::fs::fs_events(events) {

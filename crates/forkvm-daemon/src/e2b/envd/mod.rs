@@ -26,6 +26,7 @@
 //! operations other than uploads run as the agent, i.e. root.
 
 mod connect;
+mod deadline;
 mod files;
 mod filesystem;
 mod process;
@@ -63,6 +64,9 @@ pub(crate) struct Call {
     pub user: Option<String>,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When the call must be over, from `Connect-Timeout-Ms` (none without
+    /// it, or with 0, as envd takes it).
+    pub deadline: Option<tokio::time::Instant>,
 }
 
 impl Call {
@@ -152,6 +156,16 @@ pub(crate) fn router() -> Router<Arc<Manager>> {
         .route("/envs", get(envs))
         .route("/files", get(files::download).post(files::upload))
         .route("/{service}/{method}", post(rpc))
+        .fallback(|req: Request| async move {
+            http_error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "{} {} is not an envd route served by forkvm (docs/e2b.md lists them)",
+                    req.method(),
+                    req.uri().path()
+                ),
+            )
+        })
 }
 
 /// An envd error of the plain HTTP endpoints: `{"code": status, "message"}`.
@@ -186,16 +200,26 @@ async fn rpc(
         Ok(u) => u,
         Err(e) => return e.into_response(),
     };
+    let stream = matches!(
+        (service.as_str(), method.as_str()),
+        ("process.Process", "Start" | "Connect") | ("filesystem.Filesystem", "WatchDir")
+    );
+    let deadline = match deadline::of(&parts.headers) {
+        Ok(d) => d,
+        Err(e) if stream => return connect::stream_error(e),
+        Err(e) => return e.into_response(),
+    };
     let mut call = Call {
         mgr,
         id: t.sandbox_id,
         user,
         headers: parts.headers,
         body: Bytes::new(),
+        deadline,
     };
     // The one client stream reads its body as it arrives.
     if service == "process.Process" && method == "StreamInput" {
-        return process::stream_input(call, body).await;
+        return deadline::unary(deadline, process::stream_input(call, body), true).await;
     }
     // Requests are small messages; 16 MiB covers a stdin chunk of the
     // agent's 4 MiB input queue in base64 with room to spare.
@@ -206,7 +230,18 @@ async fn rpc(
                 .into_response()
         }
     };
-    match (service.as_str(), method.as_str()) {
+    // A stream's own deadline is kept by its task (process::render,
+    // filesystem::watch_dir); this one bounds the work before it begins,
+    // and a unary call's whole. Not a Start's: abandoning it half-way could
+    // leave a process started that nobody kills, so its stream's task
+    // kills it once the deadline has passed, however soon that is.
+    let setup = deadline.filter(|_| service != "process.Process" || method != "Start");
+    let answer = async move { dispatch(call, &service, &method).await };
+    deadline::unary(setup, answer, stream).await
+}
+
+async fn dispatch(call: Call, service: &str, method: &str) -> Response {
+    match (service, method) {
         ("process.Process", "Start") => process::start(call).await,
         ("process.Process", "Connect") => process::connect(call).await,
         ("process.Process", "List") => process::list(call).await,

@@ -77,7 +77,7 @@ pub(crate) async fn start(call: Call) -> Response {
     }
     .await;
     match r {
-        Ok(ps) => render(call.id, ps),
+        Ok(ps) => render(call, ps, true),
         Err(e) => connect::stream_error(e),
     }
 }
@@ -91,22 +91,47 @@ pub(crate) async fn connect(call: Call) -> Response {
     }
     .await;
     match r {
-        Ok(ps) => render(call.id, ps),
+        Ok(ps) => render(call, ps, false),
         Err(e) => connect::stream_error(e),
     }
 }
 
-/// Stream a process's events until it ends or the client goes away.
-fn render(id: String, ps: ProcessStream) -> Response {
+/// Stream a process's events until it ends, the client goes away or the
+/// call's deadline passes. At the deadline of a `Start` (`kill`), the
+/// process is killed, as envd runs it under the call's deadline: also when
+/// the client has gone away by then (a background command, `disconnect()`),
+/// which is why E2B's background commands end after their `timeout` (60 s
+/// unless the SDK is told otherwise, 0 for none). A `Connect` that times out
+/// only stops watching.
+fn render(call: Call, ps: ProcessStream, kill: bool) -> Response {
     let (tx, resp) = connect::stream_response();
+    let Call {
+        mgr, id, deadline, ..
+    } = call;
     tokio::spawn(async move {
         let ProcessStream { pid, mut events } = ps;
         let start = ProcessEvent::Start(StartEvent { pid });
-        if !tx.send(&EventResponse { event: start }).await {
+        // Once the client is gone, a Start with a deadline still watches
+        // for the process's end, to kill it at the deadline if it runs on.
+        let watch_on = kill && deadline.is_some();
+        let mut gone = !tx.send(&EventResponse { event: start }).await;
+        if gone && !watch_on {
             return;
         }
         loop {
-            let ev = match events.next().await {
+            let next = tokio::select! {
+                n = events.next() => n,
+                () = super::deadline::reached(deadline) => {
+                    if kill {
+                        // Gone already is fine: it ended at the deadline.
+                        let _ = mgr
+                            .signal_process(&id, &ProcessRef::Pid(pid), libc::SIGKILL)
+                            .await;
+                    }
+                    return tx.end(Some(super::deadline::exceeded())).await;
+                }
+            };
+            let ev = match next {
                 Ok(Some(ProcEvent::Started { .. })) => continue,
                 // `lost` has no place in envd's events: the bytes are gone
                 // either way, and the SDK would not show the count.
@@ -135,8 +160,11 @@ fn render(id: String, ps: ProcessStream) -> Response {
                 }
             };
             let last = matches!(ev, ProcessEvent::End(_));
-            if !tx.send(&EventResponse { event: ev }).await {
-                return;
+            if !gone && !tx.send(&EventResponse { event: ev }).await {
+                gone = true;
+                if !watch_on {
+                    return;
+                }
             }
             if last {
                 return tx.end(None).await;
