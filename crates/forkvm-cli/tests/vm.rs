@@ -318,8 +318,12 @@ async fn bad_input_gets_clear_errors_and_leaves_nothing() {
     );
     let o = d.run(&["rm", "sb-000000000000"]);
     assert_eq!(o.status.code(), Some(1));
-    let o = d.run(&["exec", "x"]);
+    // `exec ID` alone runs the image's default command, so only a missing
+    // ID is a usage error.
+    let o = d.run(&["exec"]);
     assert_eq!(o.status.code(), Some(2), "usage errors exit 2");
+    let o = d.run(&["exec", "sb-000000000000"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 
     // Nothing was created by any of it.
     assert_eq!(count().await, n0);

@@ -33,10 +33,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, BuildQuery, Image, ImageEvent};
+use forkvm_api::{BuildQuery, Image, ImageEvent};
 use forkvm_build::{BaseImage, StageFrom};
 use forkvm_image::meta::{ImageMeta, ImageSource};
 use tokio::sync::mpsc;
@@ -47,15 +45,8 @@ use super::stream::Emitter;
 use crate::error::ApiError;
 use crate::manager::Manager;
 
-/// The template-key prefix of build cache snapshots.
-pub const CACHE_PREFIX: &str = "build-";
-
-/// How long one RUN step may take.
-pub(super) const STEP_TIMEOUT: Duration = Duration::from_secs(3600);
-
-pub(super) fn build_failed(m: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, codes::BUILD_FAILED, m)
-}
+use super::build_steps::build_failed;
+pub use super::build_steps::CACHE_PREFIX;
 
 /// A stable identity of a local image for cache keys: its manifest digest
 /// when it has one, else the size and mtime of its files.

@@ -9,16 +9,27 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use forkvm_api::{BuildQuery, CreateSandbox, ImageEvent};
+use axum::http::StatusCode;
+use forkvm_api::{codes, BuildQuery, CreateSandbox, ImageEvent};
 use forkvm_build::{CopySource, Step, StepKind};
 use tokio::sync::mpsc;
 
-use super::build::{build_failed, CACHE_PREFIX, STEP_TIMEOUT};
 use super::stream::Emitter;
 use crate::agent::{AgentConn, ExecSpec};
 use crate::error::ApiError;
 use crate::manager::Manager;
 use crate::spawn::Created;
+
+/// The template-key prefix of build cache snapshots.
+pub const CACHE_PREFIX: &str = "build-";
+
+/// How long one RUN step may take.
+pub(super) const STEP_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// A build that cannot go on: 422 `build_failed` with what went wrong.
+pub(super) fn build_failed(m: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, codes::BUILD_FAILED, m)
+}
 
 /// What a stage (or a `COPY --from`) starts from.
 #[derive(Debug, Clone, PartialEq, Eq)]
