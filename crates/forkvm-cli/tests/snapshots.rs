@@ -556,3 +556,53 @@ fn a_branch_on_a_full_disk_fails_cleanly() {
     drop(d);
     drop(fs);
 }
+
+/// QEMU processes whose command line names `home` (every path QEMU gets is
+/// under it).
+fn qemus_of(home: &std::path::Path) -> Vec<u32> {
+    let needle = home.to_string_lossy().into_owned();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let c = String::from_utf8_lossy(&c);
+        if c.contains("qemu-system") && c.contains(&needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A daemon stopped while a warm pool fills must not leave the QEMU the
+/// filler was starting: pooled QEMUs belong to no sandbox, so no later
+/// daemon would know them (and a test's home is gone by then).
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn a_daemon_stopped_while_its_pool_fills_leaves_no_qemu() {
+    let mut d = Daemon::start();
+    let id = d.ok(&["spawn", "--no-template"]).trim().to_string();
+    d.ok(&["snapshot", &id, "--tag", "fill"]);
+    d.ok(&["rm", &id]);
+    d.ok(&["snapshot", "pool", "fill", "3"]);
+    // Let the filler start its first QEMUs, then stop the daemon.
+    assert!(
+        wait_until(Duration::from_secs(30), || !qemus_of(&d.home).is_empty()),
+        "the pool never started a QEMU"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    d.stop(libc::SIGTERM);
+    let left = qemus_of(&d.home);
+    for pid in &left {
+        // SAFETY: a QEMU of this test's own home.
+        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+    }
+    assert!(
+        left.is_empty(),
+        "QEMUs left by the stopped daemon: {left:?}\n{}",
+        d.log()
+    );
+}

@@ -22,10 +22,25 @@ impl Manager {
         }
     }
 
-    /// Stop every pooled QEMU (daemon shutdown).
+    /// Stop every pooled QEMU (daemon shutdown). A filler may be starting
+    /// one right now: the pools are closed first, so it kills what it
+    /// finishes, and the drain waits (up to 60 s) for fillers to stop, so
+    /// that the daemon never exits leaving a QEMU nobody knows.
     pub async fn drain_pools(&self) {
+        self.pools
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let all = self.pools.drain_all();
         self.kill_prepared(all).await;
+        let t = std::time::Instant::now();
+        while self.pools.filling_any() && t.elapsed() < std::time::Duration::from_secs(60) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        if self.pools.filling_any() {
+            tracing::warn!("a warm-pool filler did not stop within 60 s of shutdown");
+        }
+        let late = self.pools.drain_all();
+        self.kill_prepared(late).await;
     }
 
     /// Keep the warm pool of a snapshot at its configured size, in the
@@ -54,7 +69,7 @@ impl Manager {
                     .ok()
                     .flatten()
                     .map_or(0, |r| me.pool_size_of(&r));
-                if me.pools.ready_count(&row.id) >= want {
+                if me.pools.ready_count(&row.id) >= want || me.pools.is_closed() {
                     break;
                 }
                 let Ok(snap) = me.open_verified(&row.id).await else {
@@ -68,9 +83,10 @@ impl Manager {
                     // The snapshot may have been removed, or its pool shrunk,
                     // while we prepared.
                     Ok(p)
-                        if me.db.snapshot(&row.id).ok().flatten().is_some_and(|r| {
-                            me.pools.ready_count(&row.id) < me.pool_size_of(&r)
-                        }) =>
+                        if !me.pools.is_closed()
+                            && me.db.snapshot(&row.id).ok().flatten().is_some_and(|r| {
+                                me.pools.ready_count(&row.id) < me.pool_size_of(&r)
+                            }) =>
                     {
                         me.pools.put(&row.id, p)
                     }

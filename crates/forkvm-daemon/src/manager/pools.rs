@@ -62,6 +62,9 @@ pub struct Pools {
     pub(crate) bare: Mutex<HashSet<String>>,
     /// Told whenever a pool gains or loses a waiting QEMU.
     pub(crate) changes: crate::changes::Notifier,
+    /// Set at shutdown: a filler that finishes a QEMU afterwards kills it
+    /// instead of pooling it, since nothing would ever stop it.
+    pub(crate) closed: std::sync::atomic::AtomicBool,
 }
 
 impl Pools {
@@ -79,6 +82,16 @@ impl Pools {
     /// Whether a refill of `snap` should set up the default network.
     pub(crate) fn wants_network(&self, snap: &str) -> bool {
         self.bare.lock().map_or(true, |b| !b.contains(snap))
+    }
+
+    /// Whether the daemon is shutting down (see [`Pools::closed`]).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether any filler is still at work.
+    pub(crate) fn filling_any(&self) -> bool {
+        self.filling.lock().is_ok_and(|f| !f.is_empty())
     }
 
     pub fn ready_count(&self, snap: &str) -> u32 {
