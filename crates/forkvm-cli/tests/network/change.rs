@@ -1,7 +1,8 @@
 //! A running sandbox's egress allow-list changed in place (`forkvm network`,
 //! `PUT /v1/sandboxes/{id}/network`): closed, open, closed again, without a
 //! restart; the host's own services follow `--allow-host` both ways; a
-//! connection established before a change is kept.
+//! connection established before a change is kept; the changed list is
+//! the one a resume sets up.
 //!
 //! Every destination is one this test made: the servers of the test's
 //! "internet" namespace, and a listener on the host's address on the link
@@ -125,6 +126,22 @@ fn a_running_sandboxs_allow_list_changes_both_ways_without_a_restart() {
 
     // All of it without a restart.
     assert_eq!(sb.pid(), qemu, "the sandbox was restarted");
+
+    // The list is the sandbox's record: a paused sandbox cannot change it,
+    // and its resume sets up the changed one, not the one it was spawned with.
+    d.ok(&["pause", &id]);
+    let o = d.run(&["network", &id, "--any"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("paused"), "{}", stderr(&o));
+    d.ok(&["resume", &id]);
+    let v = d.json(&["inspect", &id]);
+    assert_eq!(v["network"]["egress"][0]["cidr"], "0.0.0.0/0", "{v}");
+    assert_eq!(v["network"]["egress"][0]["ports"][0], hport, "{v}");
+    let r = guest_dial(d, &id, &net.addr, 8080, GET);
+    assert!(
+        r.starts_with("refused"),
+        "the resumed sandbox lost its list: {r}"
+    );
 
     // What cannot change is refused clearly.
     let o = d.run(&["network", &id, "--allow", "example.com"]);
