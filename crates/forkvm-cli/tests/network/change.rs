@@ -55,7 +55,12 @@ fn a_running_sandboxs_allow_list_changes_both_ways_without_a_restart() {
     );
 
     // Open: any egress, in place (same QEMU).
+    let t = std::time::Instant::now();
     let out = d.ok(&["network", &id, "--any"]);
+    eprintln!(
+        "forkvm network --any took {:?} (CLI process included)",
+        t.elapsed()
+    );
     assert!(out.contains("any egress"), "{out}");
     assert_eq!(
         guest_dial(d, &id, &net.addr, 8080, GET),
