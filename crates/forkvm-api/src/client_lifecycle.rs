@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use hyper::Method;
 
 use crate::client::{enc, Client, ClientError};
-use crate::types::{Sandbox, SandboxList};
+use crate::types::{NetworkInfo, Sandbox, SandboxList, SetNetwork};
 use crate::{PauseRequest, ResumeRequest, SetTimeout, METADATA_QUERY_PREFIX};
 
 impl Client {
@@ -31,6 +31,20 @@ impl Client {
         self.json(
             Method::PUT,
             &format!("/v1/sandboxes/{}/timeout", enc(id)),
+            Some(req),
+        )
+        .await
+    }
+
+    /// Replace a running sandbox's egress allow-list.
+    pub async fn set_network(
+        &self,
+        id: &str,
+        req: &SetNetwork,
+    ) -> Result<NetworkInfo, ClientError> {
+        self.json(
+            Method::PUT,
+            &format!("/v1/sandboxes/{}/network", enc(id)),
             Some(req),
         )
         .await

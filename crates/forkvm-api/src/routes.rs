@@ -37,6 +37,7 @@ pub enum Op {
     ImportImage,
     BuildImage,
     SetTimeout,
+    SetNetwork,
     Pause,
     Resume,
     Metrics,
@@ -102,6 +103,7 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     (Op::ImportImage, "POST", "/v1/images/import"),
     (Op::BuildImage, "POST", "/v1/images/build"),
     (Op::SetTimeout, "PUT", "/v1/sandboxes/{id}/timeout"),
+    (Op::SetNetwork, "PUT", "/v1/sandboxes/{id}/network"),
     (Op::Pause, "POST", "/v1/sandboxes/{id}/pause"),
     (Op::Resume, "POST", "/v1/sandboxes/{id}/resume"),
     // Where Prometheus looks by default; behind the same auth as the API.

@@ -128,6 +128,22 @@ pub struct EgressRule {
     pub ports: Vec<u16>,
 }
 
+/// `PUT /v1/sandboxes/{id}/network`: a running sandbox's new egress
+/// allow-list, replacing the one it has. New connections follow it at once;
+/// connections already established are kept until they close.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetNetwork {
+    /// The destinations the sandbox may open connections to; everything
+    /// else is refused. `null` or omitted: any egress.
+    #[serde(default)]
+    pub egress: Option<Vec<EgressRule>>,
+    /// The `egress` entries apply to the host itself too (needs `egress`).
+    /// Omitted: `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_host: Option<bool>,
+}
+
 /// A sandbox's network as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct NetworkInfo {

@@ -1,4 +1,4 @@
-//! `forkvm pause`, `resume` and `timeout`, and the spawn flags for
+//! `forkvm pause`, `resume`, `timeout` and `network`, and the spawn flags for
 //! metadata, environment and timeouts.
 
 use std::collections::BTreeMap;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Subcommand;
-use forkvm_api::{Client, OnTimeout, PauseRequest, ResumeRequest, Sandbox, SetTimeout};
+use forkvm_api::{Client, OnTimeout, PauseRequest, ResumeRequest, Sandbox, SetNetwork, SetTimeout};
 
 /// Resource limit flags (docs/limits.md); omitted ones are unlimited (or,
 /// on a branch, the source's).
@@ -137,6 +137,52 @@ pub enum LifeCmd {
         #[arg(long, value_parser = parse_on_timeout)]
         on_timeout: Option<OnTimeout>,
     },
+    /// Replace a running sandbox's egress allow-list, without a restart:
+    /// new connections follow it at once, established ones are kept.
+    #[command(group = clap::ArgGroup::new("egress").required(true).args(["allow", "any"]))]
+    Network {
+        id: String,
+        /// Allow egress only to this IPv4 address or network, optionally
+        /// only to these TCP/UDP ports (repeatable), as `spawn --allow`.
+        #[arg(long = "allow", value_name = "CIDR[:PORT,...]", value_parser = crate::args::parse_allow)]
+        allow: Vec<forkvm_api::EgressRule>,
+        /// Let the --allow entries reach the host itself.
+        #[arg(long, requires = "allow")]
+        allow_host: bool,
+        /// Drop the allow-list: any egress (but the host and other
+        /// sandboxes), as a spawn without --allow.
+        #[arg(long, conflicts_with_all = ["allow", "allow_host"])]
+        any: bool,
+    },
+}
+
+/// The body of `forkvm network`.
+fn set_network(allow: Vec<forkvm_api::EgressRule>, allow_host: bool, any: bool) -> SetNetwork {
+    SetNetwork {
+        egress: (!any).then_some(allow),
+        allow_host: allow_host.then_some(true),
+    }
+}
+
+fn network_summary(id: &str, n: &forkvm_api::NetworkInfo) -> String {
+    let list = match &n.egress {
+        None => "any egress".to_string(),
+        Some(l) if l.is_empty() => "no egress".to_string(),
+        Some(l) => l
+            .iter()
+            .map(|r| {
+                if r.ports.is_empty() {
+                    r.cidr.clone()
+                } else {
+                    let p: Vec<String> = r.ports.iter().map(u16::to_string).collect();
+                    format!("{}:{}", r.cidr, p.join(","))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    let host = if n.allow_host { " (host too)" } else { "" };
+    format!("{id} egress: {list}{host}")
 }
 
 fn summary(s: &Sandbox) -> String {
@@ -174,6 +220,22 @@ fn summary(s: &Sandbox) -> String {
 
 pub async fn run(c: &Client, cmd: LifeCmd, json: bool) -> Result<ExitCode> {
     let s = match cmd {
+        LifeCmd::Network {
+            id,
+            allow,
+            allow_host,
+            any,
+        } => {
+            let n = c
+                .set_network(&id, &set_network(allow, allow_host, any))
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&n)?);
+            } else {
+                println!("{}", network_summary(&id, &n));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         LifeCmd::Metrics => {
             let b = c.call(forkvm_api::Method::GET, "/metrics", None).await?;
             print!("{}", String::from_utf8_lossy(&b));
@@ -244,5 +306,48 @@ mod tests {
             OnTimeout::PauseFilesystem
         );
         assert!(parse_on_timeout("stop").is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: LifeCmd,
+    }
+
+    fn network(args: &[&str]) -> Result<SetNetwork, clap::Error> {
+        use clap::Parser;
+        let cli = Cli::try_parse_from(std::iter::once("forkvm").chain(args.iter().copied()))?;
+        match cli.cmd {
+            LifeCmd::Network {
+                allow,
+                allow_host,
+                any,
+                ..
+            } => Ok(set_network(allow, allow_host, any)),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn network_takes_an_allow_list_or_any() {
+        let n = network(&[
+            "network",
+            "x",
+            "--allow",
+            "10.0.0.0/8:80,443",
+            "--allow-host",
+        ])
+        .unwrap();
+        let list = n.egress.unwrap();
+        assert_eq!(list[0].cidr, "10.0.0.0/8");
+        assert_eq!(list[0].ports, vec![80, 443]);
+        assert_eq!(n.allow_host, Some(true));
+        let n = network(&["network", "x", "--any"]).unwrap();
+        assert_eq!(n.egress, None);
+        assert_eq!(n.allow_host, None);
+        // Nothing said, or both said: refused rather than guessed.
+        assert!(network(&["network", "x"]).is_err());
+        assert!(network(&["network", "x", "--any", "--allow", "10.0.0.1"]).is_err());
+        assert!(network(&["network", "x", "--allow-host"]).is_err());
     }
 }

@@ -6,8 +6,11 @@
 //! "The internet" is a network namespace this test creates, joined to the
 //! host by a veth pair, with Python servers listening inside it
 //! (`network/internet.rs`). `network/namespace.rs` holds the allow-list's
-//! tests for processes inside a sandbox's namespace and for the host.
+//! tests for processes inside a sandbox's namespace and for the host;
+//! `network/change.rs` changes a running sandbox's allow-list.
 
+#[path = "network/change.rs"]
+mod change;
 mod common;
 #[path = "network/internet.rs"]
 mod internet;

@@ -261,6 +261,71 @@ impl Manager {
         Ok(())
     }
 
+    /// `PUT /v1/sandboxes/{id}/network` (and E2B's): replace a running
+    /// `nat` sandbox's egress allow-list in place, without a restart, and
+    /// record it, so that `GET`, a daemon restart, a pause and resume, and
+    /// branches and snapshots of it have the new list. Established
+    /// connections are kept (see [`crate::net::Net::change`]).
+    pub async fn set_network(
+        &self,
+        id: &str,
+        egress: Option<Vec<forkvm_api::EgressRule>>,
+        allow_host: Option<bool>,
+    ) -> Result<forkvm_api::NetworkInfo, ApiError> {
+        let r = self.set_network_unlogged(id, egress, allow_host).await;
+        match &r {
+            Ok(n) => tracing::info!(sandbox = %id,
+                "egress of sandbox {id} changed to {} (allow_host {})",
+                n.egress.as_ref().map_or("any".to_string(), |l| format!("{} entries", l.len())),
+                n.allow_host),
+            Err(e) => tracing::warn!(sandbox = %id, code = e.code,
+                "egress change of sandbox {id} refused or failed: {}", e.message),
+        }
+        r
+    }
+
+    async fn set_network_unlogged(
+        &self,
+        id: &str,
+        egress: Option<Vec<forkvm_api::EgressRule>>,
+        allow_host: Option<bool>,
+    ) -> Result<forkvm_api::NetworkInfo, ApiError> {
+        crate::net::check_egress(egress.as_deref())?;
+        let allow_host = crate::net::check_allow_host(egress.as_deref(), allow_host)?;
+        let live = self.running(id)?;
+        // Not while a snapshot, branch or pause is saving it: they read the
+        // record's network as it stands.
+        let _guard = live.op_lock.try_lock().map_err(|_| {
+            ApiError::conflict(format!(
+                "sandbox {id} is being snapshotted; retry when it finishes"
+            ))
+        })?;
+        if live.keep_stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ApiError::conflict(format!("sandbox {id} is being paused")));
+        }
+        let old = match self.row(id)?.network {
+            Some(n) if n.mode == forkvm_api::NetworkMode::Nat && n.slot.is_some() => n,
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "sandbox {id} has no network (network: none), so it has no egress to change; spawn it with network: nat"
+                )))
+            }
+        };
+        let new = self.net.change(id, &old, egress, allow_host).await?;
+        if let Err(e) = self.db.set_network(id, Some(&new)) {
+            // Put the rules back as the record says, so that they agree.
+            if let Err(back) = self
+                .net
+                .change(id, &new, old.egress.clone(), old.allow_host)
+                .await
+            {
+                tracing::error!(sandbox = %id, "cannot put back the old egress rules of sandbox {id}: {}", back.message);
+            }
+            return Err(e.into());
+        }
+        Ok(new.info())
+    }
+
     /// A running sandbox, or a clear error.
     pub fn running(&self, id: &str) -> Result<Arc<Live>, ApiError> {
         let row = self.get(id)?;

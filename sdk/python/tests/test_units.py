@@ -166,6 +166,15 @@ def test_network_request_fields() -> None:
         _ops.create_request(ports=[True])
 
 
+def test_set_network_request() -> None:
+    """``set_network``: a list allows only its entries; ``None`` (left out) is any egress."""
+    r = _ops.set_network("a b", models.SetNetwork(egress=_ops.egress_rules(["10.0.0.0/8", {"cidr": "192.0.2.1", "ports": [80]}]), allow_host=True))
+    assert (r.method, r.path) == ("PUT", "/v1/sandboxes/a%20b/network")
+    assert r.json == {"egress": [{"cidr": "10.0.0.0/8"}, {"cidr": "192.0.2.1", "ports": [80]}], "allow_host": True}
+    assert _ops.set_network("x", models.SetNetwork()).json == {}
+    assert _ops.set_network("x", models.SetNetwork(egress=[])).json == {"egress": []}
+
+
 def test_network_models_from_responses() -> None:
     sb = models.Sandbox.from_dict(
         {

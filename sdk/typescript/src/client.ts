@@ -62,6 +62,8 @@ import type {
   Sandbox,
   SandboxBatch,
   SandboxList,
+  NetworkInfo,
+  SetNetwork,
   SetTimeout,
   Snapshot,
   SnapshotList,
@@ -269,6 +271,16 @@ export class Client extends ProcessOps {
     // `timeout: null` clears the timeout: send it rather than leave it out.
     const body = { ...req, timeout: req.timeout ?? null };
     return this.#json({ method: "PUT", path: `/v1/sandboxes/${seg(id)}/timeout`, ...jsonBody(body), signal: opts?.signal });
+  }
+
+  /**
+   * `PUT /v1/sandboxes/{id}/network` (operation `set_network`): replace a
+   * running sandbox's egress allow-list in place (`egress` omitted or `null`:
+   * any egress). New connections follow it at once; established ones are
+   * kept. Resolves with the sandbox's network.
+   */
+  setNetwork(id: string, req: SetNetwork, opts?: RequestOptions): Promise<NetworkInfo> {
+    return this.#json({ method: "PUT", path: `/v1/sandboxes/${seg(id)}/network`, ...jsonBody(req), signal: opts?.signal });
   }
 
   /**

@@ -489,6 +489,17 @@ export interface NetworkInfo {
   allow_host?: boolean;
 }
 
+/**
+ * `PUT /v1/sandboxes/{id}/network`: a running sandbox's new egress
+ * allow-list. New connections follow it at once; established ones are kept.
+ */
+export interface SetNetwork {
+  /** Allow egress only to these destinations; `null` or omitted: any egress (but the host and other sandboxes). */
+  egress?: EgressRule[] | null;
+  /** The `egress` entries reach the host itself too (needs `egress`; omitted: false). */
+  allow_host?: boolean | null;
+}
+
 /** A sandbox's network: `nat`, a namespace of its own with NAT to the host's network; `none`, no route out. */
 export type NetworkMode = "none" | "nat";
 

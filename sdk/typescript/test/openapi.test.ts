@@ -89,6 +89,10 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
     (c) => c.createSandbox({ volumes: [{ source: "/srv", path: "/work", read_only: true, mode: "copy", uid: 1, gid: 2 }] }),
   ],
   set_timeout: [(c) => c.setTimeout("ID", { timeout: 60, on_timeout: "kill" }), (c) => c.setTimeout("ID", { timeout: null })],
+  set_network: [
+    (c) => c.setNetwork("ID", { egress: [{ cidr: "10.0.0.0/8", ports: [443] }], allow_host: true }),
+    (c) => c.setNetwork("ID", {}),
+  ],
   pause: [(c) => c.pause("ID")],
   resume: [(c) => c.resume("ID", { timeout: 60 }), (c) => c.resume("ID")],
   get_sandbox: [(c) => c.getSandbox("ID")],

@@ -12,8 +12,15 @@ import ipaddress
 
 import pytest
 from e2b import Sandbox
-from e2b.exceptions import SandboxException
+from e2b.exceptions import SandboxException, SandboxNotFoundException
 from e2b.sandbox.network import ALL_TRAFFIC
+
+
+def pid_of(daemon, sbx) -> int:
+    with daemon.http() as c:
+        r = c.get(f"/v1/sandboxes/{sbx.sandbox_id}")
+        r.raise_for_status()
+        return r.json()["pid"]
 
 
 def egress_of(daemon, sbx) -> list | None:
@@ -61,6 +68,34 @@ def test_what_the_allow_list_cannot_hold_is_refused(e2b_env):
         Sandbox.create(network={"deny_out": [ALL_TRAFFIC], "allow_out": ["example.com"]})
 
 
-def test_update_network_is_refused_clearly(sandbox):
-    with pytest.raises(SandboxException, match="not supported by forkvm"):
-        sandbox.update_network({"deny_out": [ALL_TRAFFIC]})
+def test_update_network_changes_a_running_sandboxs_rules_in_place(e2b_env, sandbox):
+    """``update_network`` replaces the allow-list of the running sandbox,
+    mapped as on create; omitted fields clear, as the SDK documents."""
+    assert egress_of(e2b_env, sandbox) is None
+    pid = pid_of(e2b_env, sandbox)
+    sandbox.update_network({"deny_out": [ALL_TRAFFIC], "allow_out": ["192.0.2.10", "198.51.100.0/24"]})
+    assert egress_of(e2b_env, sandbox) == ["192.0.2.10/32", "198.51.100.0/24"]
+    # allow_internet_access=False is deny_out 0.0.0.0/0: only allow_out is left.
+    sandbox.update_network({"allow_internet_access": False, "allow_out": ["192.0.2.10"]})
+    assert egress_of(e2b_env, sandbox) == ["192.0.2.10/32"]
+    # An empty update clears every rule: any egress again.
+    sandbox.update_network({})
+    assert egress_of(e2b_env, sandbox) is None
+    # The same sandbox, never restarted, still serving envd.
+    assert pid_of(e2b_env, sandbox) == pid
+    assert sandbox.commands.run("echo up").stdout.strip() == "up"
+
+
+def test_update_network_refuses_what_the_allow_list_cannot_hold(e2b_env, sandbox):
+    sandbox.update_network({"deny_out": [ALL_TRAFFIC]})
+    with pytest.raises(SandboxException, match="domain name"):
+        sandbox.update_network({"deny_out": [ALL_TRAFFIC], "allow_out": ["example.com"]})
+    with pytest.raises(SandboxException, match="egress proxy"):
+        sandbox.update_network({"egress_proxy": {"address": "192.0.2.10:1080"}})
+    # A refused update changes nothing.
+    assert egress_of(e2b_env, sandbox) == []
+
+
+def test_update_network_of_an_unknown_sandbox_is_not_found(e2b_env):
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.update_network("no-such-sandbox", {"deny_out": [ALL_TRAFFIC]})

@@ -21,7 +21,7 @@ use crate::internet::internet;
 /// Connect to `addr:port`, send `send`, and print the first line of the
 /// answer (`got ...`), or why there was none (`refused` for a reset or
 /// EPERM, `failed` for anything else, a time-out included).
-const DIAL: &str = r#"
+pub(crate) const DIAL: &str = r#"
 import socket, sys
 try:
     s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))
@@ -35,7 +35,7 @@ except Exception as e:
 "#;
 
 /// Dial from the guest.
-fn guest_dial(d: &Daemon, id: &str, addr: &str, port: u16, send: &str) -> String {
+pub(crate) fn guest_dial(d: &Daemon, id: &str, addr: &str, port: u16, send: &str) -> String {
     let o = d.run(&[
         "exec",
         id,
@@ -94,7 +94,7 @@ fn ns_dial(qemu: u32, addr: &str, port: u16, send: &str) -> String {
 
 /// A TCP server on the host itself, on `addr`, that greets each client
 /// and counts them. It lives as long as the test process.
-fn host_server(addr: &str) -> (u16, Arc<AtomicUsize>) {
+pub(crate) fn host_server(addr: &str) -> (u16, Arc<AtomicUsize>) {
     let l = TcpListener::bind((addr, 0)).expect("a listener on the host's link address");
     let port = l.local_addr().unwrap().port();
     let seen = Arc::new(AtomicUsize::new(0));

@@ -118,3 +118,27 @@ pub(crate) async fn ports(
     let sb = m.get(&id)?;
     Ok(Json(sb.network.map(|n| n.ports).unwrap_or_default()))
 }
+
+/// Replace a running sandbox's egress allow-list without restarting it. New
+/// connections follow the new list at once; established ones are kept
+/// until they close.
+#[utoipa::path(put, path = "/v1/sandboxes/{id}/network", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    request_body = SetNetwork,
+    responses((status = 200, body = NetworkInfo, description = "the sandbox's network with the new allow-list"),
+        (status = 400, body = ErrorBody, description = "a bad allow-list entry, `allow_host` without `egress`, or a sandbox with network: none"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "the sandbox is not running (paused, starting, failed) or is being snapshotted or paused"),
+        (status = 500, body = ErrorBody, description = "the rules could not be applied; the sandbox keeps its old ones")))]
+pub(crate) async fn set_network(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<SetNetwork>,
+) -> Result<Json<NetworkInfo>, ApiError> {
+    // On its own task, so that a client going away cannot stop it between
+    // the namespace's rules and the host's.
+    tokio::spawn(async move { m.set_network(&id, req.egress, req.allow_host).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("network task failed: {e}")))?
+        .map(Json)
+}

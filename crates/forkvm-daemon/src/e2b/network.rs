@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::put;
 use axum::Router;
 use forkvm_api::EgressRule;
@@ -31,19 +31,52 @@ pub(crate) fn router() -> Router<Arc<Manager>> {
     Router::new().route("/sandboxes/{id}/network", put(update))
 }
 
-/// `PUT /sandboxes/{id}/network` (`Sandbox.update_network`): refused, as
-/// forkvm sets a sandbox's allow-list when it starts and has no way to
-/// change it while it runs; 404 for an unknown sandbox, as E2B answers.
-async fn update(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Response {
-    if let Err(e) = m.get(&id) {
-        return super::error(e.status, e.message);
-    }
-    super::error(
-        StatusCode::NOT_IMPLEMENTED,
-        format!(
-            "changing the egress rules of a running sandbox is not supported by forkvm: pass              network={{allow_out, deny_out}} when creating sandbox {id}'s successor (docs/e2b.md)"
+/// `PUT /sandboxes/{id}/network` (`Sandbox.update_network`): the body is
+/// mapped as a create's `network` is ([`egress`]), with what is omitted
+/// cleared, as the SDK documents (`{}` lets everything out again), and
+/// `allow_internet_access: false` taken as `denyOut: ["0.0.0.0/0"]`, as
+/// E2B's API documents it; then the running sandbox's allow-list is
+/// replaced in place ([`Manager::set_network`]). 204 as E2B answers.
+async fn update(
+    State(m): State<Arc<Manager>>,
+    Path(id): Path<String>,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let egress = match update_egress(&bytes) {
+        Ok(e) => e,
+        Err(why) => return super::error(StatusCode::BAD_REQUEST, why),
+    };
+    let r = tokio::spawn(async move { m.set_network(&id, egress, None).await }).await;
+    match r {
+        Ok(Ok(_)) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => super::error(e.status, e.message),
+        Err(e) => super::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("network task failed: {e}"),
         ),
-    )
+    }
+}
+
+/// The allow-list an `update_network` body asks for.
+fn update_egress(bytes: &[u8]) -> Result<Option<Vec<EgressRule>>, String> {
+    let mut v: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Default::default())
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| format!("the body is not JSON: {e}"))?
+    };
+    let Value::Object(o) = &mut v else {
+        return Err("the body must be an object".into());
+    };
+    match o.remove("allow_internet_access") {
+        None | Some(Value::Null) | Some(Value::Bool(true)) => {}
+        Some(Value::Bool(false)) => {
+            let mut deny = strings(o.get("denyOut"), "denyOut")?;
+            deny.push("0.0.0.0/0".into());
+            o.insert("denyOut".into(), deny.into());
+        }
+        Some(_) => return Err("allow_internet_access must be true or false".into()),
+    }
+    egress(&v)
 }
 
 /// An IPv4 block: a network address and its prefix length.
@@ -239,5 +272,27 @@ mod tests {
         ] {
             assert!(egress(&bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_update_maps_as_a_create_and_omitted_fields_clear() {
+        let up = |b: &str| {
+            update_egress(b.as_bytes())
+                .map(|r| r.map(|v| v.into_iter().map(|e| e.cidr).collect::<Vec<_>>()))
+        };
+        assert_eq!(up("{}").unwrap(), None);
+        assert_eq!(up("").unwrap(), None);
+        assert_eq!(
+            up(r#"{"denyOut":["0.0.0.0/0"],"allowOut":["192.0.2.1"]}"#).unwrap(),
+            Some(vec!["192.0.2.1/32".to_string()])
+        );
+        assert_eq!(
+            up(r#"{"allow_internet_access":false,"allowOut":["192.0.2.1"]}"#).unwrap(),
+            Some(vec!["192.0.2.1/32".to_string()])
+        );
+        assert_eq!(up(r#"{"allow_internet_access":true}"#).unwrap(), None);
+        assert!(up(r#"{"denyOut":["0.0.0.0/0"],"allowOut":["example.com"]}"#).is_err());
+        assert!(up(r#"{"egressProxy":{"address":"192.0.2.1:1080"}}"#).is_err());
+        assert!(up("[]").is_err());
     }
 }

@@ -149,7 +149,13 @@ impl Manager {
         }
         self.kill_live(&live).await?;
         let pause_ms = t.elapsed().as_secs_f64() * 1000.0;
-        self.net.teardown(id, row.network.as_ref()).await;
+        // Read again: an egress change may have been recorded since `row`
+        // (one cannot start once the pause has begun).
+        let network = match self.db.get(id) {
+            Ok(Some(r)) => r.network,
+            _ => row.network.clone(),
+        };
+        self.net.teardown(id, network.as_ref()).await;
         remove_runtime_keep_disk(&paths);
         if let Err(e) = keep_as_root(&paths, &top) {
             let why = format!(
@@ -178,7 +184,7 @@ impl Manager {
             disk_bytes,
             pause_ms,
         });
-        l.paused_net = row.network.clone();
+        l.paused_net = network;
         self.db.set_lifecycle(id, &l)?;
         self.db.set_network(id, None)?;
         self.db.set_paused(id)?;

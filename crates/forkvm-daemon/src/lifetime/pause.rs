@@ -103,7 +103,13 @@ impl Manager {
             return Err(ApiError::conflict(format!("sandbox {id} is being removed")));
         }
         self.kill_live(&live).await?;
-        self.net.teardown(id, row.network.as_ref()).await;
+        // Read again: an egress change may have been recorded since `row`
+        // (one cannot start once the pause has begun).
+        let network = match self.db.get(id) {
+            Ok(Some(r)) => r.network,
+            _ => row.network.clone(),
+        };
+        self.net.teardown(id, network.as_ref()).await;
         live.paths.remove_all();
         let mut l = self.db.lifecycle(id)?;
         l.remaining_ms = l
@@ -126,7 +132,7 @@ impl Manager {
             disk_bytes: sizes.disk_bytes,
             pause_ms,
         });
-        l.paused_net = row.network.clone();
+        l.paused_net = network;
         self.db.set_lifecycle(id, &l)?;
         self.db.set_network(id, None)?;
         self.db.set_snapshot(id, &snap.id)?;

@@ -28,6 +28,7 @@ use forkvm_net::{ns, NetError};
 
 use crate::error::ApiError;
 
+mod change;
 pub mod types;
 pub use types::{NetRequest, SandboxNet};
 
@@ -69,6 +70,35 @@ fn net_err(e: NetError) -> ApiError {
             format!("cannot set up the sandbox network: {other}; run `forkvm doctor`"),
         ),
     }
+}
+
+/// `allow_host` (default `false`) for the allow-list `egress`: it needs one.
+pub(crate) fn check_allow_host(
+    egress: Option<&[EgressRule]>,
+    allow_host: Option<bool>,
+) -> Result<bool, ApiError> {
+    let allow_host = allow_host.unwrap_or(false);
+    if allow_host && egress.is_none() {
+        return Err(ApiError::invalid(
+            "allow_host opens the host to the egress allow-list's entries, and there is no allow-list: name the host's addresses and ports with egress (--allow HOST_IP:PORT)",
+        ));
+    }
+    Ok(allow_host)
+}
+
+/// Check an egress allow-list: its size and every entry.
+pub(crate) fn check_egress(egress: Option<&[EgressRule]>) -> Result<(), ApiError> {
+    let Some(list) = egress else { return Ok(()) };
+    if list.len() > MAX_EGRESS {
+        return Err(ApiError::invalid(format!(
+            "at most {MAX_EGRESS} egress entries (got {})",
+            list.len()
+        )));
+    }
+    for r in list {
+        Allow::parse(&r.cidr, r.ports.clone()).map_err(|e| ApiError::invalid(e.to_string()))?;
+    }
+    Ok(())
 }
 
 impl Net {
@@ -208,12 +238,7 @@ impl Net {
         if mode == NetworkMode::None && (!ports.is_empty() || egress.is_some()) {
             return Err(ApiError::invalid("ports and egress need network: nat"));
         }
-        let allow_host = allow_host.unwrap_or(false);
-        if allow_host && egress.is_none() {
-            return Err(ApiError::invalid(
-                "allow_host opens the host to the egress allow-list's entries, and there is no allow-list: name the host's addresses and ports with egress (--allow HOST_IP:PORT)",
-            ));
-        }
+        let allow_host = check_allow_host(egress.as_deref(), allow_host)?;
         if ports.len() > MAX_PORTS {
             return Err(ApiError::invalid(format!(
                 "at most {MAX_PORTS} ports may be published (got {})",
@@ -245,18 +270,7 @@ impl Net {
                 )));
             }
         }
-        if let Some(list) = &egress {
-            if list.len() > MAX_EGRESS {
-                return Err(ApiError::invalid(format!(
-                    "at most {MAX_EGRESS} egress entries (got {})",
-                    list.len()
-                )));
-            }
-            for r in list {
-                Allow::parse(&r.cidr, r.ports.clone())
-                    .map_err(|e| ApiError::invalid(e.to_string()))?;
-            }
-        }
+        check_egress(egress.as_deref())?;
         Ok(NetRequest {
             mode,
             ports,

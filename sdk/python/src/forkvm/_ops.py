@@ -181,6 +181,10 @@ def set_timeout(id: str, body: models.SetTimeout) -> Request:
     return Request("PUT", f"/v1/sandboxes/{_seg(id)}/timeout", _model(models.Sandbox), json=body.to_dict())
 
 
+def set_network(id: str, body: models.SetNetwork) -> Request:
+    return Request("PUT", f"/v1/sandboxes/{_seg(id)}/network", _model(models.NetworkInfo), json=body.to_dict())
+
+
 def pause(id: str, body: Optional[models.PauseRequest] = None) -> Request:
     return Request(
         "POST",

@@ -299,6 +299,24 @@ class Client(_BaseClient, ProcessOps):
         body = models.SetTimeout(timeout=timeout, on_timeout=_ops.on_timeout_mode(on_timeout))
         return self._send(_ops.set_timeout(id, body))
 
+    def set_network(
+        self,
+        id: str,
+        *,
+        egress: Optional[Iterable[EgressSpec]] = None,
+        allow_host: Optional[bool] = None,
+    ) -> models.NetworkInfo:
+        """``PUT /v1/sandboxes/{id}/network``: replace a running sandbox's egress allow-list, in place.
+
+        ``egress`` ``None`` lets it reach anything (but the host and other
+        sandboxes); a list of rules, as ``create``'s ``egress`` takes them,
+        allows only those destinations. ``allow_host=True`` applies the entries
+        to the host too. New connections follow the new list at once;
+        established ones are kept. The answer is the sandbox's network.
+        """
+        body = models.SetNetwork(egress=_ops.egress_rules(egress), allow_host=allow_host)
+        return self._send(_ops.set_network(id, body))
+
     def pause(self, id: str, *, memory: Optional[bool] = None) -> models.Sandbox:
         """``POST /v1/sandboxes/{id}/pause``: save a running sandbox to disk and free its RAM and QEMU.
 

@@ -74,6 +74,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxList",
     "SandboxState",
+    "SetNetwork",
     "SetTimeout",
     "Snapshot",
     "SnapshotList",
@@ -391,6 +392,19 @@ class NetworkInfo(Model):
     uplink_ip: Optional[str] = None
     egress: Optional[List[EgressRule]] = None
     allow_host: bool = False
+
+
+@dataclass
+class SetNetwork(Model):
+    """``PUT /v1/sandboxes/{id}/network``: a running sandbox's new allow-list.
+
+    ``egress`` ``None`` lets it reach anything (but the host and other
+    sandboxes); ``allow_host`` applies the entries to the host too.
+    Established connections are kept.
+    """
+
+    egress: Optional[List[EgressRule]] = None
+    allow_host: Optional[bool] = None
 
 
 # --------------------------------------------------------------------------
