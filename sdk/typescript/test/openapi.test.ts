@@ -93,8 +93,8 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
     (c) => c.setNetwork("ID", { egress: [{ cidr: "10.0.0.0/8", ports: [443] }], allow_host: true }),
     (c) => c.setNetwork("ID", {}),
   ],
-  pause: [(c) => c.pause("ID")],
-  resume: [(c) => c.resume("ID", { timeout: 60 }), (c) => c.resume("ID")],
+  pause: [(c) => c.pause("ID"), (c) => c.pause("ID", { memory: false })],
+  resume: [(c) => c.resume("ID", { timeout: 60 }), (c) => c.resume("ID"), (c) => c.resume("ID", { memory: false })],
   get_sandbox: [(c) => c.getSandbox("ID")],
   delete_sandbox: [(c) => c.deleteSandbox("ID")],
   branch_sandbox: [
@@ -115,6 +115,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
         encoding: "base64",
       }),
     (c) => c.exec("ID", { argv: ["true"], stdin_base64: "eA==" }),
+    (c) => c.exec("ID", { cmd: ["-v"], entrypoint: ["/bin/tool"] }),
     (c) => c.execStream("ID", { argv: ["true"] }).next(),
   ],
   read_file: [(c) => c.readFile("ID", "/etc/hostname")],
@@ -189,7 +190,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   import_image: [(c) => c.importImage(archive, { name: "x", disk_size: 1 << 30, replace: true })],
   build_image: [
     (c) =>
-      c.buildImage(context, { tag: "x", build_args: { V: "1" }, no_cache: true, disk_size: 1 << 30, memory_mib: 1024 }),
+      c.buildImage(context, { tag: "x", build_args: { V: "1" }, no_cache: true, disk_size: 1 << 30, memory_mib: 1024, target: "t" }),
   ],
 };
 
