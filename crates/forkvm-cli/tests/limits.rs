@@ -37,6 +37,15 @@ fn write_file(d: &Daemon, id: &str, mib: u32) {
         id,
         &format!("dd if=/dev/urandom of=/root/dd.bin bs=1M count={mib} 2>/dev/null && sync"),
     );
+    // A branch or snapshot folds the sandbox's frozen disk layers into its
+    // top in the background (docs/disk-chain.md); that copy shares the host's
+    // two cores with the guest being timed, so wait until none runs.
+    assert!(
+        wait_until(Duration::from_secs(60), || d.json(&["inspect", id])["disk"]
+            ["streaming"]
+            != true),
+        "the disk chain of {id} is still streaming after 60 s"
+    );
 }
 
 #[test]
@@ -82,14 +91,18 @@ fn disk_iops_and_bandwidth_hold_and_children_inherit_them() {
         "{l}"
     );
     // 8 MiB in 256 KiB reads at 2 MiB/s: about 4 s (and 32 reads are
-    // well under 50 IOPS, so bandwidth is what limits).
+    // well under 50 IOPS, so bandwidth is what limits). The ceiling is the
+    // limit's promise; the floor only catches a limit applied at the wrong
+    // scale, so it leaves room for a TCG guest that falls behind the bucket
+    // when the host's two cores are busy (1.61 MiB/s was seen once in a full
+    // `make test`, 2.02 alone).
     write_file(d, &child, 8);
     let _ = dd_read_seconds(d, &child, "256k", 4);
     let s = dd_read_seconds(d, &child, "256k", 32);
     let bps = 8.0 / s;
     eprintln!("disk_bps 2M: {bps:.2} MiB/s");
     assert!(
-        (1.8..=2.2).contains(&bps),
+        (1.4..=2.2).contains(&bps),
         "{bps:.2} MiB/s under a limit of 2"
     );
     drop(c);
