@@ -46,8 +46,6 @@ pub(crate) struct ApiKey(pub Arc<String>);
 const CLIENT_ID: &str = "forkvm";
 /// E2B's default timeout, when a body names none.
 const DEFAULT_TIMEOUT_S: u64 = 15;
-/// The most sandboxes one page of `GET /v2/sandboxes` holds.
-const MAX_PAGE: usize = 100;
 /// The most children one fork makes (forkvm's branch limit).
 const MAX_FORK: u32 = 1000;
 
@@ -377,15 +375,9 @@ async fn list_v2(
     State(m): State<Arc<Manager>>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
-        None => MAX_PAGE,
-        Some(Ok(n)) if (1..=MAX_PAGE).contains(&n) => n,
-        Some(_) => {
-            return super::error(
-                StatusCode::BAD_REQUEST,
-                format!("limit must be a number from 1 to {MAX_PAGE}"),
-            )
-        }
+    let limit = match super::paging::page_limit(&q) {
+        Ok(n) => n,
+        Err(m) => return super::error(StatusCode::BAD_REQUEST, m),
     };
     // E2B lists the newest first unless asked otherwise.
     let desc = match q.get("order").map(String::as_str) {

@@ -21,6 +21,19 @@ pub(crate) fn decode_token(t: &str) -> Option<(String, String)> {
     Some((a.to_string(), b.to_string()))
 }
 
+/// The most items one page holds, and what a request without `limit` gets.
+pub(crate) const MAX_PAGE: usize = 100;
+
+/// A list's `limit` query parameter: 1 to [`MAX_PAGE`], default
+/// [`MAX_PAGE`]; anything else is the message of a 400.
+pub(crate) fn page_limit(q: &std::collections::BTreeMap<String, String>) -> Result<usize, String> {
+    match q.get("limit").map(|l| l.parse::<usize>()) {
+        None => Ok(MAX_PAGE),
+        Some(Ok(n)) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(_) => Err(format!("limit must be a number from 1 to {MAX_PAGE}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

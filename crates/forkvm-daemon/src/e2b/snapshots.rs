@@ -27,9 +27,6 @@ use super::paging::{decode_token, encode_token};
 use crate::db::{Origin, SnapshotRow};
 use crate::manager::Manager;
 
-/// The most snapshots one page holds (E2B's limit).
-const MAX_PAGE: usize = 100;
-
 pub(crate) fn router() -> Router<Arc<Manager>> {
     Router::new()
         .route("/snapshots", get(list))
@@ -76,15 +73,9 @@ async fn list(
     State(m): State<Arc<Manager>>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
-        None => MAX_PAGE,
-        Some(Ok(n)) if (1..=MAX_PAGE).contains(&n) => n,
-        Some(_) => {
-            return super::error(
-                StatusCode::BAD_REQUEST,
-                format!("limit must be a number from 1 to {MAX_PAGE}"),
-            )
-        }
+    let limit = match super::paging::page_limit(&q) {
+        Ok(n) => n,
+        Err(m) => return super::error(StatusCode::BAD_REQUEST, m),
     };
     let after = match q.get("nextToken").map(|t| decode_token(t)) {
         None => None,

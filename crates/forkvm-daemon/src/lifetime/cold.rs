@@ -219,20 +219,7 @@ impl Manager {
             &format!("resume of sandbox {id}"),
         )?;
         let nic = self.net.available();
-        let net = match &l.paused_net {
-            Some(n) => self.net.validate(
-                Some(n.mode),
-                Some(&n.ports),
-                n.egress.as_deref(),
-                Some(n.allow_host),
-                Some(true),
-                nic,
-                1,
-            )?,
-            None => self
-                .net
-                .validate(None, None, None, None, Some(true), nic, 1)?,
-        };
+        let net = self.net.validate_resume(l.paused_net.as_ref(), nic)?;
         if !self.db.claim_paused(id)? {
             return Err(ApiError::conflict(format!(
                 "sandbox {id} is already being resumed"

@@ -204,20 +204,7 @@ impl Manager {
         )?;
         let snap = self.open_verified(&snapshot).await?;
         let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
-        let net = match &l.paused_net {
-            Some(n) => self.net.validate(
-                Some(n.mode),
-                Some(&n.ports),
-                n.egress.as_deref(),
-                Some(n.allow_host),
-                Some(true),
-                nic,
-                1,
-            )?,
-            None => self
-                .net
-                .validate(None, None, None, None, Some(true), nic, 1)?,
-        };
+        let net = self.net.validate_resume(l.paused_net.as_ref(), nic)?;
         // `starting` claims it: a second resume, a removal or the sweeper
         // leave it alone until this one ends.
         if !self.db.claim_paused(id)? {

@@ -200,6 +200,27 @@ impl Net {
             .any(|t| t.starts_with("forkvm.ip="))
     }
 
+    /// The network a resumed sandbox gets back: the one it had when it was
+    /// paused (`None`: the default), checked as a spawn's would be.
+    pub fn validate_resume(
+        &self,
+        paused: Option<&SandboxNet>,
+        nic: bool,
+    ) -> Result<NetRequest, ApiError> {
+        match paused {
+            Some(n) => self.validate(
+                Some(n.mode),
+                Some(&n.ports),
+                n.egress.as_deref(),
+                Some(n.allow_host),
+                Some(true),
+                nic,
+                1,
+            ),
+            None => self.validate(None, None, None, None, Some(true), nic, 1),
+        }
+    }
+
     /// Check a spawn's network fields. `nic` says whether the machine to be
     /// spawned has a NIC; `count` how many sandboxes share the request.
     #[allow(clippy::too_many_arguments)]
