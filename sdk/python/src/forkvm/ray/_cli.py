@@ -66,8 +66,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     if old and any(_procs.is_running(n["pid"], n.get("started")) for n in old.get("ray_nodes", [])):
         _say(f"a cluster from `up` already runs in {d}; stop it with `python -m forkvm.ray down --dir {d}`")
         return 1
-    if not 1 <= args.nodes <= 23:
-        _say("--nodes must be 1-23")
+    if args.nodes < 1 or not 1 <= args.first_index <= args.first_index + args.nodes - 1 <= 23:
+        _say("--nodes N and --first-index K must keep the node indices K..K+N-1 within 1-23")
         return 2
     created = not os.path.exists(d)
     os.makedirs(d, mode=0o700, exist_ok=True)
@@ -78,19 +78,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     write_atomic(state_path, state, mode=0o600)
     t0 = time.monotonic()
     try:
-        for k in range(1, args.nodes + 1):
+        for k in range(args.first_index, args.first_index + args.nodes):
             name = f"n{k}"
             argv = [sys.executable, "-m", "forkvm.ray._raynode", "--name", name, "--temp-dir", os.path.join(ray_tmp, name),
                     "--num-cpus", str(args.cpus_per_node)]
-            argv += ["--head", "--port", str(port)] if k == 1 else ["--address", f"127.0.0.1:{port}"]
+            argv += ["--head", "--port", str(port)] if k == args.first_index else ["--address", f"127.0.0.1:{port}"]
             with open(os.path.join(d, f"ray-{name}.log"), "ab") as out:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True, close_fds=True)
             state["ray_nodes"].append({"name": name, **_procs.record(proc.pid)})
             write_atomic(state_path, state, mode=0o600)
             _say(f"ray node {name} starting (pid {proc.pid})")
-            if k == 1 and not _procs.poll_until(lambda: _port_open(port) or proc.poll() is not None, 60):
-                raise RuntimeError(f"the Ray head did not open port {port}; see {d}/ray-n1.log")
+            if k == args.first_index and not _procs.poll_until(lambda: _port_open(port) or proc.poll() is not None, 60):
+                raise RuntimeError(f"the Ray head did not open port {port}; see {d}/ray-{name}.log")
             if proc.poll() is not None:
                 raise RuntimeError(f"ray node {name} exited with {proc.returncode}; see {d}/ray-{name}.log")
         ray = _ray_connect(state["ray_address"])
@@ -324,6 +324,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     sp = sub.add_parser("up", help="a local trial cluster: N Ray nodes on 127.0.0.1 with a daemon each")
     sp.add_argument("--nodes", type=int, required=True)
     sp.add_argument("--cpus-per-node", type=int, default=2)
+    sp.add_argument("--first-index", type=int, default=1,
+                    help="name the nodes nK, nK+1, ... (another trial cluster on the same host needs other indices)")
     common(sp)
     starting(sp)
     sp = sub.add_parser("start", help="forkvm on a running Ray cluster (after `ray start` on every host)")
