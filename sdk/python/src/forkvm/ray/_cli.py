@@ -61,6 +61,8 @@ def _ray_connect(address: Optional[str]):
 
 def cmd_up(args: argparse.Namespace) -> int:
     d = os.path.abspath(args.dir)
+    if not _dir_fits(d):
+        return 2
     state_path = os.path.join(d, "up.json")
     old = read_json(state_path)
     if old and any(_procs.is_running(n["pid"], n.get("started")) for n in old.get("ray_nodes", [])):
@@ -98,13 +100,26 @@ def cmd_up(args: argparse.Namespace) -> int:
             raise RuntimeError(f"not all {args.nodes} Ray nodes joined within 120 s; see {d}/ray-*.log")
         _say(f"{args.nodes} Ray nodes on 127.0.0.1 in {time.monotonic() - t0:.1f} s (address {state['ray_address']})")
         args.address = state["ray_address"]
-        return cmd_start(args)
+        code = cmd_start(args)
+        if code != 0:
+            raise RuntimeError("the forkvm part did not start")
+        return code
     except BaseException as e:
         _say(f"up failed: {e}; stopping what it started")
         cmd_down(argparse.Namespace(dir=d, quiet=True))
         if isinstance(e, Exception):
             return 1
         raise
+
+
+def _dir_fits(d: str) -> bool:
+    # A daemon refuses a home over 64 bytes (its sandboxes' unix sockets must fit 107).
+    longest = os.path.join(d, "nodes", "n" * 16, "home")
+    if len(longest.encode()) > 64:
+        _say(f"--dir {d} is too long: node homes under it ({longest}) would pass the 64 bytes a forkvm home "
+             f"may have; use a directory of at most {64 - len(longest.encode()) + len(d.encode())} bytes")
+        return False
+    return True
 
 
 def _port_open(port: int) -> bool:
@@ -122,6 +137,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     from ._supervisor import Settings, Supervisor
 
     d = os.path.abspath(args.dir)
+    if not _dir_fits(d):
+        return 2
     os.makedirs(d, mode=0o700, exist_ok=True)
     ray = _ray_connect(args.address)
     try:
@@ -155,8 +172,12 @@ def cmd_start(args: argparse.Namespace) -> int:
     want = sum(1 for n in ray.nodes() if n["Alive"])
     t0 = time.monotonic()
     seen: Dict[str, Dict[str, Any]] = {}
+    errors: set = set()
     while time.monotonic() - t0 < args.timeout:
         for name, desc in _describe_all(ray, timeout=5).items():
+            if desc.get("error") and desc["error"] not in errors:
+                errors.add(desc["error"])
+                _say(f"node {name}: {desc['error'][-500:]}")
             if name not in seen and desc.get("capacity") is not None:
                 seen[name] = desc
                 _say(f"node {name}: forkvm serve pid {desc['pid']} at {desc['url']} "
