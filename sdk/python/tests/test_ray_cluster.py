@@ -106,6 +106,7 @@ def test_two_node_cluster_on_loopback():
     state = json.loads((d / "up.json").read_text()) if (d / "up.json").exists() else {}
     try:
         assert up.returncode == 0, up.stderr
+        assert up.stdout.startswith("export FORKVM_URL=http://127.0.0.1:"), up.stdout
         cluster = json.loads((d / "cluster.json").read_text())
         assert (d / "cluster.json").stat().st_mode & 0o777 == 0o600
         assert set(cluster) >= {"url", "token", "cluster_token", "ray_address"}

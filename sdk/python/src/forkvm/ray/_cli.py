@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -188,8 +189,9 @@ def cmd_start(args: argparse.Namespace) -> int:
     else:
         _say(f"only {len(seen)} of {want} node daemons answered within {args.timeout} s; see {d}/nodes/*/serve.log")
         return 1
-    _say(f"cluster endpoint {settings.url} (credentials in {d}/cluster.json)")
-    print(json.dumps({"url": settings.url, "dir": d, "nodes": sorted(seen)}))
+    _say(f"cluster endpoint {settings.url} with {len(seen)} nodes (credentials in {d}/cluster.json)")
+    # On stdout, for `eval "$(python -m forkvm.ray up --nodes 3)"`: the CLI and SDKs then use the endpoint.
+    print(f"export FORKVM_URL={shlex.quote(settings.url)} FORKVM_TOKEN={shlex.quote(settings.token)}")
     return 0
 
 
