@@ -20,8 +20,8 @@ Start a cluster first (docs/cluster.md), then::
 from __future__ import annotations
 
 import argparse
-import json
 import collections
+import json
 import os
 import sys
 import time
@@ -83,8 +83,10 @@ def main() -> int:
         t2 = time.monotonic()
         results = ray.get([rollout.remote(child, i) for i, child in enumerate(children)])
         best = max(results, key=lambda r: r["score"])
-        print(f"{len(results)} rollouts scored in {time.monotonic() - t2:.1f} s; "
-              f"best: policy {best['policy']} in {best['id']} (score {best['score']})")
+        print(
+            f"{len(results)} rollouts scored in {time.monotonic() - t2:.1f} s; "
+            f"best: policy {best['policy']} in {best['id']} (score {best['score']})"
+        )
         for r in sorted(results, key=lambda r: -r["score"])[:5]:
             print(f"  {r['id']}  policy {r['policy']:3d}  score {r['score']}")
     finally:

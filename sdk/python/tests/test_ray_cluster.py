@@ -1,7 +1,9 @@
 """A real local Ray cluster under forkvm.ray: two Ray nodes on 127.0.0.1
 (``python -m forkvm.ray up``), a node service and a real ``forkvm serve``
 on each, the supervisor and its gateway. It checks that both daemons come
-up and report capacity, that a sandbox spawns through the endpoint, that
+up and report capacity, that every server listens on loopback only, that a
+daemon that dies is started again and that a restarted node service adopts
+the daemon it finds running, that a sandbox spawns through the endpoint, that
 killing one node's raylet (by PID) shows in nodes.json as ``alive: false``
 with a reason within 30 s, and that ``down`` leaves nothing behind: no Ray,
 daemon or QEMU process, no home, no Ray temp dir.
@@ -26,6 +28,7 @@ from typing import Dict, Set
 
 import pytest
 
+import forkvm
 from forkvm import Client
 from forkvm.ray import _procs
 from forkvm.ray._plan import free_port
@@ -76,6 +79,14 @@ def _forkvm_ray(*args: str, timeout: float = 300) -> subprocess.CompletedProcess
     )
 
 
+def _node(d: Path, name: str) -> dict:
+    """One node as `status --json` shows it (empty when status fails)."""
+    status = _forkvm_ray("status", "--json", "--dir", str(d), timeout=60)
+    if status.returncode != 0:
+        return {}
+    return next((n for n in json.loads(status.stdout)["nodes"] if n["name"] == name), {})
+
+
 def test_two_node_cluster_on_loopback():
     try:
         import ray  # noqa: F401
@@ -122,7 +133,7 @@ def test_two_node_cluster_on_loopback():
             assert n["url"] == f"http://127.0.0.1:{base + int(name[1:])}"
             with Client(n["url"], cluster["cluster_token"]) as c:
                 assert c.info().capacity is not None
-            with pytest.raises(Exception):
+            with pytest.raises(forkvm.Unauthorized):
                 with Client(n["url"], "wrong") as c:
                     c.info()
         # Every Ray and forkvm server of the cluster listens on loopback only.
@@ -133,6 +144,22 @@ def test_two_node_cluster_on_loopback():
         assert ours, "found none of the cluster's listening sockets"
         loopback = ("127.0.0.1", "[::ffff:127.0.0.1]")
         assert [line for line in ours if line.split()[3].rsplit(":", 1)[0] not in loopback] == []
+
+        # n20's daemon exits: its node service starts it again.
+        old = nodes["n20"]["pid"]
+        os.kill(old, signal.SIGKILL)
+        assert _procs.poll_until(lambda: _node(d, "n20").get("pid") not in (None, old), 30, 0.5), _node(d, "n20")
+        n20 = _node(d, "n20")
+        assert n20["restarts"] == 1 and n20["capacity"] is not None, n20
+        # The node service's worker dies: Ray restarts the actor, which adopts the running daemon.
+        service = int(Path(f"/proc/{n20['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert "NodeService" in _cmd(service), _cmd(service)
+        os.kill(service, signal.SIGKILL)
+        assert _procs.wait_gone(service, None, 10)
+        time.sleep(1)
+        assert _procs.poll_until(lambda: _node(d, "n20").get("restarts") == 0, 60, 0.5), _node(d, "n20")
+        assert _node(d, "n20")["pid"] == n20["pid"]  # the same daemon, adopted
+        nodes["n20"]["pid"] = n20["pid"]
 
         # A sandbox through the cluster endpoint; `down` must remove it.
         with Client(cluster["url"], cluster["token"]) as c:

@@ -176,7 +176,8 @@ def test_die_with_parent():
     code = (
         "import subprocess, sys, time\n"
         "from forkvm.ray import _procs\n"
-        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=_procs.die_with_parent)\n"
+        "argv = [sys.executable, '-c', 'import time; time.sleep(60)']\n"
+        "p = subprocess.Popen(argv, preexec_fn=_procs.die_with_parent)\n"
         "print(p.pid, flush=True)\n"
         "time.sleep(60)\n"
     )

@@ -20,9 +20,8 @@ _default_lock = threading.Lock()
 _async_defaults: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient]" = weakref.WeakKeyDictionary()
 # Clients of unpickled handles, by (url, token): one per process (per event loop for asyncio).
 _by_endpoint: Dict[Tuple[str, Optional[str]], "Client"] = {}
-_async_by_endpoint: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[Tuple[str, Optional[str]], AsyncClient]]" = (
-    weakref.WeakKeyDictionary()
-)
+_async_by_endpoint: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[Tuple[str, Optional[str]], AsyncClient]]"
+_async_by_endpoint = weakref.WeakKeyDictionary()
 
 
 def default_client() -> "Client":

@@ -49,6 +49,7 @@ from ._ops import EgressSpec, LimitsSpec, PortSpec
 from ._transfer import TransferEventCallback
 from ._volume_models import VolumeSpec
 from ._default import async_client_for
+from ._pickle import restore_sandbox
 from .async_client import AsyncClient, default_async_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import AsyncExecStream  # async-only
@@ -269,7 +270,7 @@ class AsyncSandbox:
             url, token = self._remote
         else:
             url, token = self.client.endpoint.display, self.client.endpoint.token
-        return (_restore_sandbox, (type(self), url, token, self.id, self.info.to_dict(), self._closed))
+        return (restore_sandbox, (type(self), url, token, self.id, self.info.to_dict(), self._closed))
 
     @classmethod
     async def get(cls, id: str, *, client: Optional[AsyncClient] = None) -> "AsyncSandbox":
@@ -568,20 +569,6 @@ class AsyncSandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def _restore_sandbox(
-    cls: type, url: str, token: Optional[str], id: str, info: Mapping[str, Any], closed: bool
-) -> "AsyncSandbox":
-    """Unpickle an :class:`AsyncSandbox` (see ``__reduce__``): no request is made."""
-    sandbox = cls.__new__(cls)
-    sandbox._spec = None
-    sandbox._client = None
-    sandbox._remote = (url, token)
-    sandbox._info = models.Sandbox.from_dict(info)
-    assert sandbox._info.id == id
-    sandbox._closed = closed
-    return sandbox
 
 
 class AsyncSnapshot:

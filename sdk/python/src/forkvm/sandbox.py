@@ -35,6 +35,7 @@ from ._ops import EgressSpec, LimitsSpec, PortSpec
 from ._transfer import TransferEventCallback
 from ._volume_models import VolumeSpec
 from ._default import client_for
+from ._pickle import restore_sandbox
 from .client import Client, default_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import ExecStream, OutputCallback
@@ -248,7 +249,7 @@ class Sandbox:
             url, token = self._remote
         else:
             url, token = self.client.endpoint.display, self.client.endpoint.token
-        return (_restore_sandbox, (type(self), url, token, self.id, self.info.to_dict(), self._closed))
+        return (restore_sandbox, (type(self), url, token, self.id, self.info.to_dict(), self._closed))
 
     @classmethod
     def get(cls, id: str, *, client: Optional[Client] = None) -> "Sandbox":
@@ -547,20 +548,6 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _restore_sandbox(
-    cls: type, url: str, token: Optional[str], id: str, info: Mapping[str, Any], closed: bool
-) -> "Sandbox":
-    """Unpickle an :class:`Sandbox` (see ``__reduce__``): no request is made."""
-    sandbox = cls.__new__(cls)
-    sandbox._spec = None
-    sandbox._client = None
-    sandbox._remote = (url, token)
-    sandbox._info = models.Sandbox.from_dict(info)
-    assert sandbox._info.id == id
-    sandbox._closed = closed
-    return sandbox
 
 
 class Snapshot:

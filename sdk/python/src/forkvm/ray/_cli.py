@@ -77,22 +77,44 @@ def cmd_up(args: argparse.Namespace) -> int:
     # Short: Ray's unix socket paths under it must stay within 107 bytes.
     ray_tmp = tempfile.mkdtemp(prefix="forkvm-ray-", dir="/tmp")
     port = free_port()
-    state: Dict[str, Any] = {"created_dir": created, "ray_tmp": ray_tmp, "ray_address": f"127.0.0.1:{port}", "ray_nodes": []}
+    state: Dict[str, Any] = {
+        "created_dir": created,
+        "ray_tmp": ray_tmp,
+        "ray_address": f"127.0.0.1:{port}",
+        "ray_nodes": [],
+    }
     write_atomic(state_path, state, mode=0o600)
     t0 = time.monotonic()
     try:
         for k in range(args.first_index, args.first_index + args.nodes):
             name = f"n{k}"
-            argv = [sys.executable, "-m", "forkvm.ray._raynode", "--name", name, "--temp-dir", os.path.join(ray_tmp, name),
-                    "--num-cpus", str(args.cpus_per_node)]
+            argv = [
+                sys.executable,
+                "-m",
+                "forkvm.ray._raynode",
+                "--name",
+                name,
+                "--temp-dir",
+                os.path.join(ray_tmp, name),
+                "--num-cpus",
+                str(args.cpus_per_node),
+            ]
             argv += ["--head", "--port", str(port)] if k == args.first_index else ["--address", f"127.0.0.1:{port}"]
             with open(os.path.join(d, f"ray-{name}.log"), "ab") as out:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True, close_fds=True)
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
             state["ray_nodes"].append({"name": name, **_procs.record(proc.pid)})
             write_atomic(state_path, state, mode=0o600)
             _say(f"ray node {name} starting (pid {proc.pid})")
-            if k == args.first_index and not _procs.poll_until(lambda: _port_open(port) or proc.poll() is not None, 60):
+            if k == args.first_index and not _procs.poll_until(
+                lambda p=proc: _port_open(port) or p.poll() is not None, 60
+            ):
                 raise RuntimeError(f"the Ray head did not open port {port}; see {d}/ray-{name}.log")
             if proc.poll() is not None:
                 raise RuntimeError(f"ray node {name} exited with {proc.returncode}; see {d}/ray-{name}.log")
@@ -117,8 +139,10 @@ def _dir_fits(d: str) -> bool:
     # A daemon refuses a home over 64 bytes (its sandboxes' unix sockets must fit 107).
     longest = os.path.join(d, "nodes", "n" * 16, "home")
     if len(longest.encode()) > 64:
-        _say(f"--dir {d} is too long: node homes under it ({longest}) would pass the 64 bytes a forkvm home "
-             f"may have; use a directory of at most {64 - len(longest.encode()) + len(d.encode())} bytes")
+        _say(
+            f"--dir {d} is too long: node homes under it ({longest}) would pass the 64 bytes a forkvm home "
+            f"may have; use a directory of at most {64 - len(longest.encode()) + len(d.encode())} bytes"
+        )
         return False
     return True
 
@@ -148,7 +172,10 @@ def cmd_start(args: argparse.Namespace) -> int:
         return 1
     except ValueError:
         pass
-    head_ip = next((n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"]), "127.0.0.1")
+    head_ip = next(
+        (n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"]),
+        "127.0.0.1",
+    )
     listen = args.gateway_listen or f"{head_ip}:{args.gateway_port or free_port()}"
     settings = Settings(
         dir=d,
@@ -162,12 +189,23 @@ def cmd_start(args: argparse.Namespace) -> int:
         with_node=not args.no_node_flag,
     )
     address = args.address or ray.get_runtime_context().gcs_address
-    cluster = {"url": settings.url, "token": settings.token, "cluster_token": settings.cluster_token,
-               "ray_address": address, "namespace": NAMESPACE, "dir": d}
+    cluster = {
+        "url": settings.url,
+        "token": settings.token,
+        "cluster_token": settings.cluster_token,
+        "ray_address": address,
+        "namespace": NAMESPACE,
+        "dir": d,
+    }
     write_atomic(os.path.join(d, "cluster.json"), cluster, mode=0o600)
     ray.remote(Supervisor).options(
-        name=SUPERVISOR, namespace=NAMESPACE, lifetime="detached", max_restarts=-1, num_cpus=0,
-        max_concurrency=4, resources={"node:__internal_head__": 0.001},
+        name=SUPERVISOR,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        max_restarts=-1,
+        num_cpus=0,
+        max_concurrency=4,
+        resources={"node:__internal_head__": 0.001},
     ).remote(settings)
     _say(f"supervisor {SUPERVISOR} started; waiting for the node daemons")
     want = sum(1 for n in ray.nodes() if n["Alive"])
@@ -181,8 +219,10 @@ def cmd_start(args: argparse.Namespace) -> int:
                 _say(f"node {name}: {desc['error'][-500:]}")
             if name not in seen and desc.get("capacity") is not None:
                 seen[name] = desc
-                _say(f"node {name}: forkvm serve pid {desc['pid']} at {desc['url']} "
-                     f"({desc['capacity']['memory_left_mib']} MiB free)")
+                _say(
+                    f"node {name}: forkvm serve pid {desc['pid']} at {desc['url']} "
+                    f"({desc['capacity']['memory_left_mib']} MiB free)"
+                )
         if len(seen) >= want:
             break
         time.sleep(0.5)
@@ -321,9 +361,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{'NODE':<8} {'STATE':<6} {'URL':<24} {'PID':>8} {'SANDBOXES':>9} {'MEM LEFT':>9}  REASON")
     for n in out["nodes"]:
         cap = n.get("capacity") or {}
-        print(f"{n['name']:<8} {'alive' if n['alive'] else 'dead':<6} {n['url']:<24} {n.get('pid') or '-':>8} "
-              f"{n.get('sandboxes') if n.get('sandboxes') is not None else '-':>9} "
-              f"{str(cap.get('memory_left_mib', '-')) + ' MiB':>9}  {n.get('reason') or n.get('error') or ''}")
+        print(
+            f"{n['name']:<8} {'alive' if n['alive'] else 'dead':<6} {n['url']:<24} {n.get('pid') or '-':>8} "
+            f"{n.get('sandboxes') if n.get('sandboxes') is not None else '-':>9} "
+            f"{str(cap.get('memory_left_mib', '-')) + ' MiB':>9}  {n.get('reason') or n.get('error') or ''}"
+        )
     return 0
 
 
@@ -333,7 +375,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     default_dir = os.environ.get("FORKVM_CLUSTER_DIR") or DEFAULT_DIR
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--dir", default=default_dir, help=f"cluster directory (default: $FORKVM_CLUSTER_DIR or {DEFAULT_DIR})")
+        sp.add_argument(
+            "--dir", default=default_dir, help=f"cluster directory (default: $FORKVM_CLUSTER_DIR or {DEFAULT_DIR})"
+        )
 
     def starting(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT, help="node k's daemon listens on BASE+k")
@@ -347,8 +391,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     sp = sub.add_parser("up", help="a local trial cluster: N Ray nodes on 127.0.0.1 with a daemon each")
     sp.add_argument("--nodes", type=int, required=True)
     sp.add_argument("--cpus-per-node", type=int, default=2)
-    sp.add_argument("--first-index", type=int, default=1,
-                    help="name the nodes nK, nK+1, ... (another trial cluster on the same host needs other indices)")
+    sp.add_argument(
+        "--first-index",
+        type=int,
+        default=1,
+        help="name the nodes nK, nK+1, ... (another trial cluster on the same host needs other indices)",
+    )
     common(sp)
     starting(sp)
     sp = sub.add_parser("start", help="forkvm on a running Ray cluster (after `ray start` on every host)")

@@ -69,7 +69,9 @@ class Supervisor:
                 import ray
 
                 nodes = ray.nodes()
-                write_atomic(os.path.join(self.s.dir, "nodes.json"), nodes_document(nodes, self.s.base_port, self.s.dir))
+                write_atomic(
+                    os.path.join(self.s.dir, "nodes.json"), nodes_document(nodes, self.s.base_port, self.s.dir)
+                )
                 for node in nodes:
                     if node.get("Alive"):
                         self._ensure_service(node)
@@ -78,7 +80,7 @@ class Supervisor:
             if self.s.gateway and not self.stopping and time.monotonic() >= next_gateway:
                 if self.gateway is None or self.gateway.poll() is not None:
                     self._start_gateway()
-                    next_gateway = time.monotonic() + min(30.0, 2.0**min(self.gateway_starts, 5))
+                    next_gateway = time.monotonic() + min(30.0, 2.0 ** min(self.gateway_starts, 5))
             time.sleep(1.0)
 
     def _ensure_service(self, node: Dict[str, Any]) -> None:
