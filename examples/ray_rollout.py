@@ -52,7 +52,8 @@ def main() -> int:
     parser.add_argument("--memory-mib", type=int, default=256)
     args = parser.parse_args()
 
-    cluster = json.load(open(os.path.join(args.dir or forkvm.ray.default_dir(), "cluster.json")))
+    with open(os.path.join(args.dir or forkvm.ray.default_dir(), "cluster.json")) as f:
+        cluster = json.load(f)
     if cluster["ray_address"].startswith("127.0.0.1:"):
         # A local trial cluster is on loopback: Ray must be told before it is imported.
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
