@@ -5,7 +5,9 @@ up and report capacity, that every server listens on loopback only, that a
 daemon that dies is started again and that a restarted node service adopts
 the daemon it finds running, that a sandbox spawns through the endpoint, that
 killing one node's raylet (by PID) shows in nodes.json as ``alive: false``
-with a reason within 30 s, and that ``down`` leaves nothing behind: no Ray,
+with a reason within 30 s, that the node coming back (a new Ray node of the
+same name) gets a new node service that adopts its daemon, and that
+``down`` leaves nothing behind: no Ray,
 daemon or QEMU process, no home, no Ray temp dir.
 
 Needs Ray (``pip install forkvm[ray]``, done by scripts/setup.sh), root, the
@@ -115,6 +117,7 @@ def test_two_node_cluster_on_loopback():
     up = _forkvm_ray("up", "--nodes", "2", "--first-index", str(FIRST), "--dir", str(d), "--base-port", str(base))
     t_up = time.monotonic() - t0
     state = json.loads((d / "up.json").read_text()) if (d / "up.json").exists() else {}
+    back = None
     try:
         assert up.returncode == 0, up.stderr
         assert up.stdout.startswith("export FORKVM_URL=http://127.0.0.1:"), up.stdout
@@ -152,7 +155,7 @@ def test_two_node_cluster_on_loopback():
         n20 = _node(d, "n20")
         assert n20["restarts"] == 1 and n20["capacity"] is not None, n20
         # The node service's worker dies: Ray restarts the actor, which adopts the running daemon.
-        service = int(Path(f"/proc/{n20['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        service = n20["service_pid"]
         assert "NodeService" in _cmd(service), _cmd(service)
         os.kill(service, signal.SIGKILL)
         assert _procs.wait_gone(service, None, 10)
@@ -184,10 +187,27 @@ def test_two_node_cluster_on_loopback():
         doc = {n["name"]: n for n in json.loads((d / "nodes.json").read_text())["nodes"]}
         assert doc["n21"]["reason"].startswith("ray declared the node dead"), doc
         assert doc["n20"]["alive"] and doc["n20"]["reason"] is None
+
+        # n21 comes back as a new Ray node of the same name: the supervisor replaces the dead node
+        # service, and the new one adopts n21's daemon, which kept running.
+        back = subprocess.Popen(
+            [sys.executable, "-m", "forkvm.ray._raynode", "--name", "n21", "--address", cluster["ray_address"],
+             "--temp-dir", str(d.parent / "ray-back")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        everything[back.pid] = _procs.start_time(back.pid) or 0
+        t_back = time.monotonic()
+        assert _procs.poll_until(lambda: _node(d, "n21").get("alive") and _node(d, "n21").get("pid"), 90, 1)
+        t_back = time.monotonic() - t_back
+        assert _node(d, "n21")["pid"] == nodes["n21"]["pid"], "the daemon that kept running was not adopted"
+        everything.update(_tree([back.pid]))
     finally:
         t1 = time.monotonic()
         down = _forkvm_ray("down", "--dir", str(d))
         t_down = time.monotonic() - t1
+        if back is not None:
+            _procs.stop(back.pid, None, grace=20)
+            _procs.stop_group(back.pid)
         home_left = d.exists()
         shutil.rmtree(d.parent, ignore_errors=True)
     assert down.returncode == 0, down.stderr
@@ -198,4 +218,7 @@ def test_two_node_cluster_on_loopback():
     assert not left, left
     assert not home_left
     assert state.get("ray_tmp") and not Path(state["ray_tmp"]).exists()
-    print(f"up {t_up:.1f} s, death seen {t_dead:.1f} s after the raylet was killed, down {t_down:.1f} s")
+    print(
+        f"up {t_up:.1f} s, death seen {t_dead:.1f} s after the raylet was killed, "
+        f"back and adopted in {t_back:.1f} s, down {t_down:.1f} s"
+    )

@@ -279,6 +279,12 @@ def cmd_down(args: argparse.Namespace) -> int:
     for n in reversed(ray_nodes):
         if _procs.stop(n["pid"], n.get("started"), grace=30.0):
             _say(f"ray node {n['name']} (pid {n['pid']}) stopped")
+    for n in ray_nodes:
+        # Each node runs in a process group of its own (start_new_session): whatever Ray
+        # left of it (an agent its raylet did not take down) goes too.
+        left = _procs.stop_group(n["pid"])
+        if left:
+            _say(f"ray node {n['name']}: stopped {len(left)} leftover processes {left}")
     if up:
         shutil.rmtree(up.get("ray_tmp") or "/nonexistent", ignore_errors=True)
         if up.get("created_dir"):
@@ -353,7 +359,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     out = {"url": cluster["url"], "nodes": []}
     for n in doc["nodes"]:
         desc = descs.get(n["name"], {})
-        out["nodes"].append({**n, **{k: desc.get(k) for k in ("pid", "restarts", "sandboxes", "capacity", "error")}})
+        out["nodes"].append({**n, **{k: desc.get(k) for k in ("pid", "service_pid", "restarts", "sandboxes", "capacity", "error")}})
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

@@ -4,9 +4,11 @@
 It starts the daemon, or adopts the one already running on the node's home
 (after the actor itself was restarted), restarts it when it exits, and
 reports its capacity from ``GET /v1/info``. The daemon is started in a
-session of its own and without a parent-death signal, so it and its
-sandboxes outlive a restart of the actor; ``forkvm.ray down`` (through
-:meth:`NodeService.shutdown`) removes its sandboxes and stops it by PID.
+session of its own and is not the actor's child (a Ray worker kills its
+children when it exits, e.g. when its raylet dies), so it and its sandboxes
+outlive the actor and its node's Ray processes; ``forkvm.ray down``
+(through :meth:`NodeService.shutdown`) removes its sandboxes and stops it
+by PID.
 The daemon stays the only thing that touches QEMU.
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -44,7 +45,6 @@ class NodeService:
         self.binary = binary
         self.artifacts = artifacts
         self.with_node = with_node
-        self.proc: Optional[subprocess.Popen] = None
         self.rec: Optional[Dict[str, Any]] = None
         self.adopted = False
         self.restarts = 0
@@ -89,24 +89,14 @@ class NodeService:
         argv = self.plan.serve_argv(self.binary, with_node=self.with_node)
         with open(self.plan.log_file, "ab") as out:
             out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {' '.join(argv)}\n".encode())
-            out.flush()
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
-        self.rec, self.adopted = _procs.record(self.proc.pid), False
+        pid = _procs.spawn_detached(argv, env, self.plan.log_file)
+        self.rec, self.adopted = _procs.record(pid), False
         _procs.write_record(self.plan.pid_file, self.rec)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            if not _procs.is_running(pid, self.rec.get("started")):
                 raise RuntimeError(
-                    f"node {self.plan.name}: forkvm serve exited with {self.proc.returncode} at start; "
-                    f"see {self.plan.log_file}: {self._log_tail()}"
+                    f"node {self.plan.name}: forkvm serve exited at start; see {self.plan.log_file}: {self._log_tail()}"
                 )
             if self._healthy():
                 return
@@ -121,8 +111,6 @@ class NodeService:
             return ""
 
     def _running(self) -> bool:
-        if self.proc is not None and not self.adopted:
-            return self.proc.poll() is None
         return self.rec is not None and _procs.is_running(self.rec["pid"], self.rec.get("started"))
 
     def _watch(self) -> None:
@@ -135,10 +123,7 @@ class NodeService:
                 if self._running():
                     backoff = 1.0
                     continue
-                code = self.proc.returncode if self.proc is not None and not self.adopted else None
-                self.last_exit = f"forkvm serve (pid {self.rec['pid'] if self.rec else '?'}) exited" + (
-                    f" with {code}" if code is not None else ""
-                )
+                self.last_exit = f"forkvm serve (pid {self.rec['pid'] if self.rec else '?'}) exited"
                 log.warning("node %s: %s; restarting it", self.plan.name, self.last_exit)
                 try:
                     self._start()
@@ -158,6 +143,7 @@ class NodeService:
             "url": self.plan.url,
             "home": self.plan.home,
             "pid": self.rec["pid"] if self.rec else None,
+            "service_pid": os.getpid(),
             "adopted": self.adopted,
             "restarts": self.restarts,
             "last_exit": self.last_exit,

@@ -8,8 +8,9 @@ import ctypes
 import json
 import os
 import signal
+import subprocess
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 _PR_SET_PDEATHSIG = 1
 
@@ -41,6 +42,25 @@ def die_with_parent() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
+def spawn_detached(argv: List[str], env: Dict[str, str], log_path: str) -> int:
+    """Start ``argv`` in a session of its own, not as our child (its parent exits at once); its PID.
+
+    Output is appended to ``log_path``. The process outlives us and is not
+    killed with our children.
+    """
+    script = 'log=$1; shift\nexec "$@" </dev/null >>"$log" 2>&1 &\necho $!'
+    out = subprocess.run(
+        ["/bin/sh", "-c", script, "sh", log_path, *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        check=True,
+        close_fds=True,
+    )
+    return int(out.stdout.decode().strip())
+
+
 def stop(pid: int, started: Optional[int], grace: float = 10.0, sig: int = signal.SIGTERM) -> bool:
     """Send ``sig`` to that one process, then SIGKILL after ``grace`` seconds. True if it was running."""
     if not is_running(pid, started):
@@ -62,6 +82,45 @@ def stop(pid: int, started: Optional[int], grace: float = 10.0, sig: int = signa
         return True
     wait_gone(pid, started, 10.0)
     return True
+
+
+def group_members(pgid: int) -> List[int]:
+    """The live processes of process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def stop_group(pgid: int, grace: float = 10.0) -> List[int]:
+    """Stop every process left in group ``pgid`` (one we made with ``start_new_session``): SIGTERM, then SIGKILL.
+
+    A process group's id stays taken while any member lives, so the members
+    found are ours. Returns the PIDs that were signalled.
+    """
+    found = group_members(pgid)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    if not poll_until(lambda: not group_members(pgid), grace, 0.1):
+        for pid in group_members(pgid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        poll_until(lambda: not group_members(pgid), 10.0, 0.1)
+    return found
 
 
 def wait_gone(pid: int, started: Optional[int], timeout: float) -> bool:
