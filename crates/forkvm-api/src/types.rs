@@ -194,6 +194,9 @@ pub enum SandboxState {
     /// Saved to disk with no QEMU running (`POST .../pause`, or its timeout
     /// with `on_timeout: pause`); `POST .../resume` brings it back.
     Paused,
+    /// Only from a cluster gateway: the node that held it was declared dead,
+    /// so its state is gone; `failure` says why. `DELETE` forgets it.
+    Lost,
 }
 
 /// Where the time of a spawn went, in milliseconds.

@@ -437,6 +437,11 @@ pub(crate) enum Cmd {
     /// and other MCP clients: tools to create, run in, branch and remove
     /// sandboxes of the daemon (docs/mcp.md).
     Mcp,
+    /// A cluster of nodes on Ray behind one endpoint (docs/cluster.md).
+    Cluster {
+        #[command(subcommand)]
+        cmd: crate::cluster::ClusterCmd,
+    },
 }
 
 pub(crate) fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {

@@ -10,6 +10,7 @@
 //! out, 128+N when a signal killed it); other failures exit 1 (2 for usage).
 
 mod args;
+mod cluster;
 mod daemon;
 mod doctor;
 mod doctor_jail;
@@ -124,6 +125,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             mcp::run().await?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Cluster { cmd } => cluster::run(cmd, json).await,
         Cmd::Ui { port, no_open } => {
             ui::run(port, !no_open).await?;
             Ok(ExitCode::SUCCESS)

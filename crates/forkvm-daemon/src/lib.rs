@@ -37,7 +37,7 @@ pub mod images;
 pub mod jail;
 pub mod lifetime;
 pub mod limits;
-pub mod listen;
+pub use forkvm_listen as listen;
 pub mod manager;
 pub mod mcp;
 pub mod metrics;
