@@ -52,6 +52,7 @@ pub(crate) enum ClusterCmd {
 pub(crate) async fn run(cmd: ClusterCmd, json: bool) -> Result<ExitCode> {
     match cmd {
         ClusterCmd::Gateway { listen, state_dir } => {
+            crate::init_tracing();
             let cfg = forkvm_cluster::Config {
                 listen,
                 state_dir,

@@ -371,7 +371,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn init_tracing() {
+pub(crate) fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FORKVM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;

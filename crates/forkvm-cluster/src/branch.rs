@@ -240,7 +240,7 @@ async fn copy(gw: &Gateway, from: &Node, to: &Node, id: &str) -> Result<(), Resp
 
 /// `POST /v1/sandboxes/{id}/branch`.
 pub async fn branch(gw: Arc<Gateway>, id: String, req: Request) -> Response<Body> {
-    let src = match gw.sandbox_node(&id) {
+    let src = match gw.sandbox_node(&id).await {
         Ok(n) => n,
         Err(r) => return r,
     };
@@ -364,7 +364,7 @@ async fn spread_branch(
     if let Some(e) = failed {
         // All or nothing: remove every child made, wherever it is.
         for c in &result.children {
-            if let Ok(n) = gw.sandbox_node(&c.id) {
+            if let Ok(n) = gw.sandbox_node(&c.id).await {
                 let _ = gw.client(&n).delete_sandbox(&c.id).await;
             }
         }

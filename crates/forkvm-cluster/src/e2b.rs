@@ -71,7 +71,7 @@ fn header_str<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 /// Any request that is not `/v1`, `/metrics` or `/mcp`.
 pub async fn handle(gw: Arc<Gateway>, req: Request) -> Response<Body> {
     if let Some(id) = header_str(&req, "e2b-sandbox-id").map(str::to_owned) {
-        return match gw.sandbox_node(&id) {
+        return match gw.sandbox_node(&id).await {
             Ok(n) => match gw.http.forward(&n.addr, req, None, Auth::None).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -100,7 +100,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request) -> Response<Body> {
         (Method::GET, ["sandboxes"] | ["v2", "sandboxes"] | ["snapshots"]) => list(&gw, req).await,
         (_, ["sandboxes", id, ..] | ["v2", "sandboxes", id, ..]) => {
             let id = id.to_string();
-            match gw.sandbox_node(&id) {
+            match gw.sandbox_node(&id).await {
                 Ok(n) => control(&gw, &n, req).await,
                 Err(r) => r,
             }

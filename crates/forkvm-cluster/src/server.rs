@@ -214,7 +214,7 @@ async fn handle(
                     _ => {}
                 }
             }
-            match gw.sandbox_node(&id) {
+            match gw.sandbox_node(&id).await {
                 Ok(node) => to_node(&gw, &node, req).await,
                 Err(r) => r,
             }

@@ -50,7 +50,7 @@ impl Gateway {
 
     /// The live node holding sandbox `id`, or the answer to give instead:
     /// 410 for a lost sandbox, 503 for an unreachable node, 404 otherwise.
-    pub fn sandbox_node(&self, id: &str) -> Result<Node, Response<Body>> {
+    pub async fn sandbox_node(&self, id: &str) -> Result<Node, Response<Body>> {
         if let Some(r) = self.lost.get(id) {
             return Err(error(
                 StatusCode::GONE,
@@ -63,13 +63,9 @@ impl Gateway {
         }
         let name = match crate::route::node_of(id) {
             Some(n) => n.to_string(),
-            // An id without a node: whichever node lists it.
-            None => match self
-                .nodes
-                .alive()
-                .into_iter()
-                .find(|n| n.sandboxes.iter().any(|s| s.id == id))
-            {
+            // An id without a node (a daemon run without `--node`):
+            // whichever node has it, from the last poll or by asking.
+            None => match self.find_unnamed(id).await {
                 Some(n) => n.entry.name,
                 None => {
                     return Err(error(
@@ -100,6 +96,24 @@ impl Gateway {
             )),
             NodeState::Unreachable => Err(unreachable(&node)),
         }
+    }
+
+    async fn find_unnamed(&self, id: &str) -> Option<Node> {
+        let alive = self.nodes.alive();
+        if let Some(n) = alive.iter().find(|n| n.sandboxes.iter().any(|s| s.id == id)) {
+            return Some(n.clone());
+        }
+        let asks = alive.iter().map(|n| {
+            let c = self.client(n);
+            async move {
+                matches!(
+                    tokio::time::timeout(POLL_TIMEOUT, c.get_sandbox(id)).await,
+                    Ok(Ok(_))
+                )
+            }
+        });
+        let found = futures_util::future::join_all(asks).await;
+        alive.into_iter().zip(found).find_map(|(n, f)| f.then_some(n))
     }
 
     /// The live nodes that hold snapshot `r` (an id or a tag), the node its

@@ -648,7 +648,7 @@ export interface SandboxList {
 }
 
 /** Lifecycle state of a sandbox. */
-export type SandboxState = "starting" | "running" | "failed" | "paused";
+export type SandboxState = "starting" | "running" | "failed" | "paused" | "lost";
 
 /** A snapshot as the API shows it. */
 export interface Snapshot {

@@ -229,6 +229,8 @@ class SandboxState(_StrEnum):
     FAILED = "failed"
     #: Saved to disk with no QEMU running; :meth:`~forkvm.Client.resume` brings it back.
     PAUSED = "paused"
+    #: Only from a cluster endpoint: its node was declared dead (``failure`` says why).
+    LOST = "lost"
 
 
 # --------------------------------------------------------------------------
