@@ -196,6 +196,21 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
         }
     }
 
+    if let Some(n) = &cfg.node {
+        util::check_node_name(n).map_err(StartError::Setup)?;
+    }
+    // A sandbox's QEMU sockets live under the home: the longest one must fit
+    // a unix socket path (108 bytes with the NUL), or every spawn would fail.
+    let longest = cfg.sandbox_paths(&util::node_id("sb", cfg.node.as_deref()));
+    let longest = longest.volumes_sock.as_os_str().len();
+    if longest > 107 {
+        return Err(StartError::Setup(format!(
+            "the home {} is too long: a sandbox's socket path there would be {longest} bytes, \
+             over the 107 a unix socket allows; use a home path at most {} bytes long",
+            cfg.home.display(),
+            cfg.home.as_os_str().len() - (longest - 107)
+        )));
+    }
     if cfg.tcp.is_some() && cfg.token.as_deref().is_none_or(str::is_empty) {
         return Err(StartError::Setup(
             "serving on TCP needs a bearer token: set FORKVM_TOKEN".into(),
