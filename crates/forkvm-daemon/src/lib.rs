@@ -302,9 +302,23 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
             // the E2B-compatible one for everything else (crate::e2b).
             let token = token.unwrap_or_default();
             let rest = api::router(mgr.clone(), Some(token.clone()));
-            let e2b = e2b::router(mgr.clone(), token);
+            let e2b = e2b::router(mgr.clone(), token.clone());
+            // And the node's snapshots, read-only over the OCI distribution
+            // API, for other nodes to pull (crate::registry::serve).
+            let oci = registry::serve::router(Arc::new(registry::serve::Served::new(
+                Box::new(registry::serve::ManagerSource(mgr.clone())),
+                token,
+            )));
             let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-                e2b::dispatch(rest.clone(), e2b.clone(), req)
+                let (rest, e2b, oci) = (rest.clone(), e2b.clone(), oci.clone());
+                async move {
+                    use tower::ServiceExt;
+                    if registry::serve::is_oci_path(req.uri().path()) {
+                        axum::response::IntoResponse::into_response(oci.oneshot(req).await)
+                    } else {
+                        e2b::dispatch(rest, e2b, req).await
+                    }
+                }
             });
             Some(tokio::spawn(listen::serve(
                 tl,

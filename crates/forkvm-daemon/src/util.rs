@@ -281,7 +281,10 @@ mod tests {
             assert!(e.contains("a-z and 0-9"), "{bad:?}: {e}");
         }
         let a = node_id("sb", Some("n1"));
-        assert!(a.starts_with("sb-n1-") && a.len() == 18 && valid_id(&a), "{a}");
+        assert!(
+            a.starts_with("sb-n1-") && a.len() == 18 && valid_id(&a),
+            "{a}"
+        );
         assert_eq!(node_of(&a), Some("n1"));
         let s = node_id("sn", Some("abcdefghij012345"));
         assert_eq!(s.len(), 32);
