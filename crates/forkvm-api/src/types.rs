@@ -638,6 +638,11 @@ pub struct Limits {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Info {
     pub version: String,
+    /// The node name this daemon runs as in a cluster (`serve --node`):
+    /// the ids of the sandboxes and snapshots it makes carry it
+    /// (`sb-NAME-<12 hex>`). Null for a daemon of its own.
+    #[serde(default)]
+    pub node: Option<String>,
     pub accel: AccelInfo,
     pub qemu: QemuInfo,
     pub limits: Limits,

@@ -419,6 +419,11 @@ pub(crate) enum Cmd {
         #[arg(long, value_name = "FIRST-LAST", env = "FORKVM_JAIL_UIDS",
               default_value = "2000000-2999999", value_parser = parse_uid_range)]
         jail_uids: (u32, u32),
+        /// This daemon's node name in a forkvm cluster (docs/cluster.md):
+        /// 1-16 of a-z and 0-9, starting with a letter. New sandbox and
+        /// snapshot ids carry it (`sb-NAME-<12 hex>`).
+        #[arg(long, value_name = "NAME", env = "FORKVM_NODE", value_parser = parse_node)]
+        node: Option<String>,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -442,6 +447,10 @@ pub(crate) enum Cmd {
         #[command(subcommand)]
         cmd: crate::cluster::ClusterCmd,
     },
+}
+
+pub(crate) fn parse_node(s: &str) -> Result<String, String> {
+    forkvm_daemon::util::check_node_name(s).map(|()| s.to_string())
 }
 
 pub(crate) fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {

@@ -82,6 +82,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             disk_reserve_mib,
             no_jail,
             jail_uids,
+            node,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -102,6 +103,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.disk_reserve_mib = disk_reserve_mib;
             cfg.jail = !no_jail;
             cfg.jail_uids = jail_uids;
+            cfg.node = node;
             cfg.allowed_registries = allowed_registries
                 .into_iter()
                 .map(|h| h.trim().to_string())
@@ -138,6 +140,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 print_json(&i)?;
             } else {
                 println!("forkvm {}", i.version);
+                if let Some(n) = &i.node {
+                    println!("node:        {n}");
+                }
                 println!("accelerator: {} — {}", i.accel.kind, i.accel.reason);
                 println!("qemu:        {} ({})", i.qemu.version, i.qemu.path);
                 println!("home:        {}", i.home);

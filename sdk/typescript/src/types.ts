@@ -407,6 +407,8 @@ export interface ImportQuery {
 /** `GET /v1/info`. */
 export interface Info {
   version: string;
+  /** The daemon's node name in a cluster (`serve --node`): new sandbox and snapshot ids carry it (`sb-NAME-<12 hex>`); null for a daemon of its own. */
+  node?: string | null;
   accel: AccelInfo;
   qemu: QemuInfo;
   limits: Limits;

@@ -332,6 +332,9 @@ class Info(Model):
     gc: GcInfo
     #: Memory and disk capacity as admission control counts them.
     capacity: Optional[Capacity] = None
+    #: The daemon's node name in a cluster (``serve --node``); new sandbox
+    #: and snapshot ids carry it. None for a daemon of its own.
+    node: Optional[str] = None
 
 
 @dataclass
