@@ -208,7 +208,8 @@ async fn place_snapshot(
 
 /// Copy snapshot `id` from `from` to `to` (a no-op when `to` has it).
 async fn copy(gw: &Gateway, from: &Node, to: &Node, id: &str) -> Result<(), Response<Body>> {
-    let _one = gw.copies.lock().await;
+    let lock = gw.copy_lock(&to.entry.name);
+    let _one = lock.lock().await;
     let c = gw.client(to);
     if c.get_snapshot(id).await.is_ok() {
         return Ok(());

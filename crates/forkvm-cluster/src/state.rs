@@ -19,9 +19,9 @@ pub struct Gateway {
     pub nodes: Table,
     pub http: Http,
     pub lost: Lost,
-    /// One snapshot copy between nodes at a time, so two spawns placed on a
-    /// node do not pull the same snapshot at once.
-    pub copies: tokio::sync::Mutex<()>,
+    /// One snapshot copy into each node at a time, so two spawns placed on
+    /// a node do not pull the same snapshot at once.
+    copies: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// How long a poll or an internal call may take before a node counts as
@@ -36,8 +36,18 @@ impl Gateway {
             nodes: Table::default(),
             http: Http::new(),
             lost,
-            copies: tokio::sync::Mutex::new(()),
+            copies: Default::default(),
         }
+    }
+
+    /// The lock of copies into node `name`.
+    pub fn copy_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.copies
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .clone()
     }
 
     /// A typed client for a node's daemon.
@@ -100,7 +110,10 @@ impl Gateway {
 
     async fn find_unnamed(&self, id: &str) -> Option<Node> {
         let alive = self.nodes.alive();
-        if let Some(n) = alive.iter().find(|n| n.sandboxes.iter().any(|s| s.id == id)) {
+        if let Some(n) = alive
+            .iter()
+            .find(|n| n.sandboxes.iter().any(|s| s.id == id))
+        {
             return Some(n.clone());
         }
         let asks = alive.iter().map(|n| {
@@ -113,7 +126,10 @@ impl Gateway {
             }
         });
         let found = futures_util::future::join_all(asks).await;
-        alive.into_iter().zip(found).find_map(|(n, f)| f.then_some(n))
+        alive
+            .into_iter()
+            .zip(found)
+            .find_map(|(n, f)| f.then_some(n))
     }
 
     /// The live nodes that hold snapshot `r` (an id or a tag), the node its
@@ -206,15 +222,14 @@ impl Gateway {
 
 /// The answer for a node that does not answer.
 pub fn unreachable(node: &Node) -> Response<Body> {
+    let why = node.error.clone().unwrap_or_else(|| node.why());
     error(
         StatusCode::SERVICE_UNAVAILABLE,
         codes::NODE_UNREACHABLE,
         format!(
             "node {} ({}) does not answer: {}; retry shortly (its sandboxes become lost if the \
              cluster declares it dead)",
-            node.entry.name,
-            node.addr,
-            node.why()
+            node.entry.name, node.addr, why
         ),
     )
 }
