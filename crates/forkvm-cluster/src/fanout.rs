@@ -359,35 +359,56 @@ async fn events(gw: &Gateway, alive: &[Node], req: Request) -> Response<Body> {
         .map(|p| p.as_str().to_string())
         .unwrap_or_default();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    // Each node opens its stream with `ready`; the merged stream says it
+    // once, when every node's stream is open, so a client that waits for it
+    // misses no node's events.
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(alive.len());
+    let mut streams = Vec::new();
     for n in alive {
         let r = Request::get(&pq).body(Body::empty()).unwrap();
-        let resp = match gw
+        match gw
             .http
             .forward(&n.addr, r, None, Auth::Bearer(&gw.cfg.cluster_token))
             .await
         {
-            Ok(r) if r.status().is_success() => r,
+            Ok(r) if r.status().is_success() => streams.push((n.entry.name.clone(), r)),
             Ok(r) => return r,
             Err(e) => {
                 let mut n = n.clone();
                 n.error = Some(e);
                 return unreachable(&n);
             }
-        };
+        }
+    }
+    let total = streams.len();
+    let gate = tx.clone();
+    tokio::spawn(async move {
+        let mut seen = 0;
+        while seen < total && ready_rx.recv().await.is_some() {
+            seen += 1;
+        }
+        let _ = gate
+            .send(Ok(Bytes::from_static(b"event: ready\ndata: {\"seq\":0}\n\n")))
+            .await;
+    });
+    for (node, resp) in streams {
         let tx = tx.clone();
-        let node = n.entry.name.clone();
+        let ready_tx = ready_tx.clone();
         tokio::spawn(async move {
             let mut body = resp.into_body();
             let mut buf = String::new();
+            let mut opened = false;
             while let Some(Ok(frame)) = body.frame().await {
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
+                let Ok(data) = frame.into_data() else { continue };
                 buf.push_str(&String::from_utf8_lossy(&data));
                 while let Some(end) = buf.find("\n\n") {
                     let event: String = buf.drain(..end + 2).collect();
-                    let out = relabel(&event, &node);
-                    if tx.send(Ok(Bytes::from(out))).await.is_err() {
+                    if !opened && event.lines().any(|l| l.trim() == "event: ready") {
+                        opened = true;
+                        let _ = ready_tx.send(()).await;
+                        continue;
+                    }
+                    if tx.send(Ok(Bytes::from(relabel(&event, &node)))).await.is_err() {
                         return;
                     }
                 }
