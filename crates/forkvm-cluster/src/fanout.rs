@@ -388,7 +388,9 @@ async fn events(gw: &Gateway, alive: &[Node], req: Request) -> Response<Body> {
             seen += 1;
         }
         let _ = gate
-            .send(Ok(Bytes::from_static(b"event: ready\ndata: {\"seq\":0}\n\n")))
+            .send(Ok(Bytes::from_static(
+                b"event: ready\ndata: {\"seq\":0}\n\n",
+            )))
             .await;
     });
     for (node, resp) in streams {
@@ -399,7 +401,9 @@ async fn events(gw: &Gateway, alive: &[Node], req: Request) -> Response<Body> {
             let mut buf = String::new();
             let mut opened = false;
             while let Some(Ok(frame)) = body.frame().await {
-                let Ok(data) = frame.into_data() else { continue };
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
                 buf.push_str(&String::from_utf8_lossy(&data));
                 while let Some(end) = buf.find("\n\n") {
                     let event: String = buf.drain(..end + 2).collect();
@@ -408,7 +412,11 @@ async fn events(gw: &Gateway, alive: &[Node], req: Request) -> Response<Body> {
                         let _ = ready_tx.send(()).await;
                         continue;
                     }
-                    if tx.send(Ok(Bytes::from(relabel(&event, &node)))).await.is_err() {
+                    if tx
+                        .send(Ok(Bytes::from(relabel(&event, &node))))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }

@@ -16,7 +16,9 @@
 //! * `fanout` merges what every node answers (lists, metrics, events);
 //! * `branch` spreads a branch's children over nodes, moving the branch
 //!   point by the nodes' own OCI endpoints;
-//! * `lost` remembers the sandboxes of dead nodes.
+//! * `lost` remembers the sandboxes of dead nodes;
+//! * `ui` serves the dashboard: its files come from a node, its login and
+//!   session are the gateway's own.
 //!
 //! State: the gateway keeps nothing that only it holds. Routing comes from
 //! ids and the nodes file; what it caches (capacity, sandbox lists) is
@@ -43,6 +45,7 @@ mod proxy;
 pub mod route;
 mod server;
 mod state;
+mod ui;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -109,6 +109,7 @@ fn router(gw: Arc<Gateway>) -> Router {
         }),
     );
     r = r.route("/mcp", crate::e2b::mcp_service(&gw));
+    r = r.merge(crate::ui::routes(gw.clone()));
     let token = gw.cfg.client_token.clone();
     let r = r.layer(axum::middleware::from_fn(
         move |req: Request, next: Next| {
@@ -123,8 +124,17 @@ fn router(gw: Arc<Gateway>) -> Router {
     })
 }
 
-/// `/v1`, `/metrics` and `/mcp` take the gateway's bearer token.
+/// `/v1`, `/metrics`, `/mcp` and `/ui` take the gateway's bearer token, or
+/// the dashboard's session cookie for it.
 async fn bearer_auth(token: &str, req: Request, next: Next) -> Response<Body> {
+    let path = req.uri().path();
+    if crate::ui::is_public(path) {
+        return next.run(req).await;
+    }
+    let session = forkvm_listen::session::has_session(req.headers(), token);
+    if crate::ui::is_ui(path) && !session {
+        return crate::ui::to_login();
+    }
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -133,7 +143,7 @@ async fn bearer_auth(token: &str, req: Request, next: Next) -> Response<Body> {
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, t)| t.trim())
         .unwrap_or("");
-    if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+    if !constant_time_eq(given.as_bytes(), token.as_bytes()) && !session {
         let mut r = error(
             StatusCode::UNAUTHORIZED,
             codes::UNAUTHORIZED,

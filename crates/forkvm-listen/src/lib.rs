@@ -44,6 +44,8 @@
 //! Those checks call [`mark_authenticated`]. Every unix-socket connection is
 //! trusted (the socket is `0600`, root's).
 
+pub mod session;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
