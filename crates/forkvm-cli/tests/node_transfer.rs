@@ -2,9 +2,14 @@
 //! stand in for two cluster nodes, each with its own home, network pool,
 //! jail uids, node name, and TCP listener on 127.0.0.1 with its own token.
 //! Node B pulls node A's snapshots straight from A's `/v2/` with the plain
-//! `POST /v1/snapshots/pull`; no registry stands between them.
+//! `POST /v1/snapshots/pull`; no registry stands between them. A push of
+//! the same snapshot to Debian's `docker-registry` shows that the node
+//! serves what a push sends: the same index digest.
 
 mod common;
+
+#[path = "../../forkvm-image/tests/support/registry.rs"]
+mod registry;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -185,6 +190,23 @@ fn a_node_pulls_another_nodes_snapshots_from_its_v2() {
         format!("sha256:{:x}", sha2::Sha256::digest(index.as_bytes())),
         digest
     );
+    // Byte for byte what a push sends: the index a push of the same
+    // snapshot puts into a registry has the digest A serves.
+    {
+        registry::need_tools();
+        let t = tempfile::tempdir().unwrap();
+        let reg = registry::Registry::start(t.path(), false);
+        let out = a.d.ok(&[
+            "--json",
+            "snapshot",
+            "push",
+            &snap,
+            &format!("{}/fvt/node:v1", reg.host),
+        ]);
+        let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(last["type"], "pushed", "{out}");
+        assert_eq!(last["result"]["digest"], digest.as_str(), "{out}");
+    }
     // Read-only.
     let (s, r) = curl(&[
         "-X",

@@ -42,8 +42,8 @@ pub fn check_node_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "--node {name:?} is not a valid node name: use 1 to {MAX_NODE_NAME} characters of \
-             a-z and 0-9, starting with a letter (for example n1)"
+            "{name:?} is not a valid node name (--node, FORKVM_NODE): use 1 to {MAX_NODE_NAME} \
+             characters of a-z and 0-9, starting with a letter (for example n1)"
         ))
     }
 }
