@@ -191,7 +191,8 @@ if [[ "$(cat "$VENV/.forkvm-reqs" 2>/dev/null)" != "$stamp" ]]; then
         die "pip install failed (log: $LOG_DIR/pip.log)." \
             "Check access to the PyPI index and re-run scripts/setup.sh."
     if [[ -f "$REPO/sdk/python/pyproject.toml" ]]; then
-        run_long "$LOG_DIR/pip.log" "$VENV/bin/python" -m pip install -q -e "$REPO/sdk/python[test]" ||
+        # [ray]: forkvm.ray and its tests (ray 2.60.x; docs/cluster.md).
+        run_long "$LOG_DIR/pip.log" "$VENV/bin/python" -m pip install -q -e "$REPO/sdk/python[test,ray]" ||
             die "pip install of the Python SDK failed (log: $LOG_DIR/pip.log)." \
                 "Check access to the PyPI index and re-run scripts/setup.sh."
     fi
@@ -201,7 +202,7 @@ fi
 if [[ -n "$did" ]]; then
     step_done "$did"
 else
-    step_skip "matplotlib, schemathesis, pytest, the Python SDK"
+    step_skip "matplotlib, schemathesis, pytest, the Python SDK with Ray"
 fi
 
 # --- 3c. The compatibility suites' clients --------------------------------------------

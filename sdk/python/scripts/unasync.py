@@ -75,6 +75,7 @@ NAMES = {
     "AsyncIterator": "Iterator",
     "AsyncHTTPTransport": "HTTPTransport",
     "default_async_client": "default_client",
+    "async_client_for": "client_for",
     "async_client": "client",
     "_async_stream": "_stream",
     "aio": "sandbox",

@@ -9,7 +9,7 @@ import asyncio
 import atexit
 import threading
 import weakref
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 if TYPE_CHECKING:
     from .async_client import AsyncClient
@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 _default: Optional["Client"] = None
 _default_lock = threading.Lock()
 _async_defaults: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient]" = weakref.WeakKeyDictionary()
+# Clients of unpickled handles, by (url, token): one per process (per event loop for asyncio).
+_by_endpoint: Dict[Tuple[str, Optional[str]], "Client"] = {}
+_async_by_endpoint: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[Tuple[str, Optional[str]], AsyncClient]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def default_client() -> "Client":
@@ -43,7 +48,31 @@ def default_async_client() -> "AsyncClient":
     return client
 
 
+def client_for(url: str, token: Optional[str]) -> "Client":
+    """The process's :class:`~forkvm.Client` for ``url`` and ``token`` (used by unpickled handles)."""
+    from .client import Client
+
+    with _default_lock:
+        client = _by_endpoint.get((url, token))
+        if client is None or client.is_closed:
+            client = _by_endpoint[(url, token)] = Client(url, token)
+        return client
+
+
+def async_client_for(url: str, token: Optional[str]) -> "AsyncClient":
+    """This event loop's :class:`~forkvm.AsyncClient` for ``url`` and ``token`` (used by unpickled handles)."""
+    from .async_client import AsyncClient
+
+    clients = _async_by_endpoint.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get((url, token))
+    if client is None or client.is_closed:
+        client = clients[(url, token)] = AsyncClient(url, token)
+    return client
+
+
 @atexit.register
 def _close_default() -> None:
     if _default is not None:
         _default.close()
+    for client in _by_endpoint.values():
+        client.close()

@@ -39,14 +39,16 @@ from typing import (  # async-only
     Mapping,  # async-only
     Optional,  # async-only
     Sequence,  # async-only
+    Tuple,  # async-only
     Union,  # async-only
 )  # async-only
-# sync-only: from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional, Sequence, Union
+# sync-only: from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _ops, models
 from ._ops import EgressSpec, LimitsSpec, PortSpec
 from ._transfer import TransferEventCallback
 from ._volume_models import VolumeSpec
+from ._default import async_client_for
 from .async_client import AsyncClient, default_async_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import AsyncExecStream  # async-only
@@ -167,6 +169,7 @@ class AsyncSandbox:
             volumes=volumes,
         )
         self._client = client
+        self._remote: Optional[Tuple[str, Optional[str]]] = None
         self._info: Optional[models.Sandbox] = None
         self._closed = False
         # sync-only: self.start()
@@ -253,9 +256,20 @@ class AsyncSandbox:
         sandbox = cls.__new__(cls)
         sandbox._spec = None
         sandbox._client = client
+        sandbox._remote = None
         sandbox._info = info
         sandbox._closed = False
         return sandbox
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # A handle pickles as its daemon's (url, token), its id and the state
+        # last seen, never a connection: it can be passed to another process
+        # (a Ray task), which connects on first use. The token travels with it.
+        if self._client is None and self._remote is not None:
+            url, token = self._remote
+        else:
+            url, token = self.client.endpoint.display, self.client.endpoint.token
+        return (_restore_sandbox, (type(self), url, token, self.id, self.info.to_dict(), self._closed))
 
     @classmethod
     async def get(cls, id: str, *, client: Optional[AsyncClient] = None) -> "AsyncSandbox":
@@ -276,7 +290,7 @@ class AsyncSandbox:
     @property
     def client(self) -> AsyncClient:
         if self._client is None:
-            self._client = default_async_client()
+            self._client = async_client_for(*self._remote) if self._remote else default_async_client()
         return self._client
 
     @property
@@ -554,6 +568,20 @@ class AsyncSandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _restore_sandbox(
+    cls: type, url: str, token: Optional[str], id: str, info: Mapping[str, Any], closed: bool
+) -> "AsyncSandbox":
+    """Unpickle an :class:`AsyncSandbox` (see ``__reduce__``): no request is made."""
+    sandbox = cls.__new__(cls)
+    sandbox._spec = None
+    sandbox._client = None
+    sandbox._remote = (url, token)
+    sandbox._info = models.Sandbox.from_dict(info)
+    assert sandbox._info.id == id
+    sandbox._closed = closed
+    return sandbox
 
 
 class AsyncSnapshot:

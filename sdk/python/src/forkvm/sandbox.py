@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _ops, models
 from ._ops import EgressSpec, LimitsSpec, PortSpec
 from ._transfer import TransferEventCallback
 from ._volume_models import VolumeSpec
+from ._default import client_for
 from .client import Client, default_client
 from .errors import ClientTimeout, ForkvmError, NotFound, StreamingUnsupported
 from .streaming import ExecStream, OutputCallback
@@ -149,6 +150,7 @@ class Sandbox:
             volumes=volumes,
         )
         self._client = client
+        self._remote: Optional[Tuple[str, Optional[str]]] = None
         self._info: Optional[models.Sandbox] = None
         self._closed = False
         self.start()
@@ -233,9 +235,20 @@ class Sandbox:
         sandbox = cls.__new__(cls)
         sandbox._spec = None
         sandbox._client = client
+        sandbox._remote = None
         sandbox._info = info
         sandbox._closed = False
         return sandbox
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # A handle pickles as its daemon's (url, token), its id and the state
+        # last seen, never a connection: it can be passed to another process
+        # (a Ray task), which connects on first use. The token travels with it.
+        if self._client is None and self._remote is not None:
+            url, token = self._remote
+        else:
+            url, token = self.client.endpoint.display, self.client.endpoint.token
+        return (_restore_sandbox, (type(self), url, token, self.id, self.info.to_dict(), self._closed))
 
     @classmethod
     def get(cls, id: str, *, client: Optional[Client] = None) -> "Sandbox":
@@ -256,7 +269,7 @@ class Sandbox:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = default_client()
+            self._client = client_for(*self._remote) if self._remote else default_client()
         return self._client
 
     @property
@@ -534,6 +547,20 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _restore_sandbox(
+    cls: type, url: str, token: Optional[str], id: str, info: Mapping[str, Any], closed: bool
+) -> "Sandbox":
+    """Unpickle an :class:`Sandbox` (see ``__reduce__``): no request is made."""
+    sandbox = cls.__new__(cls)
+    sandbox._spec = None
+    sandbox._client = None
+    sandbox._remote = (url, token)
+    sandbox._info = models.Sandbox.from_dict(info)
+    assert sandbox._info.id == id
+    sandbox._closed = closed
+    return sandbox
 
 
 class Snapshot:
