@@ -368,7 +368,7 @@ pub(crate) enum Cmd {
               value_parser = clap::value_parser!(u32).range(1..=65536))]
         max_requests: u32,
         /// Most sandboxes at once (including warm-pool ones); more give 429.
-        #[arg(long, default_value_t = 1000, value_name = "N",
+        #[arg(long, default_value_t = 1000, value_name = "N", env = "FORKVM_MAX_SANDBOXES",
               value_parser = clap::value_parser!(u32).range(1..=100000))]
         max_sandboxes: u32,
         /// The IPv4 pool sandbox uplinks get a /30 from (host side of each

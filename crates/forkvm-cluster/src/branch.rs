@@ -121,8 +121,11 @@ pub async fn create(gw: Arc<Gateway>, req: Request) -> Response<Body> {
         Ok(n) => n,
         Err(r) => return r,
     };
-    gw.nodes.note_placed(&node.entry.name, memory, count.max(1));
-    forward(node, bytes).await
+    let name = node.entry.name.clone();
+    let placed = gw.nodes.note_placed(&name, memory, count.max(1));
+    let r = forward(node, bytes).await;
+    gw.placed_done(&name, placed).await;
+    r
 }
 
 /// The node a spawn of `spec` goes to (with its snapshot copied there when
@@ -156,6 +159,21 @@ pub async fn node_for(gw: &Gateway, spec: &CreateSandbox) -> Result<Node, Respon
         ));
     }
     let c = crate::place::choose(&cands, memory, count).map_err(capacity)?;
+    tracing::info!(
+        "spawn of {count} × {memory} MiB ({image}) placed on {}: {}",
+        c.name,
+        cands
+            .iter()
+            .map(|c| format!(
+                "{} {}‰ committed, {} sandboxes, room {}",
+                c.name,
+                c.committed_permille,
+                c.sandboxes,
+                c.room(memory)
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     alive
         .into_iter()
         .find(|n| n.entry.name == c.name)
@@ -268,10 +286,7 @@ pub async fn branch(gw: Arc<Gateway>, id: String, req: Request) -> Response<Body
     };
     let memory = u64::from(source.memory_mib);
     // The source's own figures, fresh: it decides how many stay there.
-    if let Ok(info) = gw.client(&src).info().await {
-        gw.nodes
-            .update(&src.entry.name, Ok((info, src.sandboxes.clone())));
-    }
+    gw.poll_one(src.clone()).await;
     let cands: Vec<_> = gw
         .nodes
         .alive()
@@ -333,7 +348,8 @@ async fn spread_branch(
             let point = point.clone();
             let want = CreateSandbox {
                 snapshot: Some(point.clone()),
-                count: Some(*k),
+                // With `count` a daemon answers a batch, without it one sandbox.
+                count: (*k > 1).then_some(*k),
                 ports: spec.ports.clone(),
                 wait_for_network: spec.wait_for_network,
                 metadata: Some(source.metadata.clone()).filter(|m| !m.is_empty()),
@@ -342,14 +358,16 @@ async fn spread_branch(
             async move {
                 let node = node.ok_or_else(no_node)?;
                 copy(gw, src, &node, &point).await?;
-                gw.nodes
-                    .note_placed(&node.entry.name, u64::from(source.memory_mib), *k);
+                let placed =
+                    gw.nodes
+                        .note_placed(&node.entry.name, u64::from(source.memory_mib), *k);
                 let c: Client = gw.client(&node);
                 let made = if *k == 1 {
                     c.create_sandbox(&want).await.map(|s| vec![s])
                 } else {
                     c.create_batch(&want).await.map(|b| b.sandboxes)
                 };
+                gw.placed_done(&node.entry.name, placed).await;
                 made.map_err(|e| api_error(&node, e))
             }
         });

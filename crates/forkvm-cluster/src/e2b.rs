@@ -178,8 +178,10 @@ async fn create(gw: &Arc<Gateway>, req: Request) -> Response<Body> {
     };
     match node {
         Ok(n) => {
-            gw.nodes.note_placed(&n.entry.name, 512, 1);
-            control(gw, &n, Request::from_parts(parts, Body::from(bytes))).await
+            let placed = gw.nodes.note_placed(&n.entry.name, 512, 1);
+            let r = control(gw, &n, Request::from_parts(parts, Body::from(bytes))).await;
+            gw.placed_done(&n.entry.name, placed).await;
+            r
         }
         Err(r) => r,
     }

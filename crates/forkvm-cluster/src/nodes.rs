@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::RwLock;
 use std::time::{Duration, Instant, SystemTime};
 
-use forkvm_api::{ClusterNode, Info, NodeState, Sandbox};
+use forkvm_api::{ClusterNode, Info, NodeState, Sandbox, SandboxState};
 use serde::{Deserialize, Serialize};
 
 use crate::place::Candidate;
@@ -114,13 +114,22 @@ pub struct Node {
     pub info: Option<Info>,
     /// Its sandboxes at the last poll that listed them.
     pub sandboxes: Vec<Sandbox>,
-    /// Spawns placed here and not yet seen in a poll: (when, MiB).
-    pub placed: Vec<(Instant, u64)>,
+    /// Spawns placed here that its last poll may not show yet.
+    pub placed: Vec<Placement>,
 }
 
-/// How long a placement counts against a node before its own figures are
-/// trusted to include it.
-const PLACED_FOR: Duration = Duration::from_secs(10);
+/// A spawn the gateway sent to a node and the node's figures do not show
+/// yet.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    id: u64,
+    at: Instant,
+    mib: u64,
+    count: u32,
+}
+
+/// A placement never answered counts this long at most.
+const PLACED_FOR: Duration = Duration::from_secs(600);
 
 impl Node {
     fn new(entry: NodeEntry, addr: String) -> Node {
@@ -165,18 +174,25 @@ impl Node {
     /// spawn needs.
     pub fn candidate(&self, has: bool, can_fetch: bool) -> Option<Candidate> {
         let info = self.info.as_ref()?;
-        let now = Instant::now();
-        let (placed_n, placed_mib) = self
-            .placed
-            .iter()
-            .filter(|(t, _)| now.duration_since(*t) < PLACED_FOR)
-            .fold((0u32, 0u64), |(n, m), (_, mib)| (n + 1, m + mib));
+        let (placed_n, placed_mib) = self.placed.iter().fold((0u32, 0u64), |(n, m), p| {
+            (n + p.count, m + p.mib * u64::from(p.count))
+        });
         let sandboxes = info.sandboxes.saturating_add(placed_n);
+        // Committed: what its running and starting sandboxes were given,
+        // and what is on its way.
+        let committed: u64 = self
+            .sandboxes
+            .iter()
+            .filter(|s| matches!(s.state, SandboxState::Running | SandboxState::Starting))
+            .map(|s| u64::from(s.memory_mib))
+            .sum::<u64>()
+            + placed_mib;
         Some(Candidate {
             name: self.entry.name.clone(),
             memory_left_mib: info.capacity.memory_left_mib.saturating_sub(placed_mib),
             slots_left: info.limits.max_sandboxes.saturating_sub(sandboxes),
             sandboxes,
+            committed_permille: committed * 1000 / info.capacity.memory_commit_mib.max(1),
             has,
             can_fetch,
         })
@@ -205,6 +221,7 @@ impl Node {
 pub struct Table {
     nodes: RwLock<BTreeMap<String, Node>>,
     loaded: RwLock<Option<SystemTime>>,
+    next_id: std::sync::atomic::AtomicU64,
 }
 
 impl Table {
@@ -225,15 +242,27 @@ impl Table {
             .collect()
     }
 
-    /// Count a placement against `name` until its own figures show it.
-    pub fn note_placed(&self, name: &str, mib: u64, count: u32) {
+    /// Count a placement of `count` × `mib` against `name` until
+    /// [`Table::placed_done`] (called once a poll after its answer ran).
+    pub fn note_placed(&self, name: &str, mib: u64, count: u32) -> u64 {
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(n) = self.nodes.write().unwrap().get_mut(name) {
-            let now = Instant::now();
-            n.placed
-                .retain(|(t, _)| now.duration_since(*t) < PLACED_FOR);
-            for _ in 0..count {
-                n.placed.push((now, mib));
-            }
+            n.placed.push(Placement {
+                id,
+                at: Instant::now(),
+                mib,
+                count,
+            });
+        }
+        id
+    }
+
+    /// Placement `id` shows in the node's own figures now.
+    pub fn placed_done(&self, name: &str, id: u64) {
+        if let Some(n) = self.nodes.write().unwrap().get_mut(name) {
+            n.placed.retain(|p| p.id != id);
         }
     }
 
@@ -323,6 +352,8 @@ impl Table {
                 n.error = None;
                 n.info = Some(info);
                 n.sandboxes = sandboxes;
+                // A placement whose answer never came stops counting.
+                n.placed.retain(|p| p.at.elapsed() < PLACED_FOR);
             }
             Err(e) => {
                 if n.reachable {

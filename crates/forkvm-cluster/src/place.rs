@@ -7,14 +7,15 @@
 //! commitment. Among those:
 //!
 //! 1. a node that already holds the snapshot beats one that would fetch it;
-//! 2. then the node with the most memory left, in whole GiB (so a few MiB
-//!    of page-sharing noise does not decide);
+//! 2. then the node with the least committed memory, as a share of its
+//!    commitment: the memory its running and starting sandboxes were given
+//!    (not what they touch, which page sharing makes noisy);
 //! 3. then the node with fewer sandboxes;
 //! 4. then the name, so the choice is stable.
 //!
-//! "Memory left" counts what the gateway placed in the last seconds and the
-//! node has not reported yet, so a burst of spawns spreads instead of piling
-//! onto the node that looked emptiest at the last poll.
+//! Spawns the gateway sent and the node's last poll does not show yet count
+//! as committed (and against its room), so a burst of spawns spreads
+//! instead of piling onto the node that looked emptiest at the last poll.
 
 /// What the policy knows of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,8 @@ pub struct Candidate {
     pub memory_left_mib: u64,
     pub slots_left: u32,
     pub sandboxes: u32,
+    /// Committed memory, per mille of its commitment.
+    pub committed_permille: u64,
     /// It can spawn the image (or holds the snapshot).
     pub has: bool,
     /// It could fetch the snapshot from a node that holds it.
@@ -37,10 +40,17 @@ impl Candidate {
             .min(u32::try_from(by_mem).unwrap_or(u32::MAX))
     }
 
-    fn key(&self) -> (bool, u64, std::cmp::Reverse<u32>, std::cmp::Reverse<&str>) {
+    fn key(
+        &self,
+    ) -> (
+        bool,
+        std::cmp::Reverse<u64>,
+        std::cmp::Reverse<u32>,
+        std::cmp::Reverse<&str>,
+    ) {
         (
             self.has,
-            self.memory_left_mib / 1024,
+            std::cmp::Reverse(self.committed_permille),
             std::cmp::Reverse(self.sandboxes),
             std::cmp::Reverse(self.name.as_str()),
         )
@@ -119,25 +129,27 @@ fn no_fit(cands: &[Candidate], memory: u64, count: u32) -> String {
 mod tests {
     use super::*;
 
+    /// A node of 64 GB whose commitment is what is not left.
     fn c(name: &str, left: u64, slots: u32, sandboxes: u32, has: bool) -> Candidate {
         Candidate {
             name: name.into(),
             memory_left_mib: left,
             slots_left: slots,
             sandboxes,
+            committed_permille: (64000 - left.min(64000)) * 1000 / 64000,
             has,
             can_fetch: false,
         }
     }
 
     #[test]
-    fn most_memory_left_wins_then_fewer_sandboxes_then_name() {
+    fn least_committed_wins_then_fewer_sandboxes_then_name() {
         let cs = [
             c("n1", 8000, 10, 2, true),
             c("n2", 12000, 10, 5, true),
-            c("n3", 12300, 10, 1, true),
+            c("n3", 12010, 10, 1, true),
         ];
-        // n2 and n3 are both in the 11 GiB bucket; n3 has fewer sandboxes.
+        // n2 and n3 have 812 per mille committed; n3 has fewer sandboxes.
         assert_eq!(choose(&cs, 512, 1).unwrap().name, "n3");
         let cs = [c("n2", 4096, 10, 1, true), c("n1", 4096, 10, 1, true)];
         assert_eq!(choose(&cs, 512, 1).unwrap().name, "n1");

@@ -172,24 +172,34 @@ impl Gateway {
             tracing::info!("node {name} is back; reconciling its lost sandboxes");
         }
         let nodes = self.nodes.all();
-        let polls = nodes.iter().filter(|n| n.entry.alive).map(|n| {
-            let c = self.client(n);
-            let name = n.entry.name.clone();
-            async move {
-                let r = tokio::time::timeout(POLL_TIMEOUT, async {
-                    let info = c.info().await.map_err(|e| e.to_string())?;
-                    let list = c.list_sandboxes().await.map_err(|e| e.to_string())?;
-                    Ok::<_, String>((info, list.sandboxes))
-                })
-                .await
-                .unwrap_or_else(|_| Err(format!("no answer in {}s", POLL_TIMEOUT.as_secs())));
-                (name, r)
-            }
-        });
-        for (name, r) in futures_util::future::join_all(polls).await {
-            self.nodes.update(&name, r);
-        }
+        let polls = nodes
+            .iter()
+            .filter(|n| n.entry.alive)
+            .map(|n| self.poll_one(n.clone()));
+        futures_util::future::join_all(polls).await;
         self.reconcile().await;
+    }
+
+    /// Ask one node for its info and sandboxes, and store the answer.
+    pub async fn poll_one(&self, n: Node) {
+        let c = self.client(&n);
+        let r = tokio::time::timeout(POLL_TIMEOUT, async {
+            let info = c.info().await.map_err(|e| e.to_string())?;
+            let list = c.list_sandboxes().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((info, list.sandboxes))
+        })
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer in {}s", POLL_TIMEOUT.as_secs())));
+        self.nodes.update(&n.entry.name, r);
+    }
+
+    /// A spawn placed on `name` was answered: see the node as it is now,
+    /// then stop counting the placement as on its way.
+    pub async fn placed_done(&self, name: &str, placed: u64) {
+        if let Some(n) = self.nodes.get(name) {
+            self.poll_one(n).await;
+        }
+        self.nodes.placed_done(name, placed);
     }
 
     /// Stop, on nodes that answer again, the sandboxes reported lost while
