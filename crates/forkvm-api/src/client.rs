@@ -282,6 +282,11 @@ impl Client {
         self.json(Method::GET, "/v1/info", None::<&()>).await
     }
 
+    /// `GET /v1/cluster`: only a cluster gateway answers it.
+    pub async fn cluster(&self) -> Result<crate::ClusterStatus, ClientError> {
+        self.json(Method::GET, "/v1/cluster", None::<&()>).await
+    }
+
     pub async fn create_sandbox(&self, req: &CreateSandbox) -> Result<Sandbox, ClientError> {
         self.json(Method::POST, "/v1/sandboxes", Some(req)).await
     }

@@ -23,6 +23,8 @@
 //! | `registry_unreachable` | 502 | a registry could not be reached or answered nonsense |
 //! | `no_space` | 507 | the host filesystem holding FORKVM_HOME is full (or under the daemon's reserve) |
 //! | `capacity_exceeded` | 503 | the spawn, branch or resume would pass the host's memory commitment |
+//! | `node_lost` | 410 | (cluster gateway) the sandbox was on a node the cluster declared dead; its state is gone |
+//! | `node_unreachable` | 503 | (cluster gateway) the node holding the sandbox or snapshot does not answer; retry, or wait until it is declared dead |
 //! | `internal` | 500 | a bug or a host problem; the message says which |
 
 pub const INVALID_REQUEST: &str = "invalid_request";
@@ -47,6 +49,8 @@ pub const REGISTRY_UNREACHABLE: &str = "registry_unreachable";
 pub const NO_SPACE: &str = "no_space";
 pub const CAPACITY_EXCEEDED: &str = "capacity_exceeded";
 pub const INCOMPATIBLE_SNAPSHOT: &str = "incompatible_snapshot";
+pub const NODE_LOST: &str = "node_lost";
+pub const NODE_UNREACHABLE: &str = "node_unreachable";
 
 /// The HTTP status a code is sent with (the table above). A streamed exec
 /// reports a late error as a code inside a 200 response; clients use this to

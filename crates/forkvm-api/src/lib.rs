@@ -10,6 +10,7 @@
 //! * [`volumes`]: host directories and named volumes in sandboxes;
 //! * [`transfer`]: snapshot push and pull to OCI registries;
 //! * [`events`]: the event stream (`GET /v1/events`, Server-Sent Events);
+//! * [`cluster`]: what a cluster gateway adds (`GET /v1/cluster`);
 //! * [`codes`]: the machine-readable error codes;
 //! * [`client`]: a small HTTP/1.1 client for the unix socket and TCP.
 //!
@@ -26,6 +27,7 @@ mod client_lifecycle;
 mod client_procs;
 mod client_transfer;
 mod client_volumes;
+pub mod cluster;
 pub mod codes;
 pub mod events;
 pub mod fs;
@@ -39,6 +41,7 @@ pub mod types;
 pub mod volumes;
 
 pub use client::{Client, ClientError, Target};
+pub use cluster::*;
 pub use events::{BranchEvent, Event, EventsReady, PoolEvent};
 pub use fs::*;
 pub use gc::*;

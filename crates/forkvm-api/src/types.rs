@@ -194,6 +194,9 @@ pub enum SandboxState {
     /// Saved to disk with no QEMU running (`POST .../pause`, or its timeout
     /// with `on_timeout: pause`); `POST .../resume` brings it back.
     Paused,
+    /// Only from a cluster gateway: the node that held it was declared dead,
+    /// so its state is gone; `failure` says why. `DELETE` forgets it.
+    Lost,
 }
 
 /// Where the time of a spawn went, in milliseconds.
@@ -635,6 +638,11 @@ pub struct Limits {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Info {
     pub version: String,
+    /// The node name this daemon runs as in a cluster (`serve --node`):
+    /// the ids of the sandboxes and snapshots it makes carry it
+    /// (`sb-NAME-<12 hex>`). Null for a daemon of its own.
+    #[serde(default)]
+    pub node: Option<String>,
     pub accel: AccelInfo,
     pub qemu: QemuInfo,
     pub limits: Limits,

@@ -35,6 +35,8 @@
 //! * **Compatibility** ([`compat`]) is decided from the configs alone, before
 //!   any chunk is fetched or anything is written.
 //!
+//! [`plan`] builds a snapshot's documents once; [`push`] sends them to a
+//! registry, and a forkvm daemon serves them itself (its `/v2/` routes).
 //! [`push`] and [`fetch`] speak the protocol through `oci-client`, with
 //! forkvm-image's registry session (transport, credentials, errors).
 
@@ -42,6 +44,7 @@ pub mod chunk;
 pub mod compat;
 pub mod fetch;
 pub mod format;
+pub mod plan;
 pub mod push;
 
 pub use chunk::CHUNK;

@@ -9,8 +9,6 @@
 //! so a registry never holds a manifest that names a missing blob, and the
 //! tag moves only when everything it names is there.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::TryStreamExt as _;
@@ -20,7 +18,8 @@ use forkvm_image::progress::{Progress, ProgressEvent};
 use forkvm_image::pull::{PullError, PullOptions, Session};
 
 use crate::chunk::{read_chunk, ChunkError};
-use crate::format::{self, Chunk, Descriptor, ImageConfig, LinkConfig, ParentLink};
+use crate::format;
+use crate::plan::{self, Doc, Plan};
 
 /// Blobs sent at once.
 const PARALLEL: usize = 4;
@@ -36,18 +35,7 @@ pub enum PushError {
     Task(String),
 }
 
-/// The image to push: its config and where its root disk is.
-pub struct ImagePart {
-    pub config: ImageConfig,
-    pub rootfs: PathBuf,
-}
-
-/// A chain link to push: its config (the parent's manifest digest is filled
-/// in here) and where each of its files is.
-pub struct LinkPart {
-    pub config: LinkConfig,
-    pub paths: BTreeMap<String, PathBuf>,
-}
+pub use crate::plan::{ImagePart, LinkPart};
 
 /// What went over the wire.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,82 +51,6 @@ pub struct Pushed {
     pub manifests_sent: u32,
 }
 
-struct Doc {
-    name: String,
-    role: &'static str,
-    manifest: Vec<u8>,
-    digest: String,
-    config: Vec<u8>,
-    config_desc: Descriptor,
-    layers: Vec<Descriptor>,
-    /// Where each layer's bytes come from.
-    sources: HashMap<String, (PathBuf, Chunk)>,
-}
-
-fn doc(
-    name: &str,
-    role: &'static str,
-    artifact: &str,
-    config_type: &str,
-    config: Vec<u8>,
-    files: &[format::FileEntry],
-    paths: &dyn Fn(&str) -> PathBuf,
-) -> Doc {
-    let layers = format::layers(files);
-    let m = format::manifest(artifact, config_type, &config, layers.clone(), name);
-    let bytes = format::to_bytes(&m);
-    let mut sources = HashMap::new();
-    for f in files {
-        for c in &f.chunks {
-            sources
-                .entry(c.digest.clone())
-                .or_insert_with(|| (paths(&f.name), c.clone()));
-        }
-    }
-    Doc {
-        name: name.to_string(),
-        role,
-        digest: format::sha256_digest(&bytes),
-        manifest: bytes,
-        config_desc: m.config,
-        config,
-        layers,
-        sources,
-    }
-}
-
-/// The index document for `docs` (as pushed under the tag).
-fn index(docs: &[Doc]) -> Vec<u8> {
-    let manifests = docs
-        .iter()
-        .map(|d| {
-            let mut e = format::blob(format::MT_MANIFEST, &d.digest, d.manifest.len() as u64);
-            e.artifact_type = Some(
-                if d.role == "image" {
-                    format::ARTIFACT_IMAGE
-                } else {
-                    format::ARTIFACT_LINK
-                }
-                .to_string(),
-            );
-            e.annotations.insert(format::ANN_ROLE.into(), d.role.into());
-            e.annotations
-                .insert(format::ANN_NAME.into(), d.name.clone());
-            e
-        })
-        .collect();
-    format::to_bytes(&format::Index {
-        schema_version: 2,
-        media_type: format::MT_INDEX.into(),
-        artifact_type: format::ARTIFACT_SNAPSHOT.into(),
-        manifests,
-        annotations: BTreeMap::from([(
-            format::ANN_NAME.to_string(),
-            docs.last().map(|d| d.name.clone()).unwrap_or_default(),
-        )]),
-    })
-}
-
 /// Open a session for pushing to `reference`: a dead registry or refused
 /// credentials fail here, before any file is read.
 pub async fn connect(reference: &str, opts: &PullOptions) -> Result<Session, PushError> {
@@ -150,65 +62,39 @@ pub async fn connect(reference: &str, opts: &PullOptions) -> Result<Session, Pus
 pub async fn push(
     s: &Session,
     image: ImagePart,
-    mut links: Vec<LinkPart>,
+    links: Vec<LinkPart>,
+    progress: &dyn Progress,
+) -> Result<Pushed, PushError> {
+    push_plan(s, &plan::plan(image, links), progress).await
+}
+
+/// Push the documents of `p` through `s`.
+pub async fn push_plan(
+    s: &Session,
+    p: &Plan,
     progress: &dyn Progress,
 ) -> Result<Pushed, PushError> {
     progress.event(ProgressEvent::Phase {
         phase: format!("pushing to {}", s.canonical),
     });
-    let mut docs = Vec::new();
-    let rootfs = image.rootfs.clone();
-    docs.push(doc(
-        &image.config.name,
-        "image",
-        format::ARTIFACT_IMAGE,
-        format::MT_IMAGE_CONFIG,
-        format::to_bytes(&image.config),
-        &image.config.files,
-        &|_| rootfs.clone(),
-    ));
-    let mut prev: Option<(String, String)> = None;
-    for l in &mut links {
-        if let (Some(p), Some((id, digest))) = (&mut l.config.parent, &prev) {
-            if &p.id == id {
-                *p = ParentLink {
-                    id: id.clone(),
-                    manifest: digest.clone(),
-                };
-            }
-        }
-        let paths = l.paths.clone();
-        let d = doc(
-            &l.config.id,
-            "link",
-            format::ARTIFACT_LINK,
-            format::MT_LINK_CONFIG,
-            format::to_bytes(&l.config),
-            &l.config.files,
-            &move |n| paths.get(n).cloned().unwrap_or_default(),
-        );
-        prev = Some((l.config.id.clone(), d.digest.clone()));
-        docs.push(d);
-    }
     let mut out = Pushed {
         reference: s.canonical.clone(),
         ..Default::default()
     };
-    for d in &docs {
+    for d in &p.docs {
         send_doc(s, d, &mut out, progress).await?;
     }
-    let idx = index(&docs);
     s.client
         .push_manifest_raw(
             &s.reference,
-            idx.clone(),
+            p.index.clone(),
             format::MT_INDEX.parse().expect("a valid header value"),
         )
         .await
         .map_err(|e| s.error(e, &format!("the index of {}", s.canonical), false))?;
     out.manifests_sent += 1;
-    out.bytes_sent += idx.len() as u64;
-    out.index_digest = format::sha256_digest(&idx);
+    out.bytes_sent += p.index.len() as u64;
+    out.index_digest = p.index_digest.clone();
     Ok(out)
 }
 
@@ -308,49 +194,4 @@ async fn send_doc(
     out.manifests_sent += 1;
     out.bytes_sent += d.manifest.len() as u64;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::format::{FileEntry, ImageConfig};
-
-    fn image() -> ImageConfig {
-        ImageConfig {
-            schema: format::SCHEMA,
-            name: "default".into(),
-            image_json: serde_json::json!({"name": "default"}),
-            files: vec![FileEntry {
-                name: "rootfs.ext4".into(),
-                size: 8,
-                sha256: "0".repeat(64),
-                chunks: vec![],
-            }],
-        }
-    }
-
-    #[test]
-    fn documents_are_deterministic_and_the_index_lists_them_in_order() {
-        let mk = || {
-            doc(
-                "default",
-                "image",
-                format::ARTIFACT_IMAGE,
-                format::MT_IMAGE_CONFIG,
-                format::to_bytes(&image()),
-                &image().files,
-                &|_| PathBuf::from("/x"),
-            )
-        };
-        let (a, b) = (mk(), mk());
-        assert_eq!(a.manifest, b.manifest);
-        assert_eq!(a.digest, b.digest);
-        let i = index(&[a]);
-        let parsed = format::parse_index(&i, "test").unwrap_err();
-        // An index of an image alone has no link, and is refused.
-        assert!(parsed.to_string().contains("no chain link"), "{parsed}");
-        let m = format::parse_manifest(&b.manifest, format::ARTIFACT_IMAGE, "m").unwrap();
-        let c = format::parse_image(&b.config, &m, "c").unwrap();
-        assert_eq!(c, image());
-    }
 }

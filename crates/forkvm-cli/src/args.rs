@@ -368,7 +368,7 @@ pub(crate) enum Cmd {
               value_parser = clap::value_parser!(u32).range(1..=65536))]
         max_requests: u32,
         /// Most sandboxes at once (including warm-pool ones); more give 429.
-        #[arg(long, default_value_t = 1000, value_name = "N",
+        #[arg(long, default_value_t = 1000, value_name = "N", env = "FORKVM_MAX_SANDBOXES",
               value_parser = clap::value_parser!(u32).range(1..=100000))]
         max_sandboxes: u32,
         /// The IPv4 pool sandbox uplinks get a /30 from (host side of each
@@ -419,6 +419,11 @@ pub(crate) enum Cmd {
         #[arg(long, value_name = "FIRST-LAST", env = "FORKVM_JAIL_UIDS",
               default_value = "2000000-2999999", value_parser = parse_uid_range)]
         jail_uids: (u32, u32),
+        /// This daemon's node name in a forkvm cluster (docs/cluster.md):
+        /// 1-16 of a-z and 0-9, starting with a letter. New sandbox and
+        /// snapshot ids carry it (`sb-NAME-<12 hex>`).
+        #[arg(long, value_name = "NAME", env = "FORKVM_NODE", value_parser = parse_node)]
+        node: Option<String>,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -437,6 +442,15 @@ pub(crate) enum Cmd {
     /// and other MCP clients: tools to create, run in, branch and remove
     /// sandboxes of the daemon (docs/mcp.md).
     Mcp,
+    /// A cluster of nodes on Ray behind one endpoint (docs/cluster.md).
+    Cluster {
+        #[command(subcommand)]
+        cmd: crate::cluster::ClusterCmd,
+    },
+}
+
+pub(crate) fn parse_node(s: &str) -> Result<String, String> {
+    forkvm_daemon::util::check_node_name(s).map(|()| s.to_string())
 }
 
 pub(crate) fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {

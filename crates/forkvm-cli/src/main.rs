@@ -10,6 +10,7 @@
 //! out, 128+N when a signal killed it); other failures exit 1 (2 for usage).
 
 mod args;
+mod cluster;
 mod daemon;
 mod doctor;
 mod doctor_jail;
@@ -81,6 +82,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             disk_reserve_mib,
             no_jail,
             jail_uids,
+            node,
         } => {
             init_tracing();
             let mut cfg = forkvm_daemon::Config::for_home(&home);
@@ -101,6 +103,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.disk_reserve_mib = disk_reserve_mib;
             cfg.jail = !no_jail;
             cfg.jail_uids = jail_uids;
+            cfg.node = node;
             cfg.allowed_registries = allowed_registries
                 .into_iter()
                 .map(|h| h.trim().to_string())
@@ -124,6 +127,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             mcp::run().await?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Cluster { cmd } => cluster::run(cmd, json).await,
         Cmd::Ui { port, no_open } => {
             ui::run(port, !no_open).await?;
             Ok(ExitCode::SUCCESS)
@@ -136,6 +140,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 print_json(&i)?;
             } else {
                 println!("forkvm {}", i.version);
+                if let Some(n) = &i.node {
+                    println!("node:        {n}");
+                }
                 println!("accelerator: {} — {}", i.accel.kind, i.accel.reason);
                 println!("qemu:        {} ({})", i.qemu.version, i.qemu.path);
                 println!("home:        {}", i.home);
@@ -369,7 +376,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn init_tracing() {
+pub(crate) fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FORKVM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;

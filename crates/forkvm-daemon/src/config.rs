@@ -79,6 +79,10 @@ pub struct Config {
     pub memory_commit_mib: u64,
     /// New work is refused below this much free disk (`--disk-reserve-mib`).
     pub disk_reserve_mib: u64,
+    /// This daemon's node name in a cluster (`--node`, checked by
+    /// [`crate::util::check_node_name`]): new sandbox and snapshot ids carry
+    /// it, so a cluster's gateway finds an id's node without a table.
+    pub node: Option<String>,
 }
 
 /// `serve --disk-reserve-mib` by default.
@@ -139,6 +143,7 @@ impl Config {
             disk_reserve_mib: DEFAULT_DISK_RESERVE_MIB,
             jail: true,
             jail_uids: DEFAULT_UIDS,
+            node: None,
         }
     }
 

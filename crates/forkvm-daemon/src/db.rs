@@ -138,6 +138,8 @@ pub(crate) fn state_str(s: SandboxState) -> &'static str {
         SandboxState::Running => "running",
         SandboxState::Failed => "failed",
         SandboxState::Paused => "paused",
+        // Only a cluster gateway reports it; a daemon never stores it.
+        SandboxState::Lost => "lost",
     }
 }
 
@@ -147,6 +149,7 @@ fn parse_state(s: &str) -> Result<SandboxState, DbError> {
         "running" => SandboxState::Running,
         "failed" => SandboxState::Failed,
         "paused" => SandboxState::Paused,
+        "lost" => SandboxState::Lost,
         other => return Err(DbError::Corrupt(format!("unknown state {other:?}"))),
     })
 }

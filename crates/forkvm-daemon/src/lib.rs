@@ -37,7 +37,7 @@ pub mod images;
 pub mod jail;
 pub mod lifetime;
 pub mod limits;
-pub mod listen;
+pub use forkvm_listen as listen;
 pub mod manager;
 pub mod mcp;
 pub mod metrics;
@@ -196,6 +196,21 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
         }
     }
 
+    if let Some(n) = &cfg.node {
+        util::check_node_name(n).map_err(StartError::Setup)?;
+    }
+    // A sandbox's QEMU sockets live under the home: the longest one must fit
+    // a unix socket path (108 bytes with the NUL), or every spawn would fail.
+    let longest = cfg.sandbox_paths(&util::node_id("sb", cfg.node.as_deref()));
+    let longest = longest.volumes_sock.as_os_str().len();
+    if longest > 107 {
+        return Err(StartError::Setup(format!(
+            "the home {} is too long: a sandbox's socket path there would be {longest} bytes, \
+             over the 107 a unix socket allows; use a home path at most {} bytes long",
+            cfg.home.display(),
+            cfg.home.as_os_str().len() - (longest - 107)
+        )));
+    }
     if cfg.tcp.is_some() && cfg.token.as_deref().is_none_or(str::is_empty) {
         return Err(StartError::Setup(
             "serving on TCP needs a bearer token: set FORKVM_TOKEN".into(),
@@ -287,9 +302,23 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
             // the E2B-compatible one for everything else (crate::e2b).
             let token = token.unwrap_or_default();
             let rest = api::router(mgr.clone(), Some(token.clone()));
-            let e2b = e2b::router(mgr.clone(), token);
+            let e2b = e2b::router(mgr.clone(), token.clone());
+            // And the node's snapshots, read-only over the OCI distribution
+            // API, for other nodes to pull (crate::registry::serve).
+            let oci = registry::serve::router(Arc::new(registry::serve::Served::new(
+                Box::new(registry::serve::ManagerSource(mgr.clone())),
+                token,
+            )));
             let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-                e2b::dispatch(rest.clone(), e2b.clone(), req)
+                let (rest, e2b, oci) = (rest.clone(), e2b.clone(), oci.clone());
+                async move {
+                    use tower::ServiceExt;
+                    if registry::serve::is_oci_path(req.uri().path()) {
+                        axum::response::IntoResponse::into_response(oci.oneshot(req).await)
+                    } else {
+                        e2b::dispatch(rest, e2b, req).await
+                    }
+                }
             });
             Some(tokio::spawn(listen::serve(
                 tl,

@@ -9,7 +9,6 @@ use forkvm_store::Snapshot as StoredSnapshot;
 use crate::db::SnapshotRow;
 use crate::error::ApiError;
 use crate::manager::{Manager, Prepared, MAX_POOL};
-use crate::util;
 
 impl Manager {
     pub(crate) async fn kill_prepared(&self, v: Vec<Prepared>) {
@@ -75,7 +74,7 @@ impl Manager {
                 let Ok(snap) = me.open_verified(&row.id).await else {
                     break;
                 };
-                let prepared = match me.prepare_restore(&snap, &util::new_id("sb")).await {
+                let prepared = match me.prepare_restore(&snap, &me.new_id("sb")).await {
                     Ok(p) => Ok(me.pool_network(&snap, p).await),
                     Err(e) => Err(e),
                 };

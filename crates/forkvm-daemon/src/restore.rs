@@ -214,7 +214,7 @@ impl Manager {
         let from_pool = pooled.is_some();
         let id = match &pooled {
             Some(p) => p.id.clone(),
-            None => util::new_id("sb"),
+            None => self.new_id("sb"),
         };
         let row = SandboxRow {
             id: id.clone(),

@@ -346,6 +346,9 @@ impl Manager {
             SandboxState::Paused => Err(ApiError::conflict(format!(
                 "sandbox {id} is paused; resume it first (`forkvm resume {id}`)"
             ))),
+            SandboxState::Lost => Err(ApiError::conflict(format!(
+                "sandbox {id} is lost; remove it with `forkvm rm {id}`"
+            ))),
         }
     }
 
@@ -416,7 +419,8 @@ impl Manager {
                     paths.remove_runtime();
                     self.jail.release(&row.id);
                 }
-                (SandboxState::Failed, _) => paths.remove_runtime(),
+                // A daemon never stores `lost` (only a cluster gateway says it).
+                (SandboxState::Failed | SandboxState::Lost, _) => paths.remove_runtime(),
                 (SandboxState::Paused, _) => {}
             }
         }

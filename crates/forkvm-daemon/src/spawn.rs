@@ -294,7 +294,7 @@ impl Manager {
     ) -> Result<Sandbox, ApiError> {
         let (image, memory_mib, cpus) = (boot.image.as_str(), boot.memory_mib, boot.cpus);
         let t0 = Instant::now();
-        let id = util::new_id("sb");
+        let id = self.new_id("sb");
         let paths = self.cfg.sandbox_paths(&id);
         let row = SandboxRow {
             id: id.clone(),

@@ -4,7 +4,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use forkvm_api::MemoryUsage;
 
-/// A new sandbox id: `sb-` and 12 random hex digits.
+/// A new id: `PREFIX-` and 12 random hex digits. Sandbox and snapshot ids
+/// go through [`node_id`], which puts the daemon's node name in them.
 pub fn new_id(prefix: &str) -> String {
     let mut b = [0u8; 6];
     if std::fs::File::open("/dev/urandom")
@@ -19,6 +20,50 @@ pub fn new_id(prefix: &str) -> String {
     }
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!("{prefix}-{hex}")
+}
+
+/// The longest node name (`serve --node`): a sandbox id stays at most 32
+/// characters (`sb-` + 16 + `-` + 12), so its socket paths
+/// (`<home>/sandboxes/<id>/volumes.sock`) keep room under the 108-byte
+/// limit of a unix socket path.
+pub const MAX_NODE_NAME: usize = 16;
+
+/// Check a node name: 1 to [`MAX_NODE_NAME`] characters of `[a-z0-9]`,
+/// starting with a letter. No `-`: a cluster gateway finds an id's node
+/// by splitting the id on `-` (three parts: the middle one).
+pub fn check_node_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NODE_NAME
+        && name.as_bytes()[0].is_ascii_lowercase()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid node name (--node, FORKVM_NODE): use 1 to {MAX_NODE_NAME} \
+             characters of a-z and 0-9, starting with a letter (for example n1)"
+        ))
+    }
+}
+
+/// A new sandbox (`sb`) or snapshot (`sn`) id: with a node name
+/// `PREFIX-NODE-<12 hex>`, else `PREFIX-<12 hex>`.
+pub fn node_id(prefix: &str, node: Option<&str>) -> String {
+    match node {
+        Some(n) => new_id(&format!("{prefix}-{n}")),
+        None => new_id(prefix),
+    }
+}
+
+/// The node an id names (`PREFIX-NODE-HEX`), if it has one.
+pub fn node_of(id: &str) -> Option<&str> {
+    let mut parts = id.split('-');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(n), Some(_), None) => Some(n),
+        _ => None,
+    }
 }
 
 /// True for ids this daemon could have made; anything else is rejected
@@ -214,6 +259,46 @@ mod tests {
         assert!(!valid_id("../etc"));
         assert!(!valid_id(""));
         assert!(!valid_id(&"a".repeat(65)));
+    }
+
+    #[test]
+    fn node_names_are_checked_and_carried_by_ids() {
+        for ok in ["n1", "a", "node0", "abcdefghij012345"] {
+            assert_eq!(check_node_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "1n",
+            "N1",
+            "n-1",
+            "n_1",
+            "n.1",
+            "abcdefghij0123456",
+            "n 1",
+            "nö",
+        ] {
+            let e = check_node_name(bad).unwrap_err();
+            assert!(e.contains("a-z and 0-9"), "{bad:?}: {e}");
+        }
+        let a = node_id("sb", Some("n1"));
+        assert!(
+            a.starts_with("sb-n1-") && a.len() == 18 && valid_id(&a),
+            "{a}"
+        );
+        assert_eq!(node_of(&a), Some("n1"));
+        let s = node_id("sn", Some("abcdefghij012345"));
+        assert_eq!(s.len(), 32);
+        assert_eq!(node_of(&s), Some("abcdefghij012345"));
+        let plain = node_id("sb", None);
+        assert!(plain.starts_with("sb-") && plain.len() == 15);
+        assert_eq!(node_of(&plain), None);
+        // The host end of a sandbox's uplink is named by the id's last 12
+        // alphanumerics: the random part, whatever the node, within 15 bytes.
+        let ifname = forkvm_net::host_if_name(&a);
+        assert_eq!(ifname, format!("fvh{}", &a[a.len() - 12..]));
+        assert!(ifname.len() <= 15);
+        let longest = forkvm_net::host_if_name(&s);
+        assert_eq!(longest, format!("fvh{}", &s[s.len() - 12..]));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod http;
 pub mod jsonrpc;
 pub mod render;
 pub mod resources;
+pub mod rest;
 pub mod schema;
 mod stdio;
 pub mod tools;

@@ -30,6 +30,8 @@ export type ErrorCode =
   | "build_failed"
   | "registry_unreachable"
   | "no_space"
+  | "node_lost"
+  | "node_unreachable"
   | "connection_failed"
   | "protocol_error"
   | "snapshot_failed"
@@ -161,6 +163,14 @@ export class RegistryUnreachableError extends ServerError {
 export class NoSpaceError extends ServerError {
   override name = "NoSpaceError";
 }
+/** 410 `node_lost` (cluster endpoint): the sandbox was on a node the cluster declared dead. */
+export class NodeLostError extends ForkvmError {
+  override name = "NodeLostError";
+}
+/** 503 `node_unreachable` (cluster endpoint): the node holding it does not answer; retry. */
+export class NodeUnreachableError extends ServerError {
+  override name = "NodeUnreachableError";
+}
 /** 502: the guest agent went away (the VM died). */
 export class GuestError extends ForkvmError {
   override name = "GuestError";
@@ -213,6 +223,8 @@ const BY_CODE: Record<string, ErrorClass> = {
   build_failed: BuildFailedError,
   registry_unreachable: RegistryUnreachableError,
   no_space: NoSpaceError,
+  node_lost: NodeLostError,
+  node_unreachable: NodeUnreachableError,
 };
 
 const STATUS_OF_CODE: Record<string, number> = {
@@ -238,6 +250,8 @@ const STATUS_OF_CODE: Record<string, number> = {
   build_failed: 422,
   registry_unreachable: 502,
   no_space: 507,
+  node_lost: 410,
+  node_unreachable: 503,
 };
 
 const BY_STATUS: Record<number, ErrorClass> = {
@@ -248,6 +262,7 @@ const BY_STATUS: Record<number, ErrorClass> = {
   405: InvalidRequestError,
   408: RequestTimeoutError,
   409: ConflictError,
+  410: NodeLostError,
   413: PayloadTooLargeError,
   422: UnprocessableError,
   429: LimitExceededError,

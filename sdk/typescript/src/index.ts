@@ -126,6 +126,8 @@ export {
   LimitExceededError,
   NetworkUnavailableError,
   NoSpaceError,
+  NodeLostError,
+  NodeUnreachableError,
   NotFoundError,
   PayloadTooLargeError,
   ProtocolError,

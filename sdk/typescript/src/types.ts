@@ -407,6 +407,8 @@ export interface ImportQuery {
 /** `GET /v1/info`. */
 export interface Info {
   version: string;
+  /** The daemon's node name in a cluster (`serve --node`): new sandbox and snapshot ids carry it (`sb-NAME-<12 hex>`); null for a daemon of its own. */
+  node?: string | null;
   accel: AccelInfo;
   qemu: QemuInfo;
   limits: Limits;
@@ -648,7 +650,7 @@ export interface SandboxList {
 }
 
 /** Lifecycle state of a sandbox. */
-export type SandboxState = "starting" | "running" | "failed" | "paused";
+export type SandboxState = "starting" | "running" | "failed" | "paused" | "lost";
 
 /** A snapshot as the API shows it. */
 export interface Snapshot {

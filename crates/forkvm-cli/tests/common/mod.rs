@@ -85,6 +85,12 @@ impl Daemon {
         Self::start_full(None, None, env)
     }
 
+    /// Start with a TCP listener (`(addr, token)`) and extra environment
+    /// for `forkvm serve` (kept for restarts).
+    pub fn start_tcp_env(tcp: (String, String), env: &[(&str, &str)]) -> Daemon {
+        Self::start_full(None, Some(tcp), env)
+    }
+
     /// Start with a TCP listener and `RLIMIT_NOFILE` set to `nofile` (soft
     /// and hard, so the daemon cannot raise it).
     pub fn start_with_nofile(tcp: (String, String), nofile: u64) -> Daemon {

@@ -449,6 +449,7 @@ async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
     Ok(Json(Info {
         network: m.net.info(),
         version: env!("CARGO_PKG_VERSION").into(),
+        node: m.cfg.node.clone(),
         accel: AccelInfo {
             kind: m.accel.accel.to_string(),
             reason: m.accel.reason.clone(),

@@ -16,34 +16,14 @@
 use std::path::{Component, Path, PathBuf};
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use sha2::{Digest, Sha256};
 
 use super::{constant_time_eq, AppState};
 
-/// The session cookie's name.
-pub const COOKIE: &str = "forkvm_session";
-
-/// What the cookie holds for a token.
-pub fn session_value(token: &str) -> String {
-    let d = Sha256::digest(format!("forkvm-ui-session\0{token}").as_bytes());
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether the request carries the session cookie for `token`.
-pub fn has_session(headers: &HeaderMap, token: &str) -> bool {
-    let want = session_value(token);
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .any(|(k, v)| k == COOKIE && constant_time_eq(v.as_bytes(), want.as_bytes()))
-}
+pub use forkvm_listen::session::{has_session, session_value, COOKIE};
 
 /// Paths that answer without auth: the login itself.
 pub fn is_public(path: &str) -> bool {
@@ -103,11 +83,7 @@ fn login(token: Option<&str>, given: &str) -> Response {
     }
     let mut r = Redirect::to("/ui/").into_response();
     *r.status_mut() = StatusCode::SEE_OTHER;
-    let c = format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-        session_value(token)
-    );
-    if let Ok(v) = HeaderValue::from_str(&c) {
+    if let Ok(v) = HeaderValue::from_str(&forkvm_listen::session::login_cookie(token)) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
@@ -118,7 +94,7 @@ async fn logout() -> Response {
     *r.status_mut() = StatusCode::SEE_OTHER;
     r.headers_mut().insert(
         header::SET_COOKIE,
-        HeaderValue::from_static("forkvm_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+        HeaderValue::from_static(forkvm_listen::session::LOGOUT_COOKIE),
     );
     r
 }
@@ -292,27 +268,6 @@ mod tests {
         assert_eq!(resolve(d, "../state.db"), None);
         assert_eq!(resolve(d, "assets/../../x.js"), None);
         assert_eq!(resolve(d, "/etc/passwd"), None);
-    }
-
-    #[test]
-    fn the_session_cookie_is_checked_and_is_not_the_token() {
-        let v = session_value("s3cret");
-        assert_ne!(v, "s3cret");
-        assert_eq!(v.len(), 64);
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::COOKIE,
-            HeaderValue::from_str(&format!("a=b; {COOKIE}={v}; c=d")).unwrap(),
-        );
-        assert!(has_session(&h, "s3cret"));
-        assert!(!has_session(&h, "other"));
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::COOKIE,
-            HeaderValue::from_static("forkvm_session=s3cret"),
-        );
-        assert!(!has_session(&h, "s3cret"), "the raw token is no session");
-        assert!(!has_session(&HeaderMap::new(), "s3cret"));
     }
 
     #[test]

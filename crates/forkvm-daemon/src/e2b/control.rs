@@ -152,7 +152,7 @@ fn state_of(sb: &Sandbox) -> Option<&'static str> {
     match sb.state {
         SandboxState::Running | SandboxState::Starting => Some("running"),
         SandboxState::Paused => Some("paused"),
-        SandboxState::Failed => None,
+        SandboxState::Failed | SandboxState::Lost => None,
     }
 }
 

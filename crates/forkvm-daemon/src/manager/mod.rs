@@ -99,4 +99,10 @@ impl Manager {
     /// Exec timeout handling: the agent kills at `timeout_ms`; the host gives
     /// it this much longer before declaring the guest hung.
     pub const HOST_GRACE: Duration = Duration::from_secs(15);
+
+    /// A new sandbox (`sb`) or snapshot (`sn`) id, with this daemon's node
+    /// name in it when it has one (`serve --node`).
+    pub fn new_id(&self, prefix: &str) -> String {
+        crate::util::node_id(prefix, self.cfg.node.as_deref())
+    }
 }

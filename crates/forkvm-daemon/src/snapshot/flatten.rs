@@ -41,7 +41,7 @@ impl Manager {
         let flat = self
             .chain_head(&chain, u64::from(head.manifest.machine.memory_mib) << 20)
             .await?;
-        let new_id = util::new_id("sn");
+        let new_id = self.new_id("sn");
         let staging = self.store.begin(&new_id).map_err(store_err)?;
         let mut manifest = head.manifest.clone();
         manifest.id = new_id.clone();

@@ -52,6 +52,8 @@ __all__ = [
     "GuestTimeout",
     "RegistryUnreachable",
     "NoSpace",
+    "NodeLost",
+    "NodeUnreachable",
     "DaemonUnreachable",
     "ClientTimeout",
     "ProtocolError",
@@ -201,6 +203,14 @@ class NoSpace(ServerError):
     """507 ``no_space``: the filesystem holding the daemon's home is full."""
 
 
+class NodeLost(ForkvmError):
+    """410 ``node_lost`` (cluster endpoint): the sandbox was on a node the cluster declared dead."""
+
+
+class NodeUnreachable(ServerError):
+    """503 ``node_unreachable`` (cluster endpoint): the node holding it does not answer; retry."""
+
+
 class DaemonUnreachable(ForkvmError):
     """The daemon could not be reached (no socket, connection refused...)."""
 
@@ -237,6 +247,7 @@ _BY_STATUS: Dict[int, Type[ForkvmError]] = {
     405: MethodNotAllowed,
     408: RequestTimeout,
     409: Conflict,
+    410: NodeLost,
     413: PayloadTooLarge,
     422: Unprocessable,
     429: LimitExceeded,
@@ -261,6 +272,8 @@ _BY_CODE: Dict[str, Type[ForkvmError]] = {
     "network_failed": NetworkFailed,
     "network_unavailable": NetworkUnavailable,
     "capacity_exceeded": CapacityExceeded,
+    "node_lost": NodeLost,
+    "node_unreachable": NodeUnreachable,
     "internal": ServerError,
     "guest_error": GuestError,
     "guest_timeout": GuestTimeout,

@@ -229,6 +229,8 @@ class SandboxState(_StrEnum):
     FAILED = "failed"
     #: Saved to disk with no QEMU running; :meth:`~forkvm.Client.resume` brings it back.
     PAUSED = "paused"
+    #: Only from a cluster endpoint: its node was declared dead (``failure`` says why).
+    LOST = "lost"
 
 
 # --------------------------------------------------------------------------
@@ -330,6 +332,9 @@ class Info(Model):
     gc: GcInfo
     #: Memory and disk capacity as admission control counts them.
     capacity: Optional[Capacity] = None
+    #: The daemon's node name in a cluster (``serve --node``); new sandbox
+    #: and snapshot ids carry it. None for a daemon of its own.
+    node: Optional[str] = None
 
 
 @dataclass

@@ -101,7 +101,7 @@ impl Manager {
                 live.pid
             ))
         })?;
-        let snap_id = util::new_id("sn");
+        let snap_id = self.new_id("sn");
         let live_mode = how == Save::Live;
         // A clone's RAM is a private mapping of a chain's base image (or
         // head): its private pages are then exactly what it changed, and in

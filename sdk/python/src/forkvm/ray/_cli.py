@@ -187,6 +187,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         artifacts=os.environ.get("FORKVM_ARTIFACTS") or "/var/lib/forkvm",
         gateway=not args.no_gateway,
         with_node=not args.no_node_flag,
+        serve_args=tuple(args.serve_arg),
     )
     address = args.address or ray.get_runtime_context().gcs_address
     cluster = {
@@ -359,7 +360,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     out = {"url": cluster["url"], "nodes": []}
     for n in doc["nodes"]:
         desc = descs.get(n["name"], {})
-        out["nodes"].append({**n, **{k: desc.get(k) for k in ("pid", "service_pid", "restarts", "sandboxes", "capacity", "error")}})
+        out["nodes"].append(
+            {**n, **{k: desc.get(k) for k in ("pid", "service_pid", "restarts", "sandboxes", "capacity", "error")}}
+        )
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -390,6 +393,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         sp.add_argument("--gateway-port", type=int, help="the endpoint's port (default: a free one)")
         sp.add_argument("--gateway-listen", help="the endpoint's ADDR:PORT (default: the head's address)")
         sp.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the node daemons")
+        sp.add_argument(
+            "--serve-arg",
+            action="append",
+            default=[],
+            metavar="ARG",
+            help="an option for every node's `forkvm serve`, e.g. --serve-arg=--max-sandboxes=50 (repeatable)",
+        )
         # Until `forkvm cluster gateway` and `serve --node` exist in every build (issue 32).
         sp.add_argument("--no-gateway", action="store_true", help=argparse.SUPPRESS)
         sp.add_argument("--no-node-flag", action="store_true", help=argparse.SUPPRESS)

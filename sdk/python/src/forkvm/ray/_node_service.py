@@ -39,12 +39,14 @@ class NodeService:
         binary: str,
         artifacts: str,
         with_node: bool = True,
+        serve_args: tuple = (),
     ) -> None:
         self.plan = plan
         self.token = cluster_token
         self.binary = binary
         self.artifacts = artifacts
         self.with_node = with_node
+        self.serve_args = list(serve_args)
         self.rec: Optional[Dict[str, Any]] = None
         self.adopted = False
         self.restarts = 0
@@ -86,7 +88,7 @@ class NodeService:
     def _start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FORKVM_")}
         env["FORKVM_TOKEN"] = self.token
-        argv = self.plan.serve_argv(self.binary, with_node=self.with_node)
+        argv = self.plan.serve_argv(self.binary, with_node=self.with_node) + self.serve_args
         with open(self.plan.log_file, "ab") as out:
             out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {' '.join(argv)}\n".encode())
         pid = _procs.spawn_detached(argv, env, self.plan.log_file)

@@ -42,6 +42,8 @@ class Settings:
     artifacts: str
     gateway: bool = True
     with_node: bool = True
+    #: Options every node's `forkvm serve` gets (``up``/``start --serve-arg``).
+    serve_args: tuple = ()
 
     @property
     def url(self) -> str:
@@ -126,7 +128,7 @@ class Supervisor:
                 max_concurrency=4,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             )
-            .remote(plan, self.s.cluster_token, self.s.binary, self.s.artifacts, self.s.with_node)
+            .remote(plan, self.s.cluster_token, self.s.binary, self.s.artifacts, self.s.with_node, self.s.serve_args)
         )
         self.services[name] = (node_id, actor)
         log.info("supervisor: node service for %s on %s", name, node_id[:8])

@@ -1,4 +1,5 @@
-//! Connection hygiene for the daemon's two listeners, TCP and the unix socket.
+//! Connection hygiene for forkvm's HTTP listeners: the daemon's TCP listener and
+//! unix socket, and the cluster gateway's TCP listener.
 //!
 //! A client that connects and then sends nothing, or sends a request head one
 //! byte at a time, costs the daemon one file descriptor for as long as it
@@ -38,9 +39,12 @@
 //!
 //! A connection counts as authenticated once one of its requests carried a
 //! valid credential: the REST bearer token or dashboard session
-//! (`crate::api`), or the E2B API key or envd access token (`crate::e2b`).
+//! (the daemon's `api` module), or the E2B API key or envd access token (its
+//! `e2b` module); the cluster gateway marks its own clients the same way.
 //! Those checks call [`mark_authenticated`]. Every unix-socket connection is
 //! trusted (the socket is `0600`, root's).
+
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::future::Future;
