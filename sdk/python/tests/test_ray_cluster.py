@@ -4,6 +4,7 @@ on each, the supervisor and its gateway. It checks that both daemons come
 up and report capacity, that every server listens on loopback only, that a
 daemon that dies is started again and that a restarted node service adopts
 the daemon it finds running, that a sandbox spawns through the endpoint, that
+``examples/ray_rollout.py`` runs (with 4 children), that
 killing one node's raylet (by PID) shows in nodes.json as ``alive: false``
 with a reason within 30 s, that the node coming back (a new Ray node of the
 same name) gets a new node service that adopts its daemon, and that
@@ -169,6 +170,14 @@ def test_two_node_cluster_on_loopback():
             sb = c.create_sandbox(network="none", memory_mib=256)
             assert sb.id.split("-")[1] in nodes
             assert c.exec(sb.id, ["echo", "hi"]).stdout == "hi\n"
+
+        # The rollout example, small: children branched through the endpoint, scored from Ray tasks, removed.
+        ex = subprocess.run(
+            [sys.executable, str(REPO / "examples" / "ray_rollout.py"), "--count", "4", "--dir", str(d)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert ex.returncode == 0, ex.stdout + ex.stderr
+        assert "4 rollouts scored" in ex.stdout and "removed 4 children and the parent" in ex.stdout, ex.stdout
 
         # Kill n21's raylet by PID: within 30 s nodes.json says it is dead, and why.
         n21 = next(n for n in state["ray_nodes"] if n["name"] == "n21")
