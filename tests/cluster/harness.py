@@ -84,6 +84,23 @@ def wait_output(sb: "forkvm.Sandbox", cmd: str, timeout: float) -> str:
         time.sleep(0.5)
 
 
+def _free_ports(n: int) -> int:
+    """A base B such that B+1..B+n are free on 127.0.0.1 (node k listens on B+k)."""
+    import socket
+
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1] - 1
+        try:
+            for k in range(2, n + 1):
+                socket.create_server(("127.0.0.1", base + k)).close()
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {n} free ports in a row on 127.0.0.1")
+
+
 def _forkvm_ray(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, FORKVM_BIN=BIN)
     for k in ("FORKVM_URL", "FORKVM_TOKEN"):
@@ -112,7 +129,8 @@ class Cluster:
         # Short: a daemon's home and Ray's socket paths must stay short.
         d = Path(tempfile.mkdtemp(prefix="fvc-", dir="/tmp")) / "c"
         t = time.monotonic()
-        r = _forkvm_ray("up", "--nodes", str(nodes), "--dir", str(d), f"--serve-arg=--max-sandboxes={max_sandboxes}")
+        r = _forkvm_ray("up", "--nodes", str(nodes), "--dir", str(d), "--base-port", str(_free_ports(nodes)),
+                        f"--serve-arg=--max-sandboxes={max_sandboxes}")
         if r.returncode != 0:
             _forkvm_ray("down", "--dir", str(d))
             shutil.rmtree(d.parent, ignore_errors=True)
@@ -244,9 +262,19 @@ class Cluster:
         except Exception:
             pass
         r = _forkvm_ray("down", "--dir", str(self.dir))
+        # The Ray node the test started again: its launcher, then whatever is
+        # left in its process group (it ran in a session of its own).
         for pid in self.started:
             try:
                 os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        stop_by = time.monotonic() + 30
+        while time.monotonic() < stop_by and any(_cmdline(p) for p in self.started):
+            time.sleep(0.5)
+        for pid in self.started:
+            try:
+                os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 60

@@ -151,15 +151,18 @@ def test_a_dead_node_loses_its_sandboxes_and_the_rest_keep_working(cluster, stat
     pending = set(lost)
     while pending and time.monotonic() < deadline:
         for i in list(pending):
-            if client.get_sandbox(i).state == "lost":
-                pending.discard(i)
+            try:
+                if client.get_sandbox(i).state == "lost":
+                    pending.discard(i)
+            except forkvm.errors.NodeUnreachable:
+                pass  # its daemon is gone, and Ray has not declared the node dead yet
         time.sleep(0.5)
     took = time.monotonic() - t
     assert not pending, f"not lost 30 s after node {victim} died: {pending}"
     print(f"node {victim}'s sandboxes lost {took:.1f} s after it was killed")
     info = client.get_sandbox(lost[0])
     assert victim in (info.failure or ""), info.failure
-    with pytest.raises(forkvm.errors.ApiError) as e:
+    with pytest.raises(forkvm.errors.ForkvmError) as e:
         client.exec(lost[0], ["true"])
     assert e.value.status == 410 and e.value.code == "node_lost", e.value
     for i in kept:

@@ -240,6 +240,18 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     let tcp = cfg.tcp;
     let token = cfg.token.clone();
     let pool_size = cfg.default_pool_size;
+    // Every listener is bound before the unix socket appears: clients (and
+    // the tests) take an accepting unix socket to mean the daemon is ready,
+    // so the TCP port must already accept by then. It is bound before
+    // anything is set up on the host (the home's nftables table, cgroups),
+    // so a port that is taken fails the start with nothing to undo; a
+    // client that connects this early waits in the backlog until serving.
+    let tcp_listener = match tcp {
+        Some(addr) => Some(
+            listen::bind_tcp(addr).map_err(|e| setup(&format!("cannot bind {addr}"), &e))?,
+        ),
+        None => None,
+    };
     let net = net::Net::start(&cfg.home, &cfg.net_pool)
         .await
         .map_err(|e| StartError::Setup(format!("{e}; fix --net-pool")))?;
@@ -266,23 +278,22 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     mgr.start_gc();
     mgr.start_events();
 
-    // Every listener is bound before the unix socket appears: clients (and
-    // the tests) take an accepting unix socket to mean the daemon is ready,
-    // so the TCP port must already accept by then. A port that cannot be
-    // bound also fails the start before the socket exists.
-    let tcp_listener = match tcp {
-        Some(addr) => {
-            let tl =
-                listen::bind_tcp(addr).map_err(|e| setup(&format!("cannot bind {addr}"), &e))?;
-            tracing::info!("listening on http://{addr} (bearer token required)");
-            Some(tl)
-        }
-        None => None,
-    };
+    if let Some(addr) = tcp {
+        tracing::info!("listening on http://{addr} (bearer token required)");
+    }
     // We hold the lock, so a socket file left here is stale.
     let _ = std::fs::remove_file(&socket);
-    let ul = tokio::net::UnixListener::bind(&socket)
-        .map_err(|e| setup(&format!("cannot bind {}", socket.display()), &e))?;
+    let ul = match tokio::net::UnixListener::bind(&socket) {
+        Ok(ul) => ul,
+        Err(e) => {
+            // What this start set up on the host goes with it.
+            if mgr.live_map().is_empty() {
+                mgr.net.remove_host_table().await;
+                mgr.jail.remove_group();
+            }
+            return Err(setup(&format!("cannot bind {}", socket.display()), &e));
+        }
+    };
     let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
     tracing::info!("listening on {}", socket.display());
 

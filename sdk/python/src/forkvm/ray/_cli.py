@@ -275,6 +275,8 @@ def cmd_down(args: argparse.Namespace) -> int:
             _remove_sandboxes_direct(d, name, cluster.get("cluster_token"))
             _procs.stop(rec["pid"], rec.get("started"), grace=20.0)
             _say(f"node {name}: forkvm serve pid {rec['pid']} stopped")
+        else:
+            _sweep_orphaned_home(d, name)
     if "ray" in sys.modules:
         sys.modules["ray"].shutdown()
     for n in reversed(ray_nodes):
@@ -321,6 +323,64 @@ def _down_actors(ray) -> None:
         except Exception as e:
             _say(f"node {name}: shutdown failed: {e}")
         ray.kill(services[name], no_restart=True)
+
+
+def _last_serve_argv(log: str) -> Optional[List[str]]:
+    """The node's last ``forkvm serve`` command line, as its service logged it (``--- TIME ARGV``)."""
+    try:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            lines = [line for line in f if line.startswith("--- ")]
+    except OSError:
+        return None
+    return shlex.split(lines[-1].split(" ", 2)[2]) if lines else None
+
+
+def _sweep_orphaned_home(d: str, name: str) -> None:
+    """A node whose daemon died (killed with its Ray node) leaves its QEMUs
+    running: a daemon keeps its sandboxes across its own death so the next one
+    adopts them. Start it again on that home, on its unix socket only, remove
+    what it adopted, and stop it, so nothing of the node is left running."""
+    from ..client import Client
+
+    node_dir = os.path.join(d, "nodes", name)
+    home = os.path.join(node_dir, "home")
+    sandboxes = os.path.join(home, "sandboxes")
+    if not os.path.isdir(sandboxes) or not os.listdir(sandboxes):
+        return
+    argv = _last_serve_argv(os.path.join(node_dir, "serve.log"))
+    if not argv:
+        _say(f"node {name}: its daemon is gone and left sandboxes in {home}, but no command line to restart it")
+        return
+    if "--listen" in argv:
+        i = argv.index("--listen")
+        del argv[i : i + 2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKVM_")}
+    with open(os.path.join(node_dir, "serve.log"), "ab") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, close_fds=True)
+    removed = 0
+    try:
+        url = "unix://" + os.path.join(home, "forkvm.sock")
+        with Client(url, None, timeout=120.0) as c:
+            if not _procs.poll_until(lambda: _answers(c), 60, 0.5):
+                _say(f"node {name}: the daemon restarted to clean up did not answer; see {node_dir}/serve.log")
+                return
+            for sb in c.list_sandboxes().sandboxes:
+                c.delete_sandbox(sb.id)
+                removed += 1
+    except Exception as e:
+        _say(f"node {name}: cleaning up after its dead daemon: {e}")
+    finally:
+        _procs.stop(proc.pid, None, grace=20.0)
+    _say(f"node {name}: its daemon had died; {removed} sandbox(es) it left were removed")
+
+
+def _answers(c) -> bool:
+    try:
+        c.health()
+        return True
+    except Exception:
+        return False
 
 
 def _remove_sandboxes_direct(d: str, name: str, token: Optional[str]) -> None:
