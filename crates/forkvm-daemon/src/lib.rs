@@ -247,9 +247,9 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     // so a port that is taken fails the start with nothing to undo; a
     // client that connects this early waits in the backlog until serving.
     let tcp_listener = match tcp {
-        Some(addr) => Some(
-            listen::bind_tcp(addr).map_err(|e| setup(&format!("cannot bind {addr}"), &e))?,
-        ),
+        Some(addr) => {
+            Some(listen::bind_tcp(addr).map_err(|e| setup(&format!("cannot bind {addr}"), &e))?)
+        }
         None => None,
     };
     let net = net::Net::start(&cfg.home, &cfg.net_pool)
