@@ -3,7 +3,8 @@
 //!
 //! `gateway` and `status` are here; `up`, `start` and `down` drive Ray, so
 //! they run the Python side (`python -m forkvm.ray`, from the SDK's `ray`
-//! extra) with the interpreter in `FORKVM_PYTHON` (default `python3`).
+//! extra) with the interpreter in `FORKVM_PYTHON`, else the checkout's
+//! `.venv`, else `python3`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,6 +27,14 @@ pub(crate) enum ClusterCmd {
         /// Holds nodes.json (written by the supervisor) and gateway/.
         #[arg(long, value_name = "DIR")]
         state_dir: PathBuf,
+        /// Move snapshots between nodes through this registry
+        /// (HOST[:PORT]/REPOSITORY) instead of the nodes' own /v2 endpoints;
+        /// credentials from FORKVM_REGISTRY_USER and FORKVM_REGISTRY_PASSWORD.
+        #[arg(long, value_name = "HOST[:PORT]/REPO")]
+        registry: Option<String>,
+        /// The registry speaks plain HTTP.
+        #[arg(long, requires = "registry")]
+        registry_insecure: bool,
     },
     /// Nodes, their state and capacity, and sandboxes, from the cluster
     /// endpoint in FORKVM_URL.
@@ -51,13 +60,29 @@ pub(crate) enum ClusterCmd {
 
 pub(crate) async fn run(cmd: ClusterCmd, json: bool) -> Result<ExitCode> {
     match cmd {
-        ClusterCmd::Gateway { listen, state_dir } => {
+        ClusterCmd::Gateway {
+            listen,
+            state_dir,
+            registry,
+            registry_insecure,
+        } => {
             crate::init_tracing();
+            if let Some(r) = &registry {
+                if !r.contains('/') || (r.contains(':') && r.rsplit('/').next().is_some_and(|t| t.contains(':'))) {
+                    bail!("--registry {r:?}: give HOST[:PORT]/REPOSITORY, without a tag");
+                }
+            }
             let cfg = forkvm_cluster::Config {
                 listen,
                 state_dir,
                 client_token: std::env::var(forkvm_api::ENV_TOKEN).unwrap_or_default(),
                 cluster_token: std::env::var("FORKVM_CLUSTER_TOKEN").unwrap_or_default(),
+                registry: registry.map(|repository| forkvm_cluster::Registry {
+                    repository,
+                    username: std::env::var("FORKVM_REGISTRY_USER").ok(),
+                    password: std::env::var("FORKVM_REGISTRY_PASSWORD").ok(),
+                    insecure: registry_insecure,
+                }),
             };
             forkvm_cluster::run(cfg).await.map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)
@@ -105,9 +130,31 @@ pub(crate) async fn run(cmd: ClusterCmd, json: bool) -> Result<ExitCode> {
     }
 }
 
+/// The Python that runs `forkvm.ray`: `FORKVM_PYTHON`, else the `.venv` of
+/// the checkout this binary was built in (`target/*/forkvm` two levels
+/// below it, where `scripts/setup.sh` installs `forkvm[ray]`), else `python3`.
+fn python_for_ray() -> String {
+    if let Ok(p) = std::env::var("FORKVM_PYTHON") {
+        return p;
+    }
+    let venv = std::env::current_exe().ok().and_then(|exe| {
+        let repo = exe.parent()?.parent()?.parent()?;
+        let py = repo.join(".venv/bin/python");
+        py.exists().then(|| py.to_string_lossy().into_owned())
+    });
+    venv.unwrap_or_else(|| "python3".into())
+}
+
 fn python(what: &str, args: &[String]) -> Result<ExitCode> {
-    let py = std::env::var("FORKVM_PYTHON").unwrap_or_else(|_| "python3".into());
-    let status = std::process::Command::new(&py)
+    let py = python_for_ray();
+    let mut cmd = std::process::Command::new(&py);
+    // The node services start this same binary unless told otherwise.
+    if std::env::var_os("FORKVM_BIN").is_none() {
+        if let Ok(exe) = std::env::current_exe() {
+            cmd.env("FORKVM_BIN", exe);
+        }
+    }
+    let status = cmd
         .args(["-m", "forkvm.ray", what])
         .args(args)
         .status()

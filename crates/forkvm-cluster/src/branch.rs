@@ -12,8 +12,9 @@
 //!
 //! A copy is the nodes' own snapshot pull from the holder's read-only OCI
 //! endpoint (`/v2/forkvm/snapshots`, docs/registry.md) with the cluster
-//! token: every chunk is verified, and links the puller already has (a
-//! template copied before) are not fetched again.
+//! token, or, with a cluster registry configured, a push by the holder and a
+//! pull by the other: every chunk is verified, and links the puller already
+//! has (a template copied before) are not fetched again.
 //!
 //! All or nothing: if any share fails, the children made so far are removed
 //! and the error is the answer; the source keeps running.
@@ -26,7 +27,8 @@ use axum::extract::Request;
 use axum::http::{Response, StatusCode};
 use axum::response::IntoResponse;
 use forkvm_api::{
-    codes, BranchRequest, BranchResult, Client, ClientError, CreateSandbox, PullSnapshot, Sandbox,
+    codes, BranchRequest, BranchResult, Client, ClientError, CreateSandbox, PullSnapshot,
+    PushSnapshot, Sandbox,
 };
 
 use crate::nodes::Node;
@@ -232,13 +234,39 @@ async fn copy(gw: &Gateway, from: &Node, to: &Node, id: &str) -> Result<(), Resp
     if c.get_snapshot(id).await.is_ok() {
         return Ok(());
     }
-    let req = PullSnapshot {
-        reference: format!("{}/forkvm/snapshots:{id}", from.addr),
-        tag: None,
-        username: Some("forkvm".into()),
-        password: Some(gw.cfg.cluster_token.clone()),
-        insecure: true,
-        stream: false,
+    let req = match &gw.cfg.registry {
+        // Through the cluster registry: the holder pushes (only what the
+        // registry lacks), the other pulls.
+        Some(reg) => {
+            let push = PushSnapshot {
+                reference: format!("{}:{id}", reg.repository),
+                username: reg.username.clone(),
+                password: reg.password.clone(),
+                insecure: reg.insecure,
+                stream: false,
+            };
+            gw.client(from)
+                .push_snapshot(id, &push, |_| {})
+                .await
+                .map_err(|e| api_error(from, e))?;
+            PullSnapshot {
+                reference: push.reference,
+                tag: None,
+                username: push.username,
+                password: push.password,
+                insecure: push.insecure,
+                stream: false,
+            }
+        }
+        // From the holder's own read-only OCI endpoint.
+        None => PullSnapshot {
+            reference: format!("{}/forkvm/snapshots:{id}", from.addr),
+            tag: None,
+            username: Some("forkvm".into()),
+            password: Some(gw.cfg.cluster_token.clone()),
+            insecure: true,
+            stream: false,
+        },
     };
     let t = Instant::now();
     let r = c

@@ -61,6 +61,20 @@ pub struct Config {
     pub client_token: String,
     /// What it presents to nodes.
     pub cluster_token: String,
+    /// A registry snapshots travel through between nodes, instead of the
+    /// nodes' own `/v2` endpoints.
+    pub registry: Option<Registry>,
+}
+
+/// A cluster registry (`forkvm cluster gateway --registry`).
+#[derive(Debug, Clone)]
+pub struct Registry {
+    /// `HOST[:PORT]/REPOSITORY`; a snapshot goes to `REPOSITORY:ID`.
+    pub repository: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Plain HTTP (a registry on a private network).
+    pub insecure: bool,
 }
 
 /// Run the gateway until SIGTERM or SIGINT.

@@ -185,9 +185,11 @@ def cmd_start(args: argparse.Namespace) -> int:
         base_port=args.base_port,
         binary=os.environ.get("FORKVM_BIN") or shutil.which("forkvm") or "forkvm",
         artifacts=os.environ.get("FORKVM_ARTIFACTS") or "/var/lib/forkvm",
-        gateway=not args.no_gateway,
-        with_node=not args.no_node_flag,
         serve_args=tuple(args.serve_arg),
+        registry=args.registry,
+        registry_insecure=args.registry_insecure,
+        registry_user=os.environ.get("FORKVM_REGISTRY_USER"),
+        registry_password=os.environ.get("FORKVM_REGISTRY_PASSWORD"),
     )
     address = args.address or ray.get_runtime_context().gcs_address
     cluster = {
@@ -460,9 +462,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             metavar="ARG",
             help="an option for every node's `forkvm serve`, e.g. --serve-arg=--max-sandboxes=50 (repeatable)",
         )
-        # Until `forkvm cluster gateway` and `serve --node` exist in every build (issue 32).
-        sp.add_argument("--no-gateway", action="store_true", help=argparse.SUPPRESS)
-        sp.add_argument("--no-node-flag", action="store_true", help=argparse.SUPPRESS)
+        sp.add_argument(
+            "--registry",
+            metavar="HOST[:PORT]/REPO",
+            help="move snapshots between nodes through this registry (credentials from FORKVM_REGISTRY_USER "
+            "and FORKVM_REGISTRY_PASSWORD) instead of the nodes' own /v2 endpoints",
+        )
+        sp.add_argument("--registry-insecure", action="store_true", help="the registry speaks plain HTTP")
 
     sp = sub.add_parser("up", help="a local trial cluster: N Ray nodes on 127.0.0.1 with a daemon each")
     sp.add_argument("--nodes", type=int, required=True)

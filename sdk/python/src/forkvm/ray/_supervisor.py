@@ -44,6 +44,11 @@ class Settings:
     with_node: bool = True
     #: Options every node's `forkvm serve` gets (``up``/``start --serve-arg``).
     serve_args: tuple = ()
+    #: A registry snapshots travel through between nodes (``--registry``), with its credentials.
+    registry: Optional[str] = None
+    registry_insecure: bool = False
+    registry_user: Optional[str] = None
+    registry_password: Optional[str] = None
 
     @property
     def url(self) -> str:
@@ -138,6 +143,12 @@ class Supervisor:
         env["FORKVM_TOKEN"] = self.s.token
         env["FORKVM_CLUSTER_TOKEN"] = self.s.cluster_token
         argv = [self.s.binary, "cluster", "gateway", "--listen", self.s.gateway_listen, "--state-dir", self.s.dir]
+        if self.s.registry:
+            argv += ["--registry", self.s.registry] + (["--registry-insecure"] if self.s.registry_insecure else [])
+            for var, value in (("FORKVM_REGISTRY_USER", self.s.registry_user),
+                               ("FORKVM_REGISTRY_PASSWORD", self.s.registry_password)):
+                if value:
+                    env[var] = value
         log_path = os.path.join(self.s.dir, "gateway.log")
         try:
             with open(log_path, "ab") as out:
