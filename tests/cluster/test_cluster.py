@@ -11,7 +11,8 @@ one cluster:
    branched into 9 children while its node has room for 3 more: children on
    every node, each with the buffer's sha256 and the file exact;
 3. the unmodified ``e2b`` SDK creates, runs, forks and kills;
-4. the ``forkvm`` CLI and the Python SDK, unchanged, with ``FORKVM_URL`` set;
+4. exec output and a PTY stream through the endpoint as they are written;
+   the ``forkvm`` CLI and the Python SDK, unchanged, with ``FORKVM_URL`` set;
 5. one node's Ray node process and daemon are killed: its sandboxes are
    ``lost`` within 30 s, the others keep working, and a restart of the
    endpoint keeps every route;
@@ -77,6 +78,23 @@ def test_six_spawns_spread_over_the_nodes_and_each_runs(cluster, state):
         r = b.exec("hostname")
         assert r.exit_code == 0 and r.stdout.strip() == b.id, r
     state["six"] = [b.id for b in boxes]
+
+
+def test_streams_pass_through_the_endpoint_as_they_come(cluster, state):
+    sb = forkvm.Sandbox.get(state["six"][0], client=cluster.client())
+    t0 = time.monotonic()
+    seen = []
+    for ev in sb.exec_stream("for i in 1 2 3; do echo line$i; sleep 0.5; done"):
+        seen.append((time.monotonic() - t0, ev.type, getattr(ev, "text", None)))
+    outs = [x for x in seen if x[1] == "stdout"]
+    assert "".join(x[2] for x in outs) == "line1\nline2\nline3\n", seen
+    # Streamed, not buffered: the first line came a second before the end.
+    assert outs[0][0] < seen[-1][0] - 0.8, seen
+    p = sb.processes.start("echo pty-$((6*7)); sleep 0.2", pty=(80, 24))
+    with p.attach() as stream:
+        for _ in stream:
+            pass
+    assert b"pty-42" in stream.pty, stream.pty
 
 
 def test_a_branch_of_nine_spreads_with_exact_memory_and_files(cluster, state):
