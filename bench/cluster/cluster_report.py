@@ -19,10 +19,10 @@ REQUEST_FIELDS = ["case", "i", "ms"]
 TRANSFER_FIELDS = ["case", "round", "snapshot", "snapshot_ms", "pull_ms", "spawn_ms", "exec_ms",
                    "total_ms", "bytes", "links", "links_cached", "blobs"]
 BRANCH_FIELDS = ["case", "run", "count", "ok", "total_ms", "call_ms", "first_ms", "snapshot_ms",
-                 "spawn_ms", "nodes", "copies", "copy_bytes", "copy_ms_max", "copy_links",
+                 "spawn_ms", "nodes", "last_by_node", "copies", "copy_bytes", "copy_ms_max", "copy_links",
                  "copy_cached", "error"]
 
-TRANSFER_CASES = ("same_node", "cross_warm", "cross_cold")
+TRANSFER_CASES = ("same_node", "cross_warm", "cross_cold", "cross_first")
 BRANCH_CASES = ("one_node", "three_nodes")
 
 
@@ -107,6 +107,7 @@ def write_plot(path, req, tr, br, args) -> None:
     ax.set_ylabel("pull + spawn + first exec, s (log)")
     ax.set_title("2. child on the source's node vs on another node\n"
                  "(label: bytes moved, p50)", fontsize=9)
+    ax.tick_params(axis="x", labelsize=8)
     ax = axes[2]
     if br:
         labels, p50, p90 = [], [], []
@@ -129,7 +130,7 @@ def write_results(path, req, tr, br, *, args, info, machine, started, elapsed, b
                   left, per_node_max, capacity, argv) -> str:
     L = ["# Cluster benchmark: the endpoint, cross-node children, a branch over nodes", ""]
     if args.smoke:
-        L += rp.smoke_banner("few requests, one round, a small branch, one run per case",
+        L += rp.smoke_banner("few requests, two rounds, a small branch, one run per case",
                              "bash bench/cluster/run.sh")
     L += [rp.date_line(started, elapsed, minutes=True),
           rp.forkvm_line(info, rp.git_revision()),
@@ -163,7 +164,9 @@ def write_results(path, req, tr, br, *, args, info, machine, started, elapsed, b
         L.append(f"| exec `true` through the gateway | straight to the node | **{x(r['r_p50'])}**"
                  f" | {x(r['r_p90'])} | {x(r['r_p99'])} |")
     if tr:
-        for case, what in (("cross_cold", "child on another node, template not there"),
+        for case, what in (("cross_first", "child on another node, the first copy out of the "
+                                           "source node (it chunks its template)"),
+                           ("cross_cold", "child on another node, template not there"),
                            ("cross_warm", "child on another node, template there")):
             r = ratios(tr, "r", case, "same_node")
             L.append(f"| {what} | child on the source's node | **{x(r['r_p50'])}** | "
@@ -220,10 +223,10 @@ def write_results(path, req, tr, br, *, args, info, machine, started, elapsed, b
                      + ", ".join(f"{a} ({b})" for a, b in links) + " |")
         snap = summary([r["snapshot_ms"] for r in tr if r.get("case") != "same_node"])
         L += ["", f"Snapshot of the source on n1 (not in the totals): p50 "
-              f"{rp.fmt(snap['p50'])} ms. Round 1's cold copy also pays for n1 building the "
-              "chunk lists of its boot template's files, the first time any puller asks for "
-              "them (cached in n1's `cache/artifact/` afterwards; docs/registry.md); the "
-              "later rounds' cold copies do not.", "",
+              f"{rp.fmt(snap['p50'])} ms. Round 1's cold copy is `cross_first`: it also pays "
+              "for n1 building the chunk lists of its boot template's files, the first time "
+              "any puller asks for them (cached in n1's `cache/artifact/` afterwards; "
+              "docs/registry.md); the later rounds' cold copies (`cross_cold`) do not.", "",
               "Per round (total ms, bytes moved):", "",
               "| round | " + " | ".join(TRANSFER_CASES) + " |",
               "|---:|" + "---:|" * len(TRANSFER_CASES)]
@@ -247,15 +250,17 @@ def write_results(path, req, tr, br, *, args, info, machine, started, elapsed, b
               f"children there. {args.runs} run(s) per case, interleaved (order alternating), "
               f"{args.rest:.0f} s apart, children deleted after each run. Milliseconds.", "",
               "| case | run | wall (request → last exec) | branch call | first child answered | "
-              "children per node | copies | bytes copied | links copied (cached) |",
-              "|---|---:|---:|---:|---:|---|---:|---:|---|"]
+              "children per node | last child answered, per node | copies | bytes copied | "
+              "links copied (cached) |",
+              "|---|---:|---:|---:|---:|---|---|---:|---:|---|"]
         for r in sorted(br, key=lambda r: (r["case"], r["run"])):
             if not r.get("ok"):
                 L.append(f"| {r['case']} | {r['run'] + 1} | failed: {r.get('error', '')} "
-                         "| | | | | | |")
+                         "| | | | | | | |")
                 continue
             L.append(f"| {r['case']} | {r['run'] + 1} | **{rp.fmt(r['total_ms'])}** | "
                      f"{rp.fmt(r['call_ms'])} | {rp.fmt(r['first_ms'])} | {r['nodes']} | "
+                     f"{r.get('last_by_node', '')} | "
                      f"{r['copies']} | {mib(r['copy_bytes'])} | "
                      f"{r['copy_links']} ({r['copy_cached']}) |")
         L += ["", "| case | n | wall p50 | wall p90 | call p50 |", "|---|---:|---:|---:|---:|"]

@@ -15,11 +15,11 @@
 # Usage: bash bench/cluster/run.sh [--requests N] [--rounds N] [--count N]
 #                                  [--runs N] [--smoke] [--wait-quiet S]
 #                                  [--home-parent DIR] [--out DIR]
-#   --requests N   exec `true` per path for 1. (default 300)
-#   --rounds N     rounds of 2. (default 5)
+#   --requests N   exec `true` per path for 1. (default 1000)
+#   --rounds N     rounds of 2. (default 10)
 #   --count N      children per branch in 3. (default 64)
-#   --runs N       branch runs per case in 3. (default 3)
-#   --smoke        a quick check (30 requests, 1 round, 9 children, 1 run); results say SMOKE
+#   --runs N       branch runs per case in 3. (default 5)
+#   --smoke        a quick check (30 requests, 2 rounds, 9 children, 1 run); results say SMOKE
 #   --home-parent  where the temp dir with the nodes' homes goes (default /tmp)
 #   --out DIR      results directory (default bench/cluster/results)
 #   (bench_cluster.py --help lists the rest: --memory, --parts, --warmup,

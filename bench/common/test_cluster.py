@@ -90,7 +90,8 @@ def test_results_state_every_ratio_and_the_machine(tmp_path):
     tr = []
     for rnd in range(2):
         for case, total, b in (("same_node", 600.0, 0), ("cross_warm", 1200.0, 2**20),
-                               ("cross_cold", 6000.0, 18 * 2**20)):
+                               ("cross_first" if rnd == 0 else "cross_cold", 6000.0 + rnd,
+                                18 * 2**20)):
             tr.append({"case": case, "round": rnd, "snapshot": "sn-n1-x", "snapshot_ms": 100.0,
                        "pull_ms": total - 600, "spawn_ms": 300.0, "exec_ms": 300.0,
                        "total_ms": total, "bytes": b, "links": 2, "links_cached": 0})
@@ -99,6 +100,7 @@ def test_results_state_every_ratio_and_the_machine(tmp_path):
            "copy_bytes": 0, "copy_links": 0, "copy_cached": 0},
           {"case": "three_nodes", "run": 0, "count": 64, "ok": 1, "total_ms": 45000.0,
            "call_ms": 30000.0, "first_ms": 28000.0, "nodes": "n1:22 n2:23 n3:19", "copies": 2,
+           "last_by_node": "n1:30.0s n2:45.0s n3:44.0s",
            "copy_bytes": 3 * 2**20, "copy_links": 4, "copy_cached": 2},
           {"case": "three_nodes", "run": 1, "count": 64, "ok": 0, "error": "boom"}]
     args = SimpleNamespace(smoke=False, memory=512, count=64, requests=10, warmup=2, rounds=2,
@@ -112,9 +114,10 @@ def test_results_state_every_ratio_and_the_machine(tmp_path):
     assert "`bash bench/cluster/run.sh --runs 2`" in text
     assert "| exec `true` through the gateway | straight to the node | **1.15×**" in text
     assert "template not there | child on the source's node | **10.00×**" in text
+    assert "(it chunks its template) | child on the source's node | **10.00×**" in text
     assert "template there | child on the source's node | **2.00×**" in text
     assert "64-way branch over 3 nodes | 64 on one node | **1.50×**" in text
-    assert "failed: boom" in text and "n1:22 n2:23 n3:19" in text
+    assert "failed: boom" in text and "n1:22 n2:23 n3:19" in text and "n2:45.0s" in text
     assert "18.0 MiB" in text and "SMOKE" not in text
     cr.write_plot(tmp_path / "cluster.png", req, tr, br, args)
     assert (tmp_path / "cluster.png").stat().st_size > 10_000
