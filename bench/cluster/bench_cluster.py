@@ -214,6 +214,8 @@ def transfer(rig: Rig, n1, n2, args) -> list[dict]:
 
 def branch_run(gw, src: str, count: int, case: str, run: int, timeout: float) -> dict:
     before = len(gw.log_text())
+    meter = fb.CpuMeter()  # this process's descendants (nodes, gateways, QEMUs) are ours
+    meter.start()
     t0 = time.perf_counter()
     res = gw.api.request("POST", f"/v1/sandboxes/{src}/branch",
                          {"mode": "diff", "count": count}, expect=(200, 201), timeout=timeout)
@@ -233,9 +235,11 @@ def branch_run(gw, src: str, count: int, case: str, run: int, timeout: float) ->
     last = {}
     for sid, ms in answered.items():
         last[node_of(sid)] = max(last.get(node_of(sid), 0.0), ms)
+    other = meter.other_cores()
     copies = parse_copy_lines(gw.log_text()[before:])
     spread = per_node(ids)
     row = {"case": case, "run": run, "count": count, "ok": 1, "call_ms": call_ms,
+           "other_cores": other,
            "total_ms": max(answered.values()), "first_ms": min(answered.values()),
            "last_by_node": " ".join(f"{k}:{v / 1000:.1f}s" for k, v in sorted(last.items())),
            "snapshot_ms": res.get("snapshot_ms"), "spawn_ms": res.get("spawn_ms"),
@@ -348,10 +352,16 @@ def main() -> int:
             exec_true(n.api, sb["id"])
             n.api.delete(sb["id"])
         progress(f"rig: ready in {fb.ms_since(t) / 1000:.1f} s")
+        noise = {}
+        meter = fb.CpuMeter()
         if "overhead" in parts:
+            meter.start()
             req_rows = overhead(rig, gw3, n1, args)
+            noise["overhead"] = meter.other_cores()
         if "transfer" in parts:
+            meter.start()
             tr_rows = transfer(rig, n1, n2, args)
+            noise["transfer"] = meter.other_cores()
         if "branch" in parts:
             br_rows = branches(rig, gw3, gw1, n1, solo, args)
         capacity = {n.name: n.api.info().get("capacity") for n in rig.nodes.values()}
@@ -364,7 +374,7 @@ def main() -> int:
     write_plot(out / "cluster.png", req_rows, tr_rows, br_rows, args)
     text = write_results(out / "RESULTS.md", req_rows, tr_rows, br_rows, args=args,
                          info=info, machine=machine, started=started, elapsed=elapsed,
-                         busy=busy, others=others, left=left, per_node_max=per_node_max,
+                         busy=busy, others=others, left=left, noise=noise, per_node_max=per_node_max,
                          capacity=capacity, argv=sys.argv[1:])
     print(text)
     if left:

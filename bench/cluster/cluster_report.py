@@ -19,7 +19,7 @@ REQUEST_FIELDS = ["case", "i", "ms"]
 TRANSFER_FIELDS = ["case", "round", "snapshot", "snapshot_ms", "pull_ms", "spawn_ms", "exec_ms",
                    "total_ms", "bytes", "links", "links_cached", "blobs"]
 BRANCH_FIELDS = ["case", "run", "count", "ok", "total_ms", "call_ms", "first_ms", "snapshot_ms",
-                 "spawn_ms", "nodes", "last_by_node", "copies", "copy_bytes", "copy_ms_max", "copy_links",
+                 "spawn_ms", "other_cores", "nodes", "last_by_node", "copies", "copy_bytes", "copy_ms_max", "copy_links",
                  "copy_cached", "error"]
 
 TRANSFER_CASES = ("same_node", "cross_warm", "cross_cold", "cross_first")
@@ -127,7 +127,7 @@ def write_plot(path, req, tr, br, args) -> None:
 
 
 def write_results(path, req, tr, br, *, args, info, machine, started, elapsed, busy, others,
-                  left, per_node_max, capacity, argv) -> str:
+                  left, per_node_max, capacity, argv, noise=None) -> str:
     L = ["# Cluster benchmark: the endpoint, cross-node children, a branch over nodes", ""]
     if args.smoke:
         L += rp.smoke_banner("few requests, two rounds, a small branch, one run per case",
@@ -151,6 +151,15 @@ def write_results(path, req, tr, br, *, args, info, machine, started, elapsed, b
           + ", ".join(f"{k} {(v or {}).get('memory_commit_mib', '?')} MiB"
                       for k, v in capacity.items()),
           ]
+    noise = noise or {}
+    oc = summary(_case_vals(br, "three_nodes", "other_cores")
+                 + _case_vals(br, "one_node", "other_cores"))
+    parts = [f"{k} phase {v:.2f}" for k, v in noise.items()]
+    if oc["n"]:
+        parts.append(f"branch runs p50 {oc['p50']:.2f}, max {oc['max']:.2f}")
+    if parts:
+        L.append("- Host noise — average cores kept busy by processes other than the rig's "
+                 f"(of {machine['cores']}): " + "; ".join(parts) + ".")
     L += rp.other_qemu_lines(others, 1 if others else 0, 1, "runs")
     L.append("- Leak check after the rig stopped: "
              + ("**left behind: " + ", ".join(left) + "**" if left else
@@ -263,12 +272,14 @@ def write_results(path, req, tr, br, *, args, info, machine, started, elapsed, b
                      f"{r.get('last_by_node', '')} | "
                      f"{r['copies']} | {mib(r['copy_bytes'])} | "
                      f"{r['copy_links']} ({r['copy_cached']}) |")
-        L += ["", "| case | n | wall p50 | wall p90 | call p50 |", "|---|---:|---:|---:|---:|"]
+        L += ["", "| case | n | wall p50 | wall p90 | call p50 | other cores p50 |",
+              "|---|---:|---:|---:|---:|---:|"]
         for case in BRANCH_CASES:
             s = summary(_case_vals(br, case, "total_ms"))
             c = summary(_case_vals(br, case, "call_ms"))
+            o = summary(_case_vals(br, case, "other_cores"))
             L.append(f"| {case} | {s['n']} | **{rp.fmt(s['p50'])}** | {rp.fmt(s['p90'])} | "
-                     f"{rp.fmt(c['p50'])} |")
+                     f"{rp.fmt(c['p50'])} | {rp.fmt(o['p50'], 2)} |")
         L.append("")
     L += ["Raw figures: requests.csv, transfer.csv, branch.csv; plot: cluster.png.", ""]
     text = "\n".join(L)

@@ -109,7 +109,7 @@ def test_results_state_every_ratio_and_the_machine(tmp_path):
         tmp_path / "RESULTS.md", req, tr, br, args=args, info=INFO, machine=MACHINE,
         started=dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc), elapsed=600.0, busy=0.1,
         others={}, left=[], per_node_max=23, capacity={"n1": {"memory_commit_mib": 100}},
-        argv=["--binary", "/b", "--runs", "2"])
+        argv=["--binary", "/b", "--runs", "2"], noise={"overhead": 0.12})
     assert "Accelerator: **tcg**" in text and "QEMU: 10.0.2" in text and "Test CPU" in text
     assert "`bash bench/cluster/run.sh --runs 2`" in text
     assert "| exec `true` through the gateway | straight to the node | **1.15×**" in text
@@ -119,5 +119,6 @@ def test_results_state_every_ratio_and_the_machine(tmp_path):
     assert "64-way branch over 3 nodes | 64 on one node | **1.50×**" in text
     assert "failed: boom" in text and "n1:22 n2:23 n3:19" in text and "n2:45.0s" in text
     assert "18.0 MiB" in text and "SMOKE" not in text
+    assert "overhead phase 0.12" in text
     cr.write_plot(tmp_path / "cluster.png", req, tr, br, args)
     assert (tmp_path / "cluster.png").stat().st_size > 10_000
