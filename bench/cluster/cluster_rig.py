@@ -162,7 +162,7 @@ class Rig:
                                     "(or set FORKVM_ARTIFACTS)")
         if not os.access(self.binary, os.X_OK):
             raise fb.BenchError(f"{self.binary} not found: cargo build --release -p forkvm-cli")
-        self.dir = tempfile.mkdtemp(prefix="fvc-", dir=self.parent)
+        self.dir = tempfile.mkdtemp(prefix="fvcb-", dir=self.parent)
         return self
 
     def __exit__(self, *exc) -> None:
