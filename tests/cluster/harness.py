@@ -164,6 +164,13 @@ class Cluster:
             info = c.info()
         return info.limits.max_sandboxes - info.sandboxes
 
+    def copy_snapshot(self, snap: str, frm: str, to: str) -> None:
+        """Node ``to`` pulls ``snap`` from node ``frm``'s read-only /v2, with the cluster token."""
+        src = self.nodes()[frm]["url"].removeprefix("http://")
+        with forkvm.Client(self.nodes()[to]["url"], self.cluster_token) as c:
+            c.pull_snapshot(f"{src}/forkvm/snapshots:{snap}", username="forkvm",
+                            password=self.cluster_token, insecure=True)
+
     # -- processes ----------------------------------------------------------
 
     def _up_state(self) -> dict:

@@ -14,7 +14,8 @@ one cluster:
 4. exec output and a PTY stream through the endpoint as they are written;
    the ``forkvm`` CLI and the Python SDK, unchanged, with ``FORKVM_URL`` set;
 5. one node's Ray node process and daemon are killed: its sandboxes are
-   ``lost`` within 30 s, the others keep working, and a restart of the
+   ``lost`` within 30 s, the others keep working, a snapshot of it copied to
+   another node beforehand is still found and spawned, and a restart of the
    endpoint keeps every route;
 6. the node comes back: every sandbox reported lost is stopped there, once;
 7. ``down`` leaves no QEMU, daemon, Ray process, namespace or home.
@@ -163,6 +164,10 @@ def test_a_dead_node_loses_its_sandboxes_and_the_rest_keep_working(cluster, stat
     lost = [i for i in state["six"] if h.node_of(i) == victim]
     kept = [i for i in state["six"] if h.node_of(i) != victim]
     assert len(lost) == 2 and len(kept) == 4
+    # A snapshot taken on the victim and copied to n1 beforehand (the copy a
+    # cross-node branch makes: n1 pulls it from the victim's /v2).
+    snap = cluster.client().snapshot_sandbox(lost[0]).id
+    cluster.copy_snapshot(snap, frm=victim, to="n1")
     t = cluster.kill_node(victim)
     client = cluster.client()
     deadline = t + 30
@@ -185,6 +190,12 @@ def test_a_dead_node_loses_its_sandboxes_and_the_rest_keep_working(cluster, stat
     assert e.value.status == 410 and e.value.code == "node_lost", e.value
     for i in kept:
         assert forkvm.Sandbox.get(i, client=client).exec("true").exit_code == 0
+    # The copy outlives its node: found through the endpoint, and spawnable.
+    assert client.get_snapshot(snap).id == snap
+    child = forkvm.Sandbox(snapshot=snap, client=client)
+    assert h.node_of(child.id) == "n1", child.id
+    assert child.exec("true").exit_code == 0
+    child.close()
     # The endpoint restarts under Ray's supervision and keeps every route.
     old = cluster.gateway_pid()
     os.kill(old, signal.SIGKILL)
