@@ -84,29 +84,11 @@ class TcpApi(fb.Api):
         self.port = port
         self.token = token
 
-    def request(self, method: str, path: str, body=None, expect=(200, 201, 204),
-                timeout: float | None = None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout or self.timeout)
-        try:
-            headers = {"Authorization": f"Bearer {self.token}"}
-            data = None
-            if body is not None:
-                data = json.dumps(body).encode()
-                headers["Content-Type"] = "application/json"
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-        finally:
-            conn.close()
-        parsed = None
-        if raw:
-            try:
-                parsed = json.loads(raw)
-            except ValueError:
-                parsed = raw.decode(errors="replace")
-        if resp.status not in expect:
-            raise fb.ApiError(method, path, resp.status, parsed)
-        return parsed
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.token}"}
 
 
 class Node:

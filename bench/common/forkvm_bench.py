@@ -84,11 +84,17 @@ class Api:
         self.socket_path = socket_path
         self.timeout = timeout
 
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        return UnixHTTPConnection(self.socket_path, timeout)
+
+    def _headers(self) -> dict:
+        return {}
+
     def request(self, method: str, path: str, body=None, expect=(200, 201, 204),
                 timeout: float | None = None):
-        conn = UnixHTTPConnection(self.socket_path, timeout or self.timeout)
+        conn = self._connect(timeout or self.timeout)
         try:
-            headers = {}
+            headers = self._headers()
             data = None
             if body is not None:
                 data = json.dumps(body).encode()

@@ -68,7 +68,9 @@ pub(crate) async fn run(cmd: ClusterCmd, json: bool) -> Result<ExitCode> {
         } => {
             crate::init_tracing();
             if let Some(r) = &registry {
-                if !r.contains('/') || (r.contains(':') && r.rsplit('/').next().is_some_and(|t| t.contains(':'))) {
+                if !r.contains('/')
+                    || (r.contains(':') && r.rsplit('/').next().is_some_and(|t| t.contains(':')))
+                {
                     bail!("--registry {r:?}: give HOST[:PORT]/REPOSITORY, without a tag");
                 }
             }

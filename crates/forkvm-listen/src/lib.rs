@@ -186,6 +186,18 @@ pub fn mark_authenticated(req: &Request) {
     }
 }
 
+/// Compare two credentials without an early exit, so timing does not
+/// reveal how long a matching prefix was.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0xff);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}
+
 /// Bytes waiting on a socket that nobody has read yet. True when it cannot
 /// be told (unit tests pass -1).
 fn sent_something(fd: std::os::fd::RawFd) -> bool {

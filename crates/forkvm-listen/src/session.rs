@@ -36,15 +36,7 @@ pub fn has_session(headers: &HeaderMap, token: &str) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .any(|(k, v)| k == COOKIE && eq(v.as_bytes(), want.as_bytes()))
-}
-
-fn eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0xff));
-    }
-    diff == 0
+        .any(|(k, v)| k == COOKIE && crate::constant_time_eq(v.as_bytes(), want.as_bytes()))
 }
 
 #[cfg(test)]

@@ -421,16 +421,8 @@ pub fn bearer(v: &str) -> Option<&str> {
         .then_some(token.trim())
 }
 
-/// Compare without an early exit, so timing does not reveal a prefix match.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0xff);
-        diff |= usize::from(x ^ y);
-    }
-    diff == 0
-}
+/// Compare without an early exit (shared with the cluster gateway).
+pub use forkvm_listen::constant_time_eq;
 
 /// Liveness.
 #[utoipa::path(get, path = "/v1/health", tag = "daemon",
