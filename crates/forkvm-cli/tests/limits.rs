@@ -93,16 +93,17 @@ fn disk_iops_and_bandwidth_hold_and_children_inherit_them() {
     // 8 MiB in 256 KiB reads at 2 MiB/s: about 4 s (and 32 reads are
     // well under 50 IOPS, so bandwidth is what limits). The ceiling is the
     // limit's promise; the floor only catches a limit applied at the wrong
-    // scale, so it leaves room for a TCG guest that falls behind the bucket
-    // when the host's two cores are busy (1.61 MiB/s was seen once in a full
-    // `make test`, 2.02 alone).
+    // scale (bits for bytes would give 0.25 MiB/s), so it leaves room for a
+    // TCG guest that falls behind the bucket when the host's two cores are
+    // busy (1.61 and 1.01 MiB/s were seen in full `make test` runs, 2.02
+    // alone).
     write_file(d, &child, 8);
     let _ = dd_read_seconds(d, &child, "256k", 4);
     let s = dd_read_seconds(d, &child, "256k", 32);
     let bps = 8.0 / s;
     eprintln!("disk_bps 2M: {bps:.2} MiB/s");
     assert!(
-        (1.4..=2.2).contains(&bps),
+        (0.5..=2.2).contains(&bps),
         "{bps:.2} MiB/s under a limit of 2"
     );
     drop(c);
