@@ -75,6 +75,8 @@ pub enum ClientError {
         status: u16,
         code: String,
         message: String,
+        /// What to do next, as an action the client words its own way.
+        hint: Option<crate::types::ErrorHint>,
     },
     #[error("unexpected response from the daemon: {0}")]
     Decode(String),
@@ -86,6 +88,16 @@ impl ClientError {
         match self {
             ClientError::Api { code, .. } => Some(code),
             _ => None,
+        }
+    }
+
+    /// The error a stream reported in one of its events.
+    pub fn from_detail(error: crate::types::ErrorDetail) -> Self {
+        ClientError::Api {
+            status: crate::codes::status_of(&error.code),
+            code: error.code,
+            message: error.message,
+            hint: error.hint,
         }
     }
 }
@@ -353,11 +365,7 @@ impl Client {
             on_event(&ev);
             match ev {
                 ExecEvent::Exit { .. } => Some(Ok(ev)),
-                ExecEvent::Error { error } => Some(Err(ClientError::Api {
-                    status: crate::codes::status_of(&error.code),
-                    code: error.code,
-                    message: error.message,
-                })),
+                ExecEvent::Error { error } => Some(Err(ClientError::from_detail(error))),
                 _ => None,
             }
         })
@@ -560,11 +568,13 @@ pub(crate) fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
             status: status.as_u16(),
             code: e.error.code,
             message: e.error.message,
+            hint: e.error.hint,
         },
         Err(_) => ClientError::Api {
             status: status.as_u16(),
             code: "http".into(),
             message: String::from_utf8_lossy(body).into_owned(),
+            hint: None,
         },
     }
 }

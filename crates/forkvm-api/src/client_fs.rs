@@ -101,11 +101,7 @@ impl Client {
         let resp = self.open_timed(Method::GET, &uri, None).await?;
         read_ndjson(resp, "watch", |ev: WatchEvent| {
             if let WatchEvent::Error { error } = &ev {
-                return Some(Err(ClientError::Api {
-                    status: crate::codes::status_of(&error.code),
-                    code: error.code.clone(),
-                    message: error.message.clone(),
-                }));
+                return Some(Err(ClientError::from_detail(error.clone())));
             }
             (!on_event(&ev)).then_some(Ok(()))
         })

@@ -127,11 +127,7 @@ async fn read_events(
         on_event(&ev);
         match ev {
             ImageEvent::Done { image } => Some(Ok(*image)),
-            ImageEvent::Error { error } => Some(Err(ClientError::Api {
-                status: crate::codes::status_of(&error.code),
-                code: error.code,
-                message: error.message,
-            })),
+            ImageEvent::Error { error } => Some(Err(ClientError::from_detail(error))),
             _ => None,
         }
     })

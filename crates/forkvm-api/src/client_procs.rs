@@ -8,11 +8,7 @@ use crate::client::{enc, read_ndjson, Client, ClientError};
 use crate::processes::*;
 
 fn stream_error(e: &crate::ErrorDetail) -> ClientError {
-    ClientError::Api {
-        status: crate::codes::status_of(&e.code),
-        code: e.code.clone(),
-        message: e.message.clone(),
-    }
+    ClientError::from_detail(e.clone())
 }
 
 impl Client {

@@ -58,11 +58,7 @@ impl Client {
         read_ndjson(resp, "progress", |ev: TransferEvent| {
             on_event(&ev);
             match ev {
-                TransferEvent::Error { error } => Some(Err(ClientError::Api {
-                    status: crate::codes::status_of(&error.code),
-                    code: error.code,
-                    message: error.message,
-                })),
+                TransferEvent::Error { error } => Some(Err(ClientError::from_detail(error))),
                 done @ (TransferEvent::Pushed { .. } | TransferEvent::Pulled { .. }) => {
                     Some(Ok(done))
                 }

@@ -19,6 +19,7 @@ mod doctor_volumes;
 mod exec;
 mod files;
 mod gc;
+mod hint;
 mod image;
 mod lifetime;
 mod mcp;
@@ -57,6 +58,9 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("forkvm: {e:#}");
+            if let Some(line) = hint::line(&e) {
+                eprintln!("{line}");
+            }
             ExitCode::from(1)
         }
     }

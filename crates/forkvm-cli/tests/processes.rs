@@ -212,7 +212,19 @@ fn background_processes_replay_their_output_and_take_stdin_and_signals() {
             .await
             .unwrap_err();
         assert_eq!(status(&e), 404, "{e}");
-        assert!(e.to_string().contains("forkvm proc ls"), "{e}");
+        // The hint names the action, which the CLI words as its command.
+        match &e {
+            forkvm_api::ClientError::Api { hint: Some(h), .. } => {
+                assert_eq!(h.action, forkvm_api::types::HintAction::ListProcesses);
+                assert_eq!(h.target.as_deref(), Some(id.as_str()));
+            }
+            other => panic!("no hint: {other}"),
+        }
+        assert!(
+            e.to_string()
+                .contains("list the running processes of sandbox"),
+            "{e}"
+        );
         let e = c.signal_process(&id, "nope", 15).await.unwrap_err();
         assert_eq!(status(&e), 404, "{e}");
         let e = c.signal_process(&id, "nope", 0).await.unwrap_err();

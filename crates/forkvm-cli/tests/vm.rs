@@ -413,6 +413,7 @@ async fn tcp_needs_the_right_token() {
                 status,
                 ref code,
                 ref message,
+                ..
             } => {
                 assert_eq!(status, 401);
                 assert_eq!(code, "unauthorized");

@@ -71,6 +71,7 @@ fn api_error(node: &Node, e: ClientError) -> Response<Body> {
             status,
             code,
             message,
+            ..
         } => error(
             StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
             &code,

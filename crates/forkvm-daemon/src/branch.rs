@@ -4,11 +4,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, SnapshotSizes};
+use forkvm_api::SnapshotSizes;
 
 use crate::db::Origin;
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind, HintAction};
 use crate::manager::Manager;
 use crate::snapshot::{kind, Save};
 use crate::util::{self, ms};
@@ -20,7 +19,7 @@ impl Manager {
         self: &Arc<Self>,
         id: &str,
         req: forkvm_api::BranchRequest,
-    ) -> Result<forkvm_api::BranchResult, ApiError> {
+    ) -> Result<forkvm_api::BranchResult, EngineError> {
         let over = req.limits.clone();
         if let Some(o) = &over {
             crate::limits::check(o, self.cfg.limits.max_cpus)?;
@@ -33,7 +32,7 @@ impl Manager {
         crate::metrics::METRICS.branched(&mode, r.is_ok(), r.as_ref().ok().map(|b| b.pause_ms));
         match &mut r {
             Err(e) => {
-                tracing::warn!(sandbox = %id, code = e.code, "branch of sandbox {id} failed: {}", e.message)
+                tracing::warn!(sandbox = %id, code = e.code(), "branch of sandbox {id} failed: {}", e.message)
             }
             Ok(b) => {
                 // Children carry the source's metadata, env, timeout and
@@ -76,13 +75,13 @@ impl Manager {
         self: &Arc<Self>,
         id: &str,
         req: forkvm_api::BranchRequest,
-    ) -> Result<forkvm_api::BranchResult, ApiError> {
+    ) -> Result<forkvm_api::BranchResult, EngineError> {
         use forkvm_api::BranchMode;
         let t0 = Instant::now();
         let mode = req.mode.unwrap_or_default();
         let count = req.count.unwrap_or(1);
         if count > 1000 {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "count must be between 0 and 1000 (got {count})"
             )));
         }
@@ -92,14 +91,14 @@ impl Manager {
             .max_sandboxes
             .saturating_sub(self.db.count()?);
         if count > free {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                codes::LIMIT_EXCEEDED,
+            return Err(EngineError::new(
+                ErrorKind::LimitExceeded,
                 format!(
-                    "{count} children would pass the limit of {} sandboxes ({free} free); remove some with `forkvm rm`",
+                    "{count} children would pass the limit of {} sandboxes ({free} free)",
                     self.cfg.limits.max_sandboxes
                 ),
-            ));
+            )
+            .hint(HintAction::RemoveSandboxes));
         }
         // Each child starts mapping what the source has touched.
         let each = self

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use forkvm_api::SandboxState;
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::Manager;
 use forkvm_qemu::process;
 
@@ -222,7 +222,12 @@ impl Manager {
     /// After a teardown: if something is left, keep the sandbox visible as
     /// `failed` with what is left and schedule a retry. Returns the error a
     /// removal reports.
-    pub(crate) fn keep_if_left(&self, id: &str, what: Pending, reason: &str) -> Option<ApiError> {
+    pub(crate) fn keep_if_left(
+        &self,
+        id: &str,
+        what: Pending,
+        reason: &str,
+    ) -> Option<EngineError> {
         let left = leftover(id)?;
         mark(&self.cfg.sandbox_paths(id).dir, what);
         let why = match what {
@@ -237,7 +242,7 @@ impl Manager {
         };
         let _ = self.db.set_failed(id, &why);
         tracing::warn!(sandbox = %id, "sandbox {id}: {why}");
-        Some(ApiError::internal(format!(
+        Some(EngineError::internal(format!(
             "sandbox {id}: its VM is gone, but {left}; it stays listed as failed and the daemon \
              retries the cleanup every {} s",
             RETRY_EVERY.as_secs()

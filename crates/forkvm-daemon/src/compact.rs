@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use forkvm_qemu::{blockjob, Qmp};
 
 use crate::config::SandboxPaths;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::{Live, Manager};
 use crate::util::ms;
 
@@ -143,9 +143,9 @@ impl Manager {
     /// Before a freeze: let the sandbox's stream finish (or cancel it after
     /// [`SETTLE_WAIT`]), and clear concluded jobs, which would otherwise keep
     /// their nodes busy. `qmp` is the freeze's own connection.
-    pub(crate) async fn settle_disk(&self, qmp: &Qmp, id: &str) -> Result<(), ApiError> {
+    pub(crate) async fn settle_disk(&self, qmp: &Qmp, id: &str) -> Result<(), EngineError> {
         let qerr = |e: forkvm_qemu::QmpError| {
-            ApiError::internal(format!("cannot query sandbox {id}'s disk jobs: {e}"))
+            EngineError::internal(format!("cannot query sandbox {id}'s disk jobs: {e}"))
         };
         let t0 = Instant::now();
         let mut cancelled = false;

@@ -16,7 +16,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use forkvm_api::{SandboxState, SpawnTimings};
 
 use crate::changes::{Action, Change, Notifier};
-use crate::error::ApiError;
+use crate::error::EngineError;
 
 mod info;
 mod lifecycle;
@@ -599,9 +599,9 @@ fn finish_row(r: Raw) -> Result<SandboxRow, DbError> {
     })
 }
 
-impl From<DbError> for ApiError {
+impl From<DbError> for EngineError {
     fn from(e: DbError) -> Self {
-        ApiError::internal(format!("{e}; check the disk holding FORKVM_HOME"))
+        EngineError::internal(format!("{e}; check the disk holding FORKVM_HOME"))
     }
 }
 

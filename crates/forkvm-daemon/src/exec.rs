@@ -8,12 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use base64::Engine;
-use forkvm_api::{codes, ExecRequest, ExecResult, FileWritten, OutputEncoding};
+use forkvm_api::{ExecRequest, ExecResult, FileWritten, OutputEncoding};
 
 use crate::agent::{AgentConn, ExecOutcome, ExecSpec};
-use crate::error::{agent_error, ApiError};
+use crate::error::{agent_error, EngineError, ErrorKind};
 use crate::fs::check_guest_path;
 use crate::manager::Manager;
 
@@ -28,14 +27,14 @@ impl Manager {
         &self,
         id: &str,
         req: ExecRequest,
-    ) -> Result<(Arc<AgentConn>, ExecSpec, Duration), ApiError> {
+    ) -> Result<(Arc<AgentConn>, ExecSpec, Duration), EngineError> {
         let l = &self.cfg.limits;
         // The image's config gives the defaults (docs/images.md).
         let mut req = req;
         let defaults = self.exec_defaults_of(id)?;
         let docker = req.cmd.is_some() || req.entrypoint.is_some();
         if docker && !req.argv.is_empty() {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 "give argv (a command run as it is) or cmd/entrypoint (Docker's rules: cmd \
                  replaces the image's Cmd after its Entrypoint), not both",
             ));
@@ -44,7 +43,7 @@ impl Manager {
             let cmd = req.cmd.take().unwrap_or_default();
             req.argv = defaults.docker_argv(req.entrypoint.take().as_deref(), &cmd);
             if req.argv.is_empty() {
-                return Err(ApiError::invalid(if docker {
+                return Err(EngineError::invalid(if docker {
                     "nothing to run: the entrypoint is empty and no cmd was given"
                 } else {
                     "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"] \
@@ -53,7 +52,7 @@ impl Manager {
             }
         }
         if req.argv[0].is_empty() {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 "argv must name a program, e.g. [\"python3\", \"-c\", \"print(1)\"]",
             ));
         }
@@ -66,18 +65,19 @@ impl Manager {
         req.user = req.user.or(defaults.user);
         let stdin = match (req.stdin, req.stdin_base64) {
             (Some(_), Some(_)) => {
-                return Err(ApiError::invalid("give stdin or stdin_base64, not both"))
+                return Err(EngineError::invalid("give stdin or stdin_base64, not both"))
             }
             (Some(s), None) => s.into_bytes(),
             (None, Some(b)) => base64::engine::general_purpose::STANDARD
                 .decode(b.as_bytes())
-                .map_err(|e| ApiError::invalid(format!("stdin_base64 is not valid base64: {e}")))?,
+                .map_err(|e| {
+                    EngineError::invalid(format!("stdin_base64 is not valid base64: {e}"))
+                })?,
             (None, None) => Vec::new(),
         };
         if stdin.len() as u64 > l.max_file_bytes {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                codes::PAYLOAD_TOO_LARGE,
+            return Err(EngineError::new(
+                ErrorKind::TooLarge,
                 format!(
                     "stdin is {} bytes, over the limit of {}",
                     stdin.len(),
@@ -87,14 +87,14 @@ impl Manager {
         }
         let timeout_ms = req.timeout_ms.unwrap_or(l.max_exec_timeout_ms);
         if timeout_ms == 0 || timeout_ms > l.max_exec_timeout_ms {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "timeout_ms must be between 1 and {}",
                 l.max_exec_timeout_ms
             )));
         }
         let max_output = req.max_output_bytes.unwrap_or(l.max_exec_output_bytes);
         if max_output > l.max_exec_output_bytes {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "max_output_bytes may be at most {}",
                 l.max_exec_output_bytes
             )));
@@ -116,7 +116,7 @@ impl Manager {
 
     /// Run a command and wait for it (`stream` is ignored: streaming is the
     /// REST handler's rendering of [`Manager::prepare_exec`]).
-    pub async fn exec(&self, id: &str, req: ExecRequest) -> Result<ExecResult, ApiError> {
+    pub async fn exec(&self, id: &str, req: ExecRequest) -> Result<ExecResult, EngineError> {
         let encoding = req.encoding.unwrap_or_default();
         let (agent, spec, deadline) = self.prepare_exec(id, req).await?;
         let out = agent
@@ -134,11 +134,11 @@ impl Manager {
         path: String,
         mode: Option<u32>,
         data: &[u8],
-    ) -> Result<FileWritten, ApiError> {
+    ) -> Result<FileWritten, EngineError> {
         check_guest_path(&path)?;
         let mode = match mode {
             Some(m) if m > 0o7777 => {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "mode {m:o} is not an octal mode like 644"
                 )))
             }
@@ -147,9 +147,8 @@ impl Manager {
         };
         let max = self.cfg.limits.max_file_bytes;
         if data.len() as u64 > max {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                codes::PAYLOAD_TOO_LARGE,
+            return Err(EngineError::new(
+                ErrorKind::TooLarge,
                 format!("file is {} bytes, over the limit of {max}", data.len()),
             ));
         }
@@ -163,7 +162,7 @@ impl Manager {
     }
 
     /// Read a whole file from the guest, up to the daemon's file limit.
-    pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, ApiError> {
+    pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, EngineError> {
         check_guest_path(path)?;
         let live = self.running(id)?;
         let agent = live.agent().await.map_err(|e| agent_error(id, e))?;

@@ -6,11 +6,8 @@
 //! console (which `earlyprintk` makes cover early boot too), QEMU's exit
 //! status, and QEMU's stderr; failed spawns also carry the console tail.
 
-use axum::http::StatusCode;
-use forkvm_api::codes;
-
 use crate::config::SandboxPaths;
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 use crate::util;
 
 /// How a QEMU process ended.
@@ -85,10 +82,9 @@ pub(crate) fn console_tail(paths: &SandboxPaths) -> String {
 }
 
 /// The error of a spawn whose VM exited before its agent answered.
-pub(crate) fn died_while_booting(why: &str, paths: &SandboxPaths) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        codes::QEMU_FAILED,
+pub(crate) fn died_while_booting(why: &str, paths: &SandboxPaths) -> EngineError {
+    EngineError::new(
+        ErrorKind::QemuFailed,
         format!(
             "the VM died while booting: {why}. Last console lines:\n{}",
             console_tail(paths)
@@ -162,7 +158,7 @@ mod tests {
             "{r}"
         );
         let e = died_while_booting(&r, &paths);
-        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(e.kind, crate::error::ErrorKind::QemuFailed);
         assert!(e.message.contains("Last console lines:\n"), "{}", e.message);
         assert!(e.message.contains("Oops: divide error"), "{}", e.message);
     }

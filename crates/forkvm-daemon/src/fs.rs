@@ -6,13 +6,12 @@
 //! `forkvm_agent_protocol::caps`); this module checks the input, maps the
 //! agent's types to the API's and its errors to statuses.
 
-use axum::http::StatusCode;
 use forkvm_api::{
-    codes, ArchiveWritten, DirMade, EntryInfo, EntryList, FileKind, FsEvent, FsOp, WatcherEvents,
+    ArchiveWritten, DirMade, EntryInfo, EntryList, FileKind, FsEvent, FsOp, WatcherEvents,
 };
 
 use crate::agent::{AgentStream, WatchEvent};
-use crate::error::{agent_error, logged, ApiError};
+use crate::error::{agent_error, logged, EngineError, ErrorKind};
 use crate::manager::Manager;
 
 pub mod archive;
@@ -23,14 +22,14 @@ pub const MAX_DEPTH: u32 = 64;
 pub const MAX_ARCHIVE_PATHS: usize = 1000;
 
 /// A guest path must be absolute and free of NUL.
-pub(crate) fn check_guest_path(p: &str) -> Result<(), ApiError> {
+pub(crate) fn check_guest_path(p: &str) -> Result<(), EngineError> {
     if !p.starts_with('/') {
-        return Err(ApiError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "path must be absolute (got {p:?})"
         )));
     }
     if p.contains('\0') {
-        return Err(ApiError::invalid("path must not contain NUL"));
+        return Err(EngineError::invalid("path must not contain NUL"));
     }
     Ok(())
 }
@@ -76,7 +75,7 @@ pub fn fs_events(events: Vec<forkvm_agent_protocol::FsEvent>) -> Vec<FsEvent> {
 
 impl Manager {
     /// Describe one path (`lstat`).
-    pub async fn stat_file(&self, id: &str, path: &str) -> Result<EntryInfo, ApiError> {
+    pub async fn stat_file(&self, id: &str, path: &str) -> Result<EntryInfo, EngineError> {
         check_guest_path(path)?;
         let agent = self.guest_agent(id).await?;
         agent
@@ -87,7 +86,7 @@ impl Manager {
     }
 
     /// Whether a path exists.
-    pub async fn file_exists(&self, id: &str, path: &str) -> Result<bool, ApiError> {
+    pub async fn file_exists(&self, id: &str, path: &str) -> Result<bool, EngineError> {
         check_guest_path(path)?;
         let agent = self.guest_agent(id).await?;
         agent
@@ -97,10 +96,15 @@ impl Manager {
     }
 
     /// The entries of a directory, `depth` levels down (1: its own).
-    pub async fn list_dir(&self, id: &str, path: &str, depth: u32) -> Result<EntryList, ApiError> {
+    pub async fn list_dir(
+        &self,
+        id: &str,
+        path: &str,
+        depth: u32,
+    ) -> Result<EntryList, EngineError> {
         check_guest_path(path)?;
         if !(1..=MAX_DEPTH).contains(&depth) {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "depth must be between 1 and {MAX_DEPTH} (got {depth})"
             )));
         }
@@ -115,7 +119,7 @@ impl Manager {
     }
 
     /// `mkdir -p`.
-    pub async fn make_dir(&self, id: &str, path: &str) -> Result<DirMade, ApiError> {
+    pub async fn make_dir(&self, id: &str, path: &str) -> Result<DirMade, EngineError> {
         check_guest_path(path)?;
         let agent = self.guest_agent(id).await?;
         let made = agent
@@ -134,7 +138,7 @@ impl Manager {
         id: &str,
         source: &str,
         destination: &str,
-    ) -> Result<EntryInfo, ApiError> {
+    ) -> Result<EntryInfo, EngineError> {
         check_guest_path(source)?;
         check_guest_path(destination)?;
         let agent = self.guest_agent(id).await?;
@@ -146,10 +150,10 @@ impl Manager {
     }
 
     /// Remove a file, or a directory with everything in it.
-    pub async fn remove_file(&self, id: &str, path: &str) -> Result<(), ApiError> {
+    pub async fn remove_file(&self, id: &str, path: &str) -> Result<(), EngineError> {
         check_guest_path(path)?;
         if path.trim_matches('/').is_empty() {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 "refusing to remove the guest's root directory",
             ));
         }
@@ -167,7 +171,7 @@ impl Manager {
         id: &str,
         path: &str,
         recursive: bool,
-    ) -> Result<AgentStream<WatchEvent>, ApiError> {
+    ) -> Result<AgentStream<WatchEvent>, EngineError> {
         check_guest_path(path)?;
         let agent = self.guest_agent(id).await?;
         agent
@@ -182,7 +186,7 @@ impl Manager {
         id: &str,
         path: &str,
         recursive: bool,
-    ) -> Result<String, ApiError> {
+    ) -> Result<String, EngineError> {
         check_guest_path(path)?;
         let agent = self.guest_agent(id).await?;
         agent
@@ -192,7 +196,11 @@ impl Manager {
     }
 
     /// The changes a watcher saw since its last poll.
-    pub async fn poll_watcher(&self, id: &str, watcher: &str) -> Result<WatcherEvents, ApiError> {
+    pub async fn poll_watcher(
+        &self,
+        id: &str,
+        watcher: &str,
+    ) -> Result<WatcherEvents, EngineError> {
         let agent = self.guest_agent(id).await?;
         let (events, dropped) = agent
             .watcher_poll(watcher)
@@ -205,7 +213,7 @@ impl Manager {
     }
 
     /// Remove a watcher.
-    pub async fn remove_watcher(&self, id: &str, watcher: &str) -> Result<(), ApiError> {
+    pub async fn remove_watcher(&self, id: &str, watcher: &str) -> Result<(), EngineError> {
         let agent = self.guest_agent(id).await?;
         agent
             .watcher_remove(watcher)
@@ -222,14 +230,14 @@ impl Manager {
         &self,
         id: &str,
         paths: Vec<String>,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Vec<u8>, EngineError> {
         if paths.is_empty() {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 "name at least one path to download: ?path=/a&path=/b",
             ));
         }
         if paths.len() > MAX_ARCHIVE_PATHS {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "at most {MAX_ARCHIVE_PATHS} paths at once (got {})",
                 paths.len()
             )));
@@ -239,7 +247,7 @@ impl Manager {
             // Members are named by the path asked for: `/tmp/../etc` would
             // name them `tmp/../etc/...`.
             if p.split('/').any(|c| c == "..") {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "path {p:?} has a `..` component: name the directory itself, e.g. /etc"
                 )));
             }
@@ -253,9 +261,8 @@ impl Manager {
             logged(
                 id,
                 "downloading an archive",
-                ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    codes::GUEST_ERROR,
+                EngineError::new(
+                    ErrorKind::Guest,
                     format!("the guest sent an archive that cannot be read: {e}"),
                 ),
             )
@@ -278,12 +285,11 @@ impl Manager {
         id: &str,
         dest: &str,
         tar: &[u8],
-    ) -> Result<ArchiveWritten, ApiError> {
+    ) -> Result<ArchiveWritten, EngineError> {
         check_guest_path(dest)?;
         if tar.len() as u64 > self.cfg.limits.max_request_bytes {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                codes::PAYLOAD_TOO_LARGE,
+            return Err(EngineError::new(
+                ErrorKind::TooLarge,
                 format!(
                     "the archive is {} bytes, over the limit of {}",
                     tar.len(),

@@ -29,7 +29,7 @@ use forkvm_qemu::MachineSpec;
 
 use crate::cgroup::{Cgroup, Layout};
 use crate::config::{Config, SandboxPaths};
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 
 /// Host-wide: every daemon allocates uids here.
 const UID_LOCKS: &str = "/run/forkvm-jail/uids";
@@ -126,10 +126,10 @@ impl Jailer {
     }
 
     /// Take a free uid: the flock on its lock file is the allocation.
-    fn take_uid(&self) -> Result<(u32, std::fs::File), ApiError> {
+    fn take_uid(&self) -> Result<(u32, std::fs::File), EngineError> {
         use std::os::fd::AsRawFd;
         std::fs::create_dir_all(UID_LOCKS).map_err(|e| {
-            ApiError::internal(format!("cannot create {UID_LOCKS}: {e}; the jail needs it"))
+            EngineError::internal(format!("cannot create {UID_LOCKS}: {e}; the jail needs it"))
         })?;
         let (first, n) = self.uids;
         for uid in first..first.saturating_add(n) {
@@ -147,10 +147,7 @@ impl Jailer {
                 return Ok((uid, f));
             }
         }
-        Err(ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            forkvm_api::codes::QEMU_FAILED,
-            format!(
+        Err(EngineError::new(ErrorKind::CapacityExceeded, format!(
                 "all {n} jail uids from {first} are in use; widen `serve --jail-uids` or remove sandboxes"
             ),
         ))
@@ -162,12 +159,12 @@ impl Jailer {
         id: &str,
         spec: &MachineSpec,
         paths: &SandboxPaths,
-    ) -> Result<Option<Jail>, ApiError> {
+    ) -> Result<Option<Jail>, EngineError> {
         if !self.enabled {
             return Ok(None);
         }
         let err = |what: &str, e: std::io::Error| {
-            ApiError::internal(format!(
+            EngineError::internal(format!(
                 "cannot prepare the jail of sandbox {id}: {what}: {e}"
             ))
         };
@@ -195,7 +192,7 @@ impl Jailer {
         ro(&spec.initrd);
         // Every layer under the top: QEMU opens the chain by name at start.
         let chain = forkvm_qemu::qcow2::chain(&spec.root_disk)
-            .map_err(|e| ApiError::internal(format!("cannot read the disk chain: {e}")))?;
+            .map_err(|e| EngineError::internal(format!("cannot read the disk chain: {e}")))?;
         for layer in chain.iter().skip(1) {
             ro(layer);
         }
@@ -210,9 +207,9 @@ impl Jailer {
         for m in mounts.iter().filter(|m| m.access == Access::ReadOnly) {
             let readable = std::fs::metadata(&m.path).is_ok_and(|md| md.mode() & 0o004 != 0);
             if !readable {
-                return Err(ApiError::internal(format!(
+                return Err(EngineError::internal(format!(
                     "{} is not world-readable, so the jailed QEMU of sandbox {id} (uid {uid}) \
-                     cannot read it; run `chmod a+r {}` (or `forkvm serve --no-jail` to debug)",
+                     cannot read it; make it readable (chmod a+r {}), or debug with the daemon's --no-jail",
                     m.path.display(),
                     m.path.display()
                 )));

@@ -17,13 +17,15 @@ use std::time::Duration;
 
 use forkvm_api::SandboxLimits;
 
-use crate::error::ApiError;
+use crate::error::{EngineError, HintAction};
 use crate::manager::Manager;
 
 /// Check limits before anything is created.
-pub fn check(l: &SandboxLimits, max_cpus: u32) -> Result<(), ApiError> {
+pub fn check(l: &SandboxLimits, max_cpus: u32) -> Result<(), EngineError> {
     let bad = |what: &str, range: String| {
-        Err(ApiError::invalid(format!("limits.{what} must be {range}")))
+        Err(EngineError::invalid(format!(
+            "limits.{what} must be {range}"
+        )))
     };
     if let Some(c) = l.cpu_percent {
         if c == 0 || c > 100 * max_cpus {
@@ -73,7 +75,11 @@ fn tbf_args(kbps: u64) -> Vec<String> {
 
 impl Manager {
     /// Apply `l` to the running sandbox `id`.
-    pub(crate) async fn apply_limits(&self, id: &str, l: &SandboxLimits) -> Result<(), ApiError> {
+    pub(crate) async fn apply_limits(
+        &self,
+        id: &str,
+        l: &SandboxLimits,
+    ) -> Result<(), EngineError> {
         if l.is_empty() {
             return Ok(());
         }
@@ -94,16 +100,16 @@ impl Manager {
         &self,
         qmp: &std::path::Path,
         l: &SandboxLimits,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         let q = forkvm_qemu::Qmp::connect(qmp, Duration::from_secs(10))
             .await
             .map_err(|e| {
-                ApiError::internal(format!("cannot reach QMP to throttle the disk: {e}"))
+                EngineError::internal(format!("cannot reach QMP to throttle the disk: {e}"))
             })?;
         let blocks = q
             .execute("query-block", None)
             .await
-            .map_err(|e| ApiError::internal(format!("query-block: {e}")))?;
+            .map_err(|e| EngineError::internal(format!("query-block: {e}")))?;
         // The virtio-blk device's QOM path: the device has no id of its own
         // (an id would change the device's migration path, and old
         // snapshots would no longer restore).
@@ -112,7 +118,7 @@ impl Manager {
             .into_iter()
             .flatten()
             .find_map(|b| b.get("inserted").and(b["qdev"].as_str()))
-            .ok_or_else(|| ApiError::internal("the sandbox's disk device was not found"))?
+            .ok_or_else(|| EngineError::internal("the sandbox's disk device was not found"))?
             .to_string();
         q.execute(
             "block_set_io_throttle",
@@ -127,15 +133,15 @@ impl Manager {
             })),
         )
         .await
-        .map_err(|e| ApiError::internal(format!("cannot throttle the disk: {e}")))?;
+        .map_err(|e| EngineError::internal(format!("cannot throttle the disk: {e}")))?;
         Ok(())
     }
 
-    async fn shape_net(&self, id: &str, kbps: u64) -> Result<(), ApiError> {
+    async fn shape_net(&self, id: &str, kbps: u64) -> Result<(), EngineError> {
         let ns = forkvm_net::ns_name(id);
         for dev in [forkvm_net::TAP_NAME, forkvm_net::UPLINK_NAME] {
             if !std::path::Path::new("/run/netns").join(&ns).exists() {
-                return Err(ApiError::invalid(
+                return Err(EngineError::invalid(
                     "limits.net_kbps needs a network: the sandbox has none",
                 ));
             }
@@ -148,12 +154,12 @@ impl Manager {
                 .args(&args)
                 .output()
                 .await
-                .map_err(|e| ApiError::internal(format!("cannot run tc (iproute2): {e}")))?;
+                .map_err(|e| EngineError::internal(format!("cannot run tc (iproute2): {e}")))?;
             // A sandbox with `network: none` has a tap but no uplink.
             let no_uplink = dev == forkvm_net::UPLINK_NAME
                 && String::from_utf8_lossy(&out.stderr).contains("Cannot find device");
             if !out.status.success() && !no_uplink {
-                return Err(ApiError::internal(format!(
+                return Err(EngineError::internal(format!(
                     "tc {}: {}",
                     args.join(" "),
                     String::from_utf8_lossy(&out.stderr).trim()
@@ -170,21 +176,24 @@ impl Manager {
         id: &str,
         ram_mib: u64,
         l: &SandboxLimits,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         if l.cpu_percent.is_none() && l.memory_overhead_mib.is_none() && l.pids.is_none() {
             return Ok(());
         }
         let cg = match self.jail.cgroup(id) {
             Some(cg) if self.jail.enabled => cg,
             _ => {
-                return Err(ApiError::invalid(
-                    "limits.cpu_percent, memory_overhead_mib and pids need the sandbox's own cgroup,                      which only a jailed QEMU has: run the daemon without --no-jail, on a host with                      cgroups (see `forkvm doctor`)",
-                ))
+                return Err(EngineError::invalid(
+                    "limits.cpu_percent, memory_overhead_mib and pids need the sandbox's own \
+                     cgroup, which only a jailed QEMU has: run the daemon without --no-jail, on a \
+                     host with cgroups",
+                )
+                .hint(HintAction::CheckHost))
             }
         };
         for (controller, file, value) in cgroup_settings(cg.is_v2(), ram_mib, l) {
             cg.set(controller, file, &value).map_err(|e| {
-                ApiError::internal(format!(
+                EngineError::internal(format!(
                     "cannot set {file} of sandbox {id}'s cgroup to {value}: {e}"
                 ))
             })?;

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use axum::extract::Request;
-use axum::http::{self, StatusCode};
+use axum::http::{self};
 use axum::response::IntoResponse;
 use forkvm_api::{
     BranchRequest, BranchResult, CreateSandbox, CreateSnapshot, EntryList, ExecRequest, ExecResult,
@@ -24,22 +24,26 @@ use forkvm_mcp::http::Endpoint;
 pub use forkvm_mcp::http::Guard;
 use forkvm_mcp::{Backend, BackendError};
 
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 use crate::manager::Manager;
 use crate::spawn::Created;
 
 /// The daemon's backend: the manager itself.
 pub struct Actions(pub Arc<Manager>);
 
-fn err(e: ApiError) -> BackendError {
-    BackendError::new(e.status.as_u16(), e.code, e.message)
+fn err(e: EngineError) -> BackendError {
+    BackendError::new(
+        forkvm_api::codes::status_of(e.code()),
+        e.code(),
+        e.to_string(),
+    )
 }
 
 /// Run an action on its own task, as the REST handlers do for the long
 /// ones: a client that hangs up does not drop a spawn, branch or removal
 /// half-way.
 async fn detached<T: Send + 'static>(
-    f: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
+    f: impl std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
 ) -> Result<T, BackendError> {
     tokio::spawn(f)
         .await
@@ -131,9 +135,8 @@ pub fn service(mgr: Arc<Manager>, guard: Guard) -> axum::routing::MethodRouter<A
             let body = match axum::body::to_bytes(body, limit).await {
                 Ok(b) => b,
                 Err(e) => {
-                    return ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        forkvm_api::codes::PAYLOAD_TOO_LARGE,
+                    return EngineError::new(
+                        ErrorKind::TooLarge,
                         format!("the MCP message could not be read: {e}"),
                     )
                     .into_response()

@@ -7,7 +7,7 @@ use forkvm_qemu::process;
 use forkvm_store::Snapshot as StoredSnapshot;
 
 use crate::db::SnapshotRow;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::{Manager, Prepared, MAX_POOL};
 
 impl Manager {
@@ -146,9 +146,9 @@ impl Manager {
         self: &Arc<Self>,
         id_or_tag: &str,
         size: Option<u32>,
-    ) -> Result<forkvm_api::Snapshot, ApiError> {
+    ) -> Result<forkvm_api::Snapshot, EngineError> {
         if size.is_some_and(|n| n > MAX_POOL) {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "a warm pool holds at most {MAX_POOL} processes"
             )));
         }

@@ -11,14 +11,13 @@
 
 use std::sync::Arc;
 
-use axum::http::StatusCode;
 use forkvm_agent_protocol::caps::INPUT_QUEUE;
 use forkvm_api::{
-    check_tag, codes, Process, ProcessList, ProcessRef, PtySize, StartProcess, MAX_PTY_SIDE,
+    check_tag, Process, ProcessList, ProcessRef, PtySize, StartProcess, MAX_PTY_SIDE,
 };
 
 use crate::agent::{AgentConn, AgentStream, ProcEvent, ProcSpec, ProcTarget};
-use crate::error::{agent_error, logged, ApiError};
+use crate::error::{agent_error, logged, EngineError, ErrorKind, HintAction};
 use crate::fs::check_guest_path;
 use crate::manager::Manager;
 
@@ -35,10 +34,10 @@ fn target(r: &ProcessRef) -> ProcTarget {
     }
 }
 
-fn check_pty(size: PtySize) -> Result<forkvm_agent_protocol::PtySize, ApiError> {
+fn check_pty(size: PtySize) -> Result<forkvm_agent_protocol::PtySize, EngineError> {
     let ok = |n: u16| (1..=MAX_PTY_SIDE).contains(&n);
     if !ok(size.cols) || !ok(size.rows) {
-        return Err(ApiError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "a terminal has 1 to {MAX_PTY_SIDE} columns and rows (got {}x{})",
             size.cols, size.rows
         )));
@@ -51,20 +50,18 @@ fn check_pty(size: PtySize) -> Result<forkvm_agent_protocol::PtySize, ApiError> 
 
 impl Manager {
     /// The agent connection of a running sandbox.
-    pub async fn guest_agent(&self, id: &str) -> Result<Arc<AgentConn>, ApiError> {
+    pub async fn guest_agent(&self, id: &str) -> Result<Arc<AgentConn>, EngineError> {
         let live = self.running(id)?;
         live.agent().await.map_err(|e| agent_error(id, e))
     }
 
     /// An error about process `r` of sandbox `id`, logged; a process that
     /// is not there says how to list those that are.
-    fn proc_error(&self, id: &str, what: &str, e: crate::agent::AgentError) -> ApiError {
+    fn proc_error(&self, id: &str, what: &str, e: crate::agent::AgentError) -> EngineError {
         let mut e = agent_error(id, e);
-        if e.status == StatusCode::NOT_FOUND {
-            e.message = format!(
-                "{} in sandbox {id}; `forkvm proc ls {id}` lists its running processes",
-                e.message
-            );
+        if e.kind == crate::error::ErrorKind::NotFound {
+            e.message = format!("{} in sandbox {id}", e.message);
+            e = e.hint_on(HintAction::ListProcesses, id);
         }
         logged(id, what, e)
     }
@@ -76,25 +73,25 @@ impl Manager {
         &self,
         id: &str,
         req: StartProcess,
-    ) -> Result<ProcessStream, ApiError> {
+    ) -> Result<ProcessStream, EngineError> {
         let defaults = self.exec_defaults_of(id)?;
         let mut argv = req.argv;
         if argv.is_empty() {
             argv = defaults.default_argv();
             if argv.is_empty() {
-                return Err(ApiError::invalid(
+                return Err(EngineError::invalid(
                     "argv must name a program, e.g. [\"python3\", \"-m\", \"http.server\"] \
                      (this sandbox's image has no default command: no Entrypoint or Cmd)",
                 ));
             }
         }
         if argv[0].is_empty() {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 "argv must name a program, e.g. [\"python3\", \"-m\", \"http.server\"]",
             ));
         }
         if let Some(t) = &req.tag {
-            check_tag(t).map_err(ApiError::invalid)?;
+            check_tag(t).map_err(EngineError::invalid)?;
         }
         let pty = req.pty.map(check_pty).transpose()?;
         // The image's Env, then the sandbox's own, then the request's.
@@ -127,7 +124,7 @@ impl Manager {
     }
 
     /// The running background processes.
-    pub async fn list_processes(&self, id: &str) -> Result<ProcessList, ApiError> {
+    pub async fn list_processes(&self, id: &str) -> Result<ProcessList, EngineError> {
         let agent = self.guest_agent(id).await?;
         let procs = agent
             .proc_list()
@@ -156,7 +153,7 @@ impl Manager {
         &self,
         id: &str,
         r: &ProcessRef,
-    ) -> Result<ProcessStream, ApiError> {
+    ) -> Result<ProcessStream, EngineError> {
         let agent = self.guest_agent(id).await?;
         let (pid, events) = agent
             .proc_connect(&target(r))
@@ -166,12 +163,14 @@ impl Manager {
     }
 
     /// Queue bytes for a process's stdin, or type them into its PTY.
-    pub async fn write_stdin(&self, id: &str, r: &ProcessRef, data: &[u8]) -> Result<(), ApiError> {
+    pub async fn write_stdin(
+        &self,
+        id: &str,
+        r: &ProcessRef,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
         if data.len() > INPUT_QUEUE {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                codes::PAYLOAD_TOO_LARGE,
-                format!(
+            return Err(EngineError::new(ErrorKind::TooLarge, format!(
                     "{} bytes of input at once is over the limit of {INPUT_QUEUE}; send it in parts",
                     data.len()
                 ),
@@ -185,7 +184,7 @@ impl Manager {
     }
 
     /// Close a process's stdin once what is queued has been written.
-    pub async fn close_stdin(&self, id: &str, r: &ProcessRef) -> Result<(), ApiError> {
+    pub async fn close_stdin(&self, id: &str, r: &ProcessRef) -> Result<(), EngineError> {
         let agent = self.guest_agent(id).await?;
         agent
             .proc_close_stdin(&target(r))
@@ -199,9 +198,9 @@ impl Manager {
         id: &str,
         r: &ProcessRef,
         signal: i32,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         if !(1..=64).contains(&signal) {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "signal {signal} is not a signal number (1-64; 15 is SIGTERM, 9 SIGKILL)"
             )));
         }
@@ -213,7 +212,7 @@ impl Manager {
     }
 
     /// Kill a process (SIGKILL to its group).
-    pub async fn kill_process(&self, id: &str, r: &ProcessRef) -> Result<(), ApiError> {
+    pub async fn kill_process(&self, id: &str, r: &ProcessRef) -> Result<(), EngineError> {
         self.signal_process(id, r, libc::SIGKILL).await
     }
 
@@ -223,7 +222,7 @@ impl Manager {
         id: &str,
         r: &ProcessRef,
         size: PtySize,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         let size = check_pty(size)?;
         let agent = self.guest_agent(id).await?;
         agent

@@ -6,15 +6,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, Sandbox, SandboxState, SpawnTimings};
+use forkvm_api::{Sandbox, SandboxState, SpawnTimings};
 use forkvm_qemu::process::Launched;
 use forkvm_qemu::{migrate, MachineSpec, MemoryBackend};
 use forkvm_store::Snapshot as StoredSnapshot;
 
 use crate::agent::{self, AgentError};
 use crate::db::SandboxRow;
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 use crate::manager::{Manager, Phase, Prepared, Waiter};
 use crate::snapshot::{entropy, hex_random, kind, qemu_err, DEVICES_ONLY};
 use crate::util::{self, ms};
@@ -25,17 +24,17 @@ impl Manager {
         &self,
         snap: &StoredSnapshot,
         id: &str,
-    ) -> Result<Prepared, ApiError> {
+    ) -> Result<Prepared, EngineError> {
         let t0 = Instant::now();
         let paths = self.cfg.sandbox_paths(id);
         let io = |e: std::io::Error| {
-            ApiError::internal(format!("cannot create the sandbox directory: {e}"))
+            EngineError::internal(format!("cannot create the sandbox directory: {e}"))
         };
         std::fs::create_dir_all(&paths.dir).map_err(io)?;
         std::fs::create_dir_all(&self.cfg.run_dir).map_err(io)?;
         forkvm_qemu::disk::create_overlay(&snap.path(forkvm_store::DISK), &paths.disk)
             .await
-            .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
+            .map_err(|e| EngineError::internal(format!("cannot create the root disk: {e}")))?;
         let m = &snap.manifest;
         let k = kind(m);
         let shared = k == "shared";
@@ -160,7 +159,7 @@ impl Manager {
         snap: &StoredSnapshot,
         n: u32,
         net: &crate::net::NetRequest,
-    ) -> Result<Vec<Sandbox>, ApiError> {
+    ) -> Result<Vec<Sandbox>, EngineError> {
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..n {
             let me = self.clone();
@@ -177,7 +176,8 @@ impl Manager {
                     first_err.get_or_insert(e);
                 }
                 Err(e) => {
-                    first_err.get_or_insert(ApiError::internal(format!("spawn task failed: {e}")));
+                    first_err
+                        .get_or_insert(EngineError::internal(format!("spawn task failed: {e}")));
                 }
             }
         }
@@ -197,7 +197,7 @@ impl Manager {
         self: &Arc<Self>,
         snap: &StoredSnapshot,
         net: &crate::net::NetRequest,
-    ) -> Result<Sandbox, ApiError> {
+    ) -> Result<Sandbox, EngineError> {
         let t0 = Instant::now();
         let m = &snap.manifest;
         self.pools.note_request(&m.id, net.is_default_nat());
@@ -253,7 +253,7 @@ impl Manager {
         t0: Instant,
         net: &crate::net::NetRequest,
         fresh_identity: bool,
-    ) -> Result<SpawnTimings, ApiError> {
+    ) -> Result<SpawnTimings, EngineError> {
         let Prepared {
             id,
             paths,
@@ -275,9 +275,9 @@ impl Manager {
         );
         // Connect to the agent's socket before the guest runs (QEMU listens
         // from its start), so the identity can go out right after `cont`.
-        let conn = agent::AgentConn::connect(&paths.agent).await.map_err(|e| {
-            ApiError::new(StatusCode::BAD_GATEWAY, codes::GUEST_ERROR, e.to_string())
-        })?;
+        let conn = agent::AgentConn::connect(&paths.agent)
+            .await
+            .map_err(|e| EngineError::new(ErrorKind::Guest, e.to_string()))?;
         // The network is complete before the guest runs a single
         // instruction: its first packet already finds its way out.
         let network_ms = if crate::net::Net::has_nic(&snap.manifest.machine.cmdline) {
@@ -345,15 +345,9 @@ impl Manager {
         };
         let guest_us = tokio::select! {
             r = ident => { r.map_err(|e| match e {
-                AgentError::Timeout(_) => ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    codes::GUEST_TIMEOUT,
-                    format!("the clone did not take its identity: {e}"),
+                AgentError::Timeout(_) => EngineError::new(ErrorKind::GuestTimeout, format!("the clone did not take its identity: {e}"),
                 ),
-                other => ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    codes::GUEST_ERROR,
-                    format!("the clone refused its identity: {other}"),
+                other => EngineError::new(ErrorKind::Guest, format!("the clone refused its identity: {other}"),
                 ),
             })? }
             r = exited.wait_for(|e| e.is_some()) => {
@@ -365,9 +359,8 @@ impl Manager {
         // Now that the agent runs warm, set the clock again so it is off by
         // one short round trip at most.
         conn.set_clock(Duration::from_secs(30)).await.map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                codes::GUEST_ERROR,
+            EngineError::new(
+                ErrorKind::Guest,
                 format!("the clone did not set its clock: {e}"),
             )
         })?;
@@ -404,7 +397,7 @@ impl Manager {
             total_ms: ms(t0.elapsed()),
         };
         if live.set_phase(Phase::Running) != Phase::Booting {
-            return Err(ApiError::conflict(
+            return Err(EngineError::conflict(
                 "the sandbox was removed while it started",
             ));
         }

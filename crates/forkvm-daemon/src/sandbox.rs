@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use crate::config::SandboxPaths;
 use crate::db::SandboxRow;
-use crate::error::ApiError;
+use crate::error::{EngineError, HintAction};
 use crate::failure::{describe_status, failure_reason};
 use crate::manager::{Live, Manager, Phase, Waiter};
 use crate::util;
@@ -83,16 +83,16 @@ impl Manager {
 
     /// The stored row of a sandbox, or 404 (also for ids we could never
     /// have made, before they reach a path).
-    pub(crate) fn row(&self, id: &str) -> Result<SandboxRow, ApiError> {
+    pub(crate) fn row(&self, id: &str) -> Result<SandboxRow, EngineError> {
         if !util::valid_id(id) {
-            return Err(ApiError::sandbox_not_found(id));
+            return Err(EngineError::sandbox_not_found(id));
         }
         self.db
             .get(id)?
-            .ok_or_else(|| ApiError::sandbox_not_found(id))
+            .ok_or_else(|| EngineError::sandbox_not_found(id))
     }
 
-    pub fn get(&self, id: &str) -> Result<Sandbox, ApiError> {
+    pub fn get(&self, id: &str) -> Result<Sandbox, EngineError> {
         Ok(self.view(self.row(id)?, true))
     }
 
@@ -100,7 +100,7 @@ impl Manager {
     pub fn list(
         &self,
         metadata: &std::collections::BTreeMap<String, String>,
-    ) -> Result<Vec<Sandbox>, ApiError> {
+    ) -> Result<Vec<Sandbox>, EngineError> {
         Ok(self
             .db
             .list()?
@@ -191,18 +191,18 @@ impl Manager {
     }
 
     /// Remove a sandbox: kill its VM and delete its files and record.
-    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), ApiError> {
+    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), EngineError> {
         let row = self.row(id)?;
         if let Some(live) = self.live(id) {
             match live.set_phase(Phase::Removing) {
                 Phase::Booting => {
                     live.set_phase(Phase::Booting);
-                    return Err(ApiError::conflict(format!(
+                    return Err(EngineError::conflict(format!(
                         "sandbox {id} is still starting; remove it once the spawn returns"
                     )));
                 }
                 Phase::Removing => {
-                    return Err(ApiError::conflict(format!(
+                    return Err(EngineError::conflict(format!(
                         "sandbox {id} is already being removed"
                     )))
                 }
@@ -214,7 +214,7 @@ impl Manager {
             // its files now would fail that spawn halfway. (Rows left
             // `starting` by a dead daemon are swept at start, so this spawn
             // is one of ours and will finish.)
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "sandbox {id} is still starting; remove it once the spawn returns"
             )));
         } else if let (SandboxState::Running | SandboxState::Starting, Some(pid)) =
@@ -249,10 +249,10 @@ impl Manager {
     }
 
     /// End a sandbox's QEMU (its phase already `Removing`) and forget it.
-    pub(crate) async fn kill_live(&self, live: &Live) -> Result<(), ApiError> {
+    pub(crate) async fn kill_live(&self, live: &Live) -> Result<(), EngineError> {
         process::kill(live.pid, libc::SIGKILL);
         if !live.wait_exit(Duration::from_secs(15)).await {
-            return Err(ApiError::internal(format!(
+            return Err(EngineError::internal(format!(
                 "QEMU (pid {}) of sandbox {} did not exit after SIGKILL",
                 live.pid, live.id
             )));
@@ -271,14 +271,14 @@ impl Manager {
         id: &str,
         egress: Option<Vec<forkvm_api::EgressRule>>,
         allow_host: Option<bool>,
-    ) -> Result<forkvm_api::NetworkInfo, ApiError> {
+    ) -> Result<forkvm_api::NetworkInfo, EngineError> {
         let r = self.set_network_unlogged(id, egress, allow_host).await;
         match &r {
             Ok(n) => tracing::info!(sandbox = %id,
                 "egress of sandbox {id} changed to {} (allow_host {})",
                 n.egress.as_ref().map_or("any".to_string(), |l| format!("{} entries", l.len())),
                 n.allow_host),
-            Err(e) => tracing::warn!(sandbox = %id, code = e.code,
+            Err(e) => tracing::warn!(sandbox = %id, code = e.code(),
                 "egress change of sandbox {id} refused or failed: {}", e.message),
         }
         r
@@ -289,24 +289,26 @@ impl Manager {
         id: &str,
         egress: Option<Vec<forkvm_api::EgressRule>>,
         allow_host: Option<bool>,
-    ) -> Result<forkvm_api::NetworkInfo, ApiError> {
+    ) -> Result<forkvm_api::NetworkInfo, EngineError> {
         crate::net::check_egress(egress.as_deref())?;
         let allow_host = crate::net::check_allow_host(egress.as_deref(), allow_host)?;
         let live = self.running(id)?;
         // Not while a snapshot, branch or pause is saving it: they read the
         // record's network as it stands.
         let _guard = live.op_lock.try_lock().map_err(|_| {
-            ApiError::conflict(format!(
+            EngineError::conflict(format!(
                 "sandbox {id} is being snapshotted; retry when it finishes"
             ))
         })?;
         if live.keep_stopped.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(ApiError::conflict(format!("sandbox {id} is being paused")));
+            return Err(EngineError::conflict(format!(
+                "sandbox {id} is being paused"
+            )));
         }
         let old = match self.row(id)?.network {
             Some(n) if n.mode == forkvm_api::NetworkMode::Nat && n.slot.is_some() => n,
             _ => {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "sandbox {id} has no network (network: none), so it has no egress to change; spawn it with network: nat"
                 )))
             }
@@ -327,33 +329,32 @@ impl Manager {
     }
 
     /// A running sandbox, or a clear error.
-    pub fn running(&self, id: &str) -> Result<Arc<Live>, ApiError> {
+    pub fn running(&self, id: &str) -> Result<Arc<Live>, EngineError> {
         let row = self.get(id)?;
         match row.state {
             SandboxState::Running if row.suspended.is_some() => {
                 Err(self.suspended_error(id, row.suspended.as_deref().unwrap_or_default()))
             }
             SandboxState::Running => self.live(id).ok_or_else(|| {
-                ApiError::conflict(format!("sandbox {id} is not attached to this daemon"))
+                EngineError::conflict(format!("sandbox {id} is not attached to this daemon"))
             }),
-            SandboxState::Starting => Err(ApiError::conflict(format!(
+            SandboxState::Starting => Err(EngineError::conflict(format!(
                 "sandbox {id} is still starting"
             ))),
-            SandboxState::Failed => Err(ApiError::conflict(format!(
-                "sandbox {id} has failed ({}); remove it with `forkvm rm {id}`",
+            SandboxState::Failed => Err(EngineError::conflict(format!(
+                "sandbox {id} has failed ({})",
                 row.failure.unwrap_or_default()
-            ))),
-            SandboxState::Paused => Err(ApiError::conflict(format!(
-                "sandbox {id} is paused; resume it first (`forkvm resume {id}`)"
-            ))),
-            SandboxState::Lost => Err(ApiError::conflict(format!(
-                "sandbox {id} is lost; remove it with `forkvm rm {id}`"
-            ))),
+            ))
+            .hint_on(HintAction::RemoveSandbox, id)),
+            SandboxState::Paused => Err(EngineError::conflict(format!("sandbox {id} is paused"))
+                .hint_on(HintAction::ResumeSandbox, id)),
+            SandboxState::Lost => Err(EngineError::conflict(format!("sandbox {id} is lost"))
+                .hint_on(HintAction::RemoveSandbox, id)),
         }
     }
 
     /// Re-attach to the sandboxes of an earlier daemon (run once at start).
-    pub async fn recover(self: &Arc<Self>) -> Result<(), ApiError> {
+    pub async fn recover(self: &Arc<Self>) -> Result<(), EngineError> {
         for row in self.db.list()? {
             let paths = self.cfg.sandbox_paths(&row.id);
             // A check that fails (rather than finding the process gone)

@@ -14,8 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, CreateSandbox, Sandbox, SandboxState, SpawnTimings};
+use forkvm_api::{CreateSandbox, Sandbox, SandboxState, SpawnTimings};
 use forkvm_qemu::process::{self, Launched};
 use forkvm_qemu::spec::kernel_cmdline;
 use forkvm_qemu::{MachineSpec, MemoryBackend};
@@ -24,7 +23,7 @@ use tokio::sync::watch;
 use crate::agent;
 use crate::config::SandboxPaths;
 use crate::db::SandboxRow;
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind, HintAction};
 use crate::failure::{console_tail, died_while_booting};
 use crate::images::BootReq;
 use crate::manager::{Manager, Phase, Waiter};
@@ -45,34 +44,31 @@ pub enum Created {
 
 impl Manager {
     /// Check a spawn request against the limits and the installed images.
-    pub(crate) fn validate(&self, req: &CreateSandbox) -> Result<BootReq, ApiError> {
+    pub(crate) fn validate(&self, req: &CreateSandbox) -> Result<BootReq, EngineError> {
         let l = &self.cfg.limits;
         let image = req.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into());
         if !forkvm_image::valid_image_name(&image) {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "image name {image:?} is not valid: use letters, digits, '.', '-' and '_'"
             )));
         }
         let memory = req.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
         if memory < MIN_MEMORY_MIB || memory > l.max_memory_mib {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "memory_mib must be between {MIN_MEMORY_MIB} and {} (got {memory})",
                 l.max_memory_mib
             )));
         }
         let cpus = req.cpus.unwrap_or(DEFAULT_CPUS);
         if cpus == 0 || cpus > l.max_cpus {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "cpus must be between 1 and {} (got {cpus})",
                 l.max_cpus
             )));
         }
         if !self.cfg.image_rootfs(&image).is_file() {
             let have = self.cfg.images();
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                codes::IMAGE_NOT_FOUND,
-                format!(
+            return Err(EngineError::new(ErrorKind::ImageNotFound, format!(
                     "image {image:?} not found; available: {}. Build the default image with scripts/setup.sh",
                     if have.is_empty() { "none".to_string() } else { have.join(", ") }
                 ),
@@ -83,23 +79,23 @@ impl Manager {
             ("initramfs", self.cfg.initrd()),
         ] {
             if !p.is_file() {
-                return Err(ApiError::internal(format!(
+                return Err(EngineError::internal(format!(
                     "guest {what} {} is missing; run scripts/setup.sh",
                     p.display()
                 )));
             }
         }
         let initrd = std::fs::metadata(self.cfg.initrd()).map_or(0, |m| m.len());
-        forkvm_qemu::spec::check_initrd_size(initrd).map_err(ApiError::internal)?;
+        forkvm_qemu::spec::check_initrd_size(initrd).map_err(EngineError::internal)?;
         if self.db.count()? >= l.max_sandboxes {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                codes::LIMIT_EXCEEDED,
+            return Err(EngineError::new(
+                ErrorKind::LimitExceeded,
                 format!(
-                    "the daemon already holds {} sandboxes (the limit); remove some with `forkvm rm`",
+                    "the daemon already holds {} sandboxes (the limit)",
                     l.max_sandboxes
                 ),
-            ));
+            )
+            .hint(HintAction::RemoveSandboxes));
         }
         let disk_size = self.check_disk_size(&image, req.disk_size)?;
         Ok(BootReq {
@@ -112,7 +108,7 @@ impl Manager {
 
     /// Handle `POST /v1/sandboxes`: from a snapshot, from the image's boot
     /// template, or by a cold boot.
-    pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Created, ApiError> {
+    pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Created, EngineError> {
         let t0 = Instant::now();
         let n = u64::from(req.count.unwrap_or(1));
         let r = self.create_unmetered(req).await;
@@ -123,7 +119,7 @@ impl Manager {
     pub(crate) async fn create_unmetered(
         self: &Arc<Self>,
         req: CreateSandbox,
-    ) -> Result<Created, ApiError> {
+    ) -> Result<Created, EngineError> {
         let t0 = Instant::now();
         // Checked first: a bad label, timeout or limit creates nothing.
         let life = crate::lifetime::from_request(&req)?;
@@ -132,7 +128,7 @@ impl Manager {
             None => 1,
             Some(c) if (1..=1000).contains(&c) => c,
             Some(c) => {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "count must be between 1 and 1000 (got {c})"
                 )))
             }
@@ -143,14 +139,14 @@ impl Manager {
             .max_sandboxes
             .saturating_sub(self.db.count()?);
         if n > free {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                codes::LIMIT_EXCEEDED,
+            return Err(EngineError::new(
+                ErrorKind::LimitExceeded,
                 format!(
-                    "{n} more sandboxes would pass the limit of {} ({free} free); remove some with `forkvm rm`",
+                    "{n} more sandboxes would pass the limit of {} ({free} free)",
                     self.cfg.limits.max_sandboxes
                 ),
-            ));
+            )
+            .hint(HintAction::RemoveSandboxes));
         }
         let volumes = match &req.volumes {
             Some(v) if !v.is_empty() => Some(self.resolve_volumes(v)?),
@@ -162,7 +158,7 @@ impl Manager {
                 || req.cpus.is_some()
                 || req.disk_size.is_some()
             {
-                return Err(ApiError::invalid(
+                return Err(EngineError::invalid(
                     "a snapshot fixes the image, memory, cpus and disk: omit image, memory_mib, \
                      cpus and disk_size",
                 ));
@@ -177,13 +173,13 @@ impl Manager {
             let _lease = self.gc_lease(&row.id)?;
             let snap = self.open_verified(&row.id).await?;
             if volumes.is_some() && snap.manifest.volumes.is_some() {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "snapshot {} has volumes of its own, which its clones get; omit volumes",
                     row.id
                 )));
             }
             if volumes.is_some() && !snap.manifest.machine.volume_port {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "snapshot {} was taken before volumes existed and cannot mount them; spawn \
                      from an image, or from a snapshot taken since",
                     row.id
@@ -260,7 +256,7 @@ impl Manager {
                 sandboxes
                     .into_iter()
                     .next()
-                    .ok_or_else(|| ApiError::internal("no sandbox was spawned"))?,
+                    .ok_or_else(|| EngineError::internal("no sandbox was spawned"))?,
             )),
             Some(_) => Created::Batch(forkvm_api::SandboxBatch {
                 sandboxes,
@@ -274,7 +270,7 @@ impl Manager {
         req: &CreateSandbox,
         nic: bool,
         n: u32,
-    ) -> Result<crate::net::NetRequest, ApiError> {
+    ) -> Result<crate::net::NetRequest, EngineError> {
         self.net.validate(
             req.network,
             req.ports.as_deref(),
@@ -291,7 +287,7 @@ impl Manager {
         self: &Arc<Self>,
         boot: &BootReq,
         net: &crate::net::NetRequest,
-    ) -> Result<Sandbox, ApiError> {
+    ) -> Result<Sandbox, EngineError> {
         let (image, memory_mib, cpus) = (boot.image.as_str(), boot.memory_mib, boot.cpus);
         let t0 = Instant::now();
         let id = self.new_id("sb");
@@ -334,9 +330,11 @@ impl Manager {
         &self,
         id: &str,
         net: &crate::net::NetRequest,
-    ) -> Result<(Option<f64>, Option<f64>), ApiError> {
+    ) -> Result<(Option<f64>, Option<f64>), EngineError> {
         let Some(live) = self.live(id) else {
-            return Err(ApiError::conflict(format!("sandbox {id} is not running")));
+            return Err(EngineError::conflict(format!(
+                "sandbox {id} is not running"
+            )));
         };
         if !crate::net::Net::has_nic(&live.cmdline) {
             return Ok((None, None));
@@ -349,9 +347,10 @@ impl Manager {
             return Ok((Some(setup_ms), None));
         }
         let t = Instant::now();
-        let conn = live.agent().await.map_err(|e| {
-            ApiError::new(StatusCode::BAD_GATEWAY, codes::GUEST_ERROR, e.to_string())
-        })?;
+        let conn = live
+            .agent()
+            .await
+            .map_err(|e| EngineError::new(ErrorKind::Guest, e.to_string()))?;
         crate::net::Net::probe_guest(&conn).await?;
         Ok((Some(setup_ms), Some(ms(t.elapsed()))))
     }
@@ -361,12 +360,12 @@ impl Manager {
     pub(crate) async fn conclude_spawn(
         &self,
         id: &str,
-        r: Result<SpawnTimings, ApiError>,
-    ) -> Result<Sandbox, ApiError> {
+        r: Result<SpawnTimings, EngineError>,
+    ) -> Result<Sandbox, EngineError> {
         match r {
             Ok(timings) => {
                 let mut row = self.db.get(id)?.ok_or_else(|| {
-                    ApiError::internal("the sandbox row vanished during its spawn")
+                    EngineError::internal("the sandbox row vanished during its spawn")
                 })?;
                 row.timings = Some(timings);
                 Ok(self.view(row, false))
@@ -378,7 +377,7 @@ impl Manager {
                     })) => format!("restore from snapshot {s}"),
                     _ => "cold boot".to_string(),
                 };
-                tracing::warn!(sandbox = %id, code = e.code, "spawn of sandbox {id} ({from}) failed: {}", e.message);
+                tracing::warn!(sandbox = %id, code = e.code(), "spawn of sandbox {id} ({from}) failed: {}", e.message);
                 self.discard_failed_spawn(id).await;
                 Err(e)
             }
@@ -407,7 +406,7 @@ impl Manager {
         boot: &BootReq,
         paths: &SandboxPaths,
         t0: Instant,
-    ) -> Result<SpawnTimings, ApiError> {
+    ) -> Result<SpawnTimings, EngineError> {
         self.boot_on(id, boot, paths, t0, false).await
     }
 
@@ -421,10 +420,10 @@ impl Manager {
         paths: &SandboxPaths,
         t0: Instant,
         keep_disk: bool,
-    ) -> Result<SpawnTimings, ApiError> {
+    ) -> Result<SpawnTimings, EngineError> {
         let (image, memory_mib, cpus) = (boot.image.as_str(), boot.memory_mib, boot.cpus);
         let io = |what: &str, e: std::io::Error| {
-            ApiError::internal(format!(
+            EngineError::internal(format!(
                 "cannot create {what}: {e}; check free space and permissions"
             ))
         };
@@ -437,7 +436,7 @@ impl Manager {
                 boot.disk_size,
             )
             .await
-            .map_err(|e| ApiError::internal(format!("cannot create the root disk: {e}")))?;
+            .map_err(|e| EngineError::internal(format!("cannot create the root disk: {e}")))?;
         }
         let netns = if self.net.available() {
             Some(self.net.create_ns(id).await?)
@@ -514,10 +513,7 @@ impl Manager {
                 return Err(
                     match exit_within(&mut exited_after, Duration::from_secs(3)).await {
                         Some(why) => died_while_booting(&why, paths),
-                        None => ApiError::new(
-                            StatusCode::GATEWAY_TIMEOUT,
-                            codes::GUEST_TIMEOUT,
-                            format!(
+                        None => EngineError::new(ErrorKind::GuestTimeout, format!(
                                 "the guest did not come up: {e}; QEMU is still running, so the guest may be hung. Last console lines:\n{}",
                                 console_tail(paths)
                             ),
@@ -539,7 +535,7 @@ impl Manager {
         // Only now does an unexpected exit count as a failure of a running
         // sandbox; before this the spawn itself reports it.
         if live.set_phase(Phase::Running) != Phase::Booting {
-            return Err(ApiError::conflict(
+            return Err(EngineError::conflict(
                 "the sandbox was removed while it booted",
             ));
         }
@@ -554,7 +550,7 @@ impl Manager {
         &self,
         spec: &MachineSpec,
         paths: &SandboxPaths,
-    ) -> Result<Launched, ApiError> {
+    ) -> Result<Launched, EngineError> {
         let jail = self.jail.prepare(&spec.name, spec, paths)?;
         let l = process::launch(
             &self.cfg.qemu,
@@ -566,11 +562,7 @@ impl Manager {
         .await
         .map_err(|e| {
             self.jail.release(&spec.name);
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                codes::QEMU_FAILED,
-                e.to_string(),
-            )
+            EngineError::new(ErrorKind::QemuFailed, e.to_string())
         })?;
         // Written aside and renamed, so that a reader (crash recovery, or a
         // test looking for pooled QEMUs) never sees the file empty.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use forkvm_api::Sandbox;
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::images::BootReq;
 use crate::manager::Manager;
 use crate::util::ms;
@@ -55,7 +55,7 @@ impl Manager {
         boot: &BootReq,
         n: u32,
         net: &crate::net::NetRequest,
-    ) -> Result<Vec<Sandbox>, ApiError> {
+    ) -> Result<Vec<Sandbox>, EngineError> {
         let image = boot.image.as_str();
         let key = crate::template::template_key(self, boot);
         if let Some(t) = self.db.snapshot_by_template(&key)? {

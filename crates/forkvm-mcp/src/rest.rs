@@ -18,6 +18,7 @@ fn err(e: ClientError) -> BackendError {
             status,
             code,
             message,
+            ..
         } => BackendError::new(status, code, message),
         // Status 0: the daemon was not reached or answered nonsense.
         other => BackendError::new(0, "", other.to_string()),

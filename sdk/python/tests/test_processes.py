@@ -126,7 +126,8 @@ def test_streamed_start_and_errors(client: forkvm.Client, sandbox: Sandbox, ptag
     assert (stream.stdout, stream.stderr, stream.end.exit_code) == (b"streamed\n", b"oops\n", 3)
     with pytest.raises(forkvm.NotFound) as e:
         client.attach_process(sandbox.id, "no-such-tag")
-    assert "forkvm proc ls" in e.value.message
+    assert f"list the running processes of sandbox {sandbox.id}" in e.value.message
+    assert e.value.hint == {"action": "list_processes", "target": sandbox.id}
     with pytest.raises(forkvm.NotFound):
         sandbox.processes.kill(999999)
     with pytest.raises(forkvm.InvalidRequest):

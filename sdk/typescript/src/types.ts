@@ -157,8 +157,40 @@ export interface ErrorBody {
 /** A machine-readable code and a message saying what to do. */
 export interface ErrorDetail {
   code: string;
+  /** What went wrong, ending with the hint in plain words when there is one. */
   message: string;
+  /** What to do next, as an action (the message already says it in words). */
+  hint?: ErrorHint;
 }
+
+/** A next step named as an action on the API, not as one client's command. */
+export interface ErrorHint {
+  action: HintAction;
+  /** The sandbox, snapshot, image or volume the action applies to. */
+  target?: string;
+}
+
+/** The actions an error can point to. */
+export type HintAction =
+  | "list_sandboxes"
+  | "list_snapshots"
+  | "list_images"
+  | "list_processes"
+  | "remove_sandbox"
+  | "remove_sandboxes"
+  | "resume_sandbox"
+  | "read_logs"
+  | "free_space"
+  | "remove_snapshot"
+  | "force_remove_snapshot"
+  | "flatten_snapshot"
+  | "push_snapshot"
+  | "check_host"
+  | "create_volume"
+  | "remove_volume"
+  | "get_image"
+  | "remove_image"
+  | "import_image";
 
 /** `POST /v1/sandboxes/{id}/exec`: run a command. */
 export interface ExecRequest {

@@ -19,10 +19,9 @@
 //! A refusal is 503 `capacity_exceeded` (memory) or 507 `no_space` (disk),
 //! with the figures and what to do; `GET /v1/info` shows `capacity`.
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, Capacity, SandboxState};
+use forkvm_api::{Capacity, SandboxState};
 
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind, HintAction};
 use reserve::Admitted;
 
 pub mod reserve;
@@ -85,9 +84,9 @@ impl Manager {
 
     /// Admit an operation that starts sandboxes needing `need_mib` in all,
     /// or refuse it with what to do. `what` names it in the message.
-    pub fn admit(&self, need_mib: u64, what: &str) -> Result<Admitted<'_>, ApiError> {
+    pub fn admit(&self, need_mib: u64, what: &str) -> Result<Admitted<'_>, EngineError> {
         self.admit_unlogged(need_mib, what).inspect_err(|e| {
-            tracing::warn!(code = e.code, "{}", e.message);
+            tracing::warn!(code = e.code(), "{}", e.message);
         })
     }
 
@@ -95,9 +94,9 @@ impl Manager {
     /// import, pull or build, a snapshot pull) while the home is under its
     /// free-space reserve, before anything is written: the reserve is what
     /// keeps the daemon, its database and running guests writing.
-    pub fn check_disk(&self, what: &str) -> Result<(), ApiError> {
+    pub fn check_disk(&self, what: &str) -> Result<(), EngineError> {
         self.check_disk_unlogged(what).inspect_err(|e| {
-            tracing::warn!(code = e.code, "{}", e.message);
+            tracing::warn!(code = e.code(), "{}", e.message);
         })
     }
 
@@ -109,34 +108,32 @@ impl Manager {
             .map(|free| free.saturating_sub(self.cfg.disk_reserve_mib) * 1024 * 1024)
     }
 
-    fn check_disk_unlogged(&self, what: &str) -> Result<(), ApiError> {
+    fn check_disk_unlogged(&self, what: &str) -> Result<(), EngineError> {
         if let Some(free) = disk_free_mib(&self.cfg.home) {
             if free < self.cfg.disk_reserve_mib {
-                return Err(ApiError::new(
-                    StatusCode::INSUFFICIENT_STORAGE,
-                    codes::NO_SPACE,
+                return Err(EngineError::new(
+                    ErrorKind::NoSpace,
                     format!(
                         "{what} refused: {} has {free} MiB free, under the {} MiB the daemon keeps \
-                         (--disk-reserve-mib); free space with `forkvm snapshot prune` or by removing \
-                         images and snapshots",
+                         (--disk-reserve-mib)",
                         self.cfg.home.display(),
                         self.cfg.disk_reserve_mib
                     ),
-                ));
+                )
+                .hint(HintAction::FreeSpace));
             }
         }
         Ok(())
     }
 
-    fn admit_unlogged(&self, need_mib: u64, what: &str) -> Result<Admitted<'_>, ApiError> {
+    fn admit_unlogged(&self, need_mib: u64, what: &str) -> Result<Admitted<'_>, EngineError> {
         self.check_disk_unlogged(what)?;
         let (used, _) = self.memory_used_mib();
         let mut reserved = self.admissions.0.lock().unwrap_or_else(|p| p.into_inner());
         let commit = self.cfg.memory_commit_mib;
         if used + *reserved + need_mib > commit {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                codes::CAPACITY_EXCEEDED,
+            return Err(EngineError::new(
+                ErrorKind::CapacityExceeded,
                 format!(
                     "{what} refused: it needs about {need_mib} MiB and {used} MiB are in use \
                      ({} MiB more being started) of the {commit} MiB memory commitment \

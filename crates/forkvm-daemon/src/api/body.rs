@@ -3,23 +3,22 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
-use forkvm_api::codes;
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 
 /// A JSON body parsed with our error format: malformed JSON and unknown
 /// fields are 400 `invalid_request` with serde's explanation.
 pub struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
-    type Rejection = ApiError;
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    type Rejection = EngineError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, EngineError> {
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(|e| body_error(e.status(), e.body_text()))?;
         if bytes.is_empty() {
-            return Err(ApiError::invalid("the request needs a JSON body"));
+            return Err(EngineError::invalid("the request needs a JSON body"));
         }
         parse_object(&bytes).map(JsonBody)
     }
@@ -29,8 +28,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
 pub struct OptJsonBody<T>(pub T);
 
 impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptJsonBody<T> {
-    type Rejection = ApiError;
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    type Rejection = EngineError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, EngineError> {
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(|e| body_error(e.status(), e.body_text()))?;
@@ -44,7 +43,7 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptJsonBo
 /// Parse a request body that must be a JSON object. serde would otherwise
 /// fill a struct from an array (`[null, null]` is a positional struct), so
 /// anything but an object is refused before it is parsed.
-pub(crate) fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, EngineError> {
     let first = bytes
         .iter()
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
@@ -58,27 +57,26 @@ pub(crate) fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiEr
         _ => Some("not JSON"),
     };
     if let Some(kind) = kind {
-        return Err(ApiError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "the request body must be a JSON object ({{\"field\": value, ...}}); this one is {kind}"
         )));
     }
-    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| EngineError::invalid(format!("invalid JSON body: {e}")))
 }
 
-pub(crate) fn body_error(status: StatusCode, text: String) -> ApiError {
+pub(crate) fn body_error(status: StatusCode, text: String) -> EngineError {
     if text.contains("timed out") || text.contains("timeout") {
-        ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            codes::REQUEST_TIMEOUT,
+        EngineError::new(
+            ErrorKind::RequestTimeout,
             "the request body did not arrive in time (request_body_timeout_ms in GET /v1/info)",
         )
     } else if status == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(
-            status,
-            codes::PAYLOAD_TOO_LARGE,
+        EngineError::new(
+            ErrorKind::TooLarge,
             format!("request body too large: {text}"),
         )
     } else {
-        ApiError::invalid(format!("cannot read the request body: {text}"))
+        EngineError::invalid(format!("cannot read the request body: {text}"))
     }
 }

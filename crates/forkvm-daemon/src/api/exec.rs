@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::body::{body_error, JsonBody};
 use super::AppState;
 use crate::agent::ExecSpec;
-use crate::error::{agent_error, ApiError};
+use crate::error::{agent_error, EngineError};
 
 /// Stop a sandbox and delete everything it had.
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
@@ -24,10 +24,10 @@ use crate::error::{agent_error, ApiError};
 pub(crate) async fn delete_sandbox(
     State(m): State<AppState>,
     Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, EngineError> {
     tokio::spawn(async move { m.remove(&id).await })
         .await
-        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
+        .map_err(|e| EngineError::internal(format!("remove task failed: {e}")))??;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -48,7 +48,7 @@ pub(crate) async fn exec(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<ExecRequest>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let stream = req.stream;
     let encoding = req.encoding.unwrap_or_default();
     let (agent, spec, deadline) = m.prepare_exec(&id, req).await?;
@@ -112,12 +112,7 @@ pub(crate) fn exec_stream(
             },
             Err(e) => {
                 let e = agent_error(&id, e);
-                ExecEvent::Error {
-                    error: ErrorDetail {
-                        code: e.code.to_string(),
-                        message: e.message,
-                    },
-                }
+                ExecEvent::Error { error: e.to_wire() }
             }
         };
         let _ = line_tx.send(line(&last)).await;
@@ -143,9 +138,9 @@ pub struct FileQuery {
 
 pub(crate) fn file_query(
     q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<FileQuery, ApiError> {
+) -> Result<FileQuery, EngineError> {
     q.map(|Query(q)| q).map_err(|e| {
-        ApiError::invalid(format!(
+        EngineError::invalid(format!(
             "bad query: {}; use ?path=/absolute/path",
             e.body_text()
         ))
@@ -163,16 +158,15 @@ pub(crate) async fn write_file(
     Path(id): Path<String>,
     q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<Json<FileWritten>, ApiError> {
+) -> Result<Json<FileWritten>, EngineError> {
     let q = file_query(q)?;
     let body = body.map_err(|e| body_error(e.status(), e.body_text()))?;
-    let mode =
-        match &q.mode {
-            Some(s) => Some(u32::from_str_radix(s, 8).map_err(|_| {
-                ApiError::invalid(format!("mode {s:?} is not an octal mode like 644"))
-            })?),
-            None => None,
-        };
+    let mode = match &q.mode {
+        Some(s) => Some(u32::from_str_radix(s, 8).map_err(|_| {
+            EngineError::invalid(format!("mode {s:?} is not an octal mode like 644"))
+        })?),
+        None => None,
+    };
     m.write_file(&id, q.path, mode, &body).await.map(Json)
 }
 
@@ -186,7 +180,7 @@ pub(crate) async fn read_file(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let q = file_query(q)?;
     let data = m.read_file(&id, &q.path).await?;
     let mut h = HeaderMap::new();

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::body::{body_error, JsonBody};
 use super::{ndjson, AppState};
 use crate::agent::WatchEvent as AgentWatchEvent;
-use crate::error::{agent_error, ApiError};
+use crate::error::{agent_error, EngineError};
 
 /// `?path=`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -50,9 +50,9 @@ pub struct WatchQuery {
     recursive: Option<bool>,
 }
 
-fn query<T>(q: Result<Query<T>, QueryRejection>, hint: &str) -> Result<T, ApiError> {
+fn query<T>(q: Result<Query<T>, QueryRejection>, hint: &str) -> Result<T, EngineError> {
     q.map(|Query(q)| q)
-        .map_err(|e| ApiError::invalid(format!("bad query: {}; use {hint}", e.body_text())))
+        .map_err(|e| EngineError::invalid(format!("bad query: {}; use {hint}", e.body_text())))
 }
 
 /// Describe one guest path, as `lstat` sees it.
@@ -66,7 +66,7 @@ pub(crate) async fn stat_file(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<PathQuery>, QueryRejection>,
-) -> Result<Json<EntryInfo>, ApiError> {
+) -> Result<Json<EntryInfo>, EngineError> {
     let q = query(q, "?path=/absolute/path")?;
     m.stat_file(&id, &q.path).await.map(Json)
 }
@@ -81,7 +81,7 @@ pub(crate) async fn file_exists(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<PathQuery>, QueryRejection>,
-) -> Result<Json<Exists>, ApiError> {
+) -> Result<Json<Exists>, EngineError> {
     let q = query(q, "?path=/absolute/path")?;
     let exists = m.file_exists(&id, &q.path).await?;
     Ok(Json(Exists { exists }))
@@ -99,7 +99,7 @@ pub(crate) async fn list_dir(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<EntryList>, ApiError> {
+) -> Result<Json<EntryList>, EngineError> {
     let q = query(q, "?path=/absolute/dir&depth=1")?;
     m.list_dir(&id, &q.path, q.depth.unwrap_or(1))
         .await
@@ -118,7 +118,7 @@ pub(crate) async fn make_dir(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<MakeDir>,
-) -> Result<Json<DirMade>, ApiError> {
+) -> Result<Json<DirMade>, EngineError> {
     m.make_dir(&id, &req.path).await.map(Json)
 }
 
@@ -133,7 +133,7 @@ pub(crate) async fn move_file(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<MoveFile>,
-) -> Result<Json<EntryInfo>, ApiError> {
+) -> Result<Json<EntryInfo>, EngineError> {
     m.move_file(&id, &req.source, &req.destination)
         .await
         .map(Json)
@@ -151,7 +151,7 @@ pub(crate) async fn remove_file(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<PathQuery>, QueryRejection>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, EngineError> {
     let q = query(q, "?path=/absolute/path")?;
     m.remove_file(&id, &q.path).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -172,7 +172,7 @@ pub(crate) async fn watch_dir(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<WatchQuery>, QueryRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let q = query(q, "?path=/absolute/dir&recursive=true")?;
     let mut w = m
         .watch_dir(&id, &q.path, q.recursive.unwrap_or(false))
@@ -193,10 +193,7 @@ pub(crate) async fn watch_dir(
                 Ok(None) => return,
                 Err(e) => {
                     let e = agent_error(&id, e);
-                    let error = ErrorDetail {
-                        code: e.code.to_string(),
-                        message: e.message,
-                    };
+                    let error = e.to_wire();
                     let _ = lines.send(&WatchEvent::Error { error }).await;
                     return;
                 }
@@ -224,7 +221,7 @@ pub(crate) async fn create_watcher(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<CreateWatcher>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let watcher_id = m.create_watcher(&id, &req.path, req.recursive).await?;
     Ok((StatusCode::CREATED, Json(Watcher { watcher_id })).into_response())
 }
@@ -239,7 +236,7 @@ pub(crate) async fn create_watcher(
 pub(crate) async fn poll_watcher(
     State(m): State<AppState>,
     Path((id, watcher)): Path<(String, String)>,
-) -> Result<Json<WatcherEvents>, ApiError> {
+) -> Result<Json<WatcherEvents>, EngineError> {
     m.poll_watcher(&id, &watcher).await.map(Json)
 }
 
@@ -253,7 +250,7 @@ pub(crate) async fn poll_watcher(
 pub(crate) async fn remove_watcher(
     State(m): State<AppState>,
     Path((id, watcher)): Path<(String, String)>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, EngineError> {
     m.remove_watcher(&id, &watcher).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -273,12 +270,12 @@ pub(crate) async fn download_archive(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let pairs = query(q, "?path=/a&path=/b")?;
     let mut paths = Vec::new();
     for (k, v) in pairs {
         if k != "path" {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "unknown query parameter {k:?}; use ?path=/a&path=/b"
             )));
         }
@@ -303,7 +300,7 @@ pub(crate) async fn upload_archive(
     Path(id): Path<String>,
     q: Result<Query<PathQuery>, QueryRejection>,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<Json<ArchiveWritten>, ApiError> {
+) -> Result<Json<ArchiveWritten>, EngineError> {
     let q = query(q, "?path=/absolute/dir")?;
     let body = body.map_err(|e| body_error(e.status(), e.body_text()))?;
     m.upload_archive(&id, &q.path, &body).await.map(Json)

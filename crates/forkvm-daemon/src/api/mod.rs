@@ -18,10 +18,11 @@ use forkvm_api::routes::{Op, ROUTES};
 use forkvm_api::*;
 use utoipa::OpenApi;
 
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 use crate::manager::Manager;
 
 pub mod body;
+pub mod error;
 mod exec;
 mod fs;
 mod ndjson;
@@ -107,7 +108,7 @@ type AppState = Arc<Manager>;
         crate::volumes::http::delete_volume,
         crate::events::events
     ),
-    components(schemas(ErrorBody, ErrorDetail, Sandbox, SandboxBatch, ImageEvent, TransferEvent, ProcessEvent, WatchEvent, Event, BranchEvent, PoolEvent, EventsReady)),
+    components(schemas(ErrorBody, ErrorDetail, ErrorHint, HintAction, Sandbox, SandboxBatch, ImageEvent, TransferEvent, ProcessEvent, WatchEvent, Event, BranchEvent, PoolEvent, EventsReady)),
     modifiers(&CommonErrors)
 )]
 pub struct ApiDoc;
@@ -282,12 +283,12 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
     ));
     let r = r
         .fallback(|req: Request| async move {
-            ApiError::not_found(format!("no route {} {}", req.method(), req.uri().path()))
+            EngineError::not_found(format!("no route {} {}", req.method(), req.uri().path()))
         })
         .method_not_allowed_fallback(|req: Request| async move {
-            ApiError::new(
+            error::http_failure(
                 StatusCode::METHOD_NOT_ALLOWED,
-                codes::INVALID_REQUEST,
+                forkvm_api::codes::INVALID_REQUEST,
                 format!("{} is not allowed on {}", req.method(), req.uri().path()),
             )
         })
@@ -327,8 +328,8 @@ pub const OAUTH_DISCOVERY: &[&str] = &[
     "/mcp/.well-known/openid-configuration",
 ];
 
-async fn no_oauth(req: Request) -> ApiError {
-    ApiError::not_found(format!(
+async fn no_oauth(req: Request) -> EngineError {
+    EngineError::not_found(format!(
         "no OAuth metadata at {}: forkvm has no authorization server; send the daemon's \
          token as Authorization: Bearer <token>",
         req.uri().path()
@@ -353,9 +354,8 @@ async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) ->
                 axum::body::to_bytes(req.into_body(), 1 << 20),
             )
             .await;
-            let mut r = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                codes::LIMIT_EXCEEDED,
+            let mut r = EngineError::new(
+                ErrorKind::LimitExceeded,
                 "the daemon is already handling its maximum of concurrent requests \
                  (max_concurrent_requests in GET /v1/info); retry shortly",
             )
@@ -394,9 +394,8 @@ async fn auth(token: &str, req: Request, next: Next) -> Response {
         if ui::is_ui(path) {
             return ui::to_login();
         }
-        let mut r = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            codes::UNAUTHORIZED,
+        let mut r = EngineError::new(
+            ErrorKind::Unauthorized,
             "missing or wrong bearer token; set FORKVM_TOKEN to the daemon's token",
         )
         .into_response();
@@ -437,7 +436,7 @@ async fn health() -> Json<Health> {
 /// Version, accelerator and why, QEMU, limits.
 #[utoipa::path(get, path = "/v1/info", tag = "daemon",
     responses((status = 200, body = Info)))]
-async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
+async fn info(State(m): State<AppState>) -> Result<Json<Info>, EngineError> {
     Ok(Json(Info {
         network: m.net.info(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -512,7 +511,7 @@ mod tests {
             (b"   ", "not JSON"),
         ] {
             let e = parse_object::<Req>(body).unwrap_err();
-            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert_eq!(e.kind, crate::error::ErrorKind::Invalid);
             assert!(e.message.contains("must be a JSON object"), "{}", e.message);
             assert!(e.message.ends_with(kind), "{body:?}: {}", e.message);
         }

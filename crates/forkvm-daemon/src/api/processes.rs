@@ -13,11 +13,11 @@ use forkvm_api::*;
 use super::body::{body_error, JsonBody};
 use super::{ndjson, AppState};
 use crate::agent::ProcEvent;
-use crate::error::{agent_error, ApiError};
+use crate::error::{agent_error, EngineError};
 use crate::process::ProcessStream;
 
-fn process_ref(s: &str) -> Result<ProcessRef, ApiError> {
-    ProcessRef::parse(s).map_err(|e| ApiError::invalid(format!("bad process: {e}")))
+fn process_ref(s: &str) -> Result<ProcessRef, EngineError> {
+    ProcessRef::parse(s).map_err(|e| EngineError::invalid(format!("bad process: {e}")))
 }
 
 /// Stream a process's events as NDJSON until it ends, the client goes
@@ -57,10 +57,7 @@ fn render(id: String, ps: ProcessStream) -> Response {
                 Ok(None) => return,
                 Err(e) => {
                     let e = agent_error(&id, e);
-                    let error = ErrorDetail {
-                        code: e.code.to_string(),
-                        message: e.message,
-                    };
+                    let error = e.to_wire();
                     let _ = lines.send(&ProcessEvent::Error { error }).await;
                     return;
                 }
@@ -93,7 +90,7 @@ pub(crate) async fn start_process(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<StartProcess>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let (stream, tag) = (req.stream, req.tag.clone());
     let ps = m.start_process(&id, req).await?;
     if stream {
@@ -114,7 +111,7 @@ pub(crate) async fn start_process(
 pub(crate) async fn list_processes(
     State(m): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<ProcessList>, ApiError> {
+) -> Result<Json<ProcessList>, EngineError> {
     m.list_processes(&id).await.map(Json)
 }
 
@@ -133,7 +130,7 @@ pub(crate) async fn list_processes(
 pub(crate) async fn attach_process(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let r = process_ref(&process)?;
     let ps = m.attach_process(&id, &r).await?;
     Ok(render(id, ps))
@@ -153,7 +150,7 @@ pub(crate) async fn write_stdin(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, EngineError> {
     let r = process_ref(&process)?;
     let body = body.map_err(|e| body_error(e.status(), e.body_text()))?;
     m.write_stdin(&id, &r, &body).await?;
@@ -172,7 +169,7 @@ pub(crate) async fn write_stdin(
 pub(crate) async fn close_stdin(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, EngineError> {
     let r = process_ref(&process)?;
     m.close_stdin(&id, &r).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -191,7 +188,7 @@ pub(crate) async fn signal_process(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
     JsonBody(req): JsonBody<SignalProcess>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, EngineError> {
     let r = process_ref(&process)?;
     m.signal_process(&id, &r, req.signal).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -208,7 +205,7 @@ pub(crate) async fn signal_process(
 pub(crate) async fn kill_process(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, EngineError> {
     let r = process_ref(&process)?;
     m.kill_process(&id, &r).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -227,7 +224,7 @@ pub(crate) async fn resize_pty(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
     JsonBody(size): JsonBody<PtySize>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, EngineError> {
     let r = process_ref(&process)?;
     m.resize_pty(&id, &r, size).await?;
     Ok(StatusCode::NO_CONTENT)

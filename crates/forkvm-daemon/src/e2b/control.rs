@@ -35,7 +35,7 @@ use serde::de::DeserializeOwned;
 use super::model::*;
 use super::paging::{decode_token, encode_token};
 use super::{access_token, envd::ENVD_VERSION};
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 
 /// The daemon's token, which signs each sandbox's access token.
@@ -77,8 +77,8 @@ pub(crate) fn router(key: String) -> Router<Arc<Manager>> {
 }
 
 /// An action's error as E2B's body, with the same status.
-fn fail(e: ApiError) -> Response {
-    super::error(e.status, e.message)
+fn fail(e: EngineError) -> Response {
+    super::error(crate::api::error::status(&e), e.to_string())
 }
 
 /// A refusal in E2B's shape; small, unlike a `Response`, so it can travel
@@ -91,9 +91,9 @@ impl IntoResponse for Refusal {
     }
 }
 
-impl From<ApiError> for Refusal {
-    fn from(e: ApiError) -> Self {
-        Refusal(e.status, e.message)
+impl From<EngineError> for Refusal {
+    fn from(e: EngineError) -> Self {
+        Refusal(crate::api::error::status(&e), e.to_string())
     }
 }
 
@@ -116,11 +116,11 @@ fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Refusal> {
 /// Run an action on a task of its own, so a client that goes away does not
 /// cancel it half-way (as `/v1` does).
 async fn detached<T: Send + 'static>(
-    f: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
-) -> Result<T, ApiError> {
+    f: impl std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
+) -> Result<T, EngineError> {
     tokio::spawn(f)
         .await
-        .map_err(|e| ApiError::internal(format!("task failed: {e}")))?
+        .map_err(|e| EngineError::internal(format!("task failed: {e}")))?
 }
 
 fn created(m: &Manager, key: &ApiKey, sb: &Sandbox) -> CreatedSandbox {
@@ -250,14 +250,14 @@ async fn create(
         Ok(crate::spawn::Created::One(sb)) => {
             (StatusCode::CREATED, Json(created(&m, &key, &sb))).into_response()
         }
-        Ok(crate::spawn::Created::Batch(_)) => fail(ApiError::internal(
+        Ok(crate::spawn::Created::Batch(_)) => fail(EngineError::internal(
             "one sandbox was asked for and a batch came back",
         )),
-        Err(e) if e.status == StatusCode::NOT_FOUND => super::error(
+        Err(e) if e.kind == crate::error::ErrorKind::NotFound => super::error(
             StatusCode::NOT_FOUND,
             format!(
-                "{}; templateID names an image (forkvm image ls) or a snapshot (forkvm snapshot \
-                 ls). E2B's default template `base` is the image built from \
+                "{}; templateID names an image or a snapshot of this forkvm \
+                 daemon. E2B's default template `base` is the image built from \
                  examples/e2b-base (docs/e2b.md)",
                 e.message
             ),
@@ -716,7 +716,7 @@ async fn fork(
                 Err(e) => ForkResult {
                     sandbox: None,
                     error: Some(ErrorBody {
-                        code: e.status.as_u16(),
+                        code: crate::api::error::status(&e).as_u16(),
                         message: e.message,
                     }),
                 },

@@ -49,7 +49,7 @@ async fn update(
     let r = tokio::spawn(async move { m.set_network(&id, egress, None).await }).await;
     match r {
         Ok(Ok(_)) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Err(e)) => super::error(e.status, e.message),
+        Ok(Err(e)) => super::error(crate::api::error::status(&e), e.to_string()),
         Err(e) => super::error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("network task failed: {e}"),

@@ -149,7 +149,7 @@ async fn remove(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Respon
     let r = tokio::spawn(async move { mm.remove_snapshot(&sid, false).await }).await;
     match r {
         Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Err(e)) => super::error(e.status, e.message),
+        Ok(Err(e)) => super::error(crate::api::error::status(&e), e.to_string()),
         Err(e) => super::error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("task failed: {e}"),

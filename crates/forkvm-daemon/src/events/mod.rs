@@ -13,15 +13,15 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use forkvm_api::events::kinds;
-use forkvm_api::{codes, Event, EventsReady};
+use forkvm_api::{Event, EventsReady};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::changes::{Action, Change};
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 use crate::manager::Manager;
 
 pub mod bus;
@@ -105,9 +105,8 @@ impl Manager {
         content_type = "text/event-stream", body = Event)))]
 pub async fn events(State(m): State<Arc<Manager>>, headers: HeaderMap) -> Response {
     let Some(slot) = m.events.open_stream() else {
-        return ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            codes::LIMIT_EXCEEDED,
+        return EngineError::new(
+            ErrorKind::LimitExceeded,
             format!("{MAX_STREAMS} event streams are open already; close one and retry"),
         )
         .into_response();

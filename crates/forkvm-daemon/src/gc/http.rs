@@ -8,7 +8,7 @@ use axum::Json;
 use forkvm_api::{ErrorBody, PruneRequest, PruneResult, Snapshot};
 
 use crate::api::body::OptJsonBody;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 
 /// Pin a snapshot: garbage collection never removes it, nor any snapshot
@@ -21,7 +21,7 @@ use crate::manager::Manager;
 pub async fn pin_snapshot(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
-) -> Result<Json<Snapshot>, ApiError> {
+) -> Result<Json<Snapshot>, EngineError> {
     m.set_pinned(&id, true).map(Json)
 }
 
@@ -36,7 +36,7 @@ pub async fn pin_snapshot(
 pub async fn unpin_snapshot(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
-) -> Result<Json<Snapshot>, ApiError> {
+) -> Result<Json<Snapshot>, EngineError> {
     m.set_pinned(&id, false).map(Json)
 }
 
@@ -49,11 +49,11 @@ pub async fn unpin_snapshot(
 pub async fn prune_snapshots(
     State(m): State<Arc<Manager>>,
     OptJsonBody(req): OptJsonBody<PruneRequest>,
-) -> Result<Json<PruneResult>, ApiError> {
+) -> Result<Json<PruneResult>, EngineError> {
     // On its own task: a client that hangs up does not stop a removal
     // half-way.
     tokio::spawn(async move { m.prune(req).await })
         .await
-        .map_err(|e| ApiError::internal(format!("prune task failed: {e}")))?
+        .map_err(|e| EngineError::internal(format!("prune task failed: {e}")))?
         .map(Json)
 }

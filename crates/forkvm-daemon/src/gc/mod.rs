@@ -41,11 +41,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use axum::http::StatusCode;
 use forkvm_api::{PruneFailure, PruneRequest, PruneResult, PrunedSnapshot};
 
 use crate::db::Origin;
-use crate::error::ApiError;
+use crate::error::{EngineError, HintAction};
 use crate::manager::Manager;
 use crate::util;
 use lease::Lease;
@@ -98,18 +97,18 @@ impl Manager {
     /// Hold snapshot `id` against collection while an operation reads it
     /// before anything else keeps it (a spawn, before its sandbox row; a
     /// pin). 409 while the collector removes it, 404 once it has.
-    pub(crate) fn gc_lease(&self, id: &str) -> Result<Lease, ApiError> {
+    pub(crate) fn gc_lease(&self, id: &str) -> Result<Lease, EngineError> {
         let lease = self.gc.leases.try_lease(id).ok_or_else(|| {
-            ApiError::conflict(format!(
+            EngineError::conflict(format!(
                 "snapshot {id} is being removed by garbage collection (a branch point nothing \
                  needed, past its grace period); tag or pin the branch points you want to keep"
             ))
         })?;
         if self.db.snapshot(id)?.is_none() {
-            return Err(ApiError::not_found(format!(
-                "no snapshot {id:?} (garbage collection may have removed it); list snapshots \
-                 with `forkvm snapshot ls`"
-            )));
+            return Err(EngineError::not_found(format!(
+                "no snapshot {id:?} (garbage collection may have removed it)"
+            ))
+            .hint(HintAction::ListSnapshots));
         }
         Ok(lease)
     }
@@ -141,9 +140,9 @@ impl Manager {
         &self,
         id_or_tag: &str,
         pinned: bool,
-    ) -> Result<forkvm_api::Snapshot, ApiError> {
+    ) -> Result<forkvm_api::Snapshot, EngineError> {
         if let Some(p) = self.pending.get(id_or_tag) {
-            return Err(ApiError::conflict(if p.state == "writing" {
+            return Err(EngineError::conflict(if p.state == "writing" {
                 format!(
                     "snapshot {} is still being written; pin it once it is ready, or give the branch a tag",
                     p.id
@@ -170,7 +169,7 @@ impl Manager {
 
     /// `POST /v1/snapshots/prune`: collect now, with the daemon's grace
     /// period, or none with `all`.
-    pub async fn prune(self: &Arc<Self>, req: PruneRequest) -> Result<PruneResult, ApiError> {
+    pub async fn prune(self: &Arc<Self>, req: PruneRequest) -> Result<PruneResult, EngineError> {
         let grace = if req.all == Some(true) {
             Duration::ZERO
         } else {
@@ -181,7 +180,7 @@ impl Manager {
     }
 
     /// What the selection needs to know of every indexed snapshot.
-    fn gc_facts(&self) -> Result<Vec<select::Facts>, ApiError> {
+    fn gc_facts(&self) -> Result<Vec<select::Facts>, EngineError> {
         let rows = self.db.snapshots()?;
         let users = self.db.sandboxes_per_snapshot()?;
         let leased = self.gc.leases.held();
@@ -217,7 +216,7 @@ impl Manager {
         self: &Arc<Self>,
         grace: Duration,
         dry_run: bool,
-    ) -> Result<PruneResult, ApiError> {
+    ) -> Result<PruneResult, EngineError> {
         let _one = self.gc.running.lock().await;
         let chosen = select::select(&self.gc_facts()?, SystemTime::now(), grace);
         let mut out = PruneResult {
@@ -270,10 +269,10 @@ impl Manager {
                 }
                 // Something started using it after it was chosen: a
                 // sandbox, or a snapshot of one. It stays; that is no error.
-                Err(e) if e.status == StatusCode::CONFLICT => {
+                Err(e) if e.kind == crate::error::ErrorKind::Conflict => {
                     tracing::debug!("garbage collection: snapshot {id} kept: {}", e.message);
                 }
-                Err(e) if e.status == StatusCode::NOT_FOUND => {}
+                Err(e) if e.kind == crate::error::ErrorKind::NotFound => {}
                 Err(e) => {
                     tracing::warn!(
                         snapshot = %id,

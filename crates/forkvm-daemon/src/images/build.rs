@@ -42,7 +42,7 @@ use tokio::sync::mpsc;
 use super::build_steps::{Sources, Start};
 use super::install::Upload;
 use super::stream::Emitter;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 
 use super::build_steps::build_failed;
@@ -69,18 +69,18 @@ fn image_identity(m: &Manager, meta: &ImageMeta) -> String {
 
 /// Unpack the uploaded context (plain files; the tar crate refuses entries
 /// that would land outside the directory).
-fn unpack_context(upload: &Path, dir: &Path) -> Result<(), ApiError> {
+fn unpack_context(upload: &Path, dir: &Path) -> Result<(), EngineError> {
     std::fs::create_dir_all(dir)
-        .map_err(|e| ApiError::internal(format!("creating {}: {e}", dir.display())))?;
+        .map_err(|e| EngineError::internal(format!("creating {}: {e}", dir.display())))?;
     let f = std::fs::File::open(upload)
-        .map_err(|e| ApiError::internal(format!("opening the upload: {e}")))?;
+        .map_err(|e| EngineError::internal(format!("opening the upload: {e}")))?;
     let mut a = tar::Archive::new(std::io::BufReader::new(f));
     a.set_preserve_permissions(true);
     a.set_preserve_ownerships(false);
     a.set_unpack_xattrs(false);
     a.set_overwrite(true);
     a.unpack(dir).map_err(|e| {
-        ApiError::invalid(format!(
+        EngineError::invalid(format!(
             "the build context is not a readable tar ({e}); send the context directory as a tar"
         ))
     })
@@ -101,7 +101,7 @@ impl Manager {
         q: BuildQuery,
         upload: Upload,
         tx: mpsc::UnboundedSender<ImageEvent>,
-    ) -> Result<Image, ApiError> {
+    ) -> Result<Image, EngineError> {
         let tag = q.tag.clone();
         let emit = Arc::new(Emitter::new(tx, format!("build {tag}")));
         let r = self.build_inner(q, upload, emit).await;
@@ -116,24 +116,24 @@ impl Manager {
         q: BuildQuery,
         upload: Upload,
         emit: Arc<Emitter>,
-    ) -> Result<Image, ApiError> {
+    ) -> Result<Image, EngineError> {
         let ctx = ContextDir(upload.path.with_extension("ctx"));
         {
             let (u, c) = (upload.path.clone(), ctx.0.clone());
             tokio::task::spawn_blocking(move || unpack_context(&u, &c))
                 .await
-                .map_err(|e| ApiError::internal(format!("unpack task failed: {e}")))??;
+                .map_err(|e| EngineError::internal(format!("unpack task failed: {e}")))??;
         }
         drop(upload);
         let df_name = q.dockerfile.clone().unwrap_or_else(|| "Dockerfile".into());
         if df_name.split('/').any(|c| c == "..") || df_name.starts_with('/') {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 "dockerfile must be a path inside the build context",
             ));
         }
         let df_path = ctx.0.join(&df_name);
         let text = std::fs::read_to_string(&df_path).map_err(|e| {
-            ApiError::invalid(format!(
+            EngineError::invalid(format!(
                 "cannot read the Dockerfile {df_name:?} from the build context: {e}"
             ))
         })?;
@@ -143,7 +143,7 @@ impl Manager {
         }
         let args: BTreeMap<String, String> = match &q.build_args {
             Some(j) => serde_json::from_str(j).map_err(|e| {
-                ApiError::invalid(format!(
+                EngineError::invalid(format!(
                     "build_args must be a JSON object of strings, e.g. {{\"V\":\"1\"}}: {e}"
                 ))
             })?,
@@ -154,8 +154,8 @@ impl Manager {
         if outline.images.iter().any(|r| r == "scratch") {
             return Err(build_failed(
                 "FROM scratch is not supported: build steps run in a sandbox of the base image, \
-                 so start from an image (import a rootfs tarball with `forkvm image import` and \
-                 use FROM <its name>)",
+                 so start from an image (import a rootfs tarball as an image and use \
+                 FROM <its name>)",
             ));
         }
         // Every image the needed stages name, local or pulled now.
@@ -179,7 +179,7 @@ impl Manager {
                 forkvm_build::plan_build(&t, &c, &a, target.as_deref(), &imgs)
             })
             .await
-            .map_err(|e| ApiError::internal(format!("plan task failed: {e}")))?
+            .map_err(|e| EngineError::internal(format!("plan task failed: {e}")))?
             .map_err(|e| build_failed(e.to_string()))?
         };
         for w in &plan.warnings {
@@ -195,13 +195,13 @@ impl Manager {
                     srcs.images
                         .get(r)
                         .cloned()
-                        .ok_or_else(|| ApiError::internal(format!("image {r} not resolved")))?,
+                        .ok_or_else(|| EngineError::internal(format!("image {r} not resolved")))?,
                 ),
                 StageFrom::Stage(i) => srcs
                     .stages
                     .get(i)
                     .cloned()
-                    .ok_or_else(|| ApiError::internal(format!("stage {i} not built")))?,
+                    .ok_or_else(|| EngineError::internal(format!("stage {i} not built")))?,
             };
             if many {
                 emit.send(ImageEvent::Phase {
@@ -244,7 +244,7 @@ impl Manager {
         let disk_file = match &last {
             Some(Start::Snapshot(snap)) => self.store().dir(snap).join(forkvm_store::DISK),
             Some(Start::Image(name)) => self.cfg.image_rootfs(name),
-            None => return Err(ApiError::internal("the target stage was not built")),
+            None => return Err(EngineError::internal("the target stage was not built")),
         };
         // A sandbox may have started on an image of that name meanwhile.
         self.check_new_image_name(&q.tag, true)?;
@@ -256,7 +256,7 @@ impl Manager {
             })
         })
         .await
-        .map_err(|e| ApiError::internal(format!("export task failed: {e}")))?
+        .map_err(|e| EngineError::internal(format!("export task failed: {e}")))?
         .map_err(|e| super::install::image_error(&e))?;
         if replaced {
             self.drop_stale_templates(&meta.name).await;
@@ -280,7 +280,7 @@ impl Manager {
         self: &Arc<Self>,
         base_ref: &str,
         emit: &Arc<Emitter>,
-    ) -> Result<ImageMeta, ApiError> {
+    ) -> Result<ImageMeta, EngineError> {
         for n in [base_ref.to_string(), super::install::default_name(base_ref)] {
             if forkvm_image::valid_image_name(&n) && self.cfg.image_rootfs(&n).is_file() {
                 return self.image_meta(&n);

@@ -9,14 +9,13 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, BuildQuery, CreateSandbox, ImageEvent};
+use forkvm_api::{BuildQuery, CreateSandbox, ImageEvent};
 use forkvm_build::{CopySource, Step, StepKind};
 use tokio::sync::mpsc;
 
 use super::stream::Emitter;
 use crate::agent::{AgentConn, ExecSpec};
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 use crate::manager::Manager;
 use crate::spawn::Created;
 
@@ -27,8 +26,8 @@ pub const CACHE_PREFIX: &str = "build-";
 pub(super) const STEP_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// A build that cannot go on: 422 `build_failed` with what went wrong.
-pub(super) fn build_failed(m: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, codes::BUILD_FAILED, m)
+pub(super) fn build_failed(m: impl Into<String>) -> EngineError {
+    EngineError::new(ErrorKind::BuildFailed, m)
 }
 
 /// What a stage (or a `COPY --from`) starts from.
@@ -49,12 +48,12 @@ pub struct Sources {
 }
 
 impl Sources {
-    fn of(&self, s: &CopySource) -> Result<Start, ApiError> {
+    fn of(&self, s: &CopySource) -> Result<Start, EngineError> {
         match s {
             CopySource::Stage(i) => self.stages.get(i).cloned(),
             CopySource::Image(r) => self.images.get(r).cloned().map(Start::Image),
         }
-        .ok_or_else(|| ApiError::internal(format!("COPY --from source {s:?} was not built")))
+        .ok_or_else(|| EngineError::internal(format!("COPY --from source {s:?} was not built")))
     }
 }
 
@@ -82,10 +81,10 @@ impl Manager {
         }
     }
 
-    async fn create_one(self: &Arc<Self>, req: CreateSandbox) -> Result<String, ApiError> {
+    async fn create_one(self: &Arc<Self>, req: CreateSandbox) -> Result<String, EngineError> {
         match self.create(req).await? {
             Created::One(s) => Ok(s.id),
-            Created::Batch(_) => Err(ApiError::internal("a batch where one was asked")),
+            Created::Batch(_) => Err(EngineError::internal("a batch where one was asked")),
         }
     }
 
@@ -99,7 +98,7 @@ impl Manager {
         no_cache: bool,
         emit: &Arc<Emitter>,
         srcs: &Sources,
-    ) -> Result<Option<String>, ApiError> {
+    ) -> Result<Option<String>, EngineError> {
         let total = steps.len() as u32;
         // The longest cached prefix.
         let mut resume: Option<(usize, String)> = None;
@@ -150,7 +149,7 @@ impl Manager {
         q: &BuildQuery,
         emit: &Arc<Emitter>,
         srcs: &Sources,
-    ) -> Result<String, ApiError> {
+    ) -> Result<String, EngineError> {
         let total = steps.len() as u32;
         let mut last = String::new();
         for s in &steps[first..] {
@@ -237,7 +236,7 @@ impl Manager {
                     let a = archive.clone();
                     let tar = tokio::task::spawn_blocking(move || a.write_tar(Vec::new()))
                         .await
-                        .map_err(|e| ApiError::internal(format!("archive task failed: {e}")))?
+                        .map_err(|e| EngineError::internal(format!("archive task failed: {e}")))?
                         .map_err(|e| build_failed(format!("step {n}: {e}")))?;
                     conn.put_archive(dest, owner.as_deref(), &tar, Duration::from_secs(600))
                         .await
@@ -312,7 +311,7 @@ impl Manager {
         c: &CopyFrom<'_>,
         q: &BuildQuery,
         emit: &Arc<Emitter>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         emit.send(ImageEvent::Log {
             line: format!(
                 "starting a sandbox of {} to copy from",
@@ -339,7 +338,7 @@ impl Manager {
                     forkvm_build::reshape_from(&a.tar, &p2, &d, into, chmod)
                 })
                 .await
-                .map_err(|e| ApiError::internal(format!("archive task failed: {e}")))?
+                .map_err(|e| EngineError::internal(format!("archive task failed: {e}")))?
                 .map_err(|e| build_failed(e.to_string()))?;
                 conn.put_archive(&at, c.owner, &tar, Duration::from_secs(600))
                     .await

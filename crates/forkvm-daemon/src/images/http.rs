@@ -11,14 +11,14 @@ use axum::Json;
 use forkvm_api::{BuildQuery, ErrorBody, Image, ImageEvent, ImageList, ImportQuery, PullImage};
 
 use crate::api::body::JsonBody;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 
 type Q<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
-fn query<T>(q: Q<T>) -> Result<T, ApiError> {
+fn query<T>(q: Q<T>) -> Result<T, EngineError> {
     q.map(|Query(q)| q)
-        .map_err(|e| ApiError::invalid(format!("bad query: {}", e.body_text())))
+        .map_err(|e| EngineError::invalid(format!("bad query: {}", e.body_text())))
 }
 
 /// Installed images.
@@ -37,7 +37,7 @@ pub async fn list_images(State(m): State<Arc<Manager>>) -> Json<ImageList> {
 pub async fn get_image(
     State(m): State<Arc<Manager>>,
     Path(name): Path<String>,
-) -> Result<Json<Image>, ApiError> {
+) -> Result<Json<Image>, EngineError> {
     m.get_image(&name).map(Json)
 }
 
@@ -49,10 +49,10 @@ pub async fn get_image(
 pub async fn delete_image(
     State(m): State<Arc<Manager>>,
     Path(name): Path<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, EngineError> {
     tokio::spawn(async move { m.remove_image(&name).await })
         .await
-        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
+        .map_err(|e| EngineError::internal(format!("remove task failed: {e}")))??;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -71,7 +71,7 @@ pub async fn delete_image(
 pub async fn pull_image(
     State(m): State<Arc<Manager>>,
     JsonBody(req): JsonBody<PullImage>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let plan = m.check_pull(&req)?;
     if req.stream {
         return Ok(super::stream::ndjson(move |tx| async move {
@@ -81,7 +81,7 @@ pub async fn pull_image(
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let image = tokio::spawn(async move { m.pull_image(plan, tx).await })
         .await
-        .map_err(|e| ApiError::internal(format!("pull task failed: {e}")))??;
+        .map_err(|e| EngineError::internal(format!("pull task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(image)).into_response())
 }
 
@@ -98,7 +98,7 @@ pub async fn import_image(
     State(m): State<Arc<Manager>>,
     q: Q<ImportQuery>,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let q = match query(q).and_then(|q| {
         m.check_new_image_name(&q.name, q.replace.unwrap_or(false))?;
         m.check_disk(&format!("import of image {}", q.name))?;
@@ -126,7 +126,7 @@ pub async fn build_image(
     State(m): State<Arc<Manager>>,
     q: Q<BuildQuery>,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let q = match query(q).and_then(|q| {
         m.check_new_image_name(&q.tag, true)?;
         m.check_disk(&format!("build of image {}", q.tag))?;

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use axum::body::Body;
-use forkvm_api::{codes, Image, ImageEvent, ImportQuery, PullImage};
+use forkvm_api::{Image, ImageEvent, ImportQuery, PullImage};
 use forkvm_image::blobs::BlobStore;
 use forkvm_image::meta::{ImageSource, StartSpec};
 use forkvm_image::progress::Progress;
@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::stream::Emitter;
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind, HintAction};
 use crate::manager::Manager;
 
 /// A checked pull request.
@@ -73,15 +73,12 @@ pub fn default_name(reference: &str) -> String {
 }
 
 /// Map an image-library error to the API's codes.
-pub fn image_error(e: &forkvm_image::ImageError) -> ApiError {
-    use axum::http::StatusCode;
+pub fn image_error(e: &forkvm_image::ImageError) -> EngineError {
     use forkvm_image::ImageError as E;
     let nospace = |s: &std::io::Error| s.raw_os_error() == Some(libc::ENOSPC);
-    let (status, code) = match e {
+    let kind = match e {
         E::Blob(b) | E::BlobContext { source: b, .. } => return blob_error(b),
-        E::Io { source, .. } | E::Entry { source, .. } if nospace(source) => {
-            (StatusCode::INSUFFICIENT_STORAGE, codes::NO_SPACE)
-        }
+        E::Io { source, .. } | E::Entry { source, .. } if nospace(source) => ErrorKind::NoSpace,
         E::Malformed { .. }
         | E::Unsupported { .. }
         | E::NoPlatform { .. }
@@ -89,61 +86,50 @@ pub fn image_error(e: &forkvm_image::ImageError) -> ApiError {
         | E::MissingBlob { .. }
         | E::UnsafePath { .. }
         | E::Ambiguous { .. }
-        | E::NoSuchImage { .. } => (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_IMAGE),
-        E::DiskTooSmall { .. } | E::BadName(_) => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
-        E::Exists(_) => (StatusCode::CONFLICT, codes::CONFLICT),
-        E::NotFound(_) => (StatusCode::NOT_FOUND, codes::IMAGE_NOT_FOUND),
-        E::ToolFailed { stderr, .. } if stderr.contains("No space left") => {
-            (StatusCode::INSUFFICIENT_STORAGE, codes::NO_SPACE)
-        }
+        | E::NoSuchImage { .. } => ErrorKind::InvalidImage,
+        E::DiskTooSmall { .. } | E::BadName(_) => ErrorKind::Invalid,
+        E::Exists(_) => ErrorKind::Conflict,
+        E::NotFound(_) => ErrorKind::ImageNotFound,
+        E::ToolFailed { stderr, .. } if stderr.contains("No space left") => ErrorKind::NoSpace,
         E::Io { .. }
         | E::Entry { .. }
         | E::MissingTool { .. }
         | E::ToolFailed { .. }
-        | E::Broken { .. } => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
+        | E::Broken { .. } => ErrorKind::Internal,
     };
-    ApiError::new(status, code, e.to_string())
+    EngineError::new(kind, e.to_string())
 }
 
 /// Map a pull error to the API's codes.
-pub fn pull_error(e: &forkvm_image::pull::PullError) -> ApiError {
-    use axum::http::StatusCode;
+pub fn pull_error(e: &forkvm_image::pull::PullError) -> EngineError {
     use forkvm_image::pull::PullError as P;
-    let (status, code) = match e {
-        P::BadReference { .. } | P::DockerConfig { .. } | P::CaCert { .. } => {
-            (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST)
-        }
-        P::Auth { .. } | P::AuthRequired { .. } => {
-            (StatusCode::FORBIDDEN, codes::REGISTRY_AUTH_FAILED)
-        }
-        P::NotFound { .. } => (StatusCode::NOT_FOUND, codes::IMAGE_NOT_FOUND),
+    let kind = match e {
+        P::BadReference { .. } | P::DockerConfig { .. } | P::CaCert { .. } => ErrorKind::Invalid,
+        P::Auth { .. } | P::AuthRequired { .. } => ErrorKind::RegistryAuthFailed,
+        P::NotFound { .. } => ErrorKind::ImageNotFound,
         P::DigestMismatch { .. } | P::NoPlatform { .. } | P::Unsupported { .. } => {
-            (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_IMAGE)
+            ErrorKind::InvalidImage
         }
         P::Unreachable { .. } | P::Tls { .. } | P::Network { .. } | P::Registry { .. } => {
-            (StatusCode::BAD_GATEWAY, codes::REGISTRY_UNREACHABLE)
+            ErrorKind::RegistryUnreachable
         }
         P::Store(b) => return blob_error(b),
     };
-    ApiError::new(status, code, e.to_string())
+    EngineError::new(kind, e.to_string())
 }
 
 /// Map a blob store error: a full disk is 507, corruption 422.
-pub fn blob_error(e: &forkvm_image::blobs::BlobError) -> ApiError {
-    use axum::http::StatusCode;
+pub fn blob_error(e: &forkvm_image::blobs::BlobError) -> EngineError {
     use forkvm_image::blobs::BlobError as B;
     match e {
-        B::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => ApiError::new(
-            StatusCode::INSUFFICIENT_STORAGE,
-            codes::NO_SPACE,
+        B::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => EngineError::new(
+            ErrorKind::NoSpace,
             format!("{e}: the disk holding FORKVM_HOME is full; free space and try again"),
         ),
-        B::Mismatch { .. } | B::SizeMismatch { .. } => ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            codes::INVALID_IMAGE,
-            e.to_string(),
-        ),
-        _ => ApiError::internal(e.to_string()),
+        B::Mismatch { .. } | B::SizeMismatch { .. } => {
+            EngineError::new(ErrorKind::InvalidImage, e.to_string())
+        }
+        _ => EngineError::internal(e.to_string()),
     }
 }
 
@@ -169,15 +155,15 @@ pub fn registry_cas(home: &std::path::Path, host: &str) -> Vec<PathBuf> {
 
 impl Manager {
     /// The shared blob store.
-    pub fn blobs(&self) -> Result<BlobStore, ApiError> {
+    pub fn blobs(&self) -> Result<BlobStore, EngineError> {
         BlobStore::open(self.cfg.home.join("blobs"))
-            .map_err(|e| ApiError::internal(format!("the blob store: {e}")))
+            .map_err(|e| EngineError::internal(format!("the blob store: {e}")))
     }
 
     /// Refuse a bad name, or an existing image unless it may be replaced.
-    pub fn check_new_image_name(&self, name: &str, replace: bool) -> Result<(), ApiError> {
+    pub fn check_new_image_name(&self, name: &str, replace: bool) -> Result<(), EngineError> {
         if !forkvm_image::valid_image_name(name) || name == "import" || name == "build" {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "image name {name:?} is not valid: use letters, digits, '.', '-' and '_' \
                  (at most 64, starting with a letter or digit; not `import` or `build`)"
             )));
@@ -186,10 +172,10 @@ impl Manager {
             return Ok(());
         }
         if !replace {
-            return Err(ApiError::conflict(format!(
-                "an image named {name:?} exists; choose another name or replace it \
-                 (--replace, or `forkvm image rm {name}` first)"
-            )));
+            return Err(EngineError::conflict(format!(
+                "an image named {name:?} exists; choose another name"
+            ))
+            .hint_on(HintAction::RemoveImage, name));
         }
         // Overlays and snapshots name the image's disk by path: it cannot
         // change under them.
@@ -197,11 +183,11 @@ impl Manager {
     }
 
     /// Take an uploaded body into a file under `$FORKVM_HOME/uploads`.
-    pub async fn receive_upload(&self, body: Body, what: &str) -> Result<Upload, ApiError> {
+    pub async fn receive_upload(&self, body: Body, what: &str) -> Result<Upload, EngineError> {
         let dir = self.cfg.home.join("uploads");
         tokio::fs::create_dir_all(&dir)
             .await
-            .map_err(|e| ApiError::internal(format!("creating {}: {e}", dir.display())))?;
+            .map_err(|e| EngineError::internal(format!("creating {}: {e}", dir.display())))?;
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let path = dir.join(format!(
             "{what}-{}-{}",
@@ -211,34 +197,33 @@ impl Manager {
         let mut up = Upload { path, bytes: 0 };
         let mut f = tokio::fs::File::create(&up.path)
             .await
-            .map_err(|e| ApiError::internal(format!("creating {}: {e}", up.path.display())))?;
+            .map_err(|e| EngineError::internal(format!("creating {}: {e}", up.path.display())))?;
         let mut body = body.into_data_stream();
         use tokio_stream::StreamExt;
         while let Some(chunk) = body.next().await {
             let chunk =
-                chunk.map_err(|e| ApiError::invalid(format!("the upload broke off: {e}")))?;
+                chunk.map_err(|e| EngineError::invalid(format!("the upload broke off: {e}")))?;
             if let Err(e) = f.write_all(&chunk).await {
                 drain(body).await;
                 return Err(if e.raw_os_error() == Some(libc::ENOSPC) {
-                    ApiError::new(
-                        axum::http::StatusCode::INSUFFICIENT_STORAGE,
-                        codes::NO_SPACE,
+                    EngineError::new(
+                        ErrorKind::NoSpace,
                         format!(
                             "the disk holding {} is full; free space and try again",
                             self.cfg.home.display()
                         ),
                     )
                 } else {
-                    ApiError::internal(format!("writing the upload: {e}"))
+                    EngineError::internal(format!("writing the upload: {e}"))
                 });
             }
             up.bytes += chunk.len() as u64;
         }
         f.flush()
             .await
-            .map_err(|e| ApiError::internal(format!("writing the upload: {e}")))?;
+            .map_err(|e| EngineError::internal(format!("writing the upload: {e}")))?;
         if up.bytes == 0 {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 "the request body is empty: send the archive (or build context) as the body",
             ));
         }
@@ -247,20 +232,20 @@ impl Manager {
 
     /// Refuse an upload before reading it: what is left of `body` is read
     /// and dropped first (see [`drain`]), so that the client gets `err`.
-    pub async fn refuse_upload(&self, body: Body, err: ApiError) -> ApiError {
+    pub async fn refuse_upload(&self, body: Body, err: EngineError) -> EngineError {
         drain(body.into_data_stream()).await;
         err
     }
 
     /// Check a pull request before anything is fetched.
-    pub fn check_pull(&self, req: &PullImage) -> Result<PullPlan, ApiError> {
+    pub fn check_pull(&self, req: &PullImage) -> Result<PullPlan, EngineError> {
         if req.reference.trim().is_empty() {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 "reference must name an image, e.g. 127.0.0.1:5000/team/py:3.12",
             ));
         }
         if req.username.is_some() != req.password.is_some() {
-            return Err(ApiError::invalid("give username and password together"));
+            return Err(EngineError::invalid("give username and password together"));
         }
         let name = req
             .name
@@ -284,14 +269,14 @@ impl Manager {
         reference: &str,
         explicit: Option<(String, String)>,
         insecure: bool,
-    ) -> Result<forkvm_image::pull::PullOptions, ApiError> {
+    ) -> Result<forkvm_image::pull::PullOptions, EngineError> {
         let host = forkvm_image::pull::parse_reference(reference)
             .map_err(|e| pull_error(&e))?
             .registry()
             .to_string();
         let allowed = &self.cfg.allowed_registries;
         if !allowed.is_empty() && !allowed.iter().any(|a| a == &host) {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "this daemon talks only to {} (--allowed-registries), not to {host}",
                 allowed.join(", ")
             )));
@@ -324,7 +309,7 @@ impl Manager {
         self: &std::sync::Arc<Self>,
         plan: PullPlan,
         tx: mpsc::UnboundedSender<ImageEvent>,
-    ) -> Result<Image, ApiError> {
+    ) -> Result<Image, EngineError> {
         let emit = std::sync::Arc::new(Emitter::new(tx, format!("image {}", plan.name)));
         self.pull_with(plan, emit).await
     }
@@ -334,7 +319,7 @@ impl Manager {
         self: &std::sync::Arc<Self>,
         plan: PullPlan,
         emit: std::sync::Arc<Emitter>,
-    ) -> Result<Image, ApiError> {
+    ) -> Result<Image, EngineError> {
         let name = plan.name.clone();
         self.check_disk(&format!("pull of image {name}"))?;
         // Leased: every blob the pull touches is claimed until `store` and
@@ -355,7 +340,7 @@ impl Manager {
         plan: PullPlan,
         emit: std::sync::Arc<Emitter>,
         store: BlobStore,
-    ) -> Result<Image, ApiError> {
+    ) -> Result<Image, EngineError> {
         let req = &plan.req;
         let opts = self.registry_options(
             &req.reference,
@@ -372,7 +357,7 @@ impl Manager {
         let s2 = store.clone();
         let resolved = tokio::task::spawn_blocking(move || forkvm_image::oci::resolve(&s2, &root))
             .await
-            .map_err(|e| ApiError::internal(format!("resolve task failed: {e}")))?
+            .map_err(|e| EngineError::internal(format!("resolve task failed: {e}")))?
             .map_err(|e| image_error(&e))?;
         let source = ImageSource::Registry {
             reference: req.reference.clone(),
@@ -395,7 +380,7 @@ impl Manager {
         source: ImageSource,
         opts: forkvm_image::install::InstallOptions,
         emit: std::sync::Arc<Emitter>,
-    ) -> Result<Image, ApiError> {
+    ) -> Result<Image, EngineError> {
         // Checked again now that the work is done: a sandbox may have
         // started on the old image meanwhile.
         self.check_new_image_name(&name, opts.replace)?;
@@ -414,7 +399,7 @@ impl Manager {
             )
         })
         .await
-        .map_err(|e| ApiError::internal(format!("install task failed: {e}")))?
+        .map_err(|e| EngineError::internal(format!("install task failed: {e}")))?
         .map_err(|e| image_error(&e))?;
         if replaced {
             self.drop_stale_templates(&name).await;
@@ -437,7 +422,7 @@ impl Manager {
         q: ImportQuery,
         upload: Upload,
         tx: mpsc::UnboundedSender<ImageEvent>,
-    ) -> Result<Image, ApiError> {
+    ) -> Result<Image, EngineError> {
         let name = q.name.clone();
         let store = self.blobs()?.leased();
         let watch = store.lease_watch();
@@ -455,7 +440,7 @@ impl Manager {
         upload: Upload,
         tx: mpsc::UnboundedSender<ImageEvent>,
         store: BlobStore,
-    ) -> Result<Image, ApiError> {
+    ) -> Result<Image, EngineError> {
         let emit = std::sync::Arc::new(Emitter::new(tx, format!("image {}", q.name)));
         let (s2, e2) = (store.clone(), emit.clone());
         let (resolved, format) = tokio::task::spawn_blocking(move || {
@@ -464,7 +449,7 @@ impl Manager {
             r
         })
         .await
-        .map_err(|e| ApiError::internal(format!("import task failed: {e}")))?
+        .map_err(|e| EngineError::internal(format!("import task failed: {e}")))?
         .map_err(|e| image_error(&e))?;
         let source = ImageSource::Import {
             format: format.as_str().to_string(),

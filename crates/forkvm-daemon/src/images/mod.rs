@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use forkvm_image::meta::{ImageConfig as MetaConfig, ImageMeta, ImageSource, ReadyCheck};
 
 use crate::db::Origin;
-use crate::error::ApiError;
+use crate::error::{EngineError, HintAction};
 use crate::manager::Manager;
 
 /// Turn the on-disk metadata into the wire type.
@@ -75,29 +75,33 @@ pub fn view(meta: &ImageMeta) -> forkvm_api::Image {
 }
 
 /// The start command of a request, in the metadata's terms.
-pub fn start_spec(s: &forkvm_api::StartCommand) -> Result<forkvm_image::meta::StartSpec, ApiError> {
+pub fn start_spec(
+    s: &forkvm_api::StartCommand,
+) -> Result<forkvm_image::meta::StartSpec, EngineError> {
     if s.command.is_empty() || s.command[0].is_empty() {
-        return Err(ApiError::invalid(
+        return Err(EngineError::invalid(
             "start.command must name a program, e.g. [\"python3\", \"-m\", \"http.server\", \"8000\"]",
         ));
     }
     let ready = match (&s.ready_port, &s.ready_command) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 "give start.ready_port or start.ready_command, not both",
             ))
         }
-        (Some(0), None) => return Err(ApiError::invalid("start.ready_port must be 1-65535")),
+        (Some(0), None) => return Err(EngineError::invalid("start.ready_port must be 1-65535")),
         (Some(p), None) => Some(ReadyCheck::Port { port: *p }),
         (None, Some(c)) if c.is_empty() => {
-            return Err(ApiError::invalid("start.ready_command must name a program"))
+            return Err(EngineError::invalid(
+                "start.ready_command must name a program",
+            ))
         }
         (None, Some(c)) => Some(ReadyCheck::Command { command: c.clone() }),
         (None, None) => None,
     };
     let timeout = s.ready_timeout_secs.unwrap_or(60);
     if timeout == 0 || timeout > 3600 {
-        return Err(ApiError::invalid(
+        return Err(EngineError::invalid(
             "start.ready_timeout_secs must be between 1 and 3600",
         ));
     }
@@ -119,24 +123,21 @@ impl Manager {
 
     /// An installed image's metadata. An image without `image.json` (a bare
     /// `rootfs.ext4` put there by hand) gets one made up from the file.
-    pub fn image_meta(&self, name: &str) -> Result<ImageMeta, ApiError> {
+    pub fn image_meta(&self, name: &str) -> Result<ImageMeta, EngineError> {
         if !forkvm_image::valid_image_name(name) {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "image name {name:?} is not valid: use letters, digits, '.', '-' and '_' \
                  (at most 64, starting with a letter or digit)"
             )));
         }
         let rootfs = self.cfg.image_rootfs(name);
         let md = std::fs::metadata(&rootfs).map_err(|_| {
-            ApiError::not_found(format!(
-                "no image {name:?}; list images with `forkvm image ls`, or pull, import or \
-                 build one (`forkvm image --help`)"
-            ))
+            EngineError::not_found(format!("no image {name:?}")).hint(HintAction::GetImage)
         })?;
         let json = self.image_dir(name).join("image.json");
         let mut meta = match std::fs::read(&json) {
             Ok(b) => ImageMeta::parse(&b).map_err(|e| {
-                ApiError::internal(format!(
+                EngineError::internal(format!(
                     "{} is unreadable ({e}); remove the image and install it again",
                     json.display()
                 ))
@@ -175,7 +176,7 @@ impl Manager {
     }
 
     /// Sandboxes, snapshots (but templates) and templates of an image.
-    fn image_users(&self, name: &str) -> Result<Users, ApiError> {
+    fn image_users(&self, name: &str) -> Result<Users, EngineError> {
         let sandboxes: Vec<String> = self
             .db
             .list()?
@@ -198,7 +199,7 @@ impl Manager {
     }
 
     /// `GET /v1/images/{name}`: the image and what uses it.
-    pub fn get_image(&self, name: &str) -> Result<forkvm_api::Image, ApiError> {
+    pub fn get_image(&self, name: &str) -> Result<forkvm_api::Image, EngineError> {
         let meta = self.image_meta(name)?;
         let (sandboxes, snapshots, _) = self.image_users(name)?;
         let mut v = view(&meta);
@@ -208,7 +209,7 @@ impl Manager {
     }
 
     /// Refuse (409, naming them) while sandboxes or snapshots use an image.
-    pub(crate) fn check_unused(&self, name: &str, what: &str) -> Result<(), ApiError> {
+    pub(crate) fn check_unused(&self, name: &str, what: &str) -> Result<(), EngineError> {
         let (sandboxes, snapshots, _) = self.image_users(name)?;
         if sandboxes.is_empty() && snapshots.is_empty() {
             return Ok(());
@@ -220,9 +221,9 @@ impl Manager {
         if !snapshots.is_empty() {
             parts.push(format!("snapshots {}", snapshots.join(", ")));
         }
-        Err(ApiError::conflict(format!(
-            "cannot {what} image {name:?}: it is in use by {}; remove those first (`forkvm rm`, \
-             `forkvm snapshot rm`)",
+        Err(EngineError::conflict(format!(
+            "cannot {what} image {name:?}: it is in use by {}; remove those sandboxes and \
+             snapshots first",
             parts.join(" and ")
         )))
     }
@@ -241,7 +242,7 @@ impl Manager {
 
     /// `DELETE /v1/images/{name}`: refused (409, naming them) while
     /// sandboxes or snapshots use it; its boot templates go with it.
-    pub async fn remove_image(self: &std::sync::Arc<Self>, name: &str) -> Result<(), ApiError> {
+    pub async fn remove_image(self: &std::sync::Arc<Self>, name: &str) -> Result<(), EngineError> {
         self.image_meta(name)?;
         self.check_unused(name, "remove")?;
         self.drop_stale_templates(name).await;
@@ -301,11 +302,11 @@ impl Manager {
     }
 
     /// The exec defaults of a sandbox's image.
-    pub fn exec_defaults_of(&self, id: &str) -> Result<MetaConfig, ApiError> {
+    pub fn exec_defaults_of(&self, id: &str) -> Result<MetaConfig, EngineError> {
         let row = self
             .db
             .get(id)?
-            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+            .ok_or_else(|| EngineError::sandbox_not_found(id))?;
         Ok(self.exec_defaults(&row.image))
     }
 

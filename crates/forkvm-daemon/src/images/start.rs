@@ -18,12 +18,10 @@
 
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
-use forkvm_api::codes;
 use forkvm_image::meta::{ReadyCheck, StartSpec};
 
 use crate::agent::{AgentConn, ExecSpec};
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 use crate::manager::Manager;
 
 /// What a boot from an image asks for (validated).
@@ -46,12 +44,8 @@ const READY_POLL: Duration = Duration::from_millis(200);
 /// Where the start command's output goes in the guest.
 pub const START_LOG: &str = "/run/forkvm/start.log";
 
-fn guest_err(id: &str, what: &str, e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_GATEWAY,
-        codes::GUEST_ERROR,
-        format!("sandbox {id}: {what}: {e}"),
-    )
+fn guest_err(id: &str, what: &str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::new(ErrorKind::Guest, format!("sandbox {id}: {what}: {e}"))
 }
 
 impl Manager {
@@ -61,7 +55,7 @@ impl Manager {
         &self,
         image: &str,
         disk_size: Option<u64>,
-    ) -> Result<Option<u64>, ApiError> {
+    ) -> Result<Option<u64>, EngineError> {
         let Some(want) = disk_size else {
             return Ok(None);
         };
@@ -69,13 +63,13 @@ impl Manager {
             .map(|m| m.len())
             .unwrap_or(0);
         if want < have {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "disk_size {want} is smaller than image {image:?}'s root disk ({have} bytes); \
                  ask for at least that, or omit it"
             )));
         }
         if want > MAX_DISK_BYTES {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "disk_size {want} is over the limit of {MAX_DISK_BYTES} bytes"
             )));
         }
@@ -86,7 +80,7 @@ impl Manager {
     }
 
     /// The image's part of a cold boot (see the module doc).
-    pub(crate) async fn after_boot(&self, id: &str, boot: &BootReq) -> Result<(), ApiError> {
+    pub(crate) async fn after_boot(&self, id: &str, boot: &BootReq) -> Result<(), EngineError> {
         let meta = self.image_meta(&boot.image).ok();
         let start = meta.and_then(|m| m.start);
         if boot.disk_size.is_none() && start.is_none() {
@@ -94,7 +88,7 @@ impl Manager {
         }
         let live = self
             .live(id)
-            .ok_or_else(|| ApiError::conflict(format!("sandbox {id} is not running")))?;
+            .ok_or_else(|| EngineError::conflict(format!("sandbox {id} is not running")))?;
         let conn = live
             .agent()
             .await
@@ -122,7 +116,7 @@ impl Manager {
         conn: &AgentConn,
         image: &str,
         s: &StartSpec,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         let defaults = self.exec_defaults(image);
         let spec = crate::agent::StartSpec {
             argv: s.command.clone(),
@@ -177,9 +171,8 @@ impl Manager {
                     .await
                     .map(|b| String::from_utf8_lossy(&b).into_owned())
                     .unwrap_or_default();
-                return Err(ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    codes::GUEST_TIMEOUT,
+                return Err(EngineError::new(
+                    ErrorKind::GuestTimeout,
                     format!(
                         "sandbox {id}: the start command {:?} of image {image} was not ready \
                          within {} s ({}); fix the command or the check, or raise \

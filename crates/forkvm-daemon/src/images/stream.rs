@@ -20,7 +20,7 @@ use forkvm_api::{ErrorDetail, Image, ImageEvent, TransferEvent};
 use forkvm_image::progress::{Progress, ProgressEvent};
 use tokio::sync::mpsc;
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 
 /// Minimum interval between two byte-count lines of one item.
 const BYTES_EVERY: Duration = Duration::from_millis(250);
@@ -141,13 +141,10 @@ fn line<E: serde::Serialize>(ev: &E) -> Result<Bytes, std::convert::Infallible> 
 }
 
 /// The last event of a finished operation.
-pub fn last_event<E: StreamEvent>(r: Result<E::Done, ApiError>) -> E {
+pub fn last_event<E: StreamEvent>(r: Result<E::Done, EngineError>) -> E {
     match r {
         Ok(d) => E::done(d),
-        Err(e) => E::error(ErrorDetail {
-            code: e.code.to_string(),
-            message: e.message,
-        }),
+        Err(e) => E::error(e.to_wire()),
     }
 }
 
@@ -157,7 +154,7 @@ pub fn ndjson<E, F, Fut>(work: F) -> Response
 where
     E: StreamEvent,
     F: FnOnce(mpsc::UnboundedSender<E>) -> Fut,
-    Fut: Future<Output = Result<E::Done, ApiError>> + Send + 'static,
+    Fut: Future<Output = Result<E::Done, EngineError>> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (line_tx, line_rx) = mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
@@ -175,7 +172,7 @@ where
         while let Ok(ev) = rx.try_recv() {
             let _ = line_tx.send(line(&ev)).await;
         }
-        let r = result.unwrap_or_else(|e| Err(ApiError::internal(format!("task failed: {e}"))));
+        let r = result.unwrap_or_else(|e| Err(EngineError::internal(format!("task failed: {e}"))));
         let _ = line_tx.send(line(&last_event::<E>(r))).await;
     });
     (
@@ -222,7 +219,7 @@ mod tests {
 
     #[test]
     fn errors_end_the_stream_with_their_code() {
-        let ev = last_event::<ImageEvent>(Err(ApiError::conflict("in use")));
+        let ev = last_event::<ImageEvent>(Err(EngineError::conflict("in use")));
         let j = serde_json::to_string(&ev).unwrap();
         assert!(
             j.contains(r#""type":"error""#) && j.contains("in use"),

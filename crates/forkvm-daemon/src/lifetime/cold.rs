@@ -36,7 +36,7 @@ use forkvm_qemu::{migrate, Qmp};
 
 use crate::config::SandboxPaths;
 use crate::db::LifecycleRow;
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 use crate::images::start::BootReq;
 use crate::manager::{Manager, Phase};
 use crate::snapshot::qemu_err;
@@ -75,27 +75,27 @@ impl Manager {
         self: &Arc<Self>,
         id: &str,
         reason: &str,
-    ) -> Result<Sandbox, ApiError> {
+    ) -> Result<Sandbox, EngineError> {
         let live = self.running(id)?;
         let row = self
             .db
             .get(id)?
-            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+            .ok_or_else(|| EngineError::sandbox_not_found(id))?;
         if !crate::volumes::load_state(&live.paths).is_empty() {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "sandbox {id} has volumes, which a filesystem-only pause cannot bring back at a \
                  cold boot; pause it with its memory (memory: true)"
             )));
         }
         if live.keep_stopped.swap(true, Ordering::SeqCst) {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "sandbox {id} is already being paused"
             )));
         }
         let paths = live.paths.clone();
         let stopped = async {
             let _guard = live.op_lock.try_lock().map_err(|_| {
-                ApiError::conflict(format!(
+                EngineError::conflict(format!(
                     "sandbox {id} is being snapshotted; retry when it finishes"
                 ))
             })?;
@@ -117,7 +117,7 @@ impl Manager {
                 .map_err(|e| qemu_err("cannot find the disk", e))
                 .and_then(|(node, file, _)| {
                     crate::snapshot::freeze::node_file(&paths, &node, file).ok_or_else(|| {
-                        ApiError::internal(format!("cannot tell which file disk node {node} is"))
+                        EngineError::internal(format!("cannot tell which file disk node {node} is"))
                     })
                 });
             match top {
@@ -139,13 +139,15 @@ impl Manager {
         if top.parent() != Some(paths.dir.as_path()) {
             live.keep_stopped.store(false, Ordering::SeqCst);
             self.cont(&paths).await;
-            return Err(ApiError::internal(format!(
+            return Err(EngineError::internal(format!(
                 "the disk of sandbox {id} is {}, outside its directory; not paused",
                 top.display()
             )));
         }
         if live.set_phase(Phase::Removing) != Phase::Running {
-            return Err(ApiError::conflict(format!("sandbox {id} is being removed")));
+            return Err(EngineError::conflict(format!(
+                "sandbox {id} is being removed"
+            )));
         }
         self.kill_live(&live).await?;
         let pause_ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -163,7 +165,7 @@ impl Manager {
                 top.display()
             );
             let _ = self.db.set_failed(id, &why);
-            return Err(ApiError::internal(format!("sandbox {id}: {why}")));
+            return Err(EngineError::internal(format!("sandbox {id}: {why}")));
         }
         let disk_bytes = std::fs::metadata(&paths.disk).map_or(0, |m| {
             use std::os::unix::fs::MetadataExt;
@@ -199,15 +201,15 @@ impl Manager {
         id: &str,
         l: &LifecycleRow,
         info: &PauseInfo,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         let row = self
             .db
             .get(id)?
-            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+            .ok_or_else(|| EngineError::sandbox_not_found(id))?;
         let paths = self.cfg.sandbox_paths(id);
         if let (true, Some(snap)) = (info.memory, &info.snapshot) {
             if self.open_verified(snap).await?.manifest.volumes.is_some() {
-                return Err(ApiError::conflict(format!(
+                return Err(EngineError::conflict(format!(
                     "sandbox {id} has volumes, which a cold boot cannot bring back; resume it \
                      with its memory"
                 )));
@@ -221,7 +223,7 @@ impl Manager {
         let nic = self.net.available();
         let net = self.net.validate_resume(l.paused_net.as_ref(), nic)?;
         if !self.db.claim_paused(id)? {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "sandbox {id} is already being resumed"
             )));
         }
@@ -236,17 +238,17 @@ impl Manager {
             match (&info.snapshot, info.memory) {
                 (Some(snap), true) => {
                     std::fs::create_dir_all(&paths.dir).map_err(|e| {
-                        ApiError::internal(format!("cannot create the sandbox directory: {e}"))
+                        EngineError::internal(format!("cannot create the sandbox directory: {e}"))
                     })?;
                     let layer = self.store.dir(snap).join(forkvm_store::DISK);
                     forkvm_qemu::disk::create_overlay(&layer, &paths.disk)
                         .await
                         .map_err(|e| {
-                            ApiError::internal(format!("cannot create the root disk: {e}"))
+                            EngineError::internal(format!("cannot create the root disk: {e}"))
                         })?;
                 }
                 _ if !paths.disk.is_file() => {
-                    return Err(ApiError::internal(format!(
+                    return Err(EngineError::internal(format!(
                         "the disk a filesystem-only pause kept is missing: {}",
                         paths.disk.display()
                     )))
@@ -269,10 +271,9 @@ impl Manager {
     }
 }
 
-fn guest_err(id: &str, e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::BAD_GATEWAY,
-        forkvm_api::codes::GUEST_ERROR,
+fn guest_err(id: &str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::new(
+        ErrorKind::Guest,
         format!(
             "sandbox {id}: the guest did not write out its disk ({e}); a filesystem-only pause \
              needs an answering guest, so it runs on"

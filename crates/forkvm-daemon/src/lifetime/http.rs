@@ -8,7 +8,7 @@ use axum::Json;
 use forkvm_api::{ErrorBody, PauseRequest, ResumeRequest, Sandbox, SetTimeout};
 
 use crate::api::body::{JsonBody, OptJsonBody};
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 
 /// Prometheus metrics: spawns, branches, pauses, resumes, timeouts, errors
@@ -42,7 +42,7 @@ pub async fn set_timeout(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<SetTimeout>,
-) -> Result<Json<Sandbox>, ApiError> {
+) -> Result<Json<Sandbox>, EngineError> {
     m.set_timeout(&id, req).map(Json)
 }
 
@@ -64,11 +64,11 @@ pub async fn pause(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<PauseRequest>,
-) -> Result<Json<Sandbox>, ApiError> {
+) -> Result<Json<Sandbox>, EngineError> {
     let memory = req.memory != Some(false);
     tokio::spawn(async move { m.pause(&id, "request", memory).await })
         .await
-        .map_err(|e| ApiError::internal(format!("pause task failed: {e}")))?
+        .map_err(|e| EngineError::internal(format!("pause task failed: {e}")))?
         .map(Json)
 }
 
@@ -90,9 +90,9 @@ pub async fn resume(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<ResumeRequest>,
-) -> Result<Json<Sandbox>, ApiError> {
+) -> Result<Json<Sandbox>, EngineError> {
     tokio::spawn(async move { m.resume(&id, req).await })
         .await
-        .map_err(|e| ApiError::internal(format!("resume task failed: {e}")))?
+        .map_err(|e| EngineError::internal(format!("resume task failed: {e}")))?
         .map(Json)
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use forkvm_api::{CreateSandbox, Lifetime, OnTimeout, SandboxState, MAX_TIMEOUT_S};
 
 use crate::db::LifecycleRow;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 
 /// How often the sweeper looks for timeouts that ran out.
@@ -51,9 +51,9 @@ fn rfc3339_ms(ms: i64) -> String {
 }
 
 /// Check metadata labels.
-pub fn check_metadata(m: &BTreeMap<String, String>) -> Result<(), ApiError> {
+pub fn check_metadata(m: &BTreeMap<String, String>) -> Result<(), EngineError> {
     if m.len() > MAX_METADATA {
-        return Err(ApiError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "metadata has {} pairs; at most {MAX_METADATA} are allowed",
             m.len()
         )));
@@ -64,12 +64,12 @@ pub fn check_metadata(m: &BTreeMap<String, String>) -> Result<(), ApiError> {
             && k.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b));
         if !ok {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "metadata key {k:?} is not valid: use 1 to {MAX_KEY} letters, digits and '._-/:'"
             )));
         }
         if v.len() > MAX_VALUE {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "metadata value of {k:?} is {} bytes; at most {MAX_VALUE} are allowed",
                 v.len()
             )));
@@ -79,9 +79,9 @@ pub fn check_metadata(m: &BTreeMap<String, String>) -> Result<(), ApiError> {
 }
 
 /// Check default environment variables.
-pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), EngineError> {
     if env.len() > MAX_ENV {
-        return Err(ApiError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "env has {} variables; at most {MAX_ENV} are allowed",
             env.len()
         )));
@@ -91,12 +91,12 @@ pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
             && !k.as_bytes()[0].is_ascii_digit()
             && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if !ok {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "env name {k:?} is not valid: use letters, digits and '_', not starting with a digit"
             )));
         }
         if v.len() > MAX_ENV_VALUE || v.contains('\0') {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "env value of {k} must be under {MAX_ENV_VALUE} bytes with no NUL byte"
             )));
         }
@@ -105,9 +105,9 @@ pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
 }
 
 /// Check a timeout in seconds.
-pub fn check_timeout(t: u64) -> Result<(), ApiError> {
+pub fn check_timeout(t: u64) -> Result<(), EngineError> {
     if t == 0 || t > MAX_TIMEOUT_S {
-        return Err(ApiError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "timeout must be between 1 and {MAX_TIMEOUT_S} seconds (got {t})"
         )));
     }
@@ -116,7 +116,7 @@ pub fn check_timeout(t: u64) -> Result<(), ApiError> {
 
 /// The lifecycle record a spawn request asks for, checked before anything
 /// is created.
-pub fn from_request(req: &CreateSandbox) -> Result<LifecycleRow, ApiError> {
+pub fn from_request(req: &CreateSandbox) -> Result<LifecycleRow, EngineError> {
     let metadata = req.metadata.clone().unwrap_or_default();
     check_metadata(&metadata)?;
     let env = req.env.clone().unwrap_or_default();
@@ -124,7 +124,7 @@ pub fn from_request(req: &CreateSandbox) -> Result<LifecycleRow, ApiError> {
     if let Some(t) = req.timeout {
         check_timeout(t)?;
     } else if req.on_timeout.is_some() {
-        return Err(ApiError::invalid(
+        return Err(EngineError::invalid(
             "on_timeout needs a timeout: give timeout (seconds) too",
         ));
     }
@@ -169,7 +169,7 @@ impl Manager {
         &self,
         ids: &[String],
         l: &LifecycleRow,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         if l.is_empty() {
             return Ok(());
         }
@@ -191,7 +191,7 @@ impl Manager {
         source: &str,
         children: &[String],
         limits: Option<&forkvm_api::SandboxLimits>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         let l = self.db.lifecycle(source)?;
         let l = LifecycleRow {
             limits: match limits {
@@ -212,13 +212,13 @@ impl Manager {
         &self,
         id: &str,
         req: forkvm_api::SetTimeout,
-    ) -> Result<forkvm_api::Sandbox, ApiError> {
+    ) -> Result<forkvm_api::Sandbox, EngineError> {
         if let Some(t) = req.timeout {
             check_timeout(t)?;
         }
         let row = self.get(id)?;
         if row.state == SandboxState::Starting {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "sandbox {id} is still starting; set its timeout once the spawn returns"
             )));
         }
@@ -274,7 +274,7 @@ impl Manager {
                 self.remove(&id).await
             };
             if let Err(e) = r {
-                tracing::error!(sandbox = %id, code = e.code, "timeout of sandbox {id}: {} (trying again in {} s)", e.message, RETRY_AFTER_MS / 1000);
+                tracing::error!(sandbox = %id, code = e.code(), "timeout of sandbox {id}: {} (trying again in {} s)", e.message, RETRY_AFTER_MS / 1000);
                 if let Ok(mut l) = self.db.lifecycle(&id) {
                     if l.deadline_ms.is_some() {
                         l.deadline_ms = Some(now_ms() + RETRY_AFTER_MS);

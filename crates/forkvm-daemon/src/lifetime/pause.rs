@@ -30,7 +30,7 @@ use forkvm_qemu::process;
 
 use crate::config::SandboxPaths;
 use crate::db::Origin;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::{Manager, Phase};
 use crate::snapshot::Save;
 
@@ -43,7 +43,7 @@ impl Manager {
         id: &str,
         reason: &str,
         memory: bool,
-    ) -> Result<Sandbox, ApiError> {
+    ) -> Result<Sandbox, EngineError> {
         let r = if memory {
             self.pause_unlogged(id, reason).await
         } else {
@@ -59,22 +59,26 @@ impl Manager {
                 tracing::info!(sandbox = %id, reason, "sandbox {id} paused, disk only")
             }
             Err(e) => {
-                tracing::warn!(sandbox = %id, code = e.code, "pause of sandbox {id} failed: {}", e.message)
+                tracing::warn!(sandbox = %id, code = e.code(), "pause of sandbox {id} failed: {}", e.message)
             }
         }
         r
     }
 
-    async fn pause_unlogged(self: &Arc<Self>, id: &str, reason: &str) -> Result<Sandbox, ApiError> {
+    async fn pause_unlogged(
+        self: &Arc<Self>,
+        id: &str,
+        reason: &str,
+    ) -> Result<Sandbox, EngineError> {
         let live = self.running(id)?;
         // A pause writes the guest's memory into the home.
         self.check_disk(&format!("pause of sandbox {id}"))?;
         let row = self
             .db
             .get(id)?
-            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+            .ok_or_else(|| EngineError::sandbox_not_found(id))?;
         if live.keep_stopped.swap(true, Ordering::SeqCst) {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "sandbox {id} is already being paused"
             )));
         }
@@ -100,7 +104,9 @@ impl Manager {
         if live.set_phase(Phase::Removing) != Phase::Running {
             // A removal got there first; it takes the sandbox, and this
             // snapshot goes with it (its source is this sandbox).
-            return Err(ApiError::conflict(format!("sandbox {id} is being removed")));
+            return Err(EngineError::conflict(format!(
+                "sandbox {id} is being removed"
+            )));
         }
         self.kill_live(&live).await?;
         // Read again: an egress change may have been recorded since `row`
@@ -157,13 +163,13 @@ impl Manager {
         self: &Arc<Self>,
         id: &str,
         req: ResumeRequest,
-    ) -> Result<Sandbox, ApiError> {
+    ) -> Result<Sandbox, EngineError> {
         let r = self.resume_unlogged(id, req).await;
         crate::metrics::METRICS.resumed(r.is_ok());
         match &r {
             Ok(_) => tracing::info!(sandbox = %id, "sandbox {id} resumed"),
             Err(e) => {
-                tracing::warn!(sandbox = %id, code = e.code, "resume of sandbox {id} failed: {}", e.message)
+                tracing::warn!(sandbox = %id, code = e.code(), "resume of sandbox {id} failed: {}", e.message)
             }
         }
         r
@@ -173,20 +179,20 @@ impl Manager {
         self: &Arc<Self>,
         id: &str,
         req: ResumeRequest,
-    ) -> Result<Sandbox, ApiError> {
+    ) -> Result<Sandbox, EngineError> {
         if let Some(t) = req.timeout {
             super::check_timeout(t)?;
         }
         let row = self.get(id)?;
         if row.state != SandboxState::Paused {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "sandbox {id} is {}, not paused",
                 crate::db::state_str(row.state)
             )));
         }
         let l = self.db.lifecycle(id)?;
         let info = l.pause.clone().ok_or_else(|| {
-            ApiError::internal(format!(
+            EngineError::internal(format!(
                 "sandbox {id} is paused but has no saved state on record"
             ))
         })?;
@@ -208,7 +214,7 @@ impl Manager {
         // `starting` claims it: a second resume, a removal or the sweeper
         // leave it alone until this one ends.
         if !self.db.claim_paused(id)? {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "sandbox {id} is already being resumed"
             )));
         }
@@ -237,7 +243,7 @@ impl Manager {
         id: &str,
         req: &ResumeRequest,
         mut l: crate::db::LifecycleRow,
-    ) -> Result<Sandbox, ApiError> {
+    ) -> Result<Sandbox, EngineError> {
         let now = super::now_ms();
         l.deadline_ms = match (req.timeout, l.timeout_s, l.remaining_ms) {
             (Some(t), _, _) => Some(now + t as i64 * 1000),

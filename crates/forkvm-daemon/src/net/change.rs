@@ -2,13 +2,12 @@
 //! ([`Net::change`]): its namespace's ruleset, then its host table entry,
 //! each one nft transaction, the first undone if the second fails.
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, EgressRule};
+use forkvm_api::EgressRule;
 use forkvm_net::rules::{self, HostEntry, SandboxRules};
 use forkvm_net::{ns, NetError};
 
 use super::{Net, SandboxNet};
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 
 impl Net {
     /// Give the running `nat` sandbox `id`, connected as `old`, a new
@@ -24,7 +23,7 @@ impl Net {
         old: &SandboxNet,
         egress: Option<Vec<EgressRule>>,
         allow_host: bool,
-    ) -> Result<SandboxNet, ApiError> {
+    ) -> Result<SandboxNet, EngineError> {
         let new = SandboxNet {
             egress,
             allow_host,
@@ -38,9 +37,8 @@ impl Net {
             })
         };
         let failed = |e: NetError| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                codes::NETWORK_FAILED,
+            EngineError::new(
+                ErrorKind::NetworkFailed,
                 format!(
                     "cannot change the egress rules of sandbox {id}: {e}; it keeps its old ones"
                 ),
@@ -52,10 +50,7 @@ impl Net {
         if let Err(e) = ns::nft(None, &swap_host_entry(&self.table, id, old, &new)).await {
             if let Err(back) = ns::nft(Some(&name), &ns_script(old)).await {
                 tracing::error!(sandbox = %id, "cannot put back the old egress rules of sandbox {id}: {back}");
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    codes::NETWORK_FAILED,
-                    format!("cannot change the egress rules of sandbox {id} ({e}), nor put its old ones back ({back}); remove it"),
+                return Err(EngineError::new(ErrorKind::NetworkFailed, format!("cannot change the egress rules of sandbox {id} ({e}), nor put its old ones back ({back}); remove it"),
                 ));
             }
             return Err(failed(e));

@@ -19,14 +19,13 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, EgressRule, NetInfo, NetworkMode, PortForward};
+use forkvm_api::{EgressRule, NetInfo, NetworkMode, PortForward};
 use forkvm_net::forward::Forward;
 use forkvm_net::pool::{Pool, Registry, Slot};
 use forkvm_net::rules::{self, Allow, HostEntry, SandboxRules};
 use forkvm_net::{ns, NetError};
 
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind, HintAction};
 
 mod change;
 pub mod types;
@@ -57,18 +56,14 @@ pub struct Net {
     forwards: Mutex<HashMap<String, Vec<Forward>>>,
 }
 
-fn net_err(e: NetError) -> ApiError {
+fn net_err(e: NetError) -> EngineError {
     match e {
-        NetError::PoolExhausted { .. } => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            codes::LIMIT_EXCEEDED,
-            e.to_string(),
-        ),
-        other => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            codes::NETWORK_FAILED,
-            format!("cannot set up the sandbox network: {other}; run `forkvm doctor`"),
-        ),
+        NetError::PoolExhausted { .. } => EngineError::new(ErrorKind::LimitExceeded, e.to_string()),
+        other => EngineError::new(
+            ErrorKind::NetworkFailed,
+            format!("cannot set up the sandbox network: {other}"),
+        )
+        .hint(HintAction::CheckHost),
     }
 }
 
@@ -76,10 +71,10 @@ fn net_err(e: NetError) -> ApiError {
 pub(crate) fn check_allow_host(
     egress: Option<&[EgressRule]>,
     allow_host: Option<bool>,
-) -> Result<bool, ApiError> {
+) -> Result<bool, EngineError> {
     let allow_host = allow_host.unwrap_or(false);
     if allow_host && egress.is_none() {
-        return Err(ApiError::invalid(
+        return Err(EngineError::invalid(
             "allow_host opens the host to the egress allow-list's entries, and there is no allow-list: name the host's addresses and ports with egress (--allow HOST_IP:PORT)",
         ));
     }
@@ -87,16 +82,16 @@ pub(crate) fn check_allow_host(
 }
 
 /// Check an egress allow-list: its size and every entry.
-pub(crate) fn check_egress(egress: Option<&[EgressRule]>) -> Result<(), ApiError> {
+pub(crate) fn check_egress(egress: Option<&[EgressRule]>) -> Result<(), EngineError> {
     let Some(list) = egress else { return Ok(()) };
     if list.len() > MAX_EGRESS {
-        return Err(ApiError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "at most {MAX_EGRESS} egress entries (got {})",
             list.len()
         )));
     }
     for r in list {
-        Allow::parse(&r.cidr, r.ports.clone()).map_err(|e| ApiError::invalid(e.to_string()))?;
+        Allow::parse(&r.cidr, r.ports.clone()).map_err(|e| EngineError::invalid(e.to_string()))?;
     }
     Ok(())
 }
@@ -206,7 +201,7 @@ impl Net {
         &self,
         paused: Option<&SandboxNet>,
         nic: bool,
-    ) -> Result<NetRequest, ApiError> {
+    ) -> Result<NetRequest, EngineError> {
         match paused {
             Some(n) => self.validate(
                 Some(n.mode),
@@ -233,20 +228,18 @@ impl Net {
         wait: Option<bool>,
         nic: bool,
         count: u32,
-    ) -> Result<NetRequest, ApiError> {
+    ) -> Result<NetRequest, EngineError> {
         let mode = match mode {
             Some(NetworkMode::Nat) if !self.available() => {
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    codes::NETWORK_UNAVAILABLE,
-                    format!(
-                        "this host cannot give sandboxes a network ({}); run `forkvm doctor`, or spawn with network: none",
+                return Err(EngineError::new(ErrorKind::NetworkUnavailable, format!(
+                        "this host cannot give sandboxes a network ({}); spawn with network: none",
                         self.status.as_ref().err().map_or("", String::as_str)
                     ),
-                ))
+                )
+                .hint(HintAction::CheckHost))
             }
             Some(NetworkMode::Nat) if !nic => {
-                return Err(ApiError::invalid(
+                return Err(EngineError::invalid(
                     "this snapshot's machine has no network device (it was taken on a host or a forkvm version without networking); spawn it with network: none",
                 ))
             }
@@ -257,11 +250,11 @@ impl Net {
         let ports = ports.unwrap_or_default().to_vec();
         let egress = egress.map(<[EgressRule]>::to_vec);
         if mode == NetworkMode::None && (!ports.is_empty() || egress.is_some()) {
-            return Err(ApiError::invalid("ports and egress need network: nat"));
+            return Err(EngineError::invalid("ports and egress need network: nat"));
         }
         let allow_host = check_allow_host(egress.as_deref(), allow_host)?;
         if ports.len() > MAX_PORTS {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "at most {MAX_PORTS} ports may be published (got {})",
                 ports.len()
             )));
@@ -270,22 +263,22 @@ impl Net {
         let mut seen_host = HashSet::new();
         for p in &ports {
             if p.guest == 0 {
-                return Err(ApiError::invalid("guest port 0 is not a port"));
+                return Err(EngineError::invalid("guest port 0 is not a port"));
             }
             if !seen_guest.insert(p.guest) {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "guest port {} is listed twice",
                     p.guest
                 )));
             }
             if p.host != 0 && !seen_host.insert(p.host) {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "host port {} is listed twice",
                     p.host
                 )));
             }
             if p.host != 0 && count > 1 {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "{count} sandboxes cannot share host port {}: give host 0 to have one allocated for each",
                     p.host
                 )));
@@ -303,7 +296,7 @@ impl Net {
 
     /// Create a sandbox's namespace and tap; returns the path QEMU is
     /// started in.
-    pub async fn create_ns(&self, id: &str) -> Result<PathBuf, ApiError> {
+    pub async fn create_ns(&self, id: &str) -> Result<PathBuf, EngineError> {
         let name = forkvm_net::ns_name(id);
         self.registry.set_ns_owner(&name, &self.home);
         if let Err(e) = ns::create(&name).await {
@@ -314,7 +307,7 @@ impl Net {
     }
 
     /// Connect a sandbox (whose namespace exists) as `req` asks.
-    pub async fn setup(&self, id: &str, req: &NetRequest) -> Result<SandboxNet, ApiError> {
+    pub async fn setup(&self, id: &str, req: &NetRequest) -> Result<SandboxNet, EngineError> {
         if req.mode == NetworkMode::None {
             return Ok(SandboxNet {
                 mode: NetworkMode::None,
@@ -360,7 +353,7 @@ impl Net {
             .await
             .map_err(net_err)?;
             net.ports = self.open_forwards(id, slot, &req.ports).await?;
-            Ok::<(), ApiError>(())
+            Ok::<(), EngineError>(())
         }
         .await;
         if let Err(e) = r {
@@ -376,20 +369,19 @@ impl Net {
         id: &str,
         slot: Slot,
         ports: &[PortForward],
-    ) -> Result<Vec<PortForward>, ApiError> {
+    ) -> Result<Vec<PortForward>, EngineError> {
         let mut opened = Vec::new();
         for p in ports {
             match forkvm_net::forward::open(p.host, slot.ns, p.guest).await {
                 Ok(f) => opened.push(f),
                 Err(e) => {
-                    let code = if e.kind() == std::io::ErrorKind::AddrInUse {
-                        (StatusCode::CONFLICT, codes::CONFLICT)
+                    let kind = if e.kind() == std::io::ErrorKind::AddrInUse {
+                        ErrorKind::Conflict
                     } else {
-                        (StatusCode::INTERNAL_SERVER_ERROR, codes::NETWORK_FAILED)
+                        ErrorKind::NetworkFailed
                     };
-                    return Err(ApiError::new(
-                        code.0,
-                        code.1,
+                    return Err(EngineError::new(
+                        kind,
                         format!(
                             "cannot publish guest port {} on host port 127.0.0.1:{}: {e}; pick another host port or give 0",
                             p.guest, p.host
@@ -529,14 +521,13 @@ impl Net {
     }
 
     /// Prove a guest's network path: the agent dials the gateway.
-    pub async fn probe_guest(conn: &crate::agent::AgentConn) -> Result<(), ApiError> {
+    pub async fn probe_guest(conn: &crate::agent::AgentConn) -> Result<(), EngineError> {
         conn.net_probe(forkvm_net::GATEWAY_ADDR, PROBE_PORT, PROBE_BUDGET)
             .await
             .map(|_| ())
             .map_err(|e| {
-                ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    codes::NETWORK_FAILED,
+                EngineError::new(
+                    ErrorKind::NetworkFailed,
                     format!("the guest's network did not come up: {e}"),
                 )
             })

@@ -30,11 +30,8 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
-use forkvm_api::codes;
-
 use crate::admission::disk_free_mib;
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind, HintAction};
 use crate::manager::Phase;
 use crate::Manager;
 
@@ -59,17 +56,17 @@ impl Manager {
     }
 
     /// The error for a call that needs the guest of a suspended sandbox.
-    pub(crate) fn suspended_error(&self, id: &str, reason: &str) -> ApiError {
-        ApiError::new(
-            StatusCode::INSUFFICIENT_STORAGE,
-            codes::NO_SPACE,
+    pub(crate) fn suspended_error(&self, id: &str, reason: &str) -> EngineError {
+        EngineError::new(
+            ErrorKind::NoSpace,
             format!(
                 "sandbox {id} is suspended ({reason}); it resumes by itself once {} has {} MiB \
-                 free: remove snapshots (`forkvm snapshot prune`), images or sandboxes",
+                 free",
                 self.cfg.home.display(),
                 self.cfg.disk_reserve_mib
             ),
         )
+        .hint(HintAction::FreeSpace)
     }
 
     /// Start the watcher (once, at start).

@@ -19,7 +19,7 @@ use forkvm_artifact::push::{ImagePart, LinkPart};
 use forkvm_image::progress::{Progress, ProgressEvent};
 use forkvm_store::Snapshot as StoredSnapshot;
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 use crate::registry::host;
 use crate::snapshot::{kind, store_err};
@@ -31,7 +31,7 @@ fn inode(p: &Path) -> Option<(u64, u64)> {
 impl Manager {
     /// The snapshot's chain, base first, each link checked against the
     /// digest its child recorded.
-    pub(crate) fn lineage(&self, top: &StoredSnapshot) -> Result<Vec<StoredSnapshot>, ApiError> {
+    pub(crate) fn lineage(&self, top: &StoredSnapshot) -> Result<Vec<StoredSnapshot>, EngineError> {
         let mut v = vec![top.clone()];
         while let Some(p) = v.last().and_then(|s| s.manifest.parent.clone()) {
             let s = self.store.open_snapshot(&p.id).map_err(store_err)?;
@@ -42,7 +42,7 @@ impl Manager {
                 }));
             }
             if v.len() > forkvm_artifact::format::MAX_LINKS {
-                return Err(ApiError::invalid(
+                return Err(EngineError::invalid(
                     "the snapshot's chain is too long to push",
                 ));
             }
@@ -59,12 +59,12 @@ impl Manager {
         &self,
         id: &str,
         progress: &(dyn Progress + 'static),
-    ) -> Result<(ImagePart, Vec<LinkPart>), ApiError> {
+    ) -> Result<(ImagePart, Vec<LinkPart>), EngineError> {
         let top = self.open_verified(id).await?;
         let chain = self.lineage(&top)?;
         for s in &chain {
             if s.manifest.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "snapshot {} has volumes mounted (docs/volumes.md); snapshots with volumes \
                      cannot be pushed: take one without volumes",
                     s.manifest.id
@@ -74,7 +74,7 @@ impl Manager {
         let image_name = top.manifest.image.clone();
         let rootfs = self.cfg.image_rootfs(&image_name);
         let rootfs_ino = inode(&rootfs).ok_or_else(|| {
-            ApiError::invalid(format!(
+            EngineError::invalid(format!(
                 "the snapshot's image {image_name:?} is gone from this host; it cannot be pushed"
             ))
         })?;
@@ -88,16 +88,16 @@ impl Manager {
             let disk = s.path(forkvm_store::DISK);
             let files = forkvm_qemu::disk::backing_chain(&disk)
                 .await
-                .map_err(|e| ApiError::internal(format!("cannot read the disk chain: {e}")))?;
+                .map_err(|e| EngineError::internal(format!("cannot read the disk chain: {e}")))?;
             let next = files.get(1).and_then(|p| inode(p));
             let disk_backing = if next == Some(rootfs_ino) {
                 DiskBacking::Image
             } else if let Some((_, id)) = disk_inodes.iter().find(|(i, _)| Some(*i) == next) {
                 DiskBacking::Snapshot(id.clone())
             } else {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "the disk layer of snapshot {} backs onto {}, which is neither the image \
-                     nor a snapshot of its chain; flatten it (`forkvm snapshot flatten`) and \
+                     nor a snapshot of its chain; flatten it and \
                      push the result",
                     m.id,
                     files
@@ -139,7 +139,7 @@ impl Manager {
                 Ok((ks, is, entries))
             })?;
             let fvs = std::fs::read(s.path(forkvm_store::MANIFEST))
-                .map_err(|e| ApiError::internal(format!("cannot read the manifest: {e}")))?;
+                .map_err(|e| EngineError::internal(format!("cannot read the manifest: {e}")))?;
             let config = LinkConfig {
                 schema: SCHEMA,
                 id: m.id.clone(),
@@ -201,6 +201,6 @@ impl Manager {
 
 /// Run blocking work that borrows from the caller on this thread, telling
 /// the runtime so (chunking reads and compresses whole files).
-fn blocking_scope<T>(f: impl FnOnce() -> Result<T, ApiError>) -> Result<T, ApiError> {
+fn blocking_scope<T>(f: impl FnOnce() -> Result<T, EngineError>) -> Result<T, EngineError> {
     tokio::task::block_in_place(f)
 }

@@ -16,12 +16,12 @@ use forkvm_artifact::chunk;
 use forkvm_artifact::compat::HostProfile;
 use forkvm_artifact::FileEntry;
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 
-fn identity(p: &Path) -> Result<String, ApiError> {
+fn identity(p: &Path) -> Result<String, EngineError> {
     let m = std::fs::metadata(p)
-        .map_err(|e| ApiError::internal(format!("cannot read {}: {e}", p.display())))?;
+        .map_err(|e| EngineError::internal(format!("cannot read {}: {e}", p.display())))?;
     Ok(format!(
         "{:x}-{:x}-{}-{}.{}-{}.{}",
         m.dev(),
@@ -53,12 +53,12 @@ fn save<T: serde::Serialize>(p: &Path, v: &T) {
 }
 
 /// The hex SHA-256 of a file, cached by identity (blocking).
-pub fn file_sha256(home: &Path, p: &Path) -> Result<String, ApiError> {
+pub fn file_sha256(home: &Path, p: &Path) -> Result<String, EngineError> {
     let c = cache_dir(home).join(format!("file-{}", identity(p)?));
     if let Some(d) = load::<String>(&c) {
         return Ok(d);
     }
-    let d = chunk::hash_file(p).map_err(|e| ApiError::internal(e.to_string()))?;
+    let d = chunk::hash_file(p).map_err(|e| EngineError::internal(e.to_string()))?;
     save(&c, &d);
     Ok(d)
 }
@@ -81,14 +81,14 @@ pub fn chunks(
     p: &Path,
     name: &str,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<FileEntry, ApiError> {
+) -> Result<FileEntry, EngineError> {
     let c = cache_dir(home).join(format!("chunks-{}-{}", identity(p)?, chunk::CHUNK));
     if let Some(mut e) = load::<FileEntry>(&c) {
         e.name = name.to_string();
         return Ok(e);
     }
     let e = chunk::index_file(p, name, chunk::CHUNK, progress)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+        .map_err(|e| EngineError::internal(e.to_string()))?;
     save(&c, &e);
     save(
         &cache_dir(home).join(format!("file-{}", identity(p)?)),
@@ -136,15 +136,15 @@ pub async fn profile(
     cfg: &crate::config::Config,
     accel: &str,
     qemu: &str,
-) -> Result<HostProfile, ApiError> {
+) -> Result<HostProfile, EngineError> {
     let (vendor, flags) = cpu();
     let home = cfg.home.clone();
     let (k, i) = (cfg.kernel(), cfg.initrd());
     let (ks, is) = tokio::task::spawn_blocking(move || {
-        Ok::<_, ApiError>((file_sha256(&home, &k)?, file_sha256(&home, &i)?))
+        Ok::<_, EngineError>((file_sha256(&home, &k)?, file_sha256(&home, &i)?))
     })
     .await
-    .map_err(|e| ApiError::internal(e.to_string()))??;
+    .map_err(|e| EngineError::internal(e.to_string()))??;
     Ok(HostProfile {
         arch: std::env::consts::ARCH.to_string(),
         qemu: qemu.to_string(),
@@ -160,7 +160,7 @@ pub async fn profile(
 
 impl Manager {
     /// What this host offers a pulled snapshot.
-    pub async fn host_profile(&self) -> Result<HostProfile, ApiError> {
+    pub async fn host_profile(&self) -> Result<HostProfile, EngineError> {
         profile(&self.cfg, &self.accel.accel.to_string(), &self.qemu_version).await
     }
 }

@@ -11,14 +11,14 @@ use axum::Json;
 use forkvm_api::{ErrorBody, PullResult, PullSnapshot, PushResult, PushSnapshot, TransferEvent};
 
 use crate::api::body::JsonBody;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::images::stream::ndjson;
 use crate::manager::Manager;
 
-async fn run<F, Fut>(stream: bool, work: F) -> Result<Response, ApiError>
+async fn run<F, Fut>(stream: bool, work: F) -> Result<Response, EngineError>
 where
     F: FnOnce(tokio::sync::mpsc::UnboundedSender<TransferEvent>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<TransferEvent, ApiError>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<TransferEvent, EngineError>> + Send + 'static,
 {
     if stream {
         return Ok(ndjson(work));
@@ -26,7 +26,7 @@ where
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let ev = tokio::spawn(work(tx))
         .await
-        .map_err(|e| ApiError::internal(format!("transfer task failed: {e}")))??;
+        .map_err(|e| EngineError::internal(format!("transfer task failed: {e}")))??;
     Ok(match ev {
         TransferEvent::Pushed { result } => (StatusCode::OK, Json(result)).into_response(),
         TransferEvent::Pulled { result } => (StatusCode::CREATED, Json(*result)).into_response(),
@@ -50,7 +50,7 @@ pub async fn push_snapshot(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<PushSnapshot>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     let id = m.check_push(&id, &req)?;
     run(req.stream, move |tx| async move {
         m.push_snapshot(id, req, tx).await
@@ -74,7 +74,7 @@ pub async fn push_snapshot(
 pub async fn pull_snapshot(
     State(m): State<Arc<Manager>>,
     JsonBody(req): JsonBody<PullSnapshot>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, EngineError> {
     m.check_pull_snapshot(&req)?;
     run(req.stream, move |tx| async move {
         m.pull_snapshot(req, tx).await

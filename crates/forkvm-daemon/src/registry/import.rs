@@ -25,7 +25,7 @@ use forkvm_image::meta::ImageMeta;
 use forkvm_image::progress::{Progress, ProgressEvent};
 use forkvm_store::{Manifest, Staging, StoreError};
 
-use crate::error::ApiError;
+use crate::error::{EngineError, HintAction};
 use crate::manager::Manager;
 use crate::registry::{fetch_error, host};
 use crate::snapshot::store_err;
@@ -65,14 +65,14 @@ impl Drop for ImageStaging {
     }
 }
 
-fn internal(what: &str) -> impl Fn(std::io::Error) -> ApiError + '_ {
-    move |e| ApiError::internal(format!("{what}: {e}"))
+fn internal(what: &str) -> impl Fn(std::io::Error) -> EngineError + '_ {
+    move |e| EngineError::internal(format!("{what}: {e}"))
 }
 
 impl Manager {
     /// Whether this host has `l` already (see the module doc); 409 when it
     /// has another snapshot of that id.
-    pub(crate) fn plan_link(&self, l: &RemoteLink) -> Result<LinkPlan, ApiError> {
+    pub(crate) fn plan_link(&self, l: &RemoteLink) -> Result<LinkPlan, EngineError> {
         let id = &l.config.id;
         let local = match self.store.open_snapshot(id) {
             Ok(s) => s,
@@ -86,15 +86,18 @@ impl Manager {
         if local.digest == source || origin.is_some_and(|o| o.link == l.digest) {
             Ok(LinkPlan::Have(local.digest))
         } else {
-            Err(ApiError::conflict(format!(
-                "this host has another snapshot with id {id}; remove it (`forkvm snapshot rm \
-                 {id}`) to pull this one"
-            )))
+            Err(EngineError::conflict(format!(
+                "this host has another snapshot with id {id}, so this one cannot be pulled"
+            ))
+            .hint_on(HintAction::RemoveSnapshot, id))
         }
     }
 
     /// The local image whose root disk is the pushed one, by name first.
-    pub(crate) async fn matching_image(&self, remote: &Remote) -> Result<Option<String>, ApiError> {
+    pub(crate) async fn matching_image(
+        &self,
+        remote: &Remote,
+    ) -> Result<Option<String>, EngineError> {
         let want = remote.image.files[0].clone();
         let mut names = self.cfg.images();
         names.sort_by_key(|n| n != &remote.image.name);
@@ -114,7 +117,7 @@ impl Manager {
             Ok(None)
         })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| EngineError::internal(e.to_string()))?
     }
 
     /// Fetch the base image into a staging directory under a free name.
@@ -122,7 +125,7 @@ impl Manager {
         &self,
         remote: &Remote,
         progress: &dyn Progress,
-    ) -> Result<(ImageStaging, u64), ApiError> {
+    ) -> Result<(ImageStaging, u64), EngineError> {
         let entry = &remote.image.files[0];
         let base = &remote.image.name;
         let name = if self.cfg.image_rootfs(base).exists() {
@@ -131,7 +134,7 @@ impl Manager {
             base.clone()
         };
         if !forkvm_image::valid_image_name(&name) {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "the snapshot's image is named {base:?}, which is not a valid image name here"
             )));
         }
@@ -160,8 +163,10 @@ impl Manager {
         )
         .await
         .map_err(|e| fetch_error(&e))?;
-        let mut meta: ImageMeta = serde_json::from_value(remote.image.image_json.clone())
-            .map_err(|e| ApiError::invalid(format!("the pushed image.json is malformed: {e}")))?;
+        let mut meta: ImageMeta =
+            serde_json::from_value(remote.image.image_json.clone()).map_err(|e| {
+                EngineError::invalid(format!("the pushed image.json is malformed: {e}"))
+            })?;
         meta.name = name;
         let json = serde_json::to_vec_pretty(&meta).unwrap_or_default();
         std::fs::write(st.dir.join("image.json"), json)
@@ -175,10 +180,10 @@ impl Manager {
 
     /// Publish a staged image (rename; refused if the name was taken
     /// meanwhile).
-    pub(crate) fn publish_image(&self, mut st: ImageStaging) -> Result<String, ApiError> {
+    pub(crate) fn publish_image(&self, mut st: ImageStaging) -> Result<String, EngineError> {
         let dest = self.cfg.images_dir().join(&st.name);
         if dest.exists() {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "an image named {} appeared during the pull; pull again",
                 st.name
             )));
@@ -218,21 +223,21 @@ impl Manager {
         image: &str,
         tag: Option<&str>,
         progress: &dyn Progress,
-    ) -> Result<(Staging, Manifest, u64), ApiError> {
+    ) -> Result<(Staging, Manifest, u64), EngineError> {
         let id = &l.config.id;
         let fvs = decode_fvs(l)?;
         let mut m = Manifest::decode(&fvs).map_err(|e| {
-            ApiError::invalid(format!("link {id}: its manifest.fvs is corrupt: {e}"))
+            EngineError::invalid(format!("link {id}: its manifest.fvs is corrupt: {e}"))
         })?;
         if &m.id != id || m.artefacts.len() != l.config.files.len() {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "link {id}: its manifest does not describe its files"
             )));
         }
         for a in &m.artefacts {
             let f = l.config.files.iter().find(|f| f.name == a.file);
             if f.is_none_or(|f| f.sha256 != a.sha256 || f.size != a.size) {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "link {id}: file {} does not match the source's manifest",
                     a.file
                 )));
@@ -278,11 +283,11 @@ impl Manager {
     }
 }
 
-fn decode_fvs(l: &RemoteLink) -> Result<Vec<u8>, ApiError> {
+fn decode_fvs(l: &RemoteLink) -> Result<Vec<u8>, EngineError> {
     base64::engine::general_purpose::STANDARD
         .decode(&l.config.manifest_fvs)
         .map_err(|e| {
-            ApiError::invalid(format!(
+            EngineError::invalid(format!(
                 "link {}: its manifest is not base64: {e}",
                 l.config.id
             ))
@@ -290,7 +295,7 @@ fn decode_fvs(l: &RemoteLink) -> Result<Vec<u8>, ApiError> {
 }
 
 /// Point a qcow2 layer's header at `backing` (header only: `-u`).
-async fn rebase(disk: &Path, backing: &Path, raw: bool) -> Result<(), ApiError> {
+async fn rebase(disk: &Path, backing: &Path, raw: bool) -> Result<(), EngineError> {
     let img = forkvm_qemu::disk::qemu_img_binary();
     let out = tokio::process::Command::new(&img)
         .args([
@@ -306,9 +311,9 @@ async fn rebase(disk: &Path, backing: &Path, raw: bool) -> Result<(), ApiError> 
         .arg(disk)
         .output()
         .await
-        .map_err(|e| ApiError::internal(format!("cannot run {img}: {e}")))?;
+        .map_err(|e| EngineError::internal(format!("cannot run {img}: {e}")))?;
     if !out.status.success() {
-        return Err(ApiError::internal(format!(
+        return Err(EngineError::internal(format!(
             "qemu-img rebase failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         )));

@@ -22,14 +22,13 @@ pub mod serve;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, PullResult, PullSnapshot, PushResult, PushSnapshot, TransferEvent};
+use forkvm_api::{PullResult, PullSnapshot, PushResult, PushSnapshot, TransferEvent};
 use forkvm_artifact::fetch::FetchError;
 use forkvm_artifact::push::PushError;
 use tokio::sync::mpsc;
 
 use crate::db::{Origin, SnapshotInfo, SnapshotRow};
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind};
 use crate::images::install::pull_error;
 use crate::images::stream::Emitter;
 use crate::manager::Manager;
@@ -37,39 +36,33 @@ use import::LinkPlan;
 
 /// Map a pull failure to the API's codes: a blob that fails its digest is
 /// 422 like an image's.
-pub fn fetch_error(e: &FetchError) -> ApiError {
+pub fn fetch_error(e: &FetchError) -> EngineError {
     match e {
         FetchError::Registry(p) => pull_error(p),
-        FetchError::Format(f) => ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            codes::INVALID_IMAGE,
-            f.to_string(),
-        ),
+        FetchError::Format(f) => EngineError::new(ErrorKind::InvalidImage, f.to_string()),
         FetchError::Chunk(c) => match c {
             forkvm_artifact::chunk::ChunkError::Io { source, .. }
                 if source.raw_os_error() == Some(libc::ENOSPC) =>
             {
-                ApiError::new(
-                    StatusCode::INSUFFICIENT_STORAGE,
-                    codes::NO_SPACE,
+                EngineError::new(
+                    ErrorKind::NoSpace,
                     format!("{e}: the disk holding FORKVM_HOME is full; free space and pull again"),
                 )
             }
-            forkvm_artifact::chunk::ChunkError::Io { .. } => ApiError::internal(e.to_string()),
-            _ => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                codes::INVALID_IMAGE,
+            forkvm_artifact::chunk::ChunkError::Io { .. } => EngineError::internal(e.to_string()),
+            _ => EngineError::new(
+                ErrorKind::InvalidImage,
                 format!("{e} (the registry's copy is corrupt or was tampered with)"),
             ),
         },
-        FetchError::Task(t) => ApiError::internal(t.clone()),
+        FetchError::Task(t) => EngineError::internal(t.clone()),
     }
 }
 
-fn push_error(e: &PushError) -> ApiError {
+fn push_error(e: &PushError) -> EngineError {
     match e {
         PushError::Registry(p) => pull_error(p),
-        other => ApiError::internal(other.to_string()),
+        other => EngineError::internal(other.to_string()),
     }
 }
 
@@ -77,14 +70,14 @@ fn check_reference(
     reference: &str,
     user: &Option<String>,
     pass: &Option<String>,
-) -> Result<(), ApiError> {
+) -> Result<(), EngineError> {
     if reference.trim().is_empty() {
-        return Err(ApiError::invalid(
+        return Err(EngineError::invalid(
             "reference must name a repository, e.g. 127.0.0.1:5000/team/warm:v1",
         ));
     }
     if user.is_some() != pass.is_some() {
-        return Err(ApiError::invalid("give username and password together"));
+        return Err(EngineError::invalid("give username and password together"));
     }
     forkvm_image::pull::parse_reference(reference).map_err(|e| pull_error(&e))?;
     Ok(())
@@ -92,10 +85,10 @@ fn check_reference(
 
 impl Manager {
     /// Checks made before a push streams anything.
-    pub fn check_push(&self, id: &str, req: &PushSnapshot) -> Result<String, ApiError> {
+    pub fn check_push(&self, id: &str, req: &PushSnapshot) -> Result<String, EngineError> {
         check_reference(&req.reference, &req.username, &req.password)?;
         if let Some(p) = self.pending.get(id) {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "snapshot {} is still being written ({}); push it once it is ready",
                 p.id, p.state
             )));
@@ -109,7 +102,7 @@ impl Manager {
         id: String,
         req: PushSnapshot,
         tx: mpsc::UnboundedSender<TransferEvent>,
-    ) -> Result<TransferEvent, ApiError> {
+    ) -> Result<TransferEvent, EngineError> {
         let emit = Arc::new(Emitter::new(tx, format!("snapshot {id}: push")));
         let r = self.push_inner(&id, &req, emit).await;
         match &r {
@@ -134,7 +127,7 @@ impl Manager {
         id: &str,
         req: &PushSnapshot,
         emit: Arc<Emitter<TransferEvent>>,
-    ) -> Result<PushResult, ApiError> {
+    ) -> Result<PushResult, EngineError> {
         let t0 = Instant::now();
         let opts = self.registry_options(
             &req.reference,
@@ -143,7 +136,7 @@ impl Manager {
         )?;
         // The chain's snapshots must not be removed while they are read.
         let _lease = self.gc.leases.try_lease(id).ok_or_else(|| {
-            ApiError::conflict(format!(
+            EngineError::conflict(format!(
                 "snapshot {id} is being collected; it cannot be pushed"
             ))
         })?;
@@ -174,7 +167,7 @@ impl Manager {
     }
 
     /// Checks made before a pull streams anything.
-    pub fn check_pull_snapshot(&self, req: &PullSnapshot) -> Result<(), ApiError> {
+    pub fn check_pull_snapshot(&self, req: &PullSnapshot) -> Result<(), EngineError> {
         check_reference(&req.reference, &req.username, &req.password)?;
         self.check_tag(req.tag.as_deref())
     }
@@ -184,7 +177,7 @@ impl Manager {
         self: &Arc<Self>,
         req: PullSnapshot,
         tx: mpsc::UnboundedSender<TransferEvent>,
-    ) -> Result<TransferEvent, ApiError> {
+    ) -> Result<TransferEvent, EngineError> {
         let emit = Arc::new(Emitter::new(tx, format!("pull {}", req.reference)));
         let r = match self.check_disk(&format!("pull of snapshot {}", req.reference)) {
             Ok(()) => self.pull_snapshot_inner(&req, emit).await,
@@ -210,7 +203,7 @@ impl Manager {
         self: &Arc<Self>,
         req: &PullSnapshot,
         emit: Arc<Emitter<TransferEvent>>,
-    ) -> Result<PullResult, ApiError> {
+    ) -> Result<PullResult, EngineError> {
         let t0 = Instant::now();
         let opts = self.registry_options(
             &req.reference,
@@ -224,9 +217,8 @@ impl Manager {
         let host = self.host_profile().await?;
         for l in &remote.links {
             if let Err(why) = forkvm_artifact::compat::check(&l.config.requires, &host) {
-                return Err(ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    codes::INCOMPATIBLE_SNAPSHOT,
+                return Err(EngineError::new(
+                    ErrorKind::IncompatibleSnapshot,
                     format!(
                         "{} cannot be restored on this host: {}; nothing was written",
                         remote.session.canonical,
@@ -248,7 +240,7 @@ impl Manager {
             // Tags are sealed in the manifest: an existing snapshot keeps its own.
             let row = self.snapshot_row(&top_id)?;
             if row.tag.as_deref() != Some(t.as_str()) {
-                return Err(ApiError::conflict(format!(
+                return Err(EngineError::conflict(format!(
                     "this host already has snapshot {top_id} ({}); spawn it by id, or remove \
                      it and pull again to tag it {t:?}",
                     row.tag
@@ -266,7 +258,7 @@ impl Manager {
                 (name, None)
             }
             None if plans.iter().all(|p| matches!(p, LinkPlan::Have(_))) => {
-                return Err(ApiError::conflict(format!(
+                return Err(EngineError::conflict(format!(
                     "this host has snapshot {top_id} but not its image; remove the snapshot and pull again"
                 )))
             }
@@ -327,7 +319,7 @@ impl Manager {
             let store = self.store.clone();
             let published = tokio::task::spawn_blocking(move || store.publish(st, m))
                 .await
-                .map_err(|e| ApiError::internal(e.to_string()))?
+                .map_err(|e| EngineError::internal(e.to_string()))?
                 .map_err(crate::snapshot::store_err)?;
             last_digest = Some(published.digest.clone());
             let m = &published.manifest;

@@ -255,8 +255,8 @@ fn readable(method: &Method) -> Result<(), OciError> {
         StatusCode::METHOD_NOT_ALLOWED,
         "UNSUPPORTED",
         format!(
-            "{method} is not allowed: a forkvm node serves its snapshots read-only; push to a \
-             registry with `forkvm snapshot push`"
+            "{method} is not allowed: a forkvm node serves its snapshots read-only; push it to a \
+             registry instead"
         ),
     ))
 }
@@ -471,13 +471,14 @@ async fn blob_inner(st: &Served, method: &Method, digest: &str) -> Result<Respon
 /// documents from the same export as `forkvm snapshot push`.
 pub struct ManagerSource(pub Arc<crate::manager::Manager>);
 
-fn from_api(e: crate::error::ApiError) -> OciError {
-    match e.status {
+fn from_api(e: crate::error::EngineError) -> OciError {
+    let status = crate::api::error::status(&e);
+    match status {
         StatusCode::NOT_FOUND => {
-            OciError::new(StatusCode::NOT_FOUND, "MANIFEST_UNKNOWN", e.message)
+            OciError::new(StatusCode::NOT_FOUND, "MANIFEST_UNKNOWN", e.to_string())
         }
-        s if s.is_client_error() => OciError::new(s, "UNSUPPORTED", e.message),
-        s => OciError::new(s, "UNKNOWN", e.message),
+        s if s.is_client_error() => OciError::new(s, "UNSUPPORTED", e.to_string()),
+        s => OciError::new(s, "UNKNOWN", e.to_string()),
     }
 }
 

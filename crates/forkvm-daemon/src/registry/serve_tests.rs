@@ -480,18 +480,18 @@ fn only_the_base_and_the_forkvm_namespace_are_served_here() {
 
 #[test]
 fn the_daemons_errors_become_oci_errors() {
-    use crate::error::ApiError;
-    let e = from_api(ApiError::not_found("no snapshot sn-x"));
+    use crate::error::EngineError;
+    let e = from_api(EngineError::not_found("no snapshot sn-x"));
     assert_eq!(
         (e.status, e.code),
         (StatusCode::NOT_FOUND, "MANIFEST_UNKNOWN")
     );
     assert_eq!(e.message, "no snapshot sn-x");
-    let e = from_api(ApiError::conflict("still being written"));
+    let e = from_api(EngineError::conflict("still being written"));
     assert_eq!((e.status, e.code), (StatusCode::CONFLICT, "UNSUPPORTED"));
-    let e = from_api(ApiError::invalid("has volumes"));
+    let e = from_api(EngineError::invalid("has volumes"));
     assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, "UNSUPPORTED"));
-    let e = from_api(ApiError::internal("disk gone"));
+    let e = from_api(EngineError::internal("disk gone"));
     assert_eq!(
         (e.status, e.code),
         (StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN")

@@ -8,7 +8,7 @@ use forkvm_api::SnapshotTimings;
 use forkvm_store::StoreError;
 
 use crate::db::{Origin, SnapshotRow};
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 use crate::snapshot::{kind, store_err};
 use crate::util::{self, ms};
@@ -23,14 +23,14 @@ impl Manager {
         self: &Arc<Self>,
         id_or_tag: &str,
         tag: Option<String>,
-    ) -> Result<forkvm_api::Snapshot, ApiError> {
+    ) -> Result<forkvm_api::Snapshot, EngineError> {
         let t0 = Instant::now();
         let row = self.snapshot_row(id_or_tag)?;
         let _lease = self.gc_lease(&row.id)?;
         let head = self.store.open_snapshot(&row.id).map_err(store_err)?;
         let k = kind(&head.manifest);
         if k != "diff" {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "snapshot {} is of kind {k}, which has no chain; only diff snapshots can be flattened",
                 row.id
             )));
@@ -106,7 +106,7 @@ impl Manager {
             store.store.publish(staging, manifest)
         })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| EngineError::internal(e.to_string()))?
         .map_err(store_err)?;
         let srow = SnapshotRow {
             id: new_id,

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 use crate::snapshot::{store_err, Chain};
 use crate::util::ms;
@@ -33,7 +33,11 @@ impl Manager {
     /// Make the chain's head ready to map (verify the chain first): use it
     /// if it is complete and unchanged, else build it. Concurrent spawns of
     /// the same snapshot build it once; the others wait for it.
-    pub(crate) async fn chain_head(&self, c: &Chain, ram_bytes: u64) -> Result<PathBuf, ApiError> {
+    pub(crate) async fn chain_head(
+        &self,
+        c: &Chain,
+        ram_bytes: u64,
+    ) -> Result<PathBuf, EngineError> {
         let Some(top) = c.links.last() else {
             return Ok(c.mapped());
         };
@@ -59,7 +63,7 @@ impl Manager {
                 forkvm_store::head::build(&dir, &key, &base, &links, ram_bytes)
             })
             .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| EngineError::internal(e.to_string()))?
             .map_err(|e| {
                 store_err(match e {
                     forkvm_store::memdiff::MemDiffError::Format(why) => {

@@ -32,13 +32,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
-use forkvm_api::codes;
 use forkvm_qemu::Qmp;
 use forkvm_store::{Manifest, Snapshot as StoredSnapshot, Store, StoreError};
 
 use crate::db::SandboxRow;
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind, HintAction};
 use crate::manager::Manager;
 use crate::util;
 
@@ -92,28 +90,20 @@ pub fn kind(m: &Manifest) -> &'static str {
     }
 }
 
-pub(crate) fn store_err(e: StoreError) -> ApiError {
+pub(crate) fn store_err(e: StoreError) -> EngineError {
     match e {
-        StoreError::NotFound(id) => ApiError::not_found(format!(
-            "no snapshot {id:?}; list snapshots with `forkvm snapshot ls`"
-        )),
-        StoreError::Corrupt { .. } => ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            codes::SNAPSHOT_CORRUPT,
-            e.to_string(),
-        ),
+        StoreError::NotFound(id) => {
+            EngineError::not_found(format!("no snapshot {id:?}")).hint(HintAction::ListSnapshots)
+        }
+        StoreError::Corrupt { .. } => EngineError::new(ErrorKind::SnapshotCorrupt, e.to_string()),
         StoreError::Io { .. } => {
-            ApiError::internal(format!("{e}; check free space and permissions"))
+            EngineError::internal(format!("{e}; check free space and permissions"))
         }
     }
 }
 
-pub(crate) fn qemu_err(what: &str, e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        codes::QEMU_FAILED,
-        format!("{what}: {e}"),
-    )
+pub(crate) fn qemu_err(what: &str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::new(ErrorKind::QemuFailed, format!("{what}: {e}"))
 }
 
 /// `cont` after a save. QEMU reports a migration `completed` (event or
@@ -199,7 +189,7 @@ impl Manager {
     /// Follow a `shared` or `diff` snapshot to its base. Each link's parent
     /// is checked by its manifest digest (a few KiB), never by re-reading
     /// the base's memory.
-    pub fn chain(&self, snap: &StoredSnapshot) -> Result<Chain, ApiError> {
+    pub fn chain(&self, snap: &StoredSnapshot) -> Result<Chain, EngineError> {
         let corrupt = |id: &str, why: String| {
             store_err(StoreError::Corrupt {
                 id: id.to_string(),
@@ -248,14 +238,14 @@ impl Manager {
     }
 
     /// Verify every file of a chain (cached: see forkvm-store).
-    pub(crate) async fn verify_chain(&self, c: &Chain) -> Result<(), ApiError> {
+    pub(crate) async fn verify_chain(&self, c: &Chain) -> Result<(), EngineError> {
         let store = self.store.clone();
         let all: Vec<StoredSnapshot> = std::iter::once(c.base.clone())
             .chain(c.links.iter().cloned())
             .collect();
         tokio::task::spawn_blocking(move || all.iter().try_for_each(|s| store.verify(s)))
             .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| EngineError::internal(e.to_string()))?
             .map_err(store_err)
     }
 
@@ -276,7 +266,7 @@ impl Manager {
         tag: Option<String>,
         template_key: Option<String>,
         how: Save,
-    ) -> Result<forkvm_api::Snapshot, ApiError> {
+    ) -> Result<forkvm_api::Snapshot, EngineError> {
         let r = async {
             self.check_disk(&format!("snapshot of sandbox {id}"))?;
             let f = self.freeze(id, tag, template_key, None, how).await?;
@@ -284,7 +274,7 @@ impl Manager {
         }
         .await;
         let snap = r.inspect_err(|e| {
-            tracing::warn!(sandbox = %id, code = e.code, "snapshot of sandbox {id} failed: {}", e.message);
+            tracing::warn!(sandbox = %id, code = e.code(), "snapshot of sandbox {id} failed: {}", e.message);
         })?;
         // It follows the daemon's default pool size, which may be > 0.
         self.refill_pool(&snap.id);
@@ -292,21 +282,21 @@ impl Manager {
     }
 
     /// A new snapshot's tag must be valid and unused.
-    pub(crate) fn check_tag(&self, tag: Option<&str>) -> Result<(), ApiError> {
+    pub(crate) fn check_tag(&self, tag: Option<&str>) -> Result<(), EngineError> {
         if let Some(t) = tag {
             if !util::valid_id(t) || t.starts_with("sn-") {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "tag {t:?} is not valid: use letters, digits, '-' and '_', not starting with sn-"
                 )));
             }
             // `POST /v1/snapshots/prune` and `…/pull` would shadow it.
             if t == "prune" || t == "pull" {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "the tag {t:?} is reserved (POST /v1/snapshots/{t}); choose another"
                 )));
             }
             if self.db.snapshot(t)?.is_some() {
-                return Err(ApiError::conflict(format!(
+                return Err(EngineError::conflict(format!(
                     "tag {t:?} is already used by another snapshot"
                 )));
             }

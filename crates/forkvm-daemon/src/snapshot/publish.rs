@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use forkvm_qemu::{migrate, Qmp};
 use forkvm_store::{crash, StoreError};
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 use crate::snapshot::freeze::diff::Pending;
 use crate::snapshot::freeze::{live, Frozen};
@@ -34,7 +34,7 @@ impl Manager {
     pub(crate) async fn publish_frozen(
         self: &Arc<Self>,
         f: Frozen,
-    ) -> Result<forkvm_api::Snapshot, ApiError> {
+    ) -> Result<forkvm_api::Snapshot, EngineError> {
         let Frozen {
             staging,
             manifest,
@@ -129,7 +129,7 @@ impl Manager {
             Ok::<_, StoreError>(adopted)
         })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+        .map_err(|e| EngineError::internal(e.to_string()))?;
         let published = published.map(|adopted| match adopted {
             Some(Ok(b)) => tracing::info!(
                 snapshot = %srow.id,

@@ -4,13 +4,12 @@
 
 use std::sync::Arc;
 
-use axum::http::StatusCode;
 use forkvm_api::SnapshotSizes;
 use forkvm_qemu::process;
 use forkvm_store::{Snapshot as StoredSnapshot, StoreError};
 
 use crate::db::{Origin, SnapshotRow};
-use crate::error::ApiError;
+use crate::error::{EngineError, HintAction};
 use crate::gc::layers;
 use crate::manager::Manager;
 use crate::snapshot::{kind, store_err};
@@ -18,7 +17,7 @@ use crate::util;
 
 impl Manager {
     /// The API view of a snapshot.
-    pub fn snapshot_view(&self, r: &SnapshotRow) -> Result<forkvm_api::Snapshot, ApiError> {
+    pub fn snapshot_view(&self, r: &SnapshotRow) -> Result<forkvm_api::Snapshot, EngineError> {
         let s = self.store.open_snapshot(&r.id).map_err(store_err)?;
         let size = |k: &str| {
             s.manifest
@@ -76,7 +75,7 @@ impl Manager {
 
     /// The view of a snapshot by id or tag, including those an asynchronous
     /// branch is still writing (or failed to write).
-    pub fn snapshot_by_ref(&self, id_or_tag: &str) -> Result<forkvm_api::Snapshot, ApiError> {
+    pub fn snapshot_by_ref(&self, id_or_tag: &str) -> Result<forkvm_api::Snapshot, EngineError> {
         if let Some(p) = self.pending.get(id_or_tag) {
             return Ok(p);
         }
@@ -85,7 +84,7 @@ impl Manager {
     }
 
     /// A snapshot row by id or tag, or 404.
-    pub fn snapshot_row(&self, id_or_tag: &str) -> Result<SnapshotRow, ApiError> {
+    pub fn snapshot_row(&self, id_or_tag: &str) -> Result<SnapshotRow, EngineError> {
         if !util::valid_id(id_or_tag) {
             return Err(store_err(StoreError::NotFound(id_or_tag.to_string())));
         }
@@ -96,13 +95,13 @@ impl Manager {
 
     /// Open a snapshot and verify its files (see forkvm-store on why this is
     /// cheap after the first time).
-    pub async fn open_verified(&self, id: &str) -> Result<StoredSnapshot, ApiError> {
+    pub async fn open_verified(&self, id: &str) -> Result<StoredSnapshot, EngineError> {
         let s = self.store.open_snapshot(id).map_err(store_err)?;
         let store = self.store.clone();
         let s2 = s.clone();
         tokio::task::spawn_blocking(move || store.verify(&s2))
             .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| EngineError::internal(e.to_string()))?
             .map_err(store_err)?;
         Ok(s)
     }
@@ -113,10 +112,10 @@ impl Manager {
         self: &Arc<Self>,
         id_or_tag: &str,
         force: bool,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         if let Some(p) = self.pending.get(id_or_tag) {
             if p.state == "writing" {
-                return Err(ApiError::conflict(format!(
+                return Err(EngineError::conflict(format!(
                     "snapshot {} is still being written; remove it once it is ready",
                     p.id
                 )));
@@ -142,11 +141,12 @@ impl Manager {
                         .join(", ")
                 ));
             }
-            return Err(ApiError::conflict(format!(
-                "snapshot {} is in use: {}; remove those first, or force it (`forkvm snapshot rm --force`) to remove them too",
+            return Err(EngineError::conflict(format!(
+                "snapshot {} is in use: {}",
                 row.id,
                 why.join("; ")
-            )));
+            ))
+            .hint_on(HintAction::ForceRemoveSnapshot, row.id.clone()));
         }
         for c in children {
             Box::pin(self.remove_snapshot(&c.id, true)).await?;
@@ -154,7 +154,7 @@ impl Manager {
         for sb in sandboxes {
             match self.remove(&sb).await {
                 Ok(()) => {}
-                Err(e) if e.status == StatusCode::NOT_FOUND => {}
+                Err(e) if e.kind == crate::error::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
         }

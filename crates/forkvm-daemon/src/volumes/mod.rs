@@ -31,14 +31,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
-use forkvm_api::{codes, MountedVolume, VolumeMode, VolumeMount};
+use forkvm_api::{MountedVolume, VolumeMode, VolumeMount};
 use forkvm_store::SnapVolume;
 use forkvm_volume::{ServerHandle, VolumeConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::config::SandboxPaths;
-use crate::error::ApiError;
+use crate::error::{EngineError, ErrorKind, HintAction};
 use crate::manager::Manager;
 
 pub mod http;
@@ -86,27 +85,27 @@ pub fn view(p: &SandboxPaths) -> Vec<MountedVolume> {
         .collect()
 }
 
-fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
-    ApiError::internal(format!("{what}: {e}"))
+fn internal(what: &str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::internal(format!("{what}: {e}"))
 }
 
 /// A failed volume copy: over the free-space budget is `507 no_space`
 /// (nothing was left behind), anything else a 500 that is classified.
-fn copy_error(what: &str, e: forkvm_volume::VolumeError) -> ApiError {
+fn copy_error(what: &str, e: forkvm_volume::VolumeError) -> EngineError {
     match e {
-        forkvm_volume::VolumeError::NoSpace { .. } => ApiError::new(
-            axum::http::StatusCode::INSUFFICIENT_STORAGE,
-            forkvm_api::codes::NO_SPACE,
+        forkvm_volume::VolumeError::NoSpace { .. } => EngineError::new(
+            ErrorKind::NoSpace,
             format!(
-                "{what}: {e}; free space with `forkvm snapshot prune` or by removing images and \
-                 snapshots, or use a reflink filesystem (XFS, btrfs) for the home"
+                "{what}: {e} (a reflink filesystem such as XFS or btrfs for the home copies \
+                 volumes without using space)"
             ),
-        ),
+        )
+        .hint(HintAction::FreeSpace),
         e => internal(what, e),
     }
 }
 
-fn write_state(p: &SandboxPaths, v: &[VolState]) -> Result<(), ApiError> {
+fn write_state(p: &SandboxPaths, v: &[VolState]) -> Result<(), EngineError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -128,7 +127,7 @@ fn guest_owner(m: &VolumeMount) -> (u32, u32) {
 
 /// A lexically clean absolute guest path, not `/`, outside the kernel's
 /// own filesystems.
-fn check_guest_path(p: &str) -> Result<(), ApiError> {
+fn check_guest_path(p: &str) -> Result<(), EngineError> {
     let bad = !p.starts_with('/')
         || p == "/"
         || p.ends_with('/')
@@ -139,7 +138,7 @@ fn check_guest_path(p: &str) -> Result<(), ApiError> {
             .iter()
             .any(|k| p == *k || p.starts_with(&format!("{k}/")));
     if bad {
-        return Err(ApiError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "bad guest path {p:?} for a volume: give an absolute path such as /work, not /, \
              without . or .. components, outside /proc, /sys, /dev and /run/forkvm"
         )));
@@ -150,9 +149,9 @@ fn check_guest_path(p: &str) -> Result<(), ApiError> {
 impl Manager {
     /// Check a spawn's volumes and find their host directories. Nothing is
     /// created.
-    pub fn resolve_volumes(&self, req: &[VolumeMount]) -> Result<Resolved, ApiError> {
+    pub fn resolve_volumes(&self, req: &[VolumeMount]) -> Result<Resolved, EngineError> {
         if req.len() > MAX_VOLUMES {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "{} volumes asked for; a sandbox may have at most {MAX_VOLUMES}",
                 req.len()
             )));
@@ -161,7 +160,7 @@ impl Manager {
         for (i, m) in req.iter().enumerate() {
             check_guest_path(&m.path)?;
             if out.iter().any(|o| o.mount.path == m.path) {
-                return Err(ApiError::invalid(format!(
+                return Err(EngineError::invalid(format!(
                     "two volumes are mounted at {}",
                     m.path
                 )));
@@ -169,14 +168,14 @@ impl Manager {
             let host = if m.is_host_path() {
                 self.check_host_dir(&m.source)?
             } else {
-                forkvm_api::check_volume_name(&m.source).map_err(ApiError::invalid)?;
+                forkvm_api::check_volume_name(&m.source).map_err(EngineError::invalid)?;
                 let p = self.named_volume_dir(&m.source);
                 if !p.is_dir() {
-                    return Err(ApiError::not_found(format!(
-                        "there is no volume {:?}; create it with `forkvm volume create {}` \
-                         or give an absolute host directory",
-                        m.source, m.source
-                    )));
+                    return Err(EngineError::not_found(format!(
+                        "there is no volume {:?} (a host directory is named by its absolute path)",
+                        m.source
+                    ))
+                    .hint_on(HintAction::CreateVolume, m.source.clone()));
                 }
                 p
             };
@@ -192,27 +191,25 @@ impl Manager {
     /// A host directory a guest may be given: it exists, and neither is nor
     /// contains nor lies inside forkvm's home or the kernel's filesystems
     /// (a guest must never reach snapshots, other sandboxes or /proc).
-    fn check_host_dir(&self, src: &str) -> Result<PathBuf, ApiError> {
+    fn check_host_dir(&self, src: &str) -> Result<PathBuf, EngineError> {
         let p = std::fs::canonicalize(src).map_err(|e| {
-            ApiError::invalid(format!(
+            EngineError::invalid(format!(
                 "volume source {src}: {e}; give an existing host directory"
             ))
         })?;
         if !p.is_dir() {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "volume source {src} is not a directory"
             )));
         }
         let home = std::fs::canonicalize(&self.cfg.home).unwrap_or(self.cfg.home.clone());
         let kernel = ["/proc", "/sys", "/dev"].iter().any(|k| p.starts_with(k));
         if kernel || p.starts_with(&home) || home.starts_with(&p) {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                codes::INVALID_REQUEST,
+            return Err(EngineError::new(
+                ErrorKind::Forbidden,
                 format!(
                     "volume source {} is refused: it is, holds or lies in forkvm's home ({}) \
-                     or a kernel filesystem; use a named volume (`forkvm volume create`) or \
-                     another directory",
+                     or a kernel filesystem; use a named volume or another directory",
                     p.display(),
                     home.display()
                 ),
@@ -222,15 +219,14 @@ impl Manager {
     }
 
     /// Start serving a sandbox's volumes on its volume port.
-    async fn serve_volumes(&self, id: &str, vols: &[VolState]) -> Result<(), ApiError> {
+    async fn serve_volumes(&self, id: &str, vols: &[VolState]) -> Result<(), EngineError> {
         use std::os::unix::fs::MetadataExt;
         let paths = self.cfg.sandbox_paths(id);
         let mut configs = Vec::new();
         for v in vols {
             let md = std::fs::metadata(&v.host_path).map_err(|e| {
-                ApiError::new(
-                    StatusCode::CONFLICT,
-                    codes::INVALID_REQUEST,
+                EngineError::new(
+                    ErrorKind::Conflict,
                     format!(
                         "volume directory {} of sandbox {id} is gone ({e}); restore it and retry",
                         v.host_path.display()
@@ -271,10 +267,10 @@ impl Manager {
     }
 
     /// Mount freshly asked-for volumes in a running sandbox.
-    pub async fn attach_volumes(&self, id: &str, r: &Resolved) -> Result<(), ApiError> {
+    pub async fn attach_volumes(&self, id: &str, r: &Resolved) -> Result<(), EngineError> {
         let live = self.running(id)?;
         if forkvm_qemu::process::has_volume_port(live.pid) != Some(true) {
-            return Err(ApiError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "sandbox {id} cannot mount volumes: its machine was made before volumes \
                  existed. Spawn from an image, or from a snapshot taken since"
             )));
@@ -290,15 +286,15 @@ impl Manager {
                     read_only: v.mount.read_only,
                 })
                 .collect();
-        let conn = live.agent().await.map_err(|e| {
-            ApiError::new(StatusCode::BAD_GATEWAY, codes::GUEST_ERROR, e.to_string())
-        })?;
+        let conn = live
+            .agent()
+            .await
+            .map_err(|e| EngineError::new(ErrorKind::Guest, e.to_string()))?;
         conn.mount_volumes(specs, Duration::from_secs(30))
             .await
             .map_err(|e| {
-                ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    codes::GUEST_ERROR,
+                EngineError::new(
+                    ErrorKind::Guest,
                     format!("the guest could not mount its volumes: {e}"),
                 )
             })
@@ -312,7 +308,7 @@ impl Manager {
         id: &str,
         snap: &forkvm_store::Snapshot,
         own: bool,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         let Some(svols) = &snap.manifest.volumes else {
             return Ok(());
         };
@@ -335,16 +331,15 @@ impl Manager {
     }
 
     /// Quiesce a sandbox's volumes for a snapshot. `None` when it has none.
-    pub(crate) async fn hold_volumes(&self, id: &str) -> Result<Option<VolumeHold>, ApiError> {
+    pub(crate) async fn hold_volumes(&self, id: &str) -> Result<Option<VolumeHold>, EngineError> {
         let paths = self.cfg.sandbox_paths(id);
         let vols = load_state(&paths);
         if vols.is_empty() {
             return Ok(None);
         }
         let Some(h) = self.volumes.get(id) else {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                codes::GUEST_ERROR,
+            return Err(EngineError::new(
+                ErrorKind::Guest,
                 format!("the volumes of sandbox {id} are not being served; retry in a moment"),
             ));
         };
@@ -353,9 +348,8 @@ impl Manager {
             .await
             .map_err(|e| internal("volume quiesce task", e))?
             .map_err(|e| {
-                ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    codes::GUEST_TIMEOUT,
+                EngineError::new(
+                    ErrorKind::GuestTimeout,
                     format!("the volumes of sandbox {id} did not come to rest: {e}"),
                 )
             })?;
@@ -392,7 +386,7 @@ fn clone_volumes(
     sdir: &Path,
     dst: &Path,
     mut budget: Option<u64>,
-) -> Result<Vec<VolState>, ApiError> {
+) -> Result<Vec<VolState>, EngineError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -474,7 +468,7 @@ impl VolumeHold {
         dir: PathBuf,
         journals_only: bool,
         mut budget: Option<u64>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), EngineError> {
         let h = self.handle.clone();
         let vols = self.vols.clone();
         tokio::task::spawn_blocking(move || {
@@ -494,7 +488,7 @@ impl VolumeHold {
                         budget.map(|b| b.saturating_sub(if st.reflinked { 0 } else { st.bytes }));
                 }
             }
-            Ok::<(), ApiError>(())
+            Ok::<(), EngineError>(())
         })
         .await
         .map_err(|e| internal("volume save task", e))?

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use forkvm_api::{check_volume_name, Volume};
 
-use crate::error::ApiError;
+use crate::error::{EngineError, HintAction};
 use crate::manager::Manager;
 
 fn rfc3339(t: Option<SystemTime>) -> String {
@@ -60,39 +60,38 @@ impl Manager {
     }
 
     /// Create a named volume (409 if it exists).
-    pub fn create_volume(&self, name: &str) -> Result<Volume, ApiError> {
-        check_volume_name(name).map_err(ApiError::invalid)?;
+    pub fn create_volume(&self, name: &str) -> Result<Volume, EngineError> {
+        check_volume_name(name).map_err(EngineError::invalid)?;
         let root = self.cfg.home.join("volumes");
         std::fs::create_dir_all(&root)
-            .map_err(|e| ApiError::internal(format!("cannot create {}: {e}", root.display())))?;
+            .map_err(|e| EngineError::internal(format!("cannot create {}: {e}", root.display())))?;
         match std::fs::create_dir(root.join(name)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(ApiError::conflict(format!(
-                    "volume {name} exists; use it, or remove it with `forkvm volume rm {name}`"
-                )))
+                return Err(EngineError::conflict(format!("volume {name} exists"))
+                    .hint_on(HintAction::RemoveVolume, name))
             }
             Err(e) => {
-                return Err(ApiError::internal(format!(
+                return Err(EngineError::internal(format!(
                     "cannot create volume {name}: {e}"
                 )))
             }
         }
         tracing::info!("created volume {name}");
         self.volume_view(name)
-            .ok_or_else(|| ApiError::internal(format!("volume {name} vanished")))
+            .ok_or_else(|| EngineError::internal(format!("volume {name} vanished")))
     }
 
     /// Remove a named volume and its files; refused while a sandbox uses it.
-    pub async fn remove_volume(&self, name: &str) -> Result<(), ApiError> {
-        check_volume_name(name).map_err(ApiError::invalid)?;
+    pub async fn remove_volume(&self, name: &str) -> Result<(), EngineError> {
+        check_volume_name(name).map_err(EngineError::invalid)?;
         let dir = self.named_volume_dir(name);
         if !dir.is_dir() {
-            return Err(ApiError::not_found(format!("there is no volume {name}")));
+            return Err(EngineError::not_found(format!("there is no volume {name}")));
         }
         let users = self.volume_users(&dir);
         if !users.is_empty() {
-            return Err(ApiError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "volume {name} is mounted by {}; remove those sandboxes first",
                 users.join(", ")
             )));
@@ -104,11 +103,13 @@ impl Manager {
             .join("volumes")
             .join(format!(".removing-{name}-{}", crate::util::new_id("x")));
         std::fs::rename(&dir, &gone)
-            .map_err(|e| ApiError::internal(format!("cannot remove volume {name}: {e}")))?;
+            .map_err(|e| EngineError::internal(format!("cannot remove volume {name}: {e}")))?;
         tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&gone))
             .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
-            .map_err(|e| ApiError::internal(format!("cannot remove volume {name}'s files: {e}")))?;
+            .map_err(|e| EngineError::internal(e.to_string()))?
+            .map_err(|e| {
+                EngineError::internal(format!("cannot remove volume {name}'s files: {e}"))
+            })?;
         tracing::info!("removed volume {name}");
         Ok(())
     }

@@ -69,14 +69,24 @@ class ForkvmError(Exception):
     ``status`` is the HTTP status (``None`` when the error did not come from an
     HTTP status, e.g. an error event in an exec stream or a connection
     failure), ``code`` the daemon's machine-readable code and ``message`` its
-    explanation.
+    explanation. ``hint``, when the daemon gave one, is what to do next as a
+    dict ``{"action": ..., "target": ...}`` (the message already says it in
+    words).
     """
 
-    def __init__(self, message: str, *, code: str = "error", status: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "error",
+        status: Optional[int] = None,
+        hint: Optional[dict] = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.status = status
+        self.hint = hint
 
     def __str__(self) -> str:
         where = f"HTTP {self.status}, " if self.status is not None else ""
@@ -307,19 +317,22 @@ def _error_class(status: Optional[int], code: str) -> Type[ForkvmError]:
     return by_status
 
 
-def error_from_detail(code: str, message: str, status: Optional[int] = None) -> ForkvmError:
+def error_from_detail(
+    code: str, message: str, status: Optional[int] = None, hint: Optional[dict] = None
+) -> ForkvmError:
     """The exception for an error ``code`` and ``message`` (and HTTP ``status``)."""
-    return _error_class(status, code)(message, code=code, status=status)
+    return _error_class(status, code)(message, code=code, status=status, hint=hint)
 
 
 def error_from_response(response: "httpx.Response") -> ForkvmError:
     """The exception for an error response (its body must have been read)."""
     status = response.status_code
-    code, message = f"http_{status}", ""
+    code, message, hint = f"http_{status}", "", None
     try:
         body = json.loads(response.content)
         detail = body["error"]
         code, message = str(detail["code"]), str(detail["message"])
-    except (ValueError, KeyError, TypeError):
+        hint = detail.get("hint") if isinstance(detail.get("hint"), dict) else None
+    except (ValueError, KeyError, TypeError, AttributeError):
         message = response.text.strip() or response.reason_phrase or f"HTTP {status}"
-    return error_from_detail(code, message, status)
+    return error_from_detail(code, message, status, hint)

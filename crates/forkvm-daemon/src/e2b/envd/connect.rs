@@ -41,7 +41,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 
 /// Content type of a unary call (and of every error answer).
 pub const UNARY_JSON: &str = "application/json";
@@ -145,11 +145,11 @@ impl ConnectError {
     }
 }
 
-impl From<ApiError> for ConnectError {
+impl From<EngineError> for ConnectError {
     /// The daemon's errors by their HTTP status: the SDKs branch on
     /// `not_found` (a missing process or file) and `already_exists`.
-    fn from(e: ApiError) -> Self {
-        let code = match e.status.as_u16() {
+    fn from(e: EngineError) -> Self {
+        let code = match crate::api::error::status(&e).as_u16() {
             400 => Code::InvalidArgument,
             401 => Code::Unauthenticated,
             403 => Code::PermissionDenied,
@@ -463,7 +463,7 @@ mod tests {
             assert_eq!(v["code"], code.as_str());
             assert_eq!(v["message"], "m");
         }
-        let e: ConnectError = ApiError::not_found("no such file").into();
+        let e: ConnectError = EngineError::not_found("no such file").into();
         assert_eq!(e.code, Code::NotFound);
     }
 

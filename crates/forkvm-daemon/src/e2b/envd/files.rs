@@ -26,7 +26,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 
 use super::{basic_user, http_error, resolve_path, EnvdTarget};
-use crate::error::{agent_error, ApiError};
+use crate::error::{agent_error, EngineError, ErrorKind};
 use crate::manager::Manager;
 
 /// `?path=&username=` (and the signature parameters of signed URLs, which
@@ -39,13 +39,13 @@ pub(crate) struct FileQuery {
     username: Option<String>,
 }
 
-fn api_error(e: ApiError) -> Response {
-    http_error(e.status, e.message)
+fn api_error(e: EngineError) -> Response {
+    http_error(crate::api::error::status(&e), e.to_string())
 }
 
 /// An error of `/files`; only its status and message reach the client.
-fn fail(status: StatusCode, message: impl Into<String>) -> ApiError {
-    ApiError::new(status, forkvm_api::codes::INVALID_REQUEST, message)
+fn fail(kind: ErrorKind, message: impl Into<String>) -> EngineError {
+    EngineError::new(kind, message)
 }
 
 /// Who the request is for: `?username=`, else the `Authorization` header,
@@ -55,22 +55,22 @@ fn user_of(
     id: &str,
     q: &FileQuery,
     h: &HeaderMap,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<String>, EngineError> {
     let named = match q.username.clone().filter(|u| !u.is_empty()) {
         Some(u) => Some(u),
-        None => basic_user(h).map_err(|e| fail(StatusCode::UNAUTHORIZED, e.message))?,
+        None => basic_user(h).map_err(|e| fail(ErrorKind::Unauthorized, e.message))?,
     };
     Ok(named.or_else(|| m.exec_defaults_of(id).ok().and_then(|d| d.user)))
 }
 
-fn path_of(q: &FileQuery, user: Option<&str>) -> Result<String, ApiError> {
+fn path_of(q: &FileQuery, user: Option<&str>) -> Result<String, EngineError> {
     let p = q.path.as_deref().ok_or_else(|| {
         fail(
-            StatusCode::BAD_REQUEST,
+            ErrorKind::Invalid,
             "name the file: ?path=/absolute/path (or a path relative to the user's home)",
         )
     })?;
-    resolve_path(p, user).map_err(|e| fail(StatusCode::BAD_REQUEST, e.message))
+    resolve_path(p, user).map_err(|e| fail(ErrorKind::Invalid, e.message))
 }
 
 /// `GET /files`.
@@ -94,7 +94,7 @@ pub(crate) async fn download(
             .await
             .map_err(|e| agent_error(&id, e))?;
         let name = path.rsplit('/').next().unwrap_or("").replace('"', "");
-        Ok::<_, ApiError>(
+        Ok::<_, EngineError>(
             (
                 [
                     (header::CONTENT_TYPE, "application/octet-stream".to_string()),
@@ -139,7 +139,7 @@ pub(crate) async fn upload(
         let limit = m.cfg.limits.max_request_bytes as usize;
         let body = axum::body::to_bytes(body, limit).await.map_err(|e| {
             fail(
-                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorKind::TooLarge,
                 format!("the upload is over the limit of {limit} bytes: {e}"),
             )
         })?;
@@ -150,17 +150,16 @@ pub(crate) async fn upload(
             .unwrap_or("");
         let mut files: Vec<(String, Bytes)> = Vec::new();
         if let Some(boundary) = boundary_of(ct) {
-            let parts =
-                multipart(&boundary, &body).map_err(|e| fail(StatusCode::BAD_REQUEST, e))?;
+            let parts = multipart(&boundary, &body).map_err(|e| fail(ErrorKind::Invalid, e))?;
             let single = parts.len() == 1;
             for (filename, data) in parts {
                 let path = match (&q.path, filename) {
                     (Some(_), _) if single => path_of(&q, user.as_deref())?,
                     (_, Some(f)) => resolve_path(&f, user.as_deref())
-                        .map_err(|e| fail(StatusCode::BAD_REQUEST, e.message))?,
+                        .map_err(|e| fail(ErrorKind::Invalid, e.message))?,
                     (_, None) => {
                         return Err(fail(
-                            StatusCode::BAD_REQUEST,
+                            ErrorKind::Invalid,
                             "each file part needs a filename (its path) when ?path= does \
                              not name the one file",
                         ))
@@ -180,7 +179,7 @@ pub(crate) async fn upload(
             files.push((path, data));
         }
         if files.is_empty() {
-            return Err(fail(StatusCode::BAD_REQUEST, "the upload holds no file"));
+            return Err(fail(ErrorKind::Invalid, "the upload holds no file"));
         }
         let mut out = Vec::new();
         for (path, data) in files {
@@ -191,26 +190,21 @@ pub(crate) async fn upload(
                 path,
             });
         }
-        Ok::<_, ApiError>(Json(out).into_response())
+        Ok::<_, EngineError>(Json(out).into_response())
     }
     .await;
     r.unwrap_or_else(api_error)
 }
 
-fn gunzip(body: &[u8], limit: usize) -> Result<Bytes, ApiError> {
+fn gunzip(body: &[u8], limit: usize) -> Result<Bytes, EngineError> {
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(body)
         .take(limit as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|e| {
-            fail(
-                StatusCode::BAD_REQUEST,
-                format!("the gzip body is bad: {e}"),
-            )
-        })?;
+        .map_err(|e| fail(ErrorKind::Invalid, format!("the gzip body is bad: {e}")))?;
     if out.len() > limit {
         return Err(fail(
-            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::TooLarge,
             format!("the file unpacks to over the limit of {limit} bytes"),
         ));
     }
@@ -225,19 +219,19 @@ async fn write_as(
     path: &str,
     data: &[u8],
     user: Option<&str>,
-) -> Result<(), ApiError> {
+) -> Result<(), EngineError> {
     let (dir, name) = match path.rsplit_once('/') {
         Some((d, n)) if !n.is_empty() => (if d.is_empty() { "/" } else { d }, n),
         _ => {
             return Err(fail(
-                StatusCode::BAD_REQUEST,
+                ErrorKind::Invalid,
                 format!("{path:?} does not name a file"),
             ))
         }
     };
     if data.len() as u64 > m.cfg.limits.max_file_bytes {
         return Err(fail(
-            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::TooLarge,
             format!(
                 "{path} is {} bytes, over the limit of {}",
                 data.len(),
@@ -245,8 +239,7 @@ async fn write_as(
             ),
         ));
     }
-    let tar = one_file_tar(name, data)
-        .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let tar = one_file_tar(name, data).map_err(|e| fail(ErrorKind::Internal, e.to_string()))?;
     let agent = m.guest_agent(id).await?;
     agent
         .put_archive(dir, user, &tar, Duration::from_secs(300))

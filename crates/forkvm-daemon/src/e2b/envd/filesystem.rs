@@ -74,7 +74,7 @@ pub(crate) async fn make_dir(call: Call) -> Response {
             // works): `mkdir -p` runs in the guest as that user.
             match call.mgr.stat_file(&call.id, &path).await {
                 Ok(_) => return Err(exists(&path)),
-                Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => {}
+                Err(e) if e.kind == crate::error::ErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
             let run = forkvm_api::ExecRequest {
@@ -139,7 +139,7 @@ pub(crate) async fn remove(call: Call) -> Response {
             // envd removes as `rm -rf` does: a path that is not there is
             // already removed.
             match call.mgr.remove_file(&call.id, &path).await {
-                Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => Ok(Empty {}),
+                Err(e) if e.kind == crate::error::ErrorKind::NotFound => Ok(Empty {}),
                 r => r.map(|()| Empty {}).map_err(Into::into),
             }
         }

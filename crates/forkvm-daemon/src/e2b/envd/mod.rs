@@ -178,12 +178,12 @@ pub(crate) fn http_error(status: StatusCode, message: String) -> Response {
 async fn envs(State(m): State<Arc<Manager>>, Extension(t): Extension<EnvdTarget>) -> Response {
     let defaults = match m.exec_defaults_of(&t.sandbox_id) {
         Ok(d) => d,
-        Err(e) => return http_error(e.status, e.message),
+        Err(e) => return http_error(crate::api::error::status(&e), e.to_string()),
     };
     let mut env = defaults.env_map();
     match m.get(&t.sandbox_id) {
         Ok(mut sb) => env.append(&mut sb.env),
-        Err(e) => return http_error(e.status, e.message),
+        Err(e) => return http_error(crate::api::error::status(&e), e.to_string()),
     }
     Json(env).into_response()
 }

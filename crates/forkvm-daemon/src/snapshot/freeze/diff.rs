@@ -11,7 +11,7 @@ use forkvm_qemu::migrate;
 use forkvm_qemu::ram::RamMapping;
 use forkvm_qemu::Qmp;
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::snapshot::{qemu_err, Chain};
 use crate::util::ms;
 
@@ -37,13 +37,13 @@ pub(crate) struct DiffCapture {
 /// clone of a diff that an older daemon started maps the base with the
 /// links' pages written privately: its private pages are then a superset of
 /// its changes, which publish reduces against the chain as for any clone.
-pub(crate) fn find_ram(pid: u32, c: &Chain, ram_bytes: u64) -> Result<RamMapping, ApiError> {
+pub(crate) fn find_ram(pid: u32, c: &Chain, ram_bytes: u64) -> Result<RamMapping, EngineError> {
     forkvm_qemu::ram::find_mapping(pid, &c.mapped(), ram_bytes)
         .or_else(|e| {
             forkvm_qemu::ram::find_mapping(pid, &c.base.path(forkvm_store::MEMORY), ram_bytes)
                 .map_err(|_| e)
         })
-        .map_err(|e| ApiError::internal(format!("cannot find the clone's RAM: {e}")))
+        .map_err(|e| EngineError::internal(format!("cannot find the clone's RAM: {e}")))
 }
 
 /// The clone's private pages and their contents, read while it is stopped.
@@ -79,11 +79,11 @@ pub(crate) fn start_capture(
 pub(crate) async fn finish_capture(
     task: tokio::task::JoinHandle<std::io::Result<(Captured, f64)>>,
     timings: &mut SnapshotTimings,
-) -> Result<Captured, ApiError> {
+) -> Result<Captured, EngineError> {
     let (c, took) = task
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::internal(format!("cannot read the clone's pages: {e}")))?;
+        .map_err(|e| EngineError::internal(e.to_string()))?
+        .map_err(|e| EngineError::internal(format!("cannot read the clone's pages: {e}")))?;
     timings.copy_memory_ms = took;
     Ok(c)
 }
@@ -94,7 +94,7 @@ pub(crate) async fn save_devices(
     state_path: &Path,
     t: Instant,
     timings: &mut SnapshotTimings,
-) -> Result<(), ApiError> {
+) -> Result<(), EngineError> {
     migrate::save_device_state(qmp, state_path)
         .await
         .map_err(|e| qemu_err("saving the device state failed", e))?;

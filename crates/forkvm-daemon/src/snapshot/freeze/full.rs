@@ -10,7 +10,7 @@ use std::time::Instant;
 use forkvm_api::SnapshotTimings;
 
 use crate::config::SandboxPaths;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::snapshot::store_err;
 use crate::util::ms;
 
@@ -19,13 +19,13 @@ pub(crate) async fn copy_memory(
     paths: &SandboxPaths,
     staging: &forkvm_store::Staging,
     timings: &mut SnapshotTimings,
-) -> Result<(), ApiError> {
+) -> Result<(), EngineError> {
     let t = Instant::now();
     let src = paths.mem.clone();
     let dst = staging.path(forkvm_store::MEMORY);
     tokio::task::spawn_blocking(move || forkvm_store::sparse_copy(&src, &dst))
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| EngineError::internal(e.to_string()))?
         .map_err(store_err)?;
     timings.copy_memory_ms = ms(t.elapsed());
     Ok(())

@@ -9,7 +9,7 @@ use forkvm_qemu::ram::RamMapping;
 use forkvm_qemu::{migrate, Qmp};
 
 use crate::config::SandboxPaths;
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::snapshot::freeze::diff::Captured;
 use crate::snapshot::qemu_err;
 
@@ -22,7 +22,7 @@ pub(crate) fn tmp_path(paths: &SandboxPaths, snap_id: &str) -> PathBuf {
 }
 
 /// The migration parameters of a save while the guest runs.
-pub(crate) async fn set_parameters(qmp: &Qmp) -> Result<(), ApiError> {
+pub(crate) async fn set_parameters(qmp: &Qmp) -> Result<(), EngineError> {
     migrate::set_live_parameters(qmp)
         .await
         .map_err(|e| qemu_err("cannot set migration parameters", e))
@@ -31,7 +31,11 @@ pub(crate) async fn set_parameters(qmp: &Qmp) -> Result<(), ApiError> {
 /// Create the state file now: the run directory is removed when it is empty
 /// (the last sandbox RAM file going), and a file in it is what keeps it for
 /// QEMU's own open below. On failure the new disk layer `new_top` goes.
-pub(crate) fn create_tmp(paths: &SandboxPaths, t: &Path, new_top: &Path) -> Result<(), ApiError> {
+pub(crate) fn create_tmp(
+    paths: &SandboxPaths,
+    t: &Path,
+    new_top: &Path,
+) -> Result<(), EngineError> {
     let mut tries = 0;
     loop {
         let r = std::fs::create_dir_all(&paths.shm)
@@ -42,7 +46,7 @@ pub(crate) fn create_tmp(paths: &SandboxPaths, t: &Path, new_top: &Path) -> Resu
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 10 => tries += 1,
             Err(e) => {
                 let _ = std::fs::remove_file(new_top);
-                return Err(ApiError::internal(format!(
+                return Err(EngineError::internal(format!(
                     "cannot create {}: {e}",
                     t.display()
                 )));

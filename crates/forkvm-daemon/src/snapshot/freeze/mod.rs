@@ -22,7 +22,7 @@ use forkvm_qemu::{migrate, Qmp};
 use forkvm_store::{crash, MachineInfo, Manifest};
 
 use crate::db::{Origin, SnapshotRow};
-use crate::error::ApiError;
+use crate::error::EngineError;
 use crate::manager::Manager;
 use crate::snapshot::{pause_from_events, qemu_err, resume, store_err, Save, DEVICES_ONLY};
 use crate::util::{self, ms};
@@ -75,16 +75,16 @@ impl Manager {
         template_key: Option<String>,
         pool_size: Option<u32>,
         how: Save,
-    ) -> Result<Frozen, ApiError> {
+    ) -> Result<Frozen, EngineError> {
         self.check_tag(tag.as_deref())?;
         let live = self.running(id)?;
         let row = self
             .db
             .get(id)?
-            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+            .ok_or_else(|| EngineError::sandbox_not_found(id))?;
         // One snapshot of a sandbox at a time: two would race on the disk chain.
         let _guard = live.op_lock.try_lock().map_err(|_| {
-            ApiError::conflict(format!(
+            EngineError::conflict(format!(
                 "sandbox {id} is already being snapshotted; retry when it finishes"
             ))
         })?;
@@ -96,7 +96,7 @@ impl Manager {
         // The devices of the running QEMU, which the snapshot's restores
         // must recreate (a clone of an old snapshot still has the PIC/PIT).
         let machine = forkvm_qemu::process::machine_arg(live.pid).ok_or_else(|| {
-            ApiError::internal(format!(
+            EngineError::internal(format!(
                 "cannot read the machine options of sandbox {id}'s QEMU (pid {}); is it still running?",
                 live.pid
             ))
@@ -149,7 +149,7 @@ impl Manager {
             .map_err(|e| qemu_err("cannot find the disk", e))?;
         let top_file = node_file(&paths, &top_node, top_file)
             .ok_or_else(|| {
-                ApiError::internal(format!("cannot tell which file disk node {top_node} is"))
+                EngineError::internal(format!("cannot tell which file disk node {top_node} is"))
             })?
             .display()
             .to_string();
@@ -181,10 +181,10 @@ impl Manager {
         let created =
             forkvm_qemu::disk::create_overlay_unchecked(&final_disk, "qcow2", &new_top, vsize)
                 .await
-                .map_err(ApiError::internal)
+                .map_err(EngineError::internal)
                 .and_then(|()| {
                     crate::jail::share_with_qemu(&paths, &new_top).map_err(|e| {
-                        ApiError::internal(format!("cannot give QEMU its new disk layer: {e}"))
+                        EngineError::internal(format!("cannot give QEMU its new disk layer: {e}"))
                     })
                 });
         if let Err(e) = created {
@@ -234,7 +234,7 @@ impl Manager {
                 .unwrap_or_else(|| paths.dir.join(format!("{snap_id}.state")));
             if live_tmp.is_none() {
                 crate::jail::share_with_qemu(&paths, &state_path).map_err(|e| {
-                    ApiError::internal(format!("cannot create {}: {e}", state_path.display()))
+                    EngineError::internal(format!("cannot create {}: {e}", state_path.display()))
                 })?;
             }
             // A diff's pages are read while QEMU saves and freezes.
@@ -254,7 +254,7 @@ impl Manager {
                     .and_then(|_| crate::jail::take_back(&dst))
                     .map_err(|e| {
                         let _ = std::fs::remove_file(&state_path);
-                        ApiError::internal(format!("cannot move the device state: {e}"))
+                        EngineError::internal(format!("cannot move the device state: {e}"))
                     })?;
                 crash::point("freeze.state_moved");
             }
@@ -269,7 +269,11 @@ impl Manager {
             // reads it whether or not the snapshot is ever published (a
             // later snapshot's layer may name it). Publication does the same.
             std::fs::set_permissions(&final_disk, std::fs::Permissions::from_mode(0o444)).map_err(
-                |e| ApiError::internal(format!("cannot make the frozen disk layer read-only: {e}")),
+                |e| {
+                    EngineError::internal(format!(
+                        "cannot make the frozen disk layer read-only: {e}"
+                    ))
+                },
             )?;
             crash::point("freeze.disk_frozen");
             timings.freeze_disk_ms = ms(t.elapsed());
@@ -281,7 +285,7 @@ impl Manager {
                 full::copy_memory(&paths, &staging, &mut timings).await?;
                 crash::point("freeze.memory_copied");
             }
-            Ok::<(), ApiError>(())
+            Ok::<(), EngineError>(())
         }
         .await;
         // A failed attempt (a full disk, most likely) frees its files before
@@ -347,7 +351,7 @@ impl Manager {
             return Err(e);
         }
         let staging = staging
-            .ok_or_else(|| ApiError::internal("the snapshot's staging directory vanished"))?;
+            .ok_or_else(|| EngineError::internal("the snapshot's staging directory vanished"))?;
         if let Some(v) = &vols {
             // The guest runs again, but its volume I/O waits until the
             // journals (and `copy` trees) are saved.

@@ -1,0 +1,81 @@
+//! The REST front-end's rendering of engine errors: the one place an
+//! [`EngineError`] becomes an HTTP status and an `{"error": {...}}` body.
+//! The status is the wire code's ([`forkvm_api::codes::status_of`], the table
+//! clients use too), except for [`ErrorKind::Forbidden`], a 403 whose code
+//! is `invalid_request`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use forkvm_api::{ErrorBody, ErrorDetail};
+
+use crate::error::{classify, EngineError, ErrorKind};
+
+/// The HTTP status an engine error is answered with.
+pub fn status(e: &EngineError) -> StatusCode {
+    if e.kind == ErrorKind::Forbidden {
+        return StatusCode::FORBIDDEN;
+    }
+    StatusCode::from_u16(forkvm_api::codes::status_of(e.code()))
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+impl IntoResponse for EngineError {
+    fn into_response(self) -> Response {
+        // Internal errors built without `EngineError::internal` are
+        // classified here too.
+        let e = classify(self);
+        crate::metrics::METRICS.error(e.code());
+        let body = ErrorBody { error: e.to_wire() };
+        (status(&e), axum::Json(body)).into_response()
+    }
+}
+
+/// A response for a failure of the HTTP exchange itself (a wrong method, a
+/// missing token, a body too slow or too large), which has no engine error.
+pub fn http_failure(
+    status: StatusCode,
+    code: &'static str,
+    message: impl Into<String>,
+) -> Response {
+    crate::metrics::METRICS.error(code);
+    let body = ErrorBody {
+        error: ErrorDetail {
+            code: code.to_string(),
+            message: message.into(),
+            hint: None,
+        },
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::HintAction;
+
+    #[test]
+    fn statuses_follow_the_code_table() {
+        let s = |k| status(&EngineError::new(k, "m")).as_u16();
+        assert_eq!(s(ErrorKind::Invalid), 400);
+        assert_eq!(s(ErrorKind::Forbidden), 403);
+        assert_eq!(s(ErrorKind::NotFound), 404);
+        assert_eq!(s(ErrorKind::Conflict), 409);
+        assert_eq!(s(ErrorKind::Guest), 502);
+        assert_eq!(s(ErrorKind::GuestTimeout), 504);
+        assert_eq!(s(ErrorKind::NoSpace), 507);
+        assert_eq!(s(ErrorKind::CapacityExceeded), 503);
+        assert_eq!(s(ErrorKind::Internal), 500);
+    }
+
+    #[test]
+    fn the_body_carries_the_hint_as_words_and_as_an_action() {
+        let e = EngineError::sandbox_not_found("sb-x");
+        let d = EngineError::to_wire(&e);
+        assert_eq!(d.code, "not_found");
+        assert_eq!(d.message, "no sandbox with id \"sb-x\"; list the sandboxes");
+        assert_eq!(d.hint.unwrap().action, HintAction::ListSandboxes);
+        let json =
+            serde_json::to_value(EngineError::to_wire(&EngineError::invalid("bad"))).unwrap();
+        assert!(json.get("hint").is_none(), "{json}");
+    }
+}
