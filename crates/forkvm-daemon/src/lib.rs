@@ -42,6 +42,7 @@ pub mod manager;
 pub mod mcp;
 pub mod metrics;
 pub mod net;
+pub mod oci;
 pub mod pool;
 pub mod pressure;
 pub mod process;
@@ -315,16 +316,16 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
             let rest = api::router(mgr.clone(), Some(token.clone()));
             let e2b = e2b::router(mgr.clone(), token.clone());
             // And the node's snapshots, read-only over the OCI distribution
-            // API, for other nodes to pull (crate::registry::serve).
-            let oci = registry::serve::router(Arc::new(registry::serve::Served::new(
-                Box::new(registry::serve::ManagerSource(mgr.clone())),
+            // API, for other nodes to pull (crate::oci).
+            let oci = oci::router(Arc::new(oci::Served::new(
+                Box::new(oci::ManagerSource(mgr.clone())),
                 token,
             )));
             let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
                 let (rest, e2b, oci) = (rest.clone(), e2b.clone(), oci.clone());
                 async move {
                     use tower::ServiceExt;
-                    if registry::serve::is_oci_path(req.uri().path()) {
+                    if oci::is_oci_path(req.uri().path()) {
                         axum::response::IntoResponse::into_response(oci.oneshot(req).await)
                     } else {
                         e2b::dispatch(rest, e2b, req).await

@@ -23,13 +23,19 @@ use crate::manager::Manager;
 
 pub mod body;
 pub mod error;
+mod events;
 mod exec;
 mod fs;
+mod gc;
+mod images;
+mod lifetime;
 mod ndjson;
 mod processes;
+mod registry;
 mod sandboxes;
 mod snapshots;
 pub mod ui;
+mod volumes;
 
 pub use body::{JsonBody, OptJsonBody};
 use exec::*;
@@ -67,22 +73,22 @@ type AppState = Arc<Manager>;
         delete_snapshot,
         set_pool,
         flatten_snapshot,
-        crate::gc::http::pin_snapshot,
-        crate::gc::http::unpin_snapshot,
-        crate::gc::http::prune_snapshots,
-        crate::registry::http::push_snapshot,
-        crate::registry::http::pull_snapshot,
-        crate::lifetime::http::set_timeout,
+        gc::pin_snapshot,
+        gc::unpin_snapshot,
+        gc::prune_snapshots,
+        registry::push_snapshot,
+        registry::pull_snapshot,
+        lifetime::set_timeout,
         set_network,
-        crate::lifetime::http::pause,
-        crate::lifetime::http::resume,
-        crate::lifetime::http::metrics,
-        crate::images::http::list_images,
-        crate::images::http::get_image,
-        crate::images::http::delete_image,
-        crate::images::http::pull_image,
-        crate::images::http::import_image,
-        crate::images::http::build_image,
+        lifetime::pause,
+        lifetime::resume,
+        lifetime::metrics,
+        images::list_images,
+        images::get_image,
+        images::delete_image,
+        images::pull_image,
+        images::import_image,
+        images::build_image,
         start_process,
         list_processes,
         attach_process,
@@ -103,10 +109,10 @@ type AppState = Arc<Manager>;
         remove_watcher,
         download_archive,
         upload_archive,
-        crate::volumes::http::list_volumes,
-        crate::volumes::http::create_volume,
-        crate::volumes::http::delete_volume,
-        crate::events::events
+        volumes::list_volumes,
+        volumes::create_volume,
+        volumes::delete_volume,
+        events::events
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorHint, HintAction, Sandbox, SandboxBatch, ImageEvent, TransferEvent, ProcessEvent, WatchEvent, Event, BranchEvent, PoolEvent, EventsReady)),
     modifiers(&CommonErrors)
@@ -209,22 +215,22 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::DeleteSnapshot => delete(delete_snapshot),
         Op::SetPool => put(set_pool),
         Op::FlattenSnapshot => post(flatten_snapshot),
-        Op::PinSnapshot => put(crate::gc::http::pin_snapshot),
-        Op::UnpinSnapshot => delete(crate::gc::http::unpin_snapshot),
-        Op::PruneSnapshots => post(crate::gc::http::prune_snapshots),
-        Op::PushSnapshot => post(crate::registry::http::push_snapshot),
-        Op::PullSnapshot => post(crate::registry::http::pull_snapshot),
-        Op::ListImages => get(crate::images::http::list_images),
-        Op::GetImage => get(crate::images::http::get_image),
-        Op::DeleteImage => delete(crate::images::http::delete_image),
-        Op::PullImage => post(crate::images::http::pull_image),
-        Op::ImportImage => post(crate::images::http::import_image),
-        Op::BuildImage => post(crate::images::http::build_image),
-        Op::SetTimeout => put(crate::lifetime::http::set_timeout),
+        Op::PinSnapshot => put(gc::pin_snapshot),
+        Op::UnpinSnapshot => delete(gc::unpin_snapshot),
+        Op::PruneSnapshots => post(gc::prune_snapshots),
+        Op::PushSnapshot => post(registry::push_snapshot),
+        Op::PullSnapshot => post(registry::pull_snapshot),
+        Op::ListImages => get(images::list_images),
+        Op::GetImage => get(images::get_image),
+        Op::DeleteImage => delete(images::delete_image),
+        Op::PullImage => post(images::pull_image),
+        Op::ImportImage => post(images::import_image),
+        Op::BuildImage => post(images::build_image),
+        Op::SetTimeout => put(lifetime::set_timeout),
         Op::SetNetwork => put(set_network),
-        Op::Pause => post(crate::lifetime::http::pause),
-        Op::Resume => post(crate::lifetime::http::resume),
-        Op::Metrics => get(crate::lifetime::http::metrics),
+        Op::Pause => post(lifetime::pause),
+        Op::Resume => post(lifetime::resume),
+        Op::Metrics => get(lifetime::metrics),
         Op::StartProcess => post(start_process),
         Op::ListProcesses => get(list_processes),
         Op::AttachProcess => get(attach_process),
@@ -245,10 +251,10 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::RemoveWatcher => delete(remove_watcher),
         Op::DownloadArchive => get(download_archive),
         Op::UploadArchive => put(upload_archive),
-        Op::ListVolumes => get(crate::volumes::http::list_volumes),
-        Op::CreateVolume => post(crate::volumes::http::create_volume),
-        Op::DeleteVolume => delete(crate::volumes::http::delete_volume),
-        Op::Events => get(crate::events::events),
+        Op::ListVolumes => get(volumes::list_volumes),
+        Op::CreateVolume => post(volumes::create_volume),
+        Op::DeleteVolume => delete(volumes::delete_volume),
+        Op::Events => get(events::events),
     }
 }
 

@@ -46,3 +46,24 @@ pub(crate) fn response() -> (Lines, Response) {
         .into_response();
     (Lines { tx }, resp)
 }
+
+/// Answer with an engine operation's progress ([`crate::images::stream`]),
+/// one event per line. A client that hangs up stops the stream, not the
+/// operation.
+pub(crate) fn progress<E, F, Fut>(work: F) -> Response
+where
+    E: crate::images::stream::StreamEvent,
+    F: FnOnce(mpsc::UnboundedSender<E>) -> Fut,
+    Fut: std::future::Future<Output = Result<E::Done, crate::error::EngineError>> + Send + 'static,
+{
+    let mut events = crate::images::stream::run_detached(work);
+    let (lines, response) = response();
+    tokio::spawn(async move {
+        while let Some(ev) = events.recv().await {
+            if !lines.send(&ev).await {
+                break;
+            }
+        }
+    });
+    response
+}

@@ -31,7 +31,6 @@
 //! collector removes a snapshot only after dooming it, which a lease
 //! prevents, and a lease cannot be taken on a doomed snapshot (409).
 
-pub mod http;
 pub mod layers;
 pub mod lease;
 pub mod select;

@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use axum::body::Body;
 use forkvm_api::{Image, ImageEvent, ImportQuery, PullImage};
 use forkvm_image::blobs::BlobStore;
 use forkvm_image::meta::{ImageSource, StartSpec};
@@ -182,8 +181,13 @@ impl Manager {
         self.check_unused(name, "replace")
     }
 
-    /// Take an uploaded body into a file under `$FORKVM_HOME/uploads`.
-    pub async fn receive_upload(&self, body: Body, what: &str) -> Result<Upload, EngineError> {
+    /// Take an uploaded body (a stream of chunks from any front-end) into a
+    /// file under `$FORKVM_HOME/uploads`.
+    pub async fn receive_upload<S, E>(&self, mut body: S, what: &str) -> Result<Upload, EngineError>
+    where
+        S: tokio_stream::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
         let dir = self.cfg.home.join("uploads");
         tokio::fs::create_dir_all(&dir)
             .await
@@ -198,7 +202,6 @@ impl Manager {
         let mut f = tokio::fs::File::create(&up.path)
             .await
             .map_err(|e| EngineError::internal(format!("creating {}: {e}", up.path.display())))?;
-        let mut body = body.into_data_stream();
         use tokio_stream::StreamExt;
         while let Some(chunk) = body.next().await {
             let chunk =
@@ -228,13 +231,6 @@ impl Manager {
             ));
         }
         Ok(up)
-    }
-
-    /// Refuse an upload before reading it: what is left of `body` is read
-    /// and dropped first (see [`drain`]), so that the client gets `err`.
-    pub async fn refuse_upload(&self, body: Body, err: EngineError) -> EngineError {
-        drain(body.into_data_stream()).await;
-        err
     }
 
     /// Check a pull request before anything is fetched.
@@ -475,9 +471,9 @@ const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 /// "error writing a body" instead of the answer that says what is wrong
 /// (tests/images.rs hit it when an import over an image in use was refused
 /// before its 2 MB tar was sent).
-async fn drain<S, E>(mut body: S)
+pub async fn drain<S, E>(mut body: S)
 where
-    S: tokio_stream::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+    S: tokio_stream::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
 {
     use tokio_stream::StreamExt;
     let _ = tokio::time::timeout(DRAIN_FOR, async {

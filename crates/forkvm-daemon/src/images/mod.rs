@@ -14,7 +14,6 @@
 
 pub mod build;
 pub mod build_steps;
-pub mod http;
 pub mod install;
 pub mod start;
 pub mod stream;

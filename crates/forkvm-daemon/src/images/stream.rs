@@ -1,7 +1,7 @@
 //! Progress of a long operation (an image pull, import or build; a snapshot
-//! push or pull) as an NDJSON response: one event per line ([`ImageEvent`]
-//! or [`TransferEvent`], see [`StreamEvent`]), the last one the result or
-//! `error`.
+//! push or pull) as a stream of events ([`ImageEvent`] or [`TransferEvent`],
+//! see [`StreamEvent`]), the last one the result or `error`. The REST
+//! front-end writes it as NDJSON, one event per line (`api::ndjson`).
 //!
 //! The work runs on a task of its own, so a client that hangs up stops the
 //! stream, not the operation (which then finishes or cleans up as usual).
@@ -14,8 +14,6 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use forkvm_api::{ErrorDetail, Image, ImageEvent, TransferEvent};
 use forkvm_image::progress::{Progress, ProgressEvent};
 use tokio::sync::mpsc;
@@ -26,7 +24,7 @@ use crate::error::EngineError;
 const BYTES_EVERY: Duration = Duration::from_millis(250);
 
 /// The line type of a progress stream.
-pub trait StreamEvent: serde::Serialize + Send + 'static {
+pub trait StreamEvent: serde::Serialize + Send + Sync + 'static {
     /// What the operation returns.
     type Done: Send + 'static;
     fn phase(phase: String) -> Self;
@@ -134,12 +132,6 @@ impl<E: StreamEvent> Progress for Emitter<E> {
     }
 }
 
-fn line<E: serde::Serialize>(ev: &E) -> Result<Bytes, std::convert::Infallible> {
-    let mut v = serde_json::to_vec(ev).unwrap_or_default();
-    v.push(b'\n');
-    Ok(Bytes::from(v))
-}
-
 /// The last event of a finished operation.
 pub fn last_event<E: StreamEvent>(r: Result<E::Done, EngineError>) -> E {
     match r {
@@ -148,38 +140,37 @@ pub fn last_event<E: StreamEvent>(r: Result<E::Done, EngineError>) -> E {
     }
 }
 
-/// Run `work` on its own task and answer with its progress as NDJSON.
-/// `work` gets the sender its [`Emitter`] is made from.
-pub fn ndjson<E, F, Fut>(work: F) -> Response
+/// Run `work` on its own task and hand back its progress: every event it
+/// sends, then its result or error as the last event. The engine owns the
+/// operation: when the receiver is dropped (its client went away) the work
+/// still runs to its end, and cleans up as usual. `work` gets the sender
+/// its [`Emitter`] is made from.
+pub fn run_detached<E, F, Fut>(work: F) -> mpsc::Receiver<E>
 where
     E: StreamEvent,
     F: FnOnce(mpsc::UnboundedSender<E>) -> Fut,
     Fut: Future<Output = Result<E::Done, EngineError>> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let (line_tx, line_rx) = mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
+    let (out_tx, out_rx) = mpsc::channel::<E>(64);
     let fut = work(tx.clone());
     tokio::spawn(async move {
         let task = tokio::spawn(fut);
         tokio::pin!(task);
         let result = loop {
             tokio::select! {
-                Some(ev) = rx.recv() => { let _ = line_tx.send(line(&ev)).await; }
+                Some(ev) = rx.recv() => { let _ = out_tx.send(ev).await; }
                 r = &mut task => break r,
             }
         };
         drop(tx);
         while let Ok(ev) = rx.try_recv() {
-            let _ = line_tx.send(line(&ev)).await;
+            let _ = out_tx.send(ev).await;
         }
         let r = result.unwrap_or_else(|e| Err(EngineError::internal(format!("task failed: {e}"))));
-        let _ = line_tx.send(line(&last_event::<E>(r))).await;
+        let _ = out_tx.send(last_event::<E>(r)).await;
     });
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
-        axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(line_rx)),
-    )
-        .into_response()
+    out_rx
 }
 
 #[cfg(test)]

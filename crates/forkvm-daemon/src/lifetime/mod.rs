@@ -17,7 +17,6 @@
 //! [`pause`].
 
 pub mod cold;
-pub mod http;
 pub mod pause;
 
 use std::collections::BTreeMap;

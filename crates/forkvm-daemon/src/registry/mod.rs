@@ -4,9 +4,9 @@
 //! * [`export`]: what a push sends (the chain, disk backing, chunk lists);
 //! * [`import`]: what a pull writes (staging, checks, re-sealing);
 //! * [`host`]: this host for the compatibility rule, and the digest cache;
-//! * [`http`]: the REST handlers;
-//! * [`serve`]: this node's snapshots, served read-only over the OCI
-//!   distribution API (`/v2/`), for other nodes to pull.
+//!
+//! The REST handlers are in `api::registry`; this node's snapshots are served
+//! read-only over the OCI distribution API (`/v2/`) by the `oci` front-end.
 //!
 //! The artifact format and the protocol are in the forkvm-artifact crate.
 //! A pull decides compatibility from the configs alone, then stages every
@@ -15,9 +15,7 @@
 
 pub mod export;
 pub mod host;
-pub mod http;
 pub mod import;
-pub mod serve;
 
 use std::sync::Arc;
 use std::time::Instant;

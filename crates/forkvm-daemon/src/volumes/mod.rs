@@ -40,7 +40,6 @@ use crate::config::SandboxPaths;
 use crate::error::{EngineError, ErrorKind, HintAction};
 use crate::manager::Manager;
 
-pub mod http;
 pub mod named;
 pub mod servers;
 

@@ -74,7 +74,7 @@ pub async fn pull_image(
 ) -> Result<Response, EngineError> {
     let plan = m.check_pull(&req)?;
     if req.stream {
-        return Ok(super::stream::ndjson(move |tx| async move {
+        return Ok(super::ndjson::progress(move |tx| async move {
             m.pull_image(plan, tx).await
         }));
     }
@@ -105,10 +105,10 @@ pub async fn import_image(
         Ok(q)
     }) {
         Ok(q) => q,
-        Err(e) => return Err(m.refuse_upload(body, e).await),
+        Err(e) => return Err(refuse_upload(body, e).await),
     };
-    let upload = m.receive_upload(body, "import").await?;
-    Ok(super::stream::ndjson(move |tx| async move {
+    let upload = m.receive_upload(body.into_data_stream(), "import").await?;
+    Ok(super::ndjson::progress(move |tx| async move {
         m.import_image(q, upload, tx).await
     }))
 }
@@ -133,10 +133,18 @@ pub async fn build_image(
         Ok(q)
     }) {
         Ok(q) => q,
-        Err(e) => return Err(m.refuse_upload(body, e).await),
+        Err(e) => return Err(refuse_upload(body, e).await),
     };
-    let upload = m.receive_upload(body, "build").await?;
-    Ok(super::stream::ndjson(move |tx| async move {
+    let upload = m.receive_upload(body.into_data_stream(), "build").await?;
+    Ok(super::ndjson::progress(move |tx| async move {
         m.build_image(q, upload, tx).await
     }))
+}
+
+/// Refuse an upload before reading it: what is left of `body` is read and
+/// dropped first (see [`crate::images::install::drain`]), so that the client
+/// gets `err` rather than a reset connection.
+async fn refuse_upload(body: Body, err: EngineError) -> EngineError {
+    crate::images::install::drain(body.into_data_stream()).await;
+    err
 }

@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use forkvm_api::{ErrorBody, PullResult, PullSnapshot, PushResult, PushSnapshot, TransferEvent};
 
+use super::ndjson::progress as ndjson;
 use crate::api::body::JsonBody;
 use crate::error::EngineError;
-use crate::images::stream::ndjson;
 use crate::manager::Manager;
 
 async fn run<F, Fut>(stream: bool, work: F) -> Result<Response, EngineError>

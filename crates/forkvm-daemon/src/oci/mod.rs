@@ -541,5 +541,5 @@ impl Source for ManagerSource {
 }
 
 #[cfg(test)]
-#[path = "serve_tests.rs"]
+#[path = "tests.rs"]
 mod tests;
