@@ -1,9 +1,9 @@
-//! The forkvm host daemon (`forkvm serve`).
+//! The forkvm host daemon (`forkvm serve`): the front-ends over the engine.
 //!
-//! It owns every microVM on the host. It serves the REST API (see [`api`]) on
-//! a unix socket and optionally on TCP with a bearer token, keeps its state in
-//! SQLite (see [`db`]), and drives QEMU through `forkvm-qemu` and the guest
-//! agent through [`agent`].
+//! The engine (`forkvm-engine`) owns every microVM on the host. This crate
+//! serves it: the REST API and dashboard ([`api`]) on a unix socket and
+//! optionally on TCP with a bearer token, where the E2B API ([`e2b`]), MCP
+//! ([`mcp`]) and the node's read-only OCI registry ([`oci`]) are served too.
 //!
 //! Start-up order matters:
 //! 1. take an exclusive `flock` on `daemon.lock`, so two daemons never manage
@@ -16,55 +16,24 @@
 //! running; the next daemon re-attaches to them. With no VM left running it
 //! also deletes its host nftables table.
 
-pub mod admission;
-pub mod agent;
 pub mod api;
-pub mod branch;
-pub mod cgroup;
-pub mod changes;
-pub mod cleanup;
-pub mod compact;
-pub mod config;
-pub mod db;
 pub mod e2b;
-pub mod error;
-pub mod events;
-pub mod exec;
-pub mod failure;
-pub mod fs;
-pub mod gc;
-pub mod images;
-pub mod jail;
-pub mod lifetime;
-pub mod limits;
 pub use forkvm_listen as listen;
-pub mod manager;
 pub mod mcp;
-pub mod metrics;
-pub mod net;
 pub mod oci;
-pub mod pool;
-pub mod pressure;
-pub mod process;
-pub mod registry;
-pub mod restore;
-pub mod sandbox;
-pub mod snapshot;
-pub mod spawn;
-pub mod template;
-pub mod usage;
-pub mod util;
-pub mod volumes;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use forkvm_qemu::{Accel, AccelChoice, HostVirt};
-
-pub use config::Config;
-pub use manager::{Manager, MAX_POOL};
+// The engine's modules, under the names the front-ends use for them.
+pub use forkvm_engine::{
+    admission, agent, branch, cgroup, changes, cleanup, compact, config, db, error, events, exec,
+    failure, fs, gc, images, jail, lifetime, limits, manager, metrics, net, pool, pressure,
+    process, registry, restore, sandbox, snapshot, spawn, template, usage, util, volumes,
+};
+pub use forkvm_engine::{choose_accel, Config, Manager, MAX_POOL};
 
 /// Errors that stop the daemon from starting.
 #[derive(Debug, thiserror::Error)]
@@ -75,72 +44,6 @@ pub enum StartError {
         "another forkvm daemon already manages {0} (its lock is held); use it, or stop it first"
     )]
     AlreadyRunning(String),
-}
-
-/// Boot our kernel with `forkvm.probe=1` under KVM and check that the guest
-/// reaches its init within a few seconds.
-async fn kvm_probe(cfg: &Config) -> Result<Duration, String> {
-    if !cfg.kernel().is_file() || !cfg.initrd().is_file() {
-        return Err("guest kernel/initramfs not built yet, so no probe could run".into());
-    }
-    let dir = cfg.home.join("tmp");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let log = dir.join(format!("kvm-probe-{}.log", std::process::id()));
-    let t = Instant::now();
-    let mut child = tokio::process::Command::new(&cfg.qemu)
-        .args([
-            "-M",
-            // The same machine as every sandbox (see spec::MACHINE): the
-            // legacy PIC/PIT could kill this probe in early boot too.
-            forkvm_qemu::spec::MACHINE,
-            "-accel",
-            "kvm",
-            "-cpu",
-            "host",
-            "-m",
-            "256M",
-        ])
-        .args([
-            "-nodefaults",
-            "-no-user-config",
-            "-display",
-            "none",
-            "-no-reboot",
-        ])
-        .arg("-kernel")
-        .arg(cfg.kernel())
-        .arg("-initrd")
-        .arg(cfg.initrd())
-        .args(["-append", "console=ttyS0 panic=-1 forkvm.probe=1"])
-        .arg("-serial")
-        .arg(format!("file:{}", log.display()))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start QEMU: {e}"))?;
-    let r = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
-    if r.is_err() {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
-    let out = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    if out.contains("FORKVM_PROBE_OK") {
-        Ok(t.elapsed())
-    } else if r.is_err() {
-        Err("the probe VM did not reach init within 20 s".into())
-    } else {
-        let tail: String = out.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
-        Err(format!("the probe VM stopped before init: {tail}"))
-    }
-}
-
-/// Choose the accelerator for this host (see `forkvm_qemu::accel`).
-pub async fn choose_accel(cfg: &Config, requested: Option<Accel>) -> Result<AccelChoice, String> {
-    let host = HostVirt::read();
-    forkvm_qemu::accel::choose(requested, &host, || kvm_probe(cfg)).await
 }
 
 fn lock_home(home: &Path) -> Result<std::fs::File, StartError> {
@@ -273,9 +176,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     // sweep (crate::lifetime).
     mgr.start_sweeper();
     mgr.start_pressure_watch();
-    for r in mgr.db.snapshots().unwrap_or_default() {
-        mgr.refill_pool(&r.id);
-    }
+    mgr.refill_all_pools();
     mgr.start_gc();
     mgr.start_events();
 
@@ -372,7 +273,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
 }
 
 /// Re-exported for the CLI.
-pub use forkvm_qemu::features;
+pub use forkvm_engine::features;
 
 /// Shared handle type used by tests.
 pub type SharedManager = Arc<Manager>;

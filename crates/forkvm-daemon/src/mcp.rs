@@ -135,7 +135,7 @@ pub fn service(mgr: Arc<Manager>, guard: Guard) -> axum::routing::MethodRouter<A
             let body = match axum::body::to_bytes(body, limit).await {
                 Ok(b) => b,
                 Err(e) => {
-                    return EngineError::new(
+                    return crate::api::error::ApiError::new(
                         ErrorKind::TooLarge,
                         format!("the MCP message could not be read: {e}"),
                     )

@@ -5,20 +5,21 @@ use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
-use crate::error::{EngineError, ErrorKind};
+use crate::api::error::ApiError;
+use crate::error::ErrorKind;
 
 /// A JSON body parsed with our error format: malformed JSON and unknown
 /// fields are 400 `invalid_request` with serde's explanation.
 pub struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
-    type Rejection = EngineError;
-    async fn from_request(req: Request, state: &S) -> Result<Self, EngineError> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(|e| body_error(e.status(), e.body_text()))?;
         if bytes.is_empty() {
-            return Err(EngineError::invalid("the request needs a JSON body"));
+            return Err(ApiError::invalid("the request needs a JSON body"));
         }
         parse_object(&bytes).map(JsonBody)
     }
@@ -28,8 +29,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
 pub struct OptJsonBody<T>(pub T);
 
 impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptJsonBody<T> {
-    type Rejection = EngineError;
-    async fn from_request(req: Request, state: &S) -> Result<Self, EngineError> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(|e| body_error(e.status(), e.body_text()))?;
@@ -43,7 +44,7 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptJsonBo
 /// Parse a request body that must be a JSON object. serde would otherwise
 /// fill a struct from an array (`[null, null]` is a positional struct), so
 /// anything but an object is refused before it is parsed.
-pub(crate) fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, EngineError> {
+pub(crate) fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let first = bytes
         .iter()
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
@@ -57,26 +58,25 @@ pub(crate) fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Engin
         _ => Some("not JSON"),
     };
     if let Some(kind) = kind {
-        return Err(EngineError::invalid(format!(
+        return Err(ApiError::invalid(format!(
             "the request body must be a JSON object ({{\"field\": value, ...}}); this one is {kind}"
         )));
     }
-    serde_json::from_slice(bytes)
-        .map_err(|e| EngineError::invalid(format!("invalid JSON body: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
 }
 
-pub(crate) fn body_error(status: StatusCode, text: String) -> EngineError {
+pub(crate) fn body_error(status: StatusCode, text: String) -> ApiError {
     if text.contains("timed out") || text.contains("timeout") {
-        EngineError::new(
+        ApiError::new(
             ErrorKind::RequestTimeout,
             "the request body did not arrive in time (request_body_timeout_ms in GET /v1/info)",
         )
     } else if status == StatusCode::PAYLOAD_TOO_LARGE {
-        EngineError::new(
+        ApiError::new(
             ErrorKind::TooLarge,
             format!("request body too large: {text}"),
         )
     } else {
-        EngineError::invalid(format!("cannot read the request body: {text}"))
+        ApiError::invalid(format!("cannot read the request body: {text}"))
     }
 }

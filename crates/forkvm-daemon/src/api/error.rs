@@ -19,11 +19,58 @@ pub fn status(e: &EngineError) -> StatusCode {
         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-impl IntoResponse for EngineError {
+/// An engine error on its way to a REST client. Handlers return it; the
+/// engine's errors convert into it with `?`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError(pub EngineError);
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl std::ops::Deref for ApiError {
+    type Target = EngineError;
+    fn deref(&self) -> &EngineError {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The engine error's constructors, for the errors the front-end finds
+/// itself (a bad query, a bad body).
+impl ApiError {
+    pub fn new(kind: ErrorKind, m: impl Into<String>) -> Self {
+        ApiError(EngineError::new(kind, m))
+    }
+    pub fn invalid(m: impl Into<String>) -> Self {
+        ApiError(EngineError::invalid(m))
+    }
+    pub fn not_found(m: impl Into<String>) -> Self {
+        ApiError(EngineError::not_found(m))
+    }
+    pub fn conflict(m: impl Into<String>) -> Self {
+        ApiError(EngineError::conflict(m))
+    }
+    pub fn internal(m: impl Into<String>) -> Self {
+        ApiError(EngineError::internal(m))
+    }
+    pub fn sandbox_not_found(id: &str) -> Self {
+        ApiError(EngineError::sandbox_not_found(id))
+    }
+}
+
+impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         // Internal errors built without `EngineError::internal` are
         // classified here too.
-        let e = classify(self);
+        let e = classify(self.0);
         crate::metrics::METRICS.error(e.code());
         let body = ErrorBody { error: e.to_wire() };
         (status(&e), axum::Json(body)).into_response()

@@ -14,7 +14,8 @@ use forkvm_api::events::kinds;
 use forkvm_api::{Event, EventsReady};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::error::{EngineError, ErrorKind};
+use crate::api::error::ApiError;
+use crate::error::ErrorKind;
 use crate::events::{Subscription, MAX_STREAMS};
 use crate::manager::Manager;
 
@@ -28,7 +29,7 @@ use crate::manager::Manager;
         content_type = "text/event-stream", body = Event)))]
 pub async fn events(State(m): State<Arc<Manager>>, headers: HeaderMap) -> Response {
     let Some(slot) = m.events.open_stream() else {
-        return EngineError::new(
+        return ApiError::new(
             ErrorKind::LimitExceeded,
             format!("{MAX_STREAMS} event streams are open already; close one and retry"),
         )

@@ -15,7 +15,8 @@ use serde::Deserialize;
 use super::body::{body_error, JsonBody};
 use super::{ndjson, AppState};
 use crate::agent::WatchEvent as AgentWatchEvent;
-use crate::error::{agent_error, EngineError};
+use crate::api::error::ApiError;
+use crate::error::agent_error;
 
 /// `?path=`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -50,9 +51,9 @@ pub struct WatchQuery {
     recursive: Option<bool>,
 }
 
-fn query<T>(q: Result<Query<T>, QueryRejection>, hint: &str) -> Result<T, EngineError> {
+fn query<T>(q: Result<Query<T>, QueryRejection>, hint: &str) -> Result<T, ApiError> {
     q.map(|Query(q)| q)
-        .map_err(|e| EngineError::invalid(format!("bad query: {}; use {hint}", e.body_text())))
+        .map_err(|e| ApiError::invalid(format!("bad query: {}; use {hint}", e.body_text())))
 }
 
 /// Describe one guest path, as `lstat` sees it.
@@ -66,9 +67,12 @@ pub(crate) async fn stat_file(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<PathQuery>, QueryRejection>,
-) -> Result<Json<EntryInfo>, EngineError> {
+) -> Result<Json<EntryInfo>, ApiError> {
     let q = query(q, "?path=/absolute/path")?;
-    m.stat_file(&id, &q.path).await.map(Json)
+    m.stat_file(&id, &q.path)
+        .await
+        .map(Json)
+        .map_err(ApiError::from)
 }
 
 /// Whether a guest path exists (a dangling symlink does).
@@ -81,7 +85,7 @@ pub(crate) async fn file_exists(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<PathQuery>, QueryRejection>,
-) -> Result<Json<Exists>, EngineError> {
+) -> Result<Json<Exists>, ApiError> {
     let q = query(q, "?path=/absolute/path")?;
     let exists = m.file_exists(&id, &q.path).await?;
     Ok(Json(Exists { exists }))
@@ -99,11 +103,12 @@ pub(crate) async fn list_dir(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<EntryList>, EngineError> {
+) -> Result<Json<EntryList>, ApiError> {
     let q = query(q, "?path=/absolute/dir&depth=1")?;
     m.list_dir(&id, &q.path, q.depth.unwrap_or(1))
         .await
         .map(Json)
+        .map_err(ApiError::from)
 }
 
 /// Make a directory and its missing parents (`mkdir -p`).
@@ -118,8 +123,11 @@ pub(crate) async fn make_dir(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<MakeDir>,
-) -> Result<Json<DirMade>, EngineError> {
-    m.make_dir(&id, &req.path).await.map(Json)
+) -> Result<Json<DirMade>, ApiError> {
+    m.make_dir(&id, &req.path)
+        .await
+        .map(Json)
+        .map_err(ApiError::from)
 }
 
 /// Move (rename) a file or directory.
@@ -133,10 +141,11 @@ pub(crate) async fn move_file(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<MoveFile>,
-) -> Result<Json<EntryInfo>, EngineError> {
+) -> Result<Json<EntryInfo>, ApiError> {
     m.move_file(&id, &req.source, &req.destination)
         .await
         .map(Json)
+        .map_err(ApiError::from)
 }
 
 /// Remove a file, or a directory with everything in it (a symlink is
@@ -151,7 +160,7 @@ pub(crate) async fn remove_file(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<PathQuery>, QueryRejection>,
-) -> Result<StatusCode, EngineError> {
+) -> Result<StatusCode, ApiError> {
     let q = query(q, "?path=/absolute/path")?;
     m.remove_file(&id, &q.path).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -172,7 +181,7 @@ pub(crate) async fn watch_dir(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<WatchQuery>, QueryRejection>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     let q = query(q, "?path=/absolute/dir&recursive=true")?;
     let mut w = m
         .watch_dir(&id, &q.path, q.recursive.unwrap_or(false))
@@ -221,7 +230,7 @@ pub(crate) async fn create_watcher(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<CreateWatcher>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     let watcher_id = m.create_watcher(&id, &req.path, req.recursive).await?;
     Ok((StatusCode::CREATED, Json(Watcher { watcher_id })).into_response())
 }
@@ -236,8 +245,11 @@ pub(crate) async fn create_watcher(
 pub(crate) async fn poll_watcher(
     State(m): State<AppState>,
     Path((id, watcher)): Path<(String, String)>,
-) -> Result<Json<WatcherEvents>, EngineError> {
-    m.poll_watcher(&id, &watcher).await.map(Json)
+) -> Result<Json<WatcherEvents>, ApiError> {
+    m.poll_watcher(&id, &watcher)
+        .await
+        .map(Json)
+        .map_err(ApiError::from)
 }
 
 /// Remove a watcher.
@@ -250,7 +262,7 @@ pub(crate) async fn poll_watcher(
 pub(crate) async fn remove_watcher(
     State(m): State<AppState>,
     Path((id, watcher)): Path<(String, String)>,
-) -> Result<StatusCode, EngineError> {
+) -> Result<StatusCode, ApiError> {
     m.remove_watcher(&id, &watcher).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -270,12 +282,12 @@ pub(crate) async fn download_archive(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     let pairs = query(q, "?path=/a&path=/b")?;
     let mut paths = Vec::new();
     for (k, v) in pairs {
         if k != "path" {
-            return Err(EngineError::invalid(format!(
+            return Err(ApiError::invalid(format!(
                 "unknown query parameter {k:?}; use ?path=/a&path=/b"
             )));
         }
@@ -300,8 +312,11 @@ pub(crate) async fn upload_archive(
     Path(id): Path<String>,
     q: Result<Query<PathQuery>, QueryRejection>,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<Json<ArchiveWritten>, EngineError> {
+) -> Result<Json<ArchiveWritten>, ApiError> {
     let q = query(q, "?path=/absolute/dir")?;
     let body = body.map_err(|e| body_error(e.status(), e.body_text()))?;
-    m.upload_archive(&id, &q.path, &body).await.map(Json)
+    m.upload_archive(&id, &q.path, &body)
+        .await
+        .map(Json)
+        .map_err(ApiError::from)
 }

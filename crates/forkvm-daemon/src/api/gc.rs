@@ -8,7 +8,7 @@ use axum::Json;
 use forkvm_api::{ErrorBody, PruneRequest, PruneResult, Snapshot};
 
 use crate::api::body::OptJsonBody;
-use crate::error::EngineError;
+use crate::api::error::ApiError;
 use crate::manager::Manager;
 
 /// Pin a snapshot: garbage collection never removes it, nor any snapshot
@@ -21,8 +21,8 @@ use crate::manager::Manager;
 pub async fn pin_snapshot(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
-) -> Result<Json<Snapshot>, EngineError> {
-    m.set_pinned(&id, true).map(Json)
+) -> Result<Json<Snapshot>, ApiError> {
+    m.set_pinned(&id, true).map(Json).map_err(ApiError::from)
 }
 
 /// Unpin a snapshot: garbage collection may remove it again once nothing
@@ -36,8 +36,8 @@ pub async fn pin_snapshot(
 pub async fn unpin_snapshot(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
-) -> Result<Json<Snapshot>, EngineError> {
-    m.set_pinned(&id, false).map(Json)
+) -> Result<Json<Snapshot>, ApiError> {
+    m.set_pinned(&id, false).map(Json).map_err(ApiError::from)
 }
 
 /// Collect now the branch points nothing needs (untagged, unpinned, no
@@ -49,11 +49,12 @@ pub async fn unpin_snapshot(
 pub async fn prune_snapshots(
     State(m): State<Arc<Manager>>,
     OptJsonBody(req): OptJsonBody<PruneRequest>,
-) -> Result<Json<PruneResult>, EngineError> {
+) -> Result<Json<PruneResult>, ApiError> {
     // On its own task: a client that hangs up does not stop a removal
     // half-way.
     tokio::spawn(async move { m.prune(req).await })
         .await
-        .map_err(|e| EngineError::internal(format!("prune task failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("prune task failed: {e}")))?
         .map(Json)
+        .map_err(ApiError::from)
 }

@@ -11,14 +11,14 @@ use axum::Json;
 use forkvm_api::{BuildQuery, ErrorBody, Image, ImageEvent, ImageList, ImportQuery, PullImage};
 
 use crate::api::body::JsonBody;
-use crate::error::EngineError;
+use crate::api::error::ApiError;
 use crate::manager::Manager;
 
 type Q<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
-fn query<T>(q: Q<T>) -> Result<T, EngineError> {
+fn query<T>(q: Q<T>) -> Result<T, ApiError> {
     q.map(|Query(q)| q)
-        .map_err(|e| EngineError::invalid(format!("bad query: {}", e.body_text())))
+        .map_err(|e| ApiError::invalid(format!("bad query: {}", e.body_text())))
 }
 
 /// Installed images.
@@ -37,8 +37,8 @@ pub async fn list_images(State(m): State<Arc<Manager>>) -> Json<ImageList> {
 pub async fn get_image(
     State(m): State<Arc<Manager>>,
     Path(name): Path<String>,
-) -> Result<Json<Image>, EngineError> {
-    m.get_image(&name).map(Json)
+) -> Result<Json<Image>, ApiError> {
+    m.get_image(&name).map(Json).map_err(ApiError::from)
 }
 
 /// Remove an image. Refused with 409 (naming them) while sandboxes or
@@ -49,10 +49,10 @@ pub async fn get_image(
 pub async fn delete_image(
     State(m): State<Arc<Manager>>,
     Path(name): Path<String>,
-) -> Result<StatusCode, EngineError> {
+) -> Result<StatusCode, ApiError> {
     tokio::spawn(async move { m.remove_image(&name).await })
         .await
-        .map_err(|e| EngineError::internal(format!("remove task failed: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -71,7 +71,7 @@ pub async fn delete_image(
 pub async fn pull_image(
     State(m): State<Arc<Manager>>,
     JsonBody(req): JsonBody<PullImage>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     let plan = m.check_pull(&req)?;
     if req.stream {
         return Ok(super::ndjson::progress(move |tx| async move {
@@ -81,7 +81,7 @@ pub async fn pull_image(
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let image = tokio::spawn(async move { m.pull_image(plan, tx).await })
         .await
-        .map_err(|e| EngineError::internal(format!("pull task failed: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("pull task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(image)).into_response())
 }
 
@@ -98,7 +98,7 @@ pub async fn import_image(
     State(m): State<Arc<Manager>>,
     q: Q<ImportQuery>,
     body: Body,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     let q = match query(q).and_then(|q| {
         m.check_new_image_name(&q.name, q.replace.unwrap_or(false))?;
         m.check_disk(&format!("import of image {}", q.name))?;
@@ -126,7 +126,7 @@ pub async fn build_image(
     State(m): State<Arc<Manager>>,
     q: Q<BuildQuery>,
     body: Body,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     let q = match query(q).and_then(|q| {
         m.check_new_image_name(&q.tag, true)?;
         m.check_disk(&format!("build of image {}", q.tag))?;
@@ -144,7 +144,7 @@ pub async fn build_image(
 /// Refuse an upload before reading it: what is left of `body` is read and
 /// dropped first (see [`crate::images::install::drain`]), so that the client
 /// gets `err` rather than a reset connection.
-async fn refuse_upload(body: Body, err: EngineError) -> EngineError {
+async fn refuse_upload(body: Body, err: ApiError) -> ApiError {
     crate::images::install::drain(body.into_data_stream()).await;
     err
 }

@@ -8,7 +8,7 @@ use axum::Json;
 use forkvm_api::{ErrorBody, PauseRequest, ResumeRequest, Sandbox, SetTimeout};
 
 use crate::api::body::{JsonBody, OptJsonBody};
-use crate::error::EngineError;
+use crate::api::error::ApiError;
 use crate::manager::Manager;
 
 /// Prometheus metrics: spawns, branches, pauses, resumes, timeouts, errors
@@ -42,8 +42,8 @@ pub async fn set_timeout(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<SetTimeout>,
-) -> Result<Json<Sandbox>, EngineError> {
-    m.set_timeout(&id, req).map(Json)
+) -> Result<Json<Sandbox>, ApiError> {
+    m.set_timeout(&id, req).map(Json).map_err(ApiError::from)
 }
 
 /// Save a running sandbox to disk and free its RAM and QEMU. A clone stores
@@ -64,12 +64,13 @@ pub async fn pause(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<PauseRequest>,
-) -> Result<Json<Sandbox>, EngineError> {
+) -> Result<Json<Sandbox>, ApiError> {
     let memory = req.memory != Some(false);
     tokio::spawn(async move { m.pause(&id, "request", memory).await })
         .await
-        .map_err(|e| EngineError::internal(format!("pause task failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("pause task failed: {e}")))?
         .map(Json)
+        .map_err(ApiError::from)
 }
 
 /// Bring a paused sandbox back with the same id, memory, disk, network and
@@ -90,9 +91,10 @@ pub async fn resume(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<ResumeRequest>,
-) -> Result<Json<Sandbox>, EngineError> {
+) -> Result<Json<Sandbox>, ApiError> {
     tokio::spawn(async move { m.resume(&id, req).await })
         .await
-        .map_err(|e| EngineError::internal(format!("resume task failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("resume task failed: {e}")))?
         .map(Json)
+        .map_err(ApiError::from)
 }

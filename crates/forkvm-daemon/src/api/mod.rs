@@ -18,7 +18,8 @@ use forkvm_api::routes::{Op, ROUTES};
 use forkvm_api::*;
 use utoipa::OpenApi;
 
-use crate::error::{EngineError, ErrorKind};
+use crate::api::error::ApiError;
+use crate::error::ErrorKind;
 use crate::manager::Manager;
 
 pub mod body;
@@ -289,7 +290,7 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
     ));
     let r = r
         .fallback(|req: Request| async move {
-            EngineError::not_found(format!("no route {} {}", req.method(), req.uri().path()))
+            ApiError::not_found(format!("no route {} {}", req.method(), req.uri().path()))
         })
         .method_not_allowed_fallback(|req: Request| async move {
             error::http_failure(
@@ -334,8 +335,8 @@ pub const OAUTH_DISCOVERY: &[&str] = &[
     "/mcp/.well-known/openid-configuration",
 ];
 
-async fn no_oauth(req: Request) -> EngineError {
-    EngineError::not_found(format!(
+async fn no_oauth(req: Request) -> ApiError {
+    ApiError::not_found(format!(
         "no OAuth metadata at {}: forkvm has no authorization server; send the daemon's \
          token as Authorization: Bearer <token>",
         req.uri().path()
@@ -360,7 +361,7 @@ async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) ->
                 axum::body::to_bytes(req.into_body(), 1 << 20),
             )
             .await;
-            let mut r = EngineError::new(
+            let mut r = ApiError::new(
                 ErrorKind::LimitExceeded,
                 "the daemon is already handling its maximum of concurrent requests \
                  (max_concurrent_requests in GET /v1/info); retry shortly",
@@ -400,7 +401,7 @@ async fn auth(token: &str, req: Request, next: Next) -> Response {
         if ui::is_ui(path) {
             return ui::to_login();
         }
-        let mut r = EngineError::new(
+        let mut r = ApiError::new(
             ErrorKind::Unauthorized,
             "missing or wrong bearer token; set FORKVM_TOKEN to the daemon's token",
         )
@@ -442,29 +443,8 @@ async fn health() -> Json<Health> {
 /// Version, accelerator and why, QEMU, limits.
 #[utoipa::path(get, path = "/v1/info", tag = "daemon",
     responses((status = 200, body = Info)))]
-async fn info(State(m): State<AppState>) -> Result<Json<Info>, EngineError> {
-    Ok(Json(Info {
-        network: m.net.info(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        node: m.cfg.node.clone(),
-        accel: AccelInfo {
-            kind: m.accel.accel.to_string(),
-            reason: m.accel.reason.clone(),
-        },
-        qemu: QemuInfo {
-            path: m.cfg.qemu.display().to_string(),
-            version: m.qemu_version.clone(),
-        },
-        limits: m.cfg.limits.clone(),
-        home: m.cfg.home.display().to_string(),
-        images: m.cfg.images(),
-        sandboxes: m.db.count()?,
-        snapshots: m.db.snapshots()?.len() as u32,
-        default_pool_size: m.default_pool_size,
-        pools: m.pool_infos(),
-        gc: m.gc_info(),
-        capacity: m.capacity(),
-    }))
+async fn info(State(m): State<AppState>) -> Result<Json<Info>, ApiError> {
+    Ok(Json(m.info()?))
 }
 
 #[cfg(test)]

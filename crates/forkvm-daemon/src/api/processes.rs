@@ -13,11 +13,12 @@ use forkvm_api::*;
 use super::body::{body_error, JsonBody};
 use super::{ndjson, AppState};
 use crate::agent::ProcEvent;
-use crate::error::{agent_error, EngineError};
+use crate::api::error::ApiError;
+use crate::error::agent_error;
 use crate::process::ProcessStream;
 
-fn process_ref(s: &str) -> Result<ProcessRef, EngineError> {
-    ProcessRef::parse(s).map_err(|e| EngineError::invalid(format!("bad process: {e}")))
+fn process_ref(s: &str) -> Result<ProcessRef, ApiError> {
+    ProcessRef::parse(s).map_err(|e| ApiError::invalid(format!("bad process: {e}")))
 }
 
 /// Stream a process's events as NDJSON until it ends, the client goes
@@ -90,7 +91,7 @@ pub(crate) async fn start_process(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<StartProcess>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     let (stream, tag) = (req.stream, req.tag.clone());
     let ps = m.start_process(&id, req).await?;
     if stream {
@@ -111,8 +112,11 @@ pub(crate) async fn start_process(
 pub(crate) async fn list_processes(
     State(m): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<ProcessList>, EngineError> {
-    m.list_processes(&id).await.map(Json)
+) -> Result<Json<ProcessList>, ApiError> {
+    m.list_processes(&id)
+        .await
+        .map(Json)
+        .map_err(ApiError::from)
 }
 
 /// Attach to a process's output: what the sandbox kept of it (its last
@@ -130,7 +134,7 @@ pub(crate) async fn list_processes(
 pub(crate) async fn attach_process(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     let r = process_ref(&process)?;
     let ps = m.attach_process(&id, &r).await?;
     Ok(render(id, ps))
@@ -150,7 +154,7 @@ pub(crate) async fn write_stdin(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<StatusCode, EngineError> {
+) -> Result<StatusCode, ApiError> {
     let r = process_ref(&process)?;
     let body = body.map_err(|e| body_error(e.status(), e.body_text()))?;
     m.write_stdin(&id, &r, &body).await?;
@@ -169,7 +173,7 @@ pub(crate) async fn write_stdin(
 pub(crate) async fn close_stdin(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
-) -> Result<StatusCode, EngineError> {
+) -> Result<StatusCode, ApiError> {
     let r = process_ref(&process)?;
     m.close_stdin(&id, &r).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -188,7 +192,7 @@ pub(crate) async fn signal_process(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
     JsonBody(req): JsonBody<SignalProcess>,
-) -> Result<StatusCode, EngineError> {
+) -> Result<StatusCode, ApiError> {
     let r = process_ref(&process)?;
     m.signal_process(&id, &r, req.signal).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -205,7 +209,7 @@ pub(crate) async fn signal_process(
 pub(crate) async fn kill_process(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
-) -> Result<StatusCode, EngineError> {
+) -> Result<StatusCode, ApiError> {
     let r = process_ref(&process)?;
     m.kill_process(&id, &r).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -224,7 +228,7 @@ pub(crate) async fn resize_pty(
     State(m): State<AppState>,
     Path((id, process)): Path<(String, String)>,
     JsonBody(size): JsonBody<PtySize>,
-) -> Result<StatusCode, EngineError> {
+) -> Result<StatusCode, ApiError> {
     let r = process_ref(&process)?;
     m.resize_pty(&id, &r, size).await?;
     Ok(StatusCode::NO_CONTENT)

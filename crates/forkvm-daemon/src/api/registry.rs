@@ -12,13 +12,15 @@ use forkvm_api::{ErrorBody, PullResult, PullSnapshot, PushResult, PushSnapshot, 
 
 use super::ndjson::progress as ndjson;
 use crate::api::body::JsonBody;
-use crate::error::EngineError;
+use crate::api::error::ApiError;
 use crate::manager::Manager;
 
-async fn run<F, Fut>(stream: bool, work: F) -> Result<Response, EngineError>
+async fn run<F, Fut>(stream: bool, work: F) -> Result<Response, ApiError>
 where
     F: FnOnce(tokio::sync::mpsc::UnboundedSender<TransferEvent>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<TransferEvent, EngineError>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<TransferEvent, crate::error::EngineError>>
+        + Send
+        + 'static,
 {
     if stream {
         return Ok(ndjson(work));
@@ -26,7 +28,7 @@ where
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let ev = tokio::spawn(work(tx))
         .await
-        .map_err(|e| EngineError::internal(format!("transfer task failed: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("transfer task failed: {e}")))??;
     Ok(match ev {
         TransferEvent::Pushed { result } => (StatusCode::OK, Json(result)).into_response(),
         TransferEvent::Pulled { result } => (StatusCode::CREATED, Json(*result)).into_response(),
@@ -50,7 +52,7 @@ pub async fn push_snapshot(
     State(m): State<Arc<Manager>>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<PushSnapshot>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     let id = m.check_push(&id, &req)?;
     run(req.stream, move |tx| async move {
         m.push_snapshot(id, req, tx).await
@@ -74,7 +76,7 @@ pub async fn push_snapshot(
 pub async fn pull_snapshot(
     State(m): State<Arc<Manager>>,
     JsonBody(req): JsonBody<PullSnapshot>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     m.check_pull_snapshot(&req)?;
     run(req.stream, move |tx| async move {
         m.pull_snapshot(req, tx).await

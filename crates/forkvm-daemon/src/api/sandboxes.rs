@@ -8,7 +8,7 @@ use forkvm_api::*;
 
 use super::body::JsonBody;
 use super::AppState;
-use crate::error::EngineError;
+use crate::api::error::ApiError;
 use crate::spawn::Created;
 
 /// Start a sandbox: from a snapshot, from the image's boot template, or by a
@@ -33,12 +33,12 @@ use crate::spawn::Created;
 pub(crate) async fn create_sandbox(
     State(m): State<AppState>,
     JsonBody(req): JsonBody<CreateSandbox>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     // Run the spawn on its own task: if the client disconnects, the spawn
     // still completes or cleans up, instead of being dropped half-way.
     let created = tokio::spawn(async move { m.create(req).await })
         .await
-        .map_err(|e| EngineError::internal(format!("spawn task failed: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("spawn task failed: {e}")))??;
     Ok(match created {
         Created::One(sb) => (StatusCode::CREATED, Json(*sb)).into_response(),
         Created::Batch(b) => (StatusCode::CREATED, Json(b)).into_response(),
@@ -63,7 +63,7 @@ pub(crate) enum CreatedSandbox {
 pub(crate) async fn list_sandboxes(
     State(m): State<AppState>,
     Query(q): Query<Vec<(String, String)>>,
-) -> Result<Json<SandboxList>, EngineError> {
+) -> Result<Json<SandboxList>, ApiError> {
     let mut filters = std::collections::BTreeMap::new();
     for (k, v) in q {
         match k.strip_prefix(METADATA_QUERY_PREFIX) {
@@ -71,7 +71,7 @@ pub(crate) async fn list_sandboxes(
                 filters.insert(key.to_string(), v);
             }
             _ => {
-                return Err(EngineError::invalid(format!(
+                return Err(ApiError::invalid(format!(
                     "unknown query parameter {k:?}: filter with metadata.KEY=VALUE"
                 )))
             }
@@ -89,8 +89,8 @@ pub(crate) async fn list_sandboxes(
 pub(crate) async fn get_sandbox(
     State(m): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Sandbox>, EngineError> {
-    m.get(&id).map(Json)
+) -> Result<Json<Sandbox>, ApiError> {
+    m.get(&id).map(Json).map_err(ApiError::from)
 }
 
 /// The serial console of the sandbox (the last 1 MiB).
@@ -100,7 +100,7 @@ pub(crate) async fn get_sandbox(
 pub(crate) async fn logs(
     State(m): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Response, EngineError> {
+) -> Result<Response, ApiError> {
     m.get(&id)?;
     let text = crate::util::tail_file(&m.cfg.sandbox_paths(&id).console, 1 << 20);
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
@@ -114,7 +114,7 @@ pub(crate) async fn logs(
 pub(crate) async fn ports(
     State(m): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Vec<forkvm_api::PortForward>>, EngineError> {
+) -> Result<Json<Vec<forkvm_api::PortForward>>, ApiError> {
     let sb = m.get(&id)?;
     Ok(Json(sb.network.map(|n| n.ports).unwrap_or_default()))
 }
@@ -134,11 +134,12 @@ pub(crate) async fn set_network(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<SetNetwork>,
-) -> Result<Json<NetworkInfo>, EngineError> {
+) -> Result<Json<NetworkInfo>, ApiError> {
     // On its own task, so that a client going away cannot stop it between
     // the namespace's rules and the host's.
     tokio::spawn(async move { m.set_network(&id, req.egress, req.allow_host).await })
         .await
-        .map_err(|e| EngineError::internal(format!("network task failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("network task failed: {e}")))?
         .map(Json)
+        .map_err(ApiError::from)
 }

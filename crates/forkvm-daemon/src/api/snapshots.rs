@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::body::{JsonBody, OptJsonBody};
 use super::AppState;
-use crate::error::EngineError;
+use crate::api::error::ApiError;
 
 /// Snapshot a running sandbox; it keeps running.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/snapshot", tag = "snapshots",
@@ -23,13 +23,13 @@ pub(crate) async fn snapshot_sandbox(
     State(m): State<AppState>,
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<CreateSnapshot>,
-) -> Result<(StatusCode, Json<Snapshot>), EngineError> {
+) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
     let s = tokio::spawn(async move {
         m.snapshot(&id, req.tag, None, crate::snapshot::Save::Diff)
             .await
     })
     .await
-    .map_err(|e| EngineError::internal(format!("snapshot task failed: {e}")))??;
+    .map_err(|e| ApiError::internal(format!("snapshot task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(s)))
 }
 
@@ -49,10 +49,10 @@ pub(crate) async fn branch_sandbox(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<BranchRequest>,
-) -> Result<(StatusCode, Json<BranchResult>), EngineError> {
+) -> Result<(StatusCode, Json<BranchResult>), ApiError> {
     let r = tokio::spawn(async move { m.branch(&id, req).await })
         .await
-        .map_err(|e| EngineError::internal(format!("branch task failed: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("branch task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(r)))
 }
 
@@ -61,15 +61,8 @@ pub(crate) async fn branch_sandbox(
     responses((status = 200, body = SnapshotList)))]
 pub(crate) async fn list_snapshots(
     State(m): State<AppState>,
-) -> Result<Json<SnapshotList>, EngineError> {
-    let mut v = m.pending.all();
-    for r in m.db.snapshots()? {
-        match m.snapshot_view(&r) {
-            Ok(s) => v.push(s),
-            Err(e) => tracing::warn!("snapshot {} unreadable: {}", r.id, e.message),
-        }
-    }
-    Ok(Json(SnapshotList { snapshots: v }))
+) -> Result<Json<SnapshotList>, ApiError> {
+    Ok(Json(m.list_snapshots()?))
 }
 
 /// One snapshot, by id or tag.
@@ -79,8 +72,8 @@ pub(crate) async fn list_snapshots(
 pub(crate) async fn get_snapshot(
     State(m): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Snapshot>, EngineError> {
-    m.snapshot_by_ref(&id).map(Json)
+) -> Result<Json<Snapshot>, ApiError> {
+    m.snapshot_by_ref(&id).map(Json).map_err(ApiError::from)
 }
 
 /// Query of `DELETE /v1/snapshots/{id}`.
@@ -101,11 +94,11 @@ pub(crate) async fn delete_snapshot(
     State(m): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<DeleteSnapshotQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<StatusCode, EngineError> {
-    let Query(q) = q.map_err(|e| EngineError::invalid(format!("bad query: {}", e.body_text())))?;
+) -> Result<StatusCode, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::invalid(format!("bad query: {}", e.body_text())))?;
     tokio::spawn(async move { m.remove_snapshot(&id, q.force).await })
         .await
-        .map_err(|e| EngineError::internal(format!("remove task failed: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -118,8 +111,11 @@ pub(crate) async fn set_pool(
     State(m): State<AppState>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<PoolConfig>,
-) -> Result<Json<Snapshot>, EngineError> {
-    m.set_pool(&id, req.size).await.map(Json)
+) -> Result<Json<Snapshot>, ApiError> {
+    m.set_pool(&id, req.size)
+        .await
+        .map(Json)
+        .map_err(ApiError::from)
 }
 
 /// Merge a diff snapshot's chain into one standalone snapshot (kind `shared`,
@@ -135,9 +131,9 @@ pub(crate) async fn flatten_snapshot(
     State(m): State<AppState>,
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<FlattenRequest>,
-) -> Result<(StatusCode, Json<Snapshot>), EngineError> {
+) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
     let s = tokio::spawn(async move { m.flatten(&id, req.tag).await })
         .await
-        .map_err(|e| EngineError::internal(format!("flatten task failed: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("flatten task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(s)))
 }

@@ -9,7 +9,7 @@ use axum::Json;
 use forkvm_api::{CreateVolume, ErrorBody, Volume, VolumeList};
 
 use crate::api::body::JsonBody;
-use crate::error::EngineError;
+use crate::api::error::ApiError;
 use crate::manager::Manager;
 
 /// Named volumes.
@@ -30,7 +30,7 @@ pub async fn list_volumes(State(m): State<Arc<Manager>>) -> Json<VolumeList> {
 pub async fn create_volume(
     State(m): State<Arc<Manager>>,
     JsonBody(req): JsonBody<CreateVolume>,
-) -> Result<(StatusCode, Json<Volume>), EngineError> {
+) -> Result<(StatusCode, Json<Volume>), ApiError> {
     Ok((StatusCode::CREATED, Json(m.create_volume(&req.name)?)))
 }
 
@@ -42,9 +42,9 @@ pub async fn create_volume(
 pub async fn delete_volume(
     State(m): State<Arc<Manager>>,
     Path(name): Path<String>,
-) -> Result<StatusCode, EngineError> {
+) -> Result<StatusCode, ApiError> {
     tokio::spawn(async move { m.remove_volume(&name).await })
         .await
-        .map_err(|e| EngineError::internal(format!("remove task failed: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
     Ok(StatusCode::NO_CONTENT)
 }

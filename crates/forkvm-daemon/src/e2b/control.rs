@@ -139,7 +139,7 @@ fn created(m: &Manager, key: &ApiKey, sb: &Sandbox) -> CreatedSandbox {
 /// is a snapshot of the user's (by tag when it has one), else its image.
 fn template_of(m: &Manager, sb: &Sandbox) -> String {
     if let Some(s) = sb.snapshot.as_deref() {
-        if let Ok(Some(row)) = m.db.snapshot(s) {
+        if let Ok(Some(row)) = m.snapshot_record(s) {
             if row.template_key.is_none() {
                 return row.tag.unwrap_or(row.id);
             }
@@ -229,7 +229,7 @@ async fn create(
         Err(why) => return super::error(StatusCode::BAD_REQUEST, why),
     };
     // templateID names a snapshot (id or tag) when one exists, else an image.
-    let from_snapshot = matches!(m.db.snapshot(&req.template_id), Ok(Some(_)));
+    let from_snapshot = matches!(m.snapshot_record(&req.template_id), Ok(Some(_)));
     let on_timeout = req.on_timeout();
     let spec = CreateSandbox {
         image: (!from_snapshot).then(|| req.template_id.clone()),

@@ -87,7 +87,7 @@ async fn list(
             )
         }
     };
-    let rows = match m.db.snapshots() {
+    let rows = match m.snapshot_records() {
         Ok(r) => r,
         Err(e) => return super::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
@@ -120,7 +120,7 @@ async fn list(
 /// there is none by that id or tag. One that sandboxes still run from is
 /// refused (409) with their ids: forkvm's snapshot is their disk's base.
 async fn remove(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Response {
-    let row = match m.db.snapshot(&id) {
+    let row = match m.snapshot_record(&id) {
         Ok(Some(r)) => r,
         Ok(None) => {
             let what = if m.cfg.image_rootfs(&id).exists() {

@@ -16,7 +16,6 @@
 
 use std::io::Read;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Query, Request, State};
@@ -26,7 +25,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 
 use super::{basic_user, http_error, resolve_path, EnvdTarget};
-use crate::error::{agent_error, EngineError, ErrorKind};
+use crate::error::{EngineError, ErrorKind};
 use crate::manager::Manager;
 
 /// `?path=&username=` (and the signature parameters of signed URLs, which
@@ -88,11 +87,7 @@ pub(crate) async fn download(
     let r = async {
         let user = user_of(&m, &id, &q, &headers)?;
         let path = path_of(&q, user.as_deref())?;
-        let agent = m.guest_agent(&id).await?;
-        let data = agent
-            .read_file(&path, m.cfg.limits.max_file_bytes, Duration::from_secs(120))
-            .await
-            .map_err(|e| agent_error(&id, e))?;
+        let data = m.read_file(&id, &path).await?;
         let name = path.rsplit('/').next().unwrap_or("").replace('"', "");
         Ok::<_, EngineError>(
             (
@@ -183,7 +178,7 @@ pub(crate) async fn upload(
         }
         let mut out = Vec::new();
         for (path, data) in files {
-            write_as(&m, &id, &path, &data, user.as_deref()).await?;
+            m.write_file_as(&id, &path, &data, user.as_deref()).await?;
             out.push(Written {
                 name: path.rsplit('/').next().unwrap_or("").to_string(),
                 kind: "file",
@@ -209,60 +204,6 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Bytes, EngineError> {
         ));
     }
     Ok(out.into())
-}
-
-/// Write one file owned by `user` (root when none): a one-entry tar
-/// unpacked in its directory by the agent.
-async fn write_as(
-    m: &Manager,
-    id: &str,
-    path: &str,
-    data: &[u8],
-    user: Option<&str>,
-) -> Result<(), EngineError> {
-    let (dir, name) = match path.rsplit_once('/') {
-        Some((d, n)) if !n.is_empty() => (if d.is_empty() { "/" } else { d }, n),
-        _ => {
-            return Err(fail(
-                ErrorKind::Invalid,
-                format!("{path:?} does not name a file"),
-            ))
-        }
-    };
-    if data.len() as u64 > m.cfg.limits.max_file_bytes {
-        return Err(fail(
-            ErrorKind::TooLarge,
-            format!(
-                "{path} is {} bytes, over the limit of {}",
-                data.len(),
-                m.cfg.limits.max_file_bytes
-            ),
-        ));
-    }
-    let tar = one_file_tar(name, data).map_err(|e| fail(ErrorKind::Internal, e.to_string()))?;
-    let agent = m.guest_agent(id).await?;
-    agent
-        .put_archive(dir, user, &tar, Duration::from_secs(300))
-        .await
-        .map_err(|e| agent_error(id, e))?;
-    Ok(())
-}
-
-fn one_file_tar(name: &str, data: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::Regular);
-    h.set_size(data.len() as u64);
-    h.set_mode(0o644);
-    h.set_uid(0);
-    h.set_gid(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    h.set_mtime(now);
-    let mut b = tar::Builder::new(Vec::new());
-    b.append_data(&mut h, name, data)?;
-    b.into_inner()
 }
 
 /// The boundary of a `multipart/form-data` content type.
@@ -374,17 +315,6 @@ Content-Disposition: form-data; name=\"file\"; filename=\"b \\\"q\\\".bin\"\r\n\
             b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nhel";
         assert!(multipart("XyZ", body).is_err());
         assert!(multipart("XyZ", b"nothing").is_err());
-    }
-
-    #[test]
-    fn one_file_tar_holds_the_file() {
-        let t = one_file_tar("x.txt", b"abc").unwrap();
-        let mut a = tar::Archive::new(&t[..]);
-        let mut e = a.entries().unwrap().next().unwrap().unwrap();
-        assert_eq!(e.path().unwrap().to_str(), Some("x.txt"));
-        let mut s = String::new();
-        e.read_to_string(&mut s).unwrap();
-        assert_eq!(s, "abc");
     }
 
     #[test]

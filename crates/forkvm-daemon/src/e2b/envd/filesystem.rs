@@ -57,41 +57,17 @@ pub(crate) async fn make_dir(call: Call) -> Response {
             let req: PathRequest = connect::unary_request(call.content_type(), &call.body)?;
             let path = call.resolve(&req.path)?;
             let user = call.effective_user();
-            let as_root = user
-                .as_deref()
-                .is_none_or(|u| matches!(u.split(':').next(), Some("root" | "0" | "")));
-            if as_root {
-                let made = call.mgr.make_dir(&call.id, &path).await?;
-                if made.existed {
-                    return Err(exists(&path));
-                }
-                return Ok(EntryResponse {
-                    entry: made.entry.into(),
-                });
-            }
             // As envd does, the directories are made by the user, so they
-            // are theirs (a later `ln -s` or write in them as that user
-            // works): `mkdir -p` runs in the guest as that user.
-            match call.mgr.stat_file(&call.id, &path).await {
-                Ok(_) => return Err(exists(&path)),
-                Err(e) if e.kind == crate::error::ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
-            }
-            let run = forkvm_api::ExecRequest {
-                argv: vec!["mkdir".into(), "-p".into(), "--".into(), path.clone()],
-                user,
-                timeout_ms: Some(30_000),
-                ..Default::default()
-            };
-            let r = call.mgr.exec(&call.id, run).await?;
-            if r.exit_code != Some(0) {
-                return Err(ConnectError::new(
-                    Code::PermissionDenied,
-                    format!("cannot make directory {path}: {}", r.stderr.trim()),
-                ));
+            // are theirs (a later `ln -s` or write in them as that user works).
+            let made = call
+                .mgr
+                .make_dir_as(&call.id, &path, user.as_deref())
+                .await?;
+            if made.existed {
+                return Err(exists(&path));
             }
             Ok(EntryResponse {
-                entry: call.mgr.stat_file(&call.id, &path).await?.into(),
+                entry: made.entry.into(),
             })
         }
         .await,

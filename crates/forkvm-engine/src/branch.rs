@@ -1,0 +1,246 @@
+//! Branching: snapshot a running sandbox and spawn clones of it in one
+//! call, in the mode the caller asks for.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use forkvm_api::SnapshotSizes;
+
+use crate::db::Origin;
+use crate::error::{EngineError, ErrorKind, HintAction};
+use crate::manager::Manager;
+use crate::snapshot::{kind, Save};
+use crate::util::{self, ms};
+
+impl Manager {
+    /// Branch: snapshot the sandbox at this instant and spawn children. A
+    /// failure is logged with the source's id (the source keeps running).
+    pub async fn branch(
+        self: &Arc<Self>,
+        id: &str,
+        req: forkvm_api::BranchRequest,
+    ) -> Result<forkvm_api::BranchResult, EngineError> {
+        let over = req.limits.clone();
+        if let Some(o) = &over {
+            crate::limits::check(o, self.cfg.limits.max_cpus)?;
+        }
+        let mode = serde_json::to_value(req.mode.unwrap_or_default())
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let mut r = self.branch_unlogged(id, req).await;
+        crate::metrics::METRICS.branched(&mode, r.is_ok(), r.as_ref().ok().map(|b| b.pause_ms));
+        match &mut r {
+            Err(e) => {
+                tracing::warn!(sandbox = %id, code = e.code(), "branch of sandbox {id} failed: {}", e.message)
+            }
+            Ok(b) => {
+                // Children carry the source's metadata, env, timeout and
+                // limits; a child that cannot be limited does not stay.
+                let ids: Vec<String> = b.children.iter().map(|c| c.id.clone()).collect();
+                if let Err(e) = self.inherit_lifecycle(id, &ids, over.as_ref()).await {
+                    tracing::warn!(sandbox = %id, "children of sandbox {id} did not get its lifecycle: {}", e.message);
+                    for c in &ids {
+                        let _ = self.remove(c).await;
+                    }
+                    return Err(e);
+                }
+                for c in &mut b.children {
+                    if let Ok(v) = self.get(&c.id) {
+                        *c = forkvm_api::Sandbox {
+                            timings: c.timings.take(),
+                            ..v
+                        };
+                    }
+                }
+                // Through the notices, so that it follows the children's own.
+                self.db
+                    .changes
+                    .send(crate::changes::Change::Branch(Box::new(
+                        forkvm_api::BranchEvent {
+                            source: id.to_string(),
+                            snapshot: b.snapshot.id.clone(),
+                            mode: b.mode.as_str().into(),
+                            children: ids,
+                            pause_ms: b.pause_ms,
+                            total_ms: b.total_ms,
+                        },
+                    )));
+            }
+        }
+        r
+    }
+
+    pub async fn branch_unlogged(
+        self: &Arc<Self>,
+        id: &str,
+        req: forkvm_api::BranchRequest,
+    ) -> Result<forkvm_api::BranchResult, EngineError> {
+        use forkvm_api::BranchMode;
+        let t0 = Instant::now();
+        let mode = req.mode.unwrap_or_default();
+        let count = req.count.unwrap_or(1);
+        if count > 1000 {
+            return Err(EngineError::invalid(format!(
+                "count must be between 0 and 1000 (got {count})"
+            )));
+        }
+        let free = self
+            .cfg
+            .limits
+            .max_sandboxes
+            .saturating_sub(self.db.count()?);
+        if count > free {
+            return Err(EngineError::new(
+                ErrorKind::LimitExceeded,
+                format!(
+                    "{count} children would pass the limit of {} sandboxes ({free} free)",
+                    self.cfg.limits.max_sandboxes
+                ),
+            )
+            .hint(HintAction::RemoveSandboxes));
+        }
+        // Each child starts mapping what the source has touched.
+        let each = self
+            .live(id)
+            .and_then(|l| util::memory_usage(l.pid))
+            .map_or(1, |m| (m.pss_kib >> 10).max(1));
+        let _admitted = self.admit(u64::from(count) * each, &format!("branch of sandbox {id}"))?;
+        let how = match mode {
+            BranchMode::Live => Save::Live,
+            BranchMode::Diff => Save::Diff,
+            BranchMode::Full => Save::Stopped,
+        };
+        let net = {
+            let src = self.db.get(id)?;
+            let src_net = src.as_ref().and_then(|r| r.network.clone());
+            let ports: Vec<forkvm_api::PortForward> = match &req.ports {
+                Some(p) => p.clone(),
+                None => src_net
+                    .as_ref()
+                    .map(|n| {
+                        n.ports
+                            .iter()
+                            .map(|p| forkvm_api::PortForward {
+                                guest: p.guest,
+                                host: 0,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            };
+            let nic = self
+                .live(id)
+                .is_some_and(|l| crate::net::Net::has_nic(&l.cmdline));
+            self.net.validate(
+                Some(
+                    src_net
+                        .as_ref()
+                        .map_or(forkvm_api::NetworkMode::None, |n| n.mode),
+                )
+                .filter(|_| nic),
+                Some(&ports),
+                src_net.as_ref().and_then(|n| n.egress.as_deref()),
+                src_net.as_ref().map(|n| n.allow_host),
+                req.wait_for_network,
+                nic,
+                count,
+            )?
+        };
+        // A branch point's children are all spawned now: a pool of the
+        // daemon's default size would only hold QEMUs nobody claims.
+        let mut frozen = self.freeze(id, req.tag, None, Some(0), how).await?;
+        // A branch point: garbage collection takes it once nothing needs it
+        // (see crate::gc), but not before its children run.
+        frozen.srow.origin = Origin::Branch;
+        frozen.info.mode = Some(mode.as_str().into());
+        frozen.head_ahead = count > 0;
+        let lease = self.gc_lease_new(&frozen.srow.id);
+        if req.wait == Some(false) {
+            // The source has resumed: answer now, finish in the background.
+            let r = &frozen.srow;
+            let pending = forkvm_api::Snapshot {
+                id: r.id.clone(),
+                tag: r.tag.clone(),
+                parent: r.parent.clone(),
+                source: r.source.clone(),
+                image: r.image.clone(),
+                memory_mib: r.memory_mib,
+                cpus: r.cpus,
+                created_at: r.created_at.clone(),
+                kind: kind(&frozen.manifest).into(),
+                depth: 0,
+                state: "writing".into(),
+                failure: None,
+                template: false,
+                qemu_version: self.qemu_version.clone(),
+                sizes: SnapshotSizes::default(),
+                pool_size: 0,
+                pool_default: false,
+                sandboxes: Vec::new(),
+                children: Vec::new(),
+                origin: Origin::Branch.as_str().into(),
+                pinned: false,
+                mode: frozen.info.mode.clone(),
+                pause_ms: frozen.info.pause_ms,
+                flattened_from: None,
+                timings: Some(frozen.timings.clone()),
+            };
+            self.pending.set(pending.clone());
+            let pause_ms = frozen.timings.pause_ms;
+            let me = self.clone();
+            let sid = pending.id.clone();
+            tokio::spawn(async move {
+                let _lease = lease;
+                match me.publish_frozen(frozen).await {
+                    Ok(_) => {
+                        me.pending.remove(&sid);
+                        if count > 0 {
+                            let r = match me.open_verified(&sid).await {
+                                Ok(s) => me.spawn_clones(&s, count, &net).await.map(drop),
+                                Err(e) => Err(e),
+                            };
+                            if let Err(e) = r {
+                                tracing::warn!("children of branch {sid}: {}", e.message);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(mut p) = me.pending.get(&sid) {
+                            p.state = "failed".into();
+                            p.failure = Some(e.message.clone());
+                            me.pending.set(p);
+                        }
+                    }
+                }
+            });
+            return Ok(forkvm_api::BranchResult {
+                mode,
+                pause_ms,
+                snapshot: pending,
+                children: Vec::new(),
+                snapshot_ms: ms(t0.elapsed()),
+                spawn_ms: 0.0,
+                total_ms: ms(t0.elapsed()),
+            });
+        }
+        let snap = self.publish_frozen(frozen).await?;
+        let snapshot_ms = ms(t0.elapsed());
+        let t1 = Instant::now();
+        let children = if count > 0 {
+            let s = self.open_verified(&snap.id).await?;
+            self.spawn_clones(&s, count, &net).await?
+        } else {
+            Vec::new()
+        };
+        Ok(forkvm_api::BranchResult {
+            mode,
+            pause_ms: snap.timings.as_ref().map_or(0.0, |t| t.pause_ms),
+            snapshot: snap,
+            children,
+            snapshot_ms,
+            spawn_ms: ms(t1.elapsed()),
+            total_ms: ms(t0.elapsed()),
+        })
+    }
+}

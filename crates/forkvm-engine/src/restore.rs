@@ -1,0 +1,414 @@
+//! Spawning from a snapshot: start QEMU with `-incoming defer` (or take one
+//! from the warm pool), load the device state, resume, and give the clone
+//! its own identity through the agent before anything else runs in it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use forkvm_api::{Sandbox, SandboxState, SpawnTimings};
+use forkvm_qemu::process::Launched;
+use forkvm_qemu::{migrate, MachineSpec, MemoryBackend};
+use forkvm_store::Snapshot as StoredSnapshot;
+
+use crate::agent::{self, AgentError};
+use crate::db::SandboxRow;
+use crate::error::{EngineError, ErrorKind};
+use crate::manager::{Manager, Phase, Prepared, Waiter};
+use crate::snapshot::{entropy, hex_random, kind, qemu_err, DEVICES_ONLY};
+use crate::util::{self, ms};
+
+impl Manager {
+    /// Start a QEMU for a snapshot, waiting in `-incoming defer`.
+    pub async fn prepare_restore(
+        &self,
+        snap: &StoredSnapshot,
+        id: &str,
+    ) -> Result<Prepared, EngineError> {
+        let t0 = Instant::now();
+        let paths = self.cfg.sandbox_paths(id);
+        let io = |e: std::io::Error| {
+            EngineError::internal(format!("cannot create the sandbox directory: {e}"))
+        };
+        std::fs::create_dir_all(&paths.dir).map_err(io)?;
+        std::fs::create_dir_all(&self.cfg.run_dir).map_err(io)?;
+        forkvm_qemu::disk::create_overlay(&snap.path(forkvm_store::DISK), &paths.disk)
+            .await
+            .map_err(|e| EngineError::internal(format!("cannot create the root disk: {e}")))?;
+        let m = &snap.manifest;
+        let k = kind(m);
+        let shared = k == "shared";
+        let devices_only = m.state_format.as_deref() == Some(DEVICES_ONLY);
+        let mapped_ram = m.ram_format.as_deref() == Some("mapped-ram");
+        // A diff's clones map its chain flattened into one file, built at
+        // the first spawn (crate::snapshot::head), like a `shared` image.
+        let head = if k == "diff" {
+            let c = self.chain(snap)?;
+            self.verify_chain(&c).await?;
+            let ram_bytes = u64::from(m.machine.memory_mib) << 20;
+            Some(self.chain_head(&c, ram_bytes).await?)
+        } else {
+            None
+        };
+        let netns = if crate::net::Net::has_nic(&m.machine.cmdline) {
+            match self.net.create_ns(id).await {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    paths.remove_all();
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let memory = if let Some(head) = head {
+            MemoryBackend {
+                path: head,
+                share: false,
+                readonly: true,
+            }
+        } else if shared {
+            MemoryBackend {
+                path: snap.path(forkvm_store::MEMORY),
+                share: false,
+                readonly: true,
+            }
+        } else {
+            MemoryBackend {
+                path: paths.mem.clone(),
+                share: true,
+                readonly: false,
+            }
+        };
+        let spec = MachineSpec {
+            name: id.to_string(),
+            // The devices the stream holds: a snapshot made before the
+            // options were recorded had the PIC and the PIT.
+            machine: m
+                .machine
+                .machine
+                .clone()
+                .unwrap_or_else(|| forkvm_qemu::spec::LEGACY_MACHINE.to_string()),
+            accel: self.accel.accel,
+            memory_mib: m.machine.memory_mib,
+            cpus: m.machine.cpus,
+            kernel: PathBuf::from(&m.machine.kernel),
+            initrd: PathBuf::from(&m.machine.initrd),
+            cmdline: m.machine.cmdline.clone(),
+            memory,
+            root_disk: paths.disk.clone(),
+            agent_socket: paths.agent.clone(),
+            volume_socket: m.machine.volume_port.then(|| paths.volumes_sock.clone()),
+            qmp_socket: paths.qmp.clone(),
+            console_log: paths.console.clone(),
+            incoming: Some("defer".into()),
+            device_state_only: devices_only,
+            no_configuration_section: devices_only && {
+                let mut head = [0u8; 9];
+                let n = std::fs::File::open(snap.path(forkvm_store::DEVICE_STATE))
+                    .and_then(|f| {
+                        use std::os::unix::fs::FileExt;
+                        f.read_at(&mut head, 0)
+                    })
+                    .unwrap_or(0);
+                !migrate::has_configuration(&head[..n])
+            },
+            nic: netns.as_ref().map(|_| crate::net::Net::nic()),
+            netns,
+            later_reads: vec![snap.path(forkvm_store::DEVICE_STATE)],
+        };
+        let prepare_ms = ms(t0.elapsed());
+        let t1 = Instant::now();
+        let Launched { child, pid, qmp } = match self.launch_qemu(&spec, &paths).await {
+            Ok(l) => l,
+            Err(e) => {
+                self.net.teardown(id, None).await;
+                paths.remove_all();
+                return Err(e);
+            }
+        };
+        // A devices-only stream carries no RAM and no capability
+        // subsection, so the validated capabilities stay off for it.
+        migrate::set_capabilities(
+            &qmp,
+            &[
+                // A live save's stream (of any kind: a clone's is a diff)
+                // was written with mapped-ram and without x-ignore-shared.
+                ("x-ignore-shared", shared && !devices_only && !mapped_ram),
+                ("mapped-ram", mapped_ram),
+            ],
+        )
+        .await
+        .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
+        Ok(Prepared {
+            id: id.to_string(),
+            paths,
+            child,
+            pid,
+            qmp,
+            prepare_ms,
+            qemu_start_ms: ms(t1.elapsed()),
+            net: None,
+        })
+    }
+
+    /// Spawn `n` clones of a snapshot, concurrently. All or nothing: if one
+    /// fails, the others are removed and the first error is returned.
+    pub async fn spawn_clones(
+        self: &Arc<Self>,
+        snap: &StoredSnapshot,
+        n: u32,
+        net: &crate::net::NetRequest,
+    ) -> Result<Vec<Sandbox>, EngineError> {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let me = self.clone();
+            let s = snap.clone();
+            let net = net.clone();
+            set.spawn(async move { me.spawn_clone(&s, &net).await });
+        }
+        let mut ok = Vec::new();
+        let mut first_err = None;
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok(Ok(sb)) => ok.push(sb),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(e) => {
+                    first_err
+                        .get_or_insert(EngineError::internal(format!("spawn task failed: {e}")));
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            for sb in &ok {
+                let _ = self.remove(&sb.id).await;
+            }
+            return Err(e);
+        }
+        ok.sort_by(|a, b| a.id.cmp(&b.id));
+        self.refill_pool(&snap.manifest.id);
+        Ok(ok)
+    }
+
+    /// Spawn one clone: from the warm pool when one is waiting.
+    pub async fn spawn_clone(
+        self: &Arc<Self>,
+        snap: &StoredSnapshot,
+        net: &crate::net::NetRequest,
+    ) -> Result<Sandbox, EngineError> {
+        let t0 = Instant::now();
+        let m = &snap.manifest;
+        self.pools.note_request(&m.id, net.is_default_nat());
+        let mut pooled = None;
+        while let Some(mut p) = self.pools.take(&m.id) {
+            // A pooled QEMU may have died while it waited.
+            if matches!(p.child.try_wait(), Ok(None)) {
+                pooled = Some(p);
+                break;
+            }
+            self.net.teardown(&p.id, p.net.as_ref()).await;
+            p.paths.remove_all();
+        }
+        let from_pool = pooled.is_some();
+        let id = match &pooled {
+            Some(p) => p.id.clone(),
+            None => self.new_id("sb"),
+        };
+        let row = SandboxRow {
+            id: id.clone(),
+            state: SandboxState::Starting,
+            image: m.image.clone(),
+            memory_mib: m.machine.memory_mib,
+            cpus: m.machine.cpus,
+            accel: self.accel.accel.to_string(),
+            pid: pooled.as_ref().map(|p| p.pid),
+            created_at: util::now_rfc3339(),
+            failure: None,
+            timings: None,
+            snapshot: Some(m.id.clone()),
+            network: None,
+        };
+        self.db.insert(&row)?;
+        let r = async {
+            let p = match pooled {
+                Some(p) => p,
+                None => self.prepare_restore(snap, &id).await?,
+            };
+            self.finish_restore(p, snap, from_pool, t0, net, true).await
+        }
+        .await;
+        self.conclude_spawn(&id, r).await
+    }
+
+    /// Load the state, resume, and give the clone its identity. A resume
+    /// of a paused sandbox (`fresh_identity: false`) keeps the identity it
+    /// had and only has its clock set.
+    pub async fn finish_restore(
+        self: &Arc<Self>,
+        p: Prepared,
+        snap: &StoredSnapshot,
+        from_pool: bool,
+        t0: Instant,
+        net: &crate::net::NetRequest,
+        fresh_identity: bool,
+    ) -> Result<SpawnTimings, EngineError> {
+        let Prepared {
+            id,
+            paths,
+            child,
+            pid,
+            qmp,
+            prepare_ms,
+            qemu_start_ms,
+            net: ready_net,
+        } = p;
+        self.db.set_pid(&id, pid)?;
+        let live = self.attach(
+            &id,
+            pid,
+            paths.clone(),
+            Phase::Booting,
+            Waiter::Child(child),
+            snap.manifest.machine.cmdline.clone(),
+        );
+        // Connect to the agent's socket before the guest runs (QEMU listens
+        // from its start), so the identity can go out right after `cont`.
+        let conn = agent::AgentConn::connect(&paths.agent)
+            .await
+            .map_err(|e| EngineError::new(ErrorKind::Guest, e.to_string()))?;
+        // The network is complete before the guest runs a single
+        // instruction: its first packet already finds its way out.
+        let network_ms = if crate::net::Net::has_nic(&snap.manifest.machine.cmdline) {
+            let t = Instant::now();
+            let n = match ready_net {
+                // A warm pool set up exactly this network ahead of time.
+                Some(n) if n.serves(net) => n,
+                // It set up the default one, and this spawn asks for
+                // another: undo the uplink part, keep the namespace (the
+                // QEMU's tap lives in it), and set up what was asked.
+                Some(n) => {
+                    self.net.release_uplink(&id, &n).await;
+                    self.net.setup(&id, net).await?
+                }
+                None => self.net.setup(&id, net).await?,
+            };
+            self.db.set_network(&id, Some(&n))?;
+            Some(ms(t.elapsed()))
+        } else {
+            None
+        };
+        let t2 = Instant::now();
+        migrate::load_state(&qmp, &snap.path(forkvm_store::DEVICE_STATE))
+            .await
+            .map_err(|e| qemu_err("loading the snapshot failed", e))?;
+        qmp.execute("cont", None)
+            .await
+            .map_err(|e| qemu_err("cannot resume the clone", e))?;
+        let resumed = Instant::now();
+        let resumed_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .ok();
+        drop(qmp);
+        let restore_ms = ms(t2.elapsed());
+        // The identity is the first request the clone sees: its answer also
+        // proves the agent is alive, so no separate ping round trip is paid
+        // (under TCG each guest round trip right after a restore costs ~100 ms
+        // of code translation).
+        let t3 = Instant::now();
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        let mut exited = live.exited.clone();
+        let (machine_id, instance_id, seed) = (
+            hex_random(16),
+            format!("{id}-{}", hex_random(4)),
+            entropy(64),
+        );
+        let ident = async {
+            if fresh_identity {
+                conn.identity(
+                    &id,
+                    now_ns,
+                    &machine_id,
+                    &instance_id,
+                    &seed,
+                    Duration::from_secs(60),
+                )
+                .await
+            } else {
+                conn.set_clock(Duration::from_secs(60)).await.map(|_| 0)
+            }
+        };
+        let guest_us = tokio::select! {
+            r = ident => { r.map_err(|e| match e {
+                AgentError::Timeout(_) => EngineError::new(ErrorKind::GuestTimeout, format!("the clone did not take its identity: {e}"),
+                ),
+                other => EngineError::new(ErrorKind::Guest, format!("the clone refused its identity: {other}"),
+                ),
+            })? }
+            r = exited.wait_for(|e| e.is_some()) => {
+                let why = r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default();
+                return Err(qemu_err("the clone died while resuming", why));
+            }
+        };
+        let ident_rt = t3.elapsed();
+        // Now that the agent runs warm, set the clock again so it is off by
+        // one short round trip at most.
+        conn.set_clock(Duration::from_secs(30)).await.map_err(|e| {
+            EngineError::new(
+                ErrorKind::Guest,
+                format!("the clone did not set its clock: {e}"),
+            )
+        })?;
+        let identity_ms = ms(t3.elapsed());
+        tracing::debug!(
+            sandbox = %id,
+            identity_round_trip_ms = ms(ident_rt),
+            identity_in_guest_ms = guest_us as f64 / 1000.0,
+            set_clock_ms = identity_ms - ms(ident_rt),
+            "clone identity"
+        );
+        let network_ready_ms = if net.wait && network_ms.is_some() {
+            crate::net::Net::probe_guest(&conn).await?;
+            Some(ms(resumed.elapsed()))
+        } else {
+            None
+        };
+        *live.agent_slot().lock().await = Some(conn);
+        // The guest has its volumes mounted already; serve them (a copy of
+        // each `copy` one for a fresh clone, its own for a resume).
+        self.attach_restored_volumes(&id, snap, !fresh_identity)
+            .await?;
+        let timings = SpawnTimings {
+            prepare_ms: if from_pool { 0.0 } else { prepare_ms },
+            qemu_start_ms: if from_pool { 0.0 } else { qemu_start_ms },
+            boot_ms: 0.0,
+            restore_ms: Some(restore_ms),
+            identity_ms: Some(identity_ms),
+            from_pool: Some(from_pool),
+            template_ms: None,
+            network_ms,
+            network_ready_ms,
+            resumed_unix_ms,
+            total_ms: ms(t0.elapsed()),
+        };
+        if live.set_phase(Phase::Running) != Phase::Booting {
+            return Err(EngineError::conflict(
+                "the sandbox was removed while it started",
+            ));
+        }
+        self.db.set_running(&id, pid, &timings)?;
+        // A clone deep in a branch tree inherits its snapshot's whole chain:
+        // stream it down when it is long (a header read decides; most are not).
+        if crate::compact::layers(&live.paths)
+            .is_some_and(|n| n as usize > crate::compact::INHERITED_BOUND)
+        {
+            self.stream_disk_later(&id, crate::compact::INHERITED_BOUND);
+        }
+        Ok(timings)
+    }
+}
