@@ -114,7 +114,7 @@ impl Manager {
     /// spawn until a default request comes back. If the set-up fails, the
     /// spawn does it itself, as without a pool.
     pub(crate) async fn pool_network(&self, snap: &StoredSnapshot, mut p: Prepared) -> Prepared {
-        if !crate::net::Net::has_nic(&snap.manifest.machine.cmdline)
+        if snap.manifest.machine.nic.is_none()
             || !self.net.available()
             || !self.pools.wants_network(&snap.manifest.id)
         {

@@ -14,6 +14,10 @@ pub struct Prepared {
     pub paths: SandboxPaths,
     pub child: tokio::process::Child,
     pub pid: u32,
+    /// Which process it is (`pid` with its start time).
+    pub qemu: forkvm_qemu::process::QemuId,
+    /// The machine it was started as.
+    pub machine: forkvm_qemu::MachineConfig,
     pub qmp: Arc<Qmp>,
     pub prepare_ms: f64,
     pub qemu_start_ms: f64,
