@@ -223,7 +223,8 @@ fn machine_of(d: &Daemon, id: &str) -> String {
     let sock = d.home.join("sandboxes").join(id).join("qmp.sock");
     let s = std::os::unix::net::UnixStream::connect(&sock)
         .unwrap_or_else(|e| panic!("{}: {e}", sock.display()));
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
     let mut w = s.try_clone().unwrap();
     let mut r = std::io::BufReader::new(s);
     let mut ask = |cmd: serde_json::Value| -> serde_json::Value {
