@@ -14,9 +14,9 @@ use std::path::Path;
 /// Live processes whose standard error is a file under `dir`.
 pub fn writing_under(dir: &Path) -> Vec<u32> {
     // SAFETY: geteuid(2) has no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
+        euid, 0,
         "finding QEMUs by their open files needs root (run the VM tests as root)"
     );
     let prefix = format!("{}/", dir.display());
