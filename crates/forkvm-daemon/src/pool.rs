@@ -13,7 +13,7 @@ use crate::manager::{Manager, Prepared, MAX_POOL};
 impl Manager {
     pub(crate) async fn kill_prepared(&self, v: Vec<Prepared>) {
         for mut p in v {
-            process::kill(p.pid, libc::SIGKILL);
+            process::kill(p.qemu.pid, libc::SIGKILL);
             let _ = p.child.wait().await;
             self.jail.release(&p.id);
             self.net.teardown(&p.id, p.net.as_ref()).await;

@@ -136,7 +136,6 @@ impl Manager {
             id: id.to_string(),
             paths,
             child,
-            pid: qemu.pid,
             qemu,
             machine: spec.config,
             qmp,
@@ -216,7 +215,7 @@ impl Manager {
             memory_mib: m.machine.memory_mib,
             cpus: m.machine.cpus,
             accel: self.accel.accel.to_string(),
-            pid: pooled.as_ref().map(|p| p.pid),
+            pid: pooled.as_ref().map(|p| p.qemu.pid),
             created_at: util::now_rfc3339(),
             failure: None,
             timings: None,
@@ -251,7 +250,6 @@ impl Manager {
             id,
             paths,
             child,
-            pid,
             qemu,
             machine,
             qmp,
@@ -403,7 +401,7 @@ impl Manager {
                 "the sandbox was removed while it started",
             ));
         }
-        self.db.set_running(&id, pid, &timings)?;
+        self.db.set_running(&id, live.pid, &timings)?;
         // A clone deep in a branch tree inherits its snapshot's whole chain:
         // stream it down when it is long (a header read decides; most are not).
         if crate::compact::layers(&live.paths)

@@ -475,14 +475,18 @@ impl Manager {
 
 /// The QEMU of a row written before QEMU identities were recorded: the
 /// process serving the sandbox's QMP socket, if that is the row's pid
-/// (see forkvm_qemu::legacy). `None`: no QEMU of it runs.
+/// (see forkvm_qemu::legacy). `None`: no QEMU of it runs. Its pid file gets
+/// the identity too, so later starts need not ask again.
 async fn legacy_qemu(pid: u32, paths: &SandboxPaths) -> Option<process::QemuId> {
     let peer = process::qmp_peer_pid(&paths.qmp, Duration::from_secs(2))
         .await
         .ok()?;
-    (peer == pid)
-        .then(|| process::QemuId::of(pid).ok())
-        .flatten()
+    let q = (peer == pid).then(|| process::QemuId::of(pid).ok())??;
+    let tmp = paths.dir.join("qemu.pid.tmp");
+    if std::fs::write(&tmp, q.to_file()).is_ok() {
+        let _ = std::fs::rename(&tmp, paths.dir.join("qemu.pid"));
+    }
+    Some(q)
 }
 
 /// The machine of a row written before machines were recorded, asked of
