@@ -391,14 +391,16 @@ impl Manager {
                     }
                     let machine = match machine {
                         Some(m) => Ok(m),
-                        None => legacy_machine(&row, qmp.as_deref()).await,
+                        // A row from before the machine was recorded: asked
+                        // once, and stored with the identity.
+                        None => legacy_machine(&row, qmp.as_deref()).await.and_then(|m| {
+                            self.db
+                                .set_launched(&row.id, &q, &m)
+                                .map(|_| m)
+                                .map_err(|e| e.to_string())
+                        }),
                     };
-                    let machine = match machine.and_then(|m| {
-                        self.db
-                            .set_launched(&row.id, &q, &m)
-                            .map(|_| m)
-                            .map_err(|e| e.to_string())
-                    }) {
+                    let machine = match machine {
                         Ok(m) => m,
                         Err(e) => {
                             // Not knowing its machine, the daemon could not

@@ -403,21 +403,30 @@ pub fn liveness(q: &QemuId) -> Liveness {
     }
     let gone =
         |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH));
-    let now = match QemuId::of(pid) {
-        Ok(n) => n,
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
         Err(e) if gone(&e) => return Liveness::Gone,
         Err(e) => return Liveness::Unknown(e),
     };
-    if now != *q {
-        // Another process holds the pid now (or the record is from
-        // another boot).
+    // A zombie has exited; it only waits to be reaped.
+    if is_zombie(&stat) {
         return Liveness::Gone;
     }
-    // A zombie keeps its stat until reaped; it is not running.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) if is_zombie(&stat) => Liveness::Gone,
-        Ok(_) => Liveness::Ours,
-        Err(e) if gone(&e) => Liveness::Gone,
+    match stat_start(&stat) {
+        // Another process holds the pid now.
+        Some(start) if start != q.start => return Liveness::Gone,
+        Some(_) => {}
+        None => {
+            return Liveness::Unknown(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("/proc/{pid}/stat has no start time"),
+            ))
+        }
+    }
+    match boot_id() {
+        Ok(b) if b == q.boot => Liveness::Ours,
+        // The record is from another boot of the host.
+        Ok(_) => Liveness::Gone,
         Err(e) => Liveness::Unknown(e),
     }
 }
