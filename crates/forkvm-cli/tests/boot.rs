@@ -4,6 +4,7 @@
 //! Run with `make test` (which passes `--include-ignored`).
 
 mod common;
+mod procs;
 
 use std::path::Path;
 
@@ -149,15 +150,8 @@ fn a_guest_that_panics_in_boot_says_so_and_leaves_nothing() {
         "files left: {:?}",
         d.sandbox_files(&id)
     );
-    let needle = format!("forkvm-{id},");
-    for p in std::fs::read_dir("/proc").unwrap().flatten() {
-        let cmd = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
-        assert!(
-            !String::from_utf8_lossy(&cmd).contains(&needle),
-            "QEMU of {id} still runs as pid {:?}",
-            p.file_name()
-        );
-    }
+    let left = procs::writing_under(&d.home.join("sandboxes").join(&id));
+    assert!(left.is_empty(), "QEMU of {id} still runs as pid {left:?}");
     let netns: Vec<_> = std::fs::read_dir("/run/netns")
         .into_iter()
         .flatten()
@@ -168,24 +162,48 @@ fn a_guest_that_panics_in_boot_says_so_and_leaves_nothing() {
     assert!(netns.is_empty(), "network namespaces left: {netns:?}");
 }
 
-/// Rewrite a published snapshot's recorded machine options (its manifest is
-/// read-only and checksummed, so it is decoded, changed and re-encoded).
+/// Rewrite a published snapshot's manifest as a forkvm of manifest format 1
+/// wrote it, with the machine options `machine` (`None`: from before they
+/// were recorded). Its manifest is read-only and checksummed, so it is
+/// decoded, changed and sealed again.
 fn set_recorded_machine(d: &Daemon, snap: &str, machine: Option<&str>) {
+    use sha2::Digest;
     use std::os::unix::fs::PermissionsExt;
     let path = d
         .home
         .join("snapshots")
         .join(snap)
         .join(forkvm_store::MANIFEST);
-    let mut m = forkvm_store::Manifest::decode(&std::fs::read(&path).unwrap()).unwrap();
-    m.machine.machine = machine.map(str::to_string);
+    let m = forkvm_store::Manifest::decode(&std::fs::read(&path).unwrap()).unwrap();
+    let mut body = serde_json::to_value(&m).unwrap();
+    let c = &m.machine;
+    let mut old = serde_json::json!({
+        "memory_mib": c.memory_mib,
+        "cpus": c.cpus,
+        "accel": c.accel.to_string(),
+        "kernel": c.kernel,
+        "initrd": c.initrd,
+        "cmdline": c.cmdline,
+        "volume_port": c.volume_port,
+    });
+    if let Some(o) = machine {
+        old["machine"] = o.into();
+    }
+    body["machine"] = old;
+    let body = serde_json::to_vec(&body).unwrap();
+    let mut file = forkvm_store::manifest::MAGIC.to_vec();
+    file.extend(1u32.to_le_bytes());
+    file.extend((body.len() as u32).to_le_bytes());
+    file.extend(&body);
+    let sum = sha2::Sha256::digest(&file);
+    file.extend(sum);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    std::fs::write(&path, m.encode()).unwrap();
+    std::fs::write(&path, file).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-fn recorded_machine(d: &Daemon, snap: &str) -> Option<String> {
+fn recorded_machine(d: &Daemon, snap: &str) -> String {
     let path = d
         .home
         .join("snapshots")
@@ -197,10 +215,42 @@ fn recorded_machine(d: &Daemon, snap: &str) -> Option<String> {
         .machine
 }
 
-/// The `-M` argument of a sandbox's QEMU.
+/// The machine a sandbox's QEMU runs, as QEMU itself reports it over QMP:
+/// today's machine has neither the PIC nor the PIT, the older one QEMU's
+/// defaults for both.
 fn machine_of(d: &Daemon, id: &str) -> String {
-    let pid = d.json(&["inspect", id])["pid"].as_u64().expect("pid") as u32;
-    forkvm_qemu::process::machine_arg(pid).expect("a running QEMU")
+    use forkvm_qemu::spec::{LEGACY_MACHINE, MACHINE};
+    let sock = d.home.join("sandboxes").join(id).join("qmp.sock");
+    let s = std::os::unix::net::UnixStream::connect(&sock)
+        .unwrap_or_else(|e| panic!("{}: {e}", sock.display()));
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = std::io::BufReader::new(s);
+    let mut ask = |cmd: serde_json::Value| -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        writeln!(w, "{cmd}").unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(r.read_line(&mut line).unwrap() > 0, "QMP closed");
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if let Some(ret) = v.get("return") {
+                return ret.clone();
+            }
+            assert!(v.get("error").is_none(), "{cmd}: {v}");
+        }
+    };
+    ask(serde_json::json!({"execute": "qmp_capabilities"}));
+    let prop = |ask: &mut dyn FnMut(serde_json::Value) -> serde_json::Value, p: &str| {
+        ask(serde_json::json!({"execute": "qom-get",
+            "arguments": {"path": "/machine", "property": p}}))
+    };
+    let (pic, pit) = (prop(&mut ask, "pic"), prop(&mut ask, "pit"));
+    match (pic.as_str(), pit.as_str()) {
+        (Some("off"), Some("off")) => MACHINE.into(),
+        (Some("auto" | "on"), Some("auto" | "on")) => LEGACY_MACHINE.into(),
+        other => panic!("QEMU of {id} has pic/pit {other:?}"),
+    }
 }
 
 /// Snapshots made before the PIC/PIT were switched off hold those devices in
@@ -226,7 +276,11 @@ fn snapshots_restore_into_the_machine_they_were_made_on() {
     assert_eq!(machine_of(&d, &old_vm), LEGACY_MACHINE);
     sh(&d, &old_vm, "echo kept > /root/mark");
     let old = d.ok(&["snapshot", &old_vm]).trim().to_string();
-    assert_eq!(recorded_machine(&d, &old).as_deref(), Some(LEGACY_MACHINE));
+    // The daemon records the machine it asked for, which the wrapper did
+    // not run: write the manifest as the old forkvm did (format 1, with
+    // the options its QEMU ran), which today's reads by upgrading it.
+    set_recorded_machine(&d, &old, Some(LEGACY_MACHINE));
+    assert_eq!(recorded_machine(&d, &old), LEGACY_MACHINE);
 
     // Today's daemon (the real QEMU) on the same home.
     d.stop(libc::SIGTERM);

@@ -149,11 +149,10 @@ fn assert_jailed(d: &Daemon, pid: u32, id: &str) -> u32 {
 /// The QEMU pid of a sandbox, or of a pooled QEMU (which has no row).
 fn qemu_pid(d: &Daemon, id: &str) -> u32 {
     let p = d.home.join("sandboxes").join(id).join("qemu.pid");
-    std::fs::read_to_string(&p)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .trim()
-        .parse()
-        .unwrap()
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    forkvm_qemu::process::QemuId::parse(&text)
+        .unwrap_or_else(|e| panic!("{}: {text:?} ({e:?})", p.display()))
+        .pid
 }
 
 /// A minimal QMP client: the attacker's view of a QEMU it controls.

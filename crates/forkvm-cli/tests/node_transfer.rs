@@ -7,6 +7,7 @@
 //! serves what a push sends: the same index digest.
 
 mod common;
+mod procs;
 
 #[path = "../../forkvm-image/tests/support/registry.rs"]
 mod registry;
@@ -123,21 +124,9 @@ fn wait_file(d: &Daemon, id: &str, path: &str) -> String {
     got.trim().to_string()
 }
 
-/// QEMU processes whose command line names `home`.
+/// QEMU processes of `home` (see `procs`).
 fn qemus_of(home: &std::path::Path) -> Vec<u32> {
-    let needle = home.to_string_lossy().into_owned();
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd);
-        if cmd.contains("qemu") && cmd.contains(&needle) && alive(pid) {
-            v.push(pid);
-        }
-    }
-    v
+    procs::writing_under(&home.join("sandboxes"))
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! daemon and real microVMs. Run with `make test`.
 
 mod common;
+mod procs;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -557,24 +558,9 @@ fn a_branch_on_a_full_disk_fails_cleanly() {
     drop(fs);
 }
 
-/// QEMU processes whose command line names `home` (every path QEMU gets is
-/// under it).
+/// QEMU processes of `home` (see `procs`).
 fn qemus_of(home: &std::path::Path) -> Vec<u32> {
-    let needle = home.to_string_lossy().into_owned();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let c = String::from_utf8_lossy(&c);
-        if c.contains("qemu-system") && c.contains(&needle) {
-            out.push(pid);
-        }
-    }
-    out
+    procs::writing_under(&home.join("sandboxes"))
 }
 
 /// A daemon stopped while a warm pool fills must not leave the QEMU the

@@ -129,9 +129,7 @@ impl Manager {
                     })
                     .unwrap_or_default(),
             };
-            let nic = self
-                .live(id)
-                .is_some_and(|l| crate::net::Net::has_nic(&l.cmdline));
+            let nic = self.live(id).is_some_and(|l| l.machine.nic.is_some());
             self.net.validate(
                 Some(
                     src_net

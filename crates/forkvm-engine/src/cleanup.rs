@@ -11,10 +11,11 @@
 //!   restart, since the marker is a file) until the namespace is gone; only
 //!   then does a removal delete the record.
 //! - **Every QEMU of this home is accounted for before the daemon serves.**
-//!   At start, [`Manager::reap_strays`] looks at every process on the host
-//!   whose command line names a VM `forkvm-<id>` with its files under this
-//!   home's `sandboxes/` directory. One that a `running` record holds (same
-//!   pid) was re-attached already; any other (a record marked `failed` while
+//!   At start, [`Manager::reap_strays`] looks at the QEMU each sandbox
+//!   directory under this home's `sandboxes/` records in its `qemu.pid`
+//!   file (written at every launch, kept until the directory goes), that
+//!   still runs as the same process ([`qemus_of_home`]). One that a
+//!   `running` record holds (same process) was re-attached already; any other (a record marked `failed` while
 //!   its QEMU ran on, a record gone, a pid that changed) is killed and waited
 //!   for, so its namespace, cgroup and pool claim can be reclaimed by the
 //!   reconciliation that follows. Until then the host firewall keeps treating
@@ -92,58 +93,66 @@ fn unmark(dir: &Path) {
     let _ = std::fs::remove_file(dir.join(MARKER));
 }
 
-/// Processes whose command line names the VM `forkvm-<id>` and has a path
-/// under `sandboxes` (this home's): `(pid, id)`.
-pub fn qemus_of_home(sandboxes: &Path) -> Vec<(u32, String)> {
-    let prefix = format!("{}/", sandboxes.display());
-    let Ok(rd) = std::fs::read_dir("/proc") else {
+/// The QEMUs of this home: for each sandbox directory under `sandboxes`,
+/// the process its `qemu.pid` file records, if that process still runs
+/// (`(id, QemuId)`). The file is written at every launch with QEMU's start
+/// time, so a pid reused by another process since is not taken for it (see
+/// [`process::QemuId`]); a file from an older daemon (a bare pid) is
+/// trusted only if that pid serves the sandbox's QMP socket.
+pub async fn qemus_of_home(sandboxes: &Path) -> Vec<(String, process::QemuId)> {
+    let Ok(rd) = std::fs::read_dir(sandboxes) else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Ok(id) = e.file_name().into_string() else {
             continue;
         };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        let Some(q) = recorded_qemu(&e.path()).await else {
             continue;
         };
-        if let Some(id) = vm_of(&cmdline, &prefix) {
-            out.push((pid, id));
+        if process::is_our_qemu(&q) {
+            out.push((id, q));
         }
     }
     out
 }
 
-/// The sandbox id of a QEMU command line (NUL-separated) that names a VM
-/// `forkvm-<id>` and refers to a file under `prefix/<id>/`.
-fn vm_of(cmdline: &[u8], prefix: &str) -> Option<String> {
-    let args: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let id = args.iter().find_map(|a| {
-        let rest = a.strip_prefix("forkvm-")?;
-        let id = rest.split(',').next()?;
-        (!id.is_empty() && rest.len() > id.len()).then(|| id.to_string())
-    })?;
-    let own = format!("{prefix}{id}/");
-    args.iter().any(|a| a.contains(&own)).then_some(id)
+/// The QEMU a sandbox directory's `qemu.pid` records (not yet checked to
+/// run: see [`process::liveness`]). A bare pid from an older daemon counts
+/// only if that pid serves the directory's QMP socket now.
+pub async fn recorded_qemu(dir: &Path) -> Option<process::QemuId> {
+    let text = std::fs::read_to_string(dir.join(PID_FILE)).ok()?;
+    match process::QemuId::parse(&text) {
+        Ok(q) => Some(q),
+        Err(Some(pid)) => {
+            let peer = process::qmp_peer_pid(&dir.join(QMP_SOCKET), Duration::from_secs(2)).await;
+            match peer {
+                Ok(p) if p == pid => process::QemuId::of(pid).ok(),
+                _ => None,
+            }
+        }
+        Err(None) => None,
+    }
 }
+
+/// The pid file and QMP socket in a sandbox's directory
+/// (crate::config::SandboxPaths).
+const PID_FILE: &str = "qemu.pid";
+const QMP_SOCKET: &str = "qmp.sock";
 
 impl Manager {
     /// Kill every QEMU of this home that no `running` record holds (run at
     /// start, after re-attaching and before serving). Returns the ids.
     pub async fn reap_strays(self: &Arc<Self>) -> Vec<String> {
         let mut killed = Vec::new();
-        for (pid, id) in qemus_of_home(&self.cfg.sandboxes_dir()) {
+        for (id, q) in qemus_of_home(&self.cfg.sandboxes_dir()).await {
+            let pid = q.pid;
             let row = self.db.get(&id).ok().flatten();
             let held = row
                 .as_ref()
                 .is_some_and(|r| r.state == SandboxState::Running && r.pid == Some(pid));
-            if held && self.live(&id).is_some_and(|l| l.pid == pid) {
-                continue;
-            }
-            if !process::is_our_qemu(pid, &id) {
+            if held && self.live(&id).is_some_and(|l| l.qemu == q) {
                 continue;
             }
             let state = row
@@ -155,12 +164,9 @@ impl Manager {
                 "found QEMU pid {pid} of sandbox {id} running unmanaged ({state}); killing it"
             );
             process::kill(pid, libc::SIGKILL);
-            if tokio::time::timeout(
-                Duration::from_secs(15),
-                process::wait_foreign_exit(pid, &id),
-            )
-            .await
-            .is_err()
+            if tokio::time::timeout(Duration::from_secs(15), process::wait_foreign_exit(&q, &id))
+                .await
+                .is_err()
             {
                 tracing::error!(sandbox = %id, "QEMU pid {pid} of sandbox {id} did not exit after SIGKILL");
                 continue;
@@ -249,48 +255,54 @@ impl Manager {
 mod tests {
     use super::*;
 
-    fn cmdline(args: &[&str]) -> Vec<u8> {
-        let mut v = Vec::new();
-        for a in args {
-            v.extend_from_slice(a.as_bytes());
-            v.push(0);
-        }
-        v
+    /// A sandbox directory whose pid file records `text`, with a QMP
+    /// socket served by this process when `serve`.
+    fn sandbox(root: &Path, id: &str, text: &str, serve: bool) -> Option<UnixListener> {
+        let d = root.join(id);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(PID_FILE), text).unwrap();
+        serve.then(|| UnixListener::bind(d.join(QMP_SOCKET)).unwrap())
     }
 
-    #[test]
-    fn a_vm_of_this_home_is_recognised() {
-        let c = cmdline(&[
-            "qemu-system-x86_64",
-            "-name",
-            "forkvm-sb-1234,debug-threads=on",
-            "-qmp",
-            "unix:/var/lib/forkvm/sandboxes/sb-1234/qmp.sock,server=on",
-        ]);
+    use std::os::unix::net::UnixListener;
+
+    /// A QEMU of this home is found by its pid file when the process it
+    /// records still runs: here, this test process stands in for it.
+    #[tokio::test]
+    async fn a_vm_of_this_home_is_recognised() {
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join("sandboxes");
+        let me = process::QemuId::of(std::process::id()).unwrap();
+        sandbox(&root, "sb-1234", &me.to_file(), false);
+        // The same pid with another start time: a reused pid, not ours.
+        let mut reused = me.clone();
+        reused.start += 1;
+        sandbox(&root, "sb-reused", &reused.to_file(), false);
+        // A process that has gone.
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let gone = process::QemuId::of(c.id()).unwrap();
+        c.wait().unwrap();
+        sandbox(&root, "sb-gone", &gone.to_file(), false);
+        // Garbage, an empty file, and a directory without a pid file.
+        sandbox(&root, "sb-garbage", "\u{0}\u{ff} x", false);
+        sandbox(&root, "sb-empty", "", false);
+        std::fs::create_dir_all(root.join("sb-none")).unwrap();
+        // An older daemon's bare pid: ours only if it serves the QMP socket.
+        let pid = std::process::id().to_string();
+        let _l = sandbox(&root, "sb-old", &pid, true);
+        sandbox(&root, "sb-old-unserved", &pid, false);
+        sandbox(&root, "sb-old-other", "1", true);
+        let mut found = qemus_of_home(&root).await;
+        found.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(
-            vm_of(&c, "/var/lib/forkvm/sandboxes/").as_deref(),
-            Some("sb-1234")
+            found,
+            vec![
+                ("sb-1234".to_string(), me.clone()),
+                ("sb-old".to_string(), me)
+            ]
         );
-        // Another home's VM, or a file of another sandbox, is not ours.
-        assert_eq!(vm_of(&c, "/tmp/other/sandboxes/"), None);
-        let c = cmdline(&[
-            "qemu",
-            "-name",
-            "forkvm-sb-1,x=y",
-            "/h/sandboxes/sb-2/disk.qcow2",
-        ]);
-        assert_eq!(vm_of(&c, "/h/sandboxes/"), None);
-        // Not a VM name at all, an empty id, garbage.
-        assert_eq!(
-            vm_of(&cmdline(&["bash", "/h/sandboxes/x/"]), "/h/sandboxes/"),
-            None
-        );
-        assert_eq!(
-            vm_of(&cmdline(&["forkvm-,a", "/h/sandboxes//"]), "/h/sandboxes/"),
-            None
-        );
-        assert_eq!(vm_of(b"\xff\xfe\0\0", "/h/sandboxes/"), None);
-        assert_eq!(vm_of(b"", "/h/sandboxes/"), None);
+        // Another home's directory is not looked at; a missing one is empty.
+        assert!(qemus_of_home(&home.path().join("other")).await.is_empty());
     }
 
     #[test]

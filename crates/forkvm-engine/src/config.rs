@@ -16,7 +16,7 @@
 //!   sandboxes/<id>/{qmp,agent,volumes}.sock  QEMU sockets
 //!   sandboxes/<id>/console.log       the serial console
 //!   sandboxes/<id>/qemu.log          QEMU's own stderr
-//!   sandboxes/<id>/qemu.pid          QEMU's pid (finds orphans after a crash)
+//!   sandboxes/<id>/qemu.pid          QEMU's pid and start time (finds orphans after a crash)
 //!   snapshots/<id>/                  published snapshots (see forkvm-store)
 //!   volume-data/<id>/                a sandbox's volume state, node journals and copies
 //!   volumes/<name>/                  named volumes (docs/volumes.md)

@@ -20,6 +20,7 @@ use crate::error::EngineError;
 
 mod info;
 mod lifecycle;
+mod machine;
 pub use info::SnapshotInfo;
 pub use lifecycle::LifecycleRow;
 
@@ -129,7 +130,7 @@ pub struct Db {
     pub changes: Notifier,
 }
 
-const SCHEMA_VERSION: i64 = 7;
+const SCHEMA_VERSION: i64 = 8;
 
 /// A state's name, as stored and as the API spells it.
 pub fn state_str(s: SandboxState) -> &'static str {
@@ -278,7 +279,12 @@ impl Db {
             conn.execute_batch(info::CREATE)?;
             conn.pragma_update(None, "user_version", 7)?;
         }
-        debug_assert_eq!(SCHEMA_VERSION, 7);
+        if v < 8 {
+            // Each sandbox's machine and QEMU identity (db/machine.rs).
+            conn.execute_batch(machine::MIGRATE)?;
+            conn.pragma_update(None, "user_version", 8)?;
+        }
+        debug_assert_eq!(SCHEMA_VERSION, 8);
         Ok(())
     }
 
@@ -337,18 +343,9 @@ impl Db {
         Ok(())
     }
 
-    /// Record the pid as soon as QEMU starts, so a daemon crash during boot
-    /// can still find and clean up the process.
-    pub fn set_pid(&self, id: &str, pid: u32) -> Result<(), DbError> {
-        self.lock()
-            .execute("UPDATE sandboxes SET pid=?2 WHERE id=?1", params![id, pid])?;
-        self.sandbox_changed(id, Action::Updated);
-        Ok(())
-    }
-
     pub fn set_failed(&self, id: &str, reason: &str) -> Result<(), DbError> {
         self.lock().execute(
-            "UPDATE sandboxes SET state='failed', pid=NULL, failure=?2 WHERE id=?1",
+            "UPDATE sandboxes SET state='failed', pid=NULL, qemu=NULL, failure=?2 WHERE id=?1",
             params![id, reason],
         )?;
         self.sandbox_changed(id, Action::Updated);

@@ -180,7 +180,7 @@ impl Jailer {
         }
         let mut mounts = Jail::base_mounts(
             &forkvm_qemu::process::resolve(&self.qemu).unwrap_or_else(|| self.qemu.clone()),
-            spec.accel == forkvm_qemu::Accel::Kvm,
+            spec.config.accel == forkvm_qemu::Accel::Kvm,
         );
         let mut ro = |p: &Path| {
             mounts.push(Mount {
@@ -188,8 +188,8 @@ impl Jailer {
                 access: Access::ReadOnly,
             })
         };
-        ro(&spec.kernel);
-        ro(&spec.initrd);
+        ro(&spec.config.kernel);
+        ro(&spec.config.initrd);
         // Every layer under the top: QEMU opens the chain by name at start.
         let chain = forkvm_qemu::qcow2::chain(&spec.root_disk)
             .map_err(|e| EngineError::internal(format!("cannot read the disk chain: {e}")))?;
@@ -244,7 +244,7 @@ impl Jailer {
             cgroup_procs,
             inherit: vec![lock],
             rlimits: Rlimits {
-                fsize: fsize_limit(u64::from(spec.memory_mib) << 20, disk),
+                fsize: fsize_limit(u64::from(spec.config.memory_mib) << 20, disk),
                 ..Rlimits::default()
             },
         }))

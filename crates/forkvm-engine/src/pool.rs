@@ -13,7 +13,7 @@ use crate::manager::{Manager, Prepared, MAX_POOL};
 impl Manager {
     pub async fn kill_prepared(&self, v: Vec<Prepared>) {
         for mut p in v {
-            process::kill(p.pid, libc::SIGKILL);
+            process::kill(p.qemu.pid, libc::SIGKILL);
             let _ = p.child.wait().await;
             self.jail.release(&p.id);
             self.net.teardown(&p.id, p.net.as_ref()).await;
@@ -114,7 +114,7 @@ impl Manager {
     /// spawn until a default request comes back. If the set-up fails, the
     /// spawn does it itself, as without a pool.
     pub async fn pool_network(&self, snap: &StoredSnapshot, mut p: Prepared) -> Prepared {
-        if !crate::net::Net::has_nic(&snap.manifest.machine.cmdline)
+        if snap.manifest.machine.nic.is_none()
             || !self.net.available()
             || !self.pools.wants_network(&snap.manifest.id)
         {

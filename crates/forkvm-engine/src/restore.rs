@@ -2,7 +2,6 @@
 //! from the warm pool), load the device state, resume, and give the clone
 //! its own identity through the agent before anything else runs in it.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,7 +49,7 @@ impl Manager {
         } else {
             None
         };
-        let netns = if crate::net::Net::has_nic(&m.machine.cmdline) {
+        let netns = if m.machine.nic.is_some() {
             match self.net.create_ns(id).await {
                 Ok(p) => Some(p),
                 Err(e) => {
@@ -82,23 +81,16 @@ impl Manager {
         };
         let spec = MachineSpec {
             name: id.to_string(),
-            // The devices the stream holds: a snapshot made before the
-            // options were recorded had the PIC and the PIT.
-            machine: m
-                .machine
-                .machine
-                .clone()
-                .unwrap_or_else(|| forkvm_qemu::spec::LEGACY_MACHINE.to_string()),
-            accel: self.accel.accel,
-            memory_mib: m.machine.memory_mib,
-            cpus: m.machine.cpus,
-            kernel: PathBuf::from(&m.machine.kernel),
-            initrd: PathBuf::from(&m.machine.initrd),
-            cmdline: m.machine.cmdline.clone(),
+            // The snapshot's machine (the devices its stream holds), on
+            // this host's accelerator.
+            config: forkvm_qemu::MachineConfig {
+                accel: self.accel.accel,
+                ..m.machine.clone()
+            },
             memory,
             root_disk: paths.disk.clone(),
             agent_socket: paths.agent.clone(),
-            volume_socket: m.machine.volume_port.then(|| paths.volumes_sock.clone()),
+            volume_socket: paths.volumes_sock.clone(),
             qmp_socket: paths.qmp.clone(),
             console_log: paths.console.clone(),
             incoming: Some("defer".into()),
@@ -113,13 +105,12 @@ impl Manager {
                     .unwrap_or(0);
                 !migrate::has_configuration(&head[..n])
             },
-            nic: netns.as_ref().map(|_| crate::net::Net::nic()),
             netns,
             later_reads: vec![snap.path(forkvm_store::DEVICE_STATE)],
         };
         let prepare_ms = ms(t0.elapsed());
         let t1 = Instant::now();
-        let Launched { child, pid, qmp } = match self.launch_qemu(&spec, &paths).await {
+        let Launched { child, qemu, qmp } = match self.launch_qemu(&spec, &paths).await {
             Ok(l) => l,
             Err(e) => {
                 self.net.teardown(id, None).await;
@@ -144,7 +135,8 @@ impl Manager {
             id: id.to_string(),
             paths,
             child,
-            pid,
+            qemu,
+            machine: spec.config,
             qmp,
             prepare_ms,
             qemu_start_ms: ms(t1.elapsed()),
@@ -223,7 +215,7 @@ impl Manager {
             memory_mib: m.machine.memory_mib,
             cpus: m.machine.cpus,
             accel: self.accel.accel.to_string(),
-            pid: pooled.as_ref().map(|p| p.pid),
+            pid: pooled.as_ref().map(|p| p.qemu.pid),
             created_at: util::now_rfc3339(),
             failure: None,
             timings: None,
@@ -258,20 +250,21 @@ impl Manager {
             id,
             paths,
             child,
-            pid,
+            qemu,
+            machine,
             qmp,
             prepare_ms,
             qemu_start_ms,
             net: ready_net,
         } = p;
-        self.db.set_pid(&id, pid)?;
+        self.db.set_launched(&id, &qemu, &machine)?;
         let live = self.attach(
             &id,
-            pid,
+            qemu,
             paths.clone(),
             Phase::Booting,
             Waiter::Child(child),
-            snap.manifest.machine.cmdline.clone(),
+            machine,
         );
         // Connect to the agent's socket before the guest runs (QEMU listens
         // from its start), so the identity can go out right after `cont`.
@@ -280,7 +273,7 @@ impl Manager {
             .map_err(|e| EngineError::new(ErrorKind::Guest, e.to_string()))?;
         // The network is complete before the guest runs a single
         // instruction: its first packet already finds its way out.
-        let network_ms = if crate::net::Net::has_nic(&snap.manifest.machine.cmdline) {
+        let network_ms = if live.machine.nic.is_some() {
             let t = Instant::now();
             let n = match ready_net {
                 // A warm pool set up exactly this network ahead of time.
@@ -401,7 +394,7 @@ impl Manager {
                 "the sandbox was removed while it started",
             ));
         }
-        self.db.set_running(&id, pid, &timings)?;
+        self.db.set_running(&id, live.pid, &timings)?;
         // A clone deep in a branch tree inherits its snapshot's whole chain:
         // stream it down when it is long (a header read decides; most are not).
         if crate::compact::layers(&live.paths)

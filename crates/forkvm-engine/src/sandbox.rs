@@ -114,22 +114,23 @@ impl Manager {
     pub fn attach(
         self: &Arc<Self>,
         id: &str,
-        pid: u32,
+        qemu: process::QemuId,
         paths: SandboxPaths,
         phase: Phase,
         waiter: Waiter,
-        cmdline: String,
+        machine: forkvm_qemu::MachineConfig,
     ) -> Arc<Live> {
         let (tx, rx) = watch::channel(None);
         let live = Arc::new(Live {
             id: id.to_string(),
-            pid,
+            pid: qemu.pid,
+            qemu,
             phase: Mutex::new(phase),
             agent: tokio::sync::Mutex::new(None),
             exited: rx,
             paths,
             op_lock: tokio::sync::Mutex::new(()),
-            cmdline,
+            machine,
             streaming: std::sync::atomic::AtomicBool::new(false),
             stream_lock: tokio::sync::Mutex::new(()),
             keep_stopped: std::sync::atomic::AtomicBool::new(false),
@@ -150,13 +151,13 @@ impl Manager {
                             l2.pid,
                             l2.id
                         );
-                        process::wait_foreign_exit(l2.pid, &l2.id).await;
+                        process::wait_foreign_exit(&l2.qemu, &l2.id).await;
                         let _ = c.try_wait();
                         "QEMU exited (its exit status could not be read)".to_string()
                     }
                 },
                 Waiter::Foreign => {
-                    process::wait_foreign_exit(l2.pid, &l2.id).await;
+                    process::wait_foreign_exit(&l2.qemu, &l2.id).await;
                     "QEMU exited (started by an earlier daemon, so its exit status is unknown)"
                         .to_string()
                 }
@@ -217,13 +218,13 @@ impl Manager {
             return Err(EngineError::conflict(format!(
                 "sandbox {id} is still starting; remove it once the spawn returns"
             )));
-        } else if let (SandboxState::Running | SandboxState::Starting, Some(pid)) =
-            (row.state, row.pid)
+        } else if let (SandboxState::Running | SandboxState::Starting, (Some(q), _)) =
+            (row.state, self.db.launched(id)?)
         {
             // Not attached (should not happen after recovery), but never leave
             // a VM behind.
-            if process::is_our_qemu(pid, id) {
-                process::kill(pid, libc::SIGKILL);
+            if process::is_our_qemu(&q) {
+                process::kill(q.pid, libc::SIGKILL);
             }
         }
         self.net.teardown(id, row.network.as_ref()).await;
@@ -357,21 +358,28 @@ impl Manager {
     pub async fn recover(self: &Arc<Self>) -> Result<(), EngineError> {
         for row in self.db.list()? {
             let paths = self.cfg.sandbox_paths(&row.id);
+            let (qemu, machine) = self.db.launched(&row.id)?;
+            let qemu = match (qemu, row.pid) {
+                (Some(q), _) => Some(q),
+                // A row from before the identity was recorded.
+                (None, Some(pid)) => legacy_qemu(pid, &paths).await,
+                (None, None) => None,
+            };
             // A check that fails (rather than finding the process gone)
             // counts as alive: the monitor attached below waits until it
             // is certainly gone (forkvm_qemu::process::liveness).
-            let alive = row
-                .pid
-                .is_some_and(|p| !matches!(process::liveness(p, &row.id), process::Liveness::Gone));
-            match (row.state, row.pid) {
-                (SandboxState::Running, Some(pid)) if alive => {
-                    tracing::info!("re-attached to sandbox {} (pid {pid})", row.id);
-                    let cmdline = process::append_arg(pid).unwrap_or_default();
+            let alive = qemu
+                .as_ref()
+                .is_some_and(|q| !matches!(process::liveness(q), process::Liveness::Gone));
+            match (row.state, qemu) {
+                (SandboxState::Running, Some(q)) if alive => {
+                    tracing::info!("re-attached to sandbox {} (pid {})", row.id, q.pid);
                     // A daemon that died in the middle of a snapshot left the
                     // source stopped: resume it.
-                    if let Ok(qmp) =
-                        forkvm_qemu::Qmp::connect(&paths.qmp, Duration::from_secs(5)).await
-                    {
+                    let qmp = forkvm_qemu::Qmp::connect(&paths.qmp, Duration::from_secs(5))
+                        .await
+                        .ok();
+                    if let Some(qmp) = &qmp {
                         if let Ok(st) = qmp.status().await {
                             if st == "paused" || st == "postmigrate" || st == "io-error" {
                                 tracing::warn!(
@@ -382,30 +390,53 @@ impl Manager {
                             }
                         }
                     }
-                    self.attach(
-                        &row.id,
-                        pid,
-                        paths,
-                        Phase::Running,
-                        Waiter::Foreign,
-                        cmdline,
-                    );
+                    let machine = match machine {
+                        Some(m) => Ok(m),
+                        // A row from before the machine was recorded: asked
+                        // once, and stored with the identity.
+                        None => legacy_machine(&row, qmp.as_deref()).await.and_then(|m| {
+                            self.db
+                                .set_launched(&row.id, &q, &m)
+                                .map(|_| m)
+                                .map_err(|e| e.to_string())
+                        }),
+                    };
+                    let machine = match machine {
+                        Ok(m) => m,
+                        Err(e) => {
+                            // Not knowing its machine, the daemon could not
+                            // snapshot, branch or network it correctly.
+                            let reason = format!(
+                                "re-attaching after a daemon restart failed: {e}; its QEMU was stopped"
+                            );
+                            tracing::error!(sandbox = %row.id, "sandbox {}: {reason}", row.id);
+                            process::kill(q.pid, libc::SIGKILL);
+                            process::wait_foreign_exit(&q, &row.id).await;
+                            self.db.set_failed(&row.id, &reason)?;
+                            self.db.set_network(&row.id, None)?;
+                            paths.remove_runtime();
+                            self.jail.release(&row.id);
+                            continue;
+                        }
+                    };
+                    drop(qmp);
+                    self.attach(&row.id, q, paths, Phase::Running, Waiter::Foreign, machine);
                     self.recover_volumes(&row.id).await;
                 }
-                (SandboxState::Starting, pid) if self.resuming(&row.id) => {
+                (SandboxState::Starting, q) if self.resuming(&row.id) => {
                     // A resume died with the old daemon: the sandbox is
                     // still paused, its saved state untouched.
-                    if let Some(pid) = pid.filter(|_| alive) {
-                        process::kill(pid, libc::SIGKILL);
+                    if let Some(q) = q.filter(|_| alive) {
+                        process::kill(q.pid, libc::SIGKILL);
                     }
                     self.back_to_paused(&row.id, &paths).await;
                 }
-                (SandboxState::Starting, pid) => {
+                (SandboxState::Starting, q) => {
                     // The spawn request died with the old daemon; its caller
                     // never got an id, so nobody can use this sandbox.
-                    if let Some(pid) = pid.filter(|_| alive) {
-                        process::kill(pid, libc::SIGKILL);
-                        process::wait_foreign_exit(pid, &row.id).await;
+                    if let Some(q) = q.filter(|_| alive) {
+                        process::kill(q.pid, libc::SIGKILL);
+                        process::wait_foreign_exit(&q, &row.id).await;
                     }
                     self.jail.release(&row.id);
                     paths.remove_all();
@@ -425,7 +456,7 @@ impl Manager {
                 (SandboxState::Paused, _) => {}
             }
         }
-        self.reap_orphans();
+        self.reap_orphans().await;
         // QEMUs of this home that no running record holds (crate::cleanup).
         self.reap_strays().await;
         // Cleanups left pending by the last daemon: retried now, before
@@ -443,4 +474,35 @@ impl Manager {
         self.net.reconcile(&running).await;
         Ok(())
     }
+}
+
+/// The QEMU of a row written before QEMU identities were recorded: the
+/// process serving the sandbox's QMP socket, if that is the row's pid
+/// (see forkvm_qemu::legacy). `None`: no QEMU of it runs. Its pid file gets
+/// the identity too, so later starts need not ask again.
+async fn legacy_qemu(pid: u32, paths: &SandboxPaths) -> Option<process::QemuId> {
+    let peer = process::qmp_peer_pid(&paths.qmp, Duration::from_secs(2))
+        .await
+        .ok()?;
+    let q = (peer == pid).then(|| process::QemuId::of(pid).ok())??;
+    let tmp = paths.dir.join("qemu.pid.tmp");
+    if std::fs::write(&tmp, q.to_file()).is_ok() {
+        let _ = std::fs::rename(&tmp, paths.dir.join("qemu.pid"));
+    }
+    Some(q)
+}
+
+/// The machine of a row written before machines were recorded, asked of
+/// its QEMU (forkvm_qemu::legacy); stored by the caller, so asked once.
+async fn legacy_machine(
+    row: &SandboxRow,
+    qmp: Option<&forkvm_qemu::Qmp>,
+) -> Result<forkvm_qemu::MachineConfig, String> {
+    let qmp = qmp.ok_or("its QMP socket did not answer")?;
+    let facts = forkvm_qemu::legacy::RowFacts {
+        memory_mib: row.memory_mib,
+        cpus: row.cpus,
+        accel: row.accel.parse()?,
+    };
+    forkvm_qemu::legacy::ask_machine(qmp, &facts).await
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use forkvm_api::{CreateSandbox, Sandbox, SandboxState, SpawnTimings};
 use forkvm_qemu::process::{self, Launched};
 use forkvm_qemu::spec::kernel_cmdline;
-use forkvm_qemu::{MachineSpec, MemoryBackend};
+use forkvm_qemu::{MachineConfig, MachineSpec, MemoryBackend};
 use tokio::sync::watch;
 
 use crate::agent;
@@ -185,7 +185,7 @@ impl Manager {
                     row.id
                 )));
             }
-            let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
+            let nic = snap.manifest.machine.nic.is_some();
             let net = self.net_request(&req, nic, n)?;
             self.spawn_clones(&snap, n, &net).await?
         } else {
@@ -336,7 +336,7 @@ impl Manager {
                 "sandbox {id} is not running"
             )));
         };
-        if !crate::net::Net::has_nic(&live.cmdline) {
+        if live.machine.nic.is_none() {
             return Ok((None, None));
         }
         let t = Instant::now();
@@ -452,13 +452,17 @@ impl Manager {
 
         let spec = MachineSpec {
             name: id.to_string(),
-            machine: forkvm_qemu::spec::MACHINE.to_string(),
-            accel: self.accel.accel,
-            memory_mib,
-            cpus,
-            kernel: self.cfg.kernel(),
-            initrd: self.cfg.initrd(),
-            cmdline: kernel_cmdline(id, self.accel.accel, &extra),
+            config: MachineConfig {
+                machine: forkvm_qemu::spec::MACHINE.to_string(),
+                accel: self.accel.accel,
+                memory_mib,
+                cpus,
+                kernel: self.cfg.kernel(),
+                initrd: self.cfg.initrd(),
+                cmdline: kernel_cmdline(id, self.accel.accel, &extra),
+                volume_port: true,
+                nic: netns.as_ref().map(|_| crate::net::Net::nic()),
+            },
             memory: MemoryBackend {
                 path: paths.mem.clone(),
                 share: true,
@@ -466,30 +470,30 @@ impl Manager {
             },
             root_disk: paths.disk.clone(),
             agent_socket: paths.agent.clone(),
-            volume_socket: Some(paths.volumes_sock.clone()),
+            volume_socket: paths.volumes_sock.clone(),
             qmp_socket: paths.qmp.clone(),
             console_log: paths.console.clone(),
             incoming: None,
             device_state_only: false,
             no_configuration_section: false,
-            nic: netns.as_ref().map(|_| crate::net::Net::nic()),
             netns,
             later_reads: vec![],
         };
         let t1 = Instant::now();
-        let Launched { child, pid, qmp } = self.launch_qemu(&spec, paths).await?;
+        let Launched { child, qemu, qmp } = self.launch_qemu(&spec, paths).await?;
+        let pid = qemu.pid;
         // The QMP session is not needed after start-up; closing it is fine
         // (QEMU's QMP server accepts a new client later).
         drop(qmp);
-        self.db.set_pid(id, pid)?;
+        self.db.set_launched(id, &qemu, &spec.config)?;
         let qemu_start_ms = ms(t1.elapsed());
         let live = self.attach(
             id,
-            pid,
+            qemu,
             paths.clone(),
             Phase::Booting,
             Waiter::Child(child),
-            spec.cmdline.clone(),
+            spec.config.clone(),
         );
 
         let t2 = Instant::now();
@@ -543,9 +547,9 @@ impl Manager {
         Ok(timings)
     }
 
-    /// Start QEMU for a sandbox and leave its pid in `qemu.pid`, by which a
-    /// restarted daemon finds processes that have no row (see
-    /// `reap_orphans`).
+    /// Start QEMU for a sandbox and leave its identity (pid and start time)
+    /// in `qemu.pid`, by which a restarted daemon finds processes that have
+    /// no row (see `reap_orphans` and `reap_strays`).
     pub async fn launch_qemu(
         &self,
         spec: &MachineSpec,
@@ -567,7 +571,7 @@ impl Manager {
         // Written aside and renamed, so that a reader (crash recovery, or a
         // test looking for pooled QEMUs) never sees the file empty.
         let tmp = paths.dir.join("qemu.pid.tmp");
-        if std::fs::write(&tmp, l.pid.to_string()).is_ok() {
+        if std::fs::write(&tmp, l.qemu.to_file()).is_ok() {
             let _ = std::fs::rename(&tmp, paths.dir.join("qemu.pid"));
         }
         Ok(l)

@@ -1,7 +1,8 @@
 //! The QEMU driver: everything forkvm knows about running QEMU.
 //!
 //! * [`qmp`]: an async QMP client with events;
-//! * [`spec`]: the `microvm` machine description and its command line;
+//! * [`spec`]: the typed machine config and the `microvm` command line it renders;
+//! * [`legacy`]: machines recorded before the typed machine config, asked over QMP once;
 //! * [`jail`]: confining a QEMU (mount namespace, uid, cgroup, no privileges);
 //! * [`process`]: launching QEMU detached from the daemon and re-finding it;
 //! * [`accel`]: choosing KVM or TCG, with the reason;
@@ -20,6 +21,7 @@ pub mod disk;
 pub mod fds;
 pub mod features;
 pub mod jail;
+pub mod legacy;
 pub mod mapped_ram;
 pub mod migrate;
 pub mod process;
@@ -31,4 +33,4 @@ pub mod tsc;
 
 pub use accel::{AccelChoice, HostVirt};
 pub use qmp::{Qmp, QmpError, QmpEvent};
-pub use spec::{Accel, MachineSpec, MemoryBackend};
+pub use spec::{Accel, MachineConfig, MachineSpec, MemoryBackend, Nic};

@@ -4,8 +4,8 @@
 //! daemon's terminal (Ctrl-C) does not reach the VMs, and without
 //! `kill_on_drop`, so that sandboxes outlive a daemon restart. While the
 //! daemon that launched it runs, it holds the `Child` and learns the exit
-//! status; a restarted daemon re-finds the process by pid and verifies it is
-//! still the same QEMU by its command line before trusting it.
+//! status; a restarted daemon re-finds the process by its recorded
+//! [`QemuId`] (pid and start time) and trusts it only while both match.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -36,8 +36,118 @@ pub enum LaunchError {
 /// A freshly launched QEMU with its QMP session.
 pub struct Launched {
     pub child: tokio::process::Child,
-    pub pid: u32,
+    /// Which process it is (taken while `child` is unreaped, so certainly it).
+    pub qemu: QemuId,
     pub qmp: Arc<Qmp>,
+}
+
+/// Which process a recorded QEMU is: its pid, when it started, and in which
+/// boot of the host.
+///
+/// A pid alone names a process only while it runs: once it has exited the
+/// kernel may give the number to any new process, and a restarted daemon
+/// reading a pid from its db or a pid file cannot tell. The start time
+/// (field 22 of `/proc/<pid>/stat`, in clock ticks since boot) tells: a pid
+/// is handed out again only after its holder has gone, and the pid space
+/// cannot wrap within one tick, so two holders of one pid never share a
+/// start time within a boot; the boot id covers a reboot, after which start
+/// times repeat. It is taken at launch, while the daemon holds QEMU as an
+/// unreaped child (so the pid is certainly QEMU's), recorded in the db row,
+/// the live record and the sandbox's `qemu.pid` file, and compared before a
+/// recorded pid is trusted (signalled, waited on, re-attached).
+///
+/// A pidfd would be exact too, but it lives only as long as the daemon that
+/// opened it, and the case that needs the check is a daemon that restarted
+/// (or was killed) and finds the QEMUs again from its records.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QemuId {
+    pub pid: u32,
+    /// Field 22 of `/proc/<pid>/stat`.
+    pub start: u64,
+    /// `/proc/sys/kernel/random/boot_id`.
+    pub boot: String,
+}
+
+impl QemuId {
+    /// The identity of the process that holds `pid` now.
+    pub fn of(pid: u32) -> std::io::Result<QemuId> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        let start = stat_start(&stat).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("/proc/{pid}/stat has no start time: {stat:?}"),
+            )
+        })?;
+        Ok(QemuId {
+            pid,
+            start,
+            boot: boot_id()?,
+        })
+    }
+
+    /// The `qemu.pid` file's text: `<pid> <start> <boot id>`, the pid
+    /// first, as in any pid file.
+    pub fn to_file(&self) -> String {
+        format!("{} {} {}\n", self.pid, self.start, self.boot)
+    }
+
+    /// A `qemu.pid` file's text (see [`Self::to_file`]). A bare pid, which
+    /// daemons before the start time was recorded wrote, is `Err(Some(pid))`:
+    /// its identity must be checked another way ([`qmp_peer_pid`]).
+    pub fn parse(text: &str) -> Result<QemuId, Option<u32>> {
+        let t: Vec<&str> = text.split_whitespace().collect();
+        let pid = t.first().and_then(|p| p.parse::<u32>().ok());
+        match (pid, t.as_slice()) {
+            (Some(pid), [_, start, boot]) => match start.parse() {
+                Ok(start) => Ok(QemuId {
+                    pid,
+                    start,
+                    boot: boot.to_string(),
+                }),
+                Err(_) => Err(None),
+            },
+            (Some(pid), [_]) => Err(Some(pid)),
+            _ => Err(None),
+        }
+    }
+}
+
+/// The start time (field 22) of a `/proc/<pid>/stat` line. The command name
+/// (field 2) may hold spaces and parentheses, so fields are counted after
+/// its last `)`: field 3 (the state) is the first there.
+fn stat_start(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// This boot's id (read once: it does not change while we run).
+fn boot_id() -> std::io::Result<String> {
+    static BOOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(b) = BOOT.get() {
+        return Ok(b.clone());
+    }
+    let b = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        .trim()
+        .to_string();
+    Ok(BOOT.get_or_init(|| b).clone())
+}
+
+/// The pid of the process serving the unix socket `path` (`SO_PEERCRED`,
+/// which for a client is the listener's, in the daemon's pid namespace even
+/// for a jailed QEMU in its own). Only QEMU itself listens on a sandbox's QMP
+/// socket, so this identifies the QEMU of a record that has no [`QemuId`]
+/// (written before it was recorded). QEMU serves one QMP client at a time;
+/// a second waits in the backlog, which is enough for the credentials, and
+/// is closed here without a word.
+pub async fn qmp_peer_pid(path: &Path, timeout: Duration) -> std::io::Result<u32> {
+    let s = tokio::time::timeout(timeout, tokio::net::UnixStream::connect(path))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    let cred = s.peer_cred()?;
+    cred.pid()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p != 0)
+        .ok_or_else(|| std::io::Error::other("the socket's peer has no pid in our namespace"))
 }
 
 /// Start a TCG QEMU with transparent huge pages turned off for it
@@ -85,7 +195,7 @@ pub async fn launch(
     let log = std::fs::File::create(stderr_log).map_err(spawn_err)?;
     let (jail, tap_fd) = match jail {
         Some(j) => {
-            let tap = spec.nic.as_ref().map(|n| n.tap.as_str());
+            let tap = spec.config.nic.as_ref().map(|n| n.tap.as_str());
             let (p, fd) = j.prepare(tap).map_err(LaunchError::Jail)?;
             (Some(Arc::new(p)), fd)
         }
@@ -119,7 +229,7 @@ pub async fn launch(
         ns_file.as_ref().map(|f| f.as_raw_fd())
     };
     // Under TCG, no transparent huge pages for QEMU (see NO_THP_UNDER_TCG).
-    let no_thp = disables_thp(spec.accel);
+    let no_thp = disables_thp(spec.config.accel);
     {
         let jail = jail.clone();
         // SAFETY: the closure runs in the forked child before exec and makes
@@ -173,6 +283,21 @@ pub async fn launch(
     drop(cmd);
     drop(jail);
     let pid = child.id().unwrap_or(0);
+    // Unreaped, so the pid is certainly this QEMU's (even if it exited).
+    let qemu = match QemuId::of(pid) {
+        Ok(q) => q,
+        Err(e) => {
+            kill(pid, libc::SIGKILL);
+            let _ = child.wait().await;
+            return Err(LaunchError::Spawn {
+                bin: format!(
+                    "{} (cannot read the start time of pid {pid})",
+                    bin.display()
+                ),
+                source: e,
+            });
+        }
+    };
     let qmp = tokio::select! {
         r = Qmp::connect(&spec.qmp_socket, timeout) => r,
         status = child.wait() => {
@@ -182,7 +307,7 @@ pub async fn launch(
         }
     };
     match qmp {
-        Ok(qmp) => Ok(Launched { child, pid, qmp }),
+        Ok(qmp) => Ok(Launched { child, qemu, qmp }),
         Err(e) => {
             kill(pid, libc::SIGKILL);
             let _ = child.wait().await;
@@ -247,26 +372,26 @@ pub fn kill(pid: u32, sig: i32) -> bool {
     unsafe { libc::kill(pid as i32, sig) == 0 }
 }
 
-/// What can be known about a QEMU the daemon recorded by pid.
+/// What can be known about a QEMU the daemon recorded.
 #[derive(Debug)]
 pub enum Liveness {
-    /// Running, and its command line names the VM.
+    /// Running, and the same process that was recorded.
     Ours,
     /// Certainly not running: no such process, a zombie, or a pid reused by
-    /// another program.
+    /// another process (another start time or boot).
     Gone,
     /// The check itself failed (e.g. `EMFILE` opening `/proc`): the process
     /// may well be running. Never treat this as an exit.
     Unknown(std::io::Error),
 }
 
-/// Whether `pid` is a live process whose command line names the VM
-/// `forkvm-<name>` (a pid recorded before a daemon restart may have been
-/// reused by an unrelated process). Only a missing process, a zombie or a
-/// foreign command line count as gone; a failure to look (out of file
+/// Whether the recorded QEMU `q` still runs (see [`QemuId`] for why its
+/// start time decides). Only a missing process, a zombie or another
+/// process on the pid count as gone; a failure to look (out of file
 /// descriptors, say) is `Unknown`, because a daemon that took it for an
 /// exit would forget a VM that still runs.
-pub fn liveness(pid: u32, name: &str) -> Liveness {
+pub fn liveness(q: &QemuId) -> Liveness {
+    let pid = q.pid;
     if pid == 0 {
         return Liveness::Gone;
     }
@@ -278,25 +403,30 @@ pub fn liveness(pid: u32, name: &str) -> Liveness {
     }
     let gone =
         |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH));
-    let cmdline = match std::fs::read(format!("/proc/{pid}/cmdline")) {
-        Ok(c) => c,
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
         Err(e) if gone(&e) => return Liveness::Gone,
         Err(e) => return Liveness::Unknown(e),
     };
-    let needle = format!("forkvm-{name},");
-    if !cmdline
-        .split(|b| *b == 0)
-        .any(|arg| arg.starts_with(needle.as_bytes()))
-    {
-        // An exiting process shows an empty command line; a reused pid a
-        // foreign one. Neither is our VM.
+    // A zombie has exited; it only waits to be reaped.
+    if is_zombie(&stat) {
         return Liveness::Gone;
     }
-    // A zombie still has its cmdline until reaped; it is not running.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) if is_zombie(&stat) => Liveness::Gone,
-        Ok(_) => Liveness::Ours,
-        Err(e) if gone(&e) => Liveness::Gone,
+    match stat_start(&stat) {
+        // Another process holds the pid now.
+        Some(start) if start != q.start => return Liveness::Gone,
+        Some(_) => {}
+        None => {
+            return Liveness::Unknown(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("/proc/{pid}/stat has no start time"),
+            ))
+        }
+    }
+    match boot_id() {
+        Ok(b) if b == q.boot => Liveness::Ours,
+        // The record is from another boot of the host.
+        Ok(_) => Liveness::Gone,
         Err(e) => Liveness::Unknown(e),
     }
 }
@@ -307,55 +437,11 @@ fn is_zombie(stat: &str) -> bool {
         .unwrap_or(true)
 }
 
-/// True only when `pid` is known to be the VM `forkvm-<name>`: what a caller
-/// needs before it signals the pid. (An `Unknown` answer is not enough to
-/// kill on, nor to forget on: see [`liveness`].)
-pub fn is_our_qemu(pid: u32, name: &str) -> bool {
-    matches!(liveness(pid, name), Liveness::Ours)
-}
-
-/// The `-append` (kernel command line) argument of a running QEMU.
-pub fn append_arg(pid: u32) -> Option<String> {
-    arg_of(pid, b"-append")
-}
-
-/// The machine options (`-M`, without the memory backend that
-/// `MachineSpec::to_args` adds) of a running QEMU: what a snapshot of it
-/// must be restored into.
-pub fn machine_arg(pid: u32) -> Option<String> {
-    let m = arg_of(pid, b"-M")?;
-    Some(strip_memory_backend(&m))
-}
-
-/// Does the QEMU with this pid have the volume port (a machine booted since
-/// volumes exist, or restored from one)? `None` when its command line
-/// cannot be read.
-pub fn has_volume_port(pid: u32) -> Option<bool> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let needle = format!("name={}", crate::spec::VOLUME_PORT_NAME);
-    Some(
-        cmdline
-            .split(|b| *b == 0)
-            .any(|a| String::from_utf8_lossy(a).contains(&needle)),
-    )
-}
-
-fn strip_memory_backend(m: &str) -> String {
-    m.split(',')
-        .filter(|o| !o.starts_with("memory-backend="))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn arg_of(pid: u32, flag: &[u8]) -> Option<String> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let mut args = cmdline.split(|b| *b == 0);
-    while let Some(a) = args.next() {
-        if a == flag {
-            return args.next().map(|v| String::from_utf8_lossy(v).into_owned());
-        }
-    }
-    None
+/// True only when the recorded QEMU `q` is known to run still: what a
+/// caller needs before it signals its pid. (An `Unknown` answer is not
+/// enough to kill on, nor to forget on: see [`liveness`].)
+pub fn is_our_qemu(q: &QemuId) -> bool {
+    matches!(liveness(q), Liveness::Ours)
 }
 
 /// Wait until a process that is not our child exits. Only the parent can
@@ -365,11 +451,12 @@ fn arg_of(pid: u32, flag: &[u8]) -> Option<String> {
 /// had (an old kernel, or no descriptor free), it polls [`liveness`] and
 /// tries again for a pidfd later. It returns only when the process is
 /// certainly gone: a failed check never ends the wait.
-pub async fn wait_foreign_exit(pid: u32, name: &str) {
+pub async fn wait_foreign_exit(q: &QemuId, name: &str) {
+    let pid = q.pid;
     let mut logged = false;
     loop {
         match pidfd_open(pid) {
-            Ok(fd) => match liveness(pid, name) {
+            Ok(fd) => match liveness(q) {
                 Liveness::Gone => return,
                 Liveness::Ours => {
                     // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it
@@ -398,7 +485,7 @@ pub async fn wait_foreign_exit(pid: u32, name: &str) {
         }
         // Polled while no pidfd can be had.
         for _ in 0..25 {
-            if matches!(liveness(pid, name), Liveness::Gone) {
+            if matches!(liveness(q), Liveness::Gone) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -430,53 +517,74 @@ mod tests {
         assert!(!disables_thp(Accel::Kvm));
     }
 
+    fn me() -> QemuId {
+        QemuId::of(std::process::id()).unwrap()
+    }
+
     #[test]
     fn liveness_tells_gone_from_unknown() {
-        // This process runs but is not a VM: a foreign command line is gone.
-        assert!(matches!(liveness(std::process::id(), "x"), Liveness::Gone));
-        assert!(matches!(liveness(0, "x"), Liveness::Gone));
+        // This process, as recorded now, runs.
+        assert!(matches!(liveness(&me()), Liveness::Ours));
+        // The same pid with another start time, or from another boot, is
+        // another process: a reused pid.
+        let mut other = me();
+        other.start += 1;
+        assert!(matches!(liveness(&other), Liveness::Gone));
+        let mut other = me();
+        other.boot = "00000000-0000-0000-0000-000000000000".into();
+        assert!(matches!(liveness(&other), Liveness::Gone));
+        let none = |pid| QemuId { pid, ..me() };
+        assert!(matches!(liveness(&none(0)), Liveness::Gone));
         // A pid that cannot exist (above pid_max).
-        assert!(matches!(liveness(u32::MAX >> 1, "x"), Liveness::Gone));
+        assert!(matches!(liveness(&none(u32::MAX >> 1)), Liveness::Gone));
         assert!(is_zombie("12 (qemu) Z 1 2"));
         assert!(is_zombie("12 (a) b) Z 1"));
         assert!(!is_zombie("12 (qemu) S 1 2"));
         assert!(is_zombie("garbage"));
     }
 
+    #[test]
+    fn the_start_time_is_field_22_whatever_the_command_name() {
+        let rest = "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 987654 21 22";
+        assert_eq!(stat_start(&format!("12 (qemu) {rest}")), Some(987654));
+        assert_eq!(stat_start(&format!("12 (a b) c)) {rest}")), Some(987654));
+        assert_eq!(stat_start("12 (qemu) S 1 2"), None);
+        assert_eq!(stat_start("garbage"), None);
+        assert_eq!(stat_start(""), None);
+        let s = me();
+        assert!(s.start > 0 && s.boot.len() == 36, "{s:?}");
+        assert!(QemuId::of(u32::MAX >> 1).is_err());
+    }
+
+    #[test]
+    fn pid_files_old_and_new_parse() {
+        let q = me();
+        assert_eq!(QemuId::parse(&q.to_file()), Ok(q.clone()));
+        assert_eq!(QemuId::parse(&format!("{}\n", q.to_file())), Ok(q));
+        // A bare pid from an older daemon: to be checked another way.
+        assert_eq!(QemuId::parse("1234\n"), Err(Some(1234)));
+        assert_eq!(QemuId::parse(""), Err(None));
+        assert_eq!(QemuId::parse("{\"pid\": 3}"), Err(None));
+        assert_eq!(QemuId::parse("12 x b"), Err(None));
+        assert_eq!(QemuId::parse("12 3"), Err(None));
+        assert_eq!(QemuId::parse("12 3 b extra"), Err(None));
+        assert!(me()
+            .to_file()
+            .starts_with(&format!("{} ", std::process::id())));
+        assert_eq!(QemuId::parse("\u{0}\u{ff}"), Err(None));
+    }
+
     #[tokio::test]
     async fn a_foreign_wait_ends_when_the_process_exits() {
-        // A child we do not reap through this function: `sleep`'s cmdline
-        // does not name a VM, so the wait ends at once (gone).
+        // A child reaped elsewhere: the wait ends once it is a zombie.
         let mut c = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .unwrap();
-        let t = std::time::Instant::now();
-        wait_foreign_exit(c.id(), "x").await;
-        assert!(t.elapsed() < Duration::from_secs(5));
-        c.kill().unwrap();
-        c.wait().unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_foreign_wait_lasts_as_long_as_the_vm() {
-        // A process whose command line names the VM `forkvm-unit1`.
-        let mut c = std::process::Command::new("bash")
-            .args(["-c", "exec -a forkvm-unit1,process=x sleep 30"])
-            .spawn()
-            .unwrap();
-        let pid = c.id();
-        let t = std::time::Instant::now();
-        while !is_our_qemu(pid, "unit1") {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "exec -a did not happen"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let w = tokio::spawn(async move { wait_foreign_exit(pid, "unit1").await });
+        let q = QemuId::of(c.id()).unwrap();
+        let w = tokio::spawn(async move { wait_foreign_exit(&q, "unit1").await });
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(!w.is_finished(), "the wait ended while the VM ran");
+        assert!(!w.is_finished(), "the wait ended while the process ran");
         c.kill().unwrap();
         // Not reaped yet: a zombie has exited.
         tokio::time::timeout(Duration::from_secs(5), w)
@@ -486,23 +594,35 @@ mod tests {
         c.wait().unwrap();
     }
 
-    #[test]
-    fn own_pid_is_not_a_qemu() {
-        assert!(!is_our_qemu(std::process::id(), "x"));
-        assert!(!is_our_qemu(0, "x"));
+    #[tokio::test]
+    async fn a_foreign_wait_on_a_reused_pid_ends_at_once() {
+        // The pid runs, but not the process that was recorded.
+        let mut c = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut q = QemuId::of(c.id()).unwrap();
+        q.start -= 1;
+        let t = std::time::Instant::now();
+        wait_foreign_exit(&q, "x").await;
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(!is_our_qemu(&q));
+        c.kill().unwrap();
+        c.wait().unwrap();
     }
 
-    #[test]
-    fn machine_options_drop_the_memory_backend() {
+    #[tokio::test]
+    async fn the_peer_of_a_socket_is_its_listener() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("qmp.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&p).unwrap();
         assert_eq!(
-            strip_memory_backend("microvm,acpi=on,pic=off,pit=off,memory-backend=mem"),
-            "microvm,acpi=on,pic=off,pit=off"
+            qmp_peer_pid(&p, Duration::from_secs(5)).await.unwrap(),
+            std::process::id()
         );
-        assert_eq!(
-            strip_memory_backend("microvm,acpi=on,memory-backend=mem"),
-            "microvm,acpi=on"
-        );
-        assert!(machine_arg(std::process::id()).is_none());
+        assert!(qmp_peer_pid(&d.path().join("none"), Duration::from_secs(5))
+            .await
+            .is_err());
     }
 
     #[test]

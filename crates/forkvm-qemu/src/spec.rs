@@ -112,27 +112,54 @@ pub fn check_initrd_size(size: u64) -> Result<(), String> {
 /// early boot, where the stray interrupt could hurt.
 pub const LEGACY_MACHINE: &str = "microvm,acpi=on";
 
-/// The full description of one microVM.
-#[derive(Debug, Clone)]
-pub struct MachineSpec {
-    /// A short name for `ps` and QEMU's `-name`.
-    pub name: String,
+/// What a machine is: everything that must be the same for a snapshot of
+/// it to restore, and everything the daemon needs to know about a running
+/// one (whether it has a NIC, the volume port, its kernel command line).
+///
+/// It is the one record of a machine's shape. It is written once, when the
+/// machine is first booted, and copied from there: into the sandbox's db
+/// row and its live record, into a snapshot's manifest, and from a manifest
+/// into every restore. [`MachineSpec::args`] renders it into QEMU's
+/// arguments, and nothing reads those arguments back: a running QEMU's
+/// command line is never parsed (docs/architecture.md, "The machine
+/// config").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineConfig {
     /// The `-M` options without the memory backend: [`MACHINE`] for a boot,
-    /// the snapshot's recorded options for a restore.
+    /// [`LEGACY_MACHINE`] for machines from before it (a restore must create
+    /// the devices its migration stream holds).
     pub machine: String,
+    /// The accelerator it was started with (a restore uses the host's own).
     pub accel: Accel,
     pub memory_mib: u32,
     pub cpus: u32,
     pub kernel: PathBuf,
     pub initrd: PathBuf,
+    /// The guest kernel command line ([`kernel_cmdline`]).
     pub cmdline: String,
+    /// The volume port (docs/volumes.md). A port cannot be added to a
+    /// restored guest whose driver sized itself for fewer, so a machine
+    /// without it (from before volumes) is restored without it.
+    #[serde(default)]
+    pub volume_port: bool,
+    /// A virtio-net NIC on a tap device in the sandbox's network namespace.
+    #[serde(default)]
+    pub nic: Option<Nic>,
+}
+
+/// The full description of one microVM: its [`MachineConfig`] and where this
+/// instance's files are.
+#[derive(Debug, Clone)]
+pub struct MachineSpec {
+    /// A short name for `ps` and QEMU's `-name`.
+    pub name: String,
+    pub config: MachineConfig,
     pub memory: MemoryBackend,
     /// The root disk: a qcow2 file (usually an overlay over a read-only base).
     pub root_disk: PathBuf,
     pub agent_socket: PathBuf,
-    /// The volume port's socket; `None` recreates a machine from before
-    /// volumes (its snapshots' streams have no such port).
-    pub volume_socket: Option<PathBuf>,
+    /// The volume port's socket (used when the config has the port).
+    pub volume_socket: PathBuf,
     pub qmp_socket: PathBuf,
     pub console_log: PathBuf,
     /// `Some("defer")` starts QEMU waiting for `migrate-incoming`.
@@ -147,8 +174,6 @@ pub struct MachineSpec {
     /// migration of this VM (its vmdesc JSON writer closes an object it never
     /// opened), which is why the daemon adds the section to the file instead.
     pub no_configuration_section: bool,
-    /// A virtio-net NIC on a tap device.
-    pub nic: Option<Nic>,
     /// Not a QEMU argument: the network namespace (a path such as
     /// `/run/netns/fvm-<id>`) QEMU is started in, where its tap lives.
     pub netns: Option<PathBuf>,
@@ -159,10 +184,37 @@ pub struct MachineSpec {
 
 /// A NIC backed by an existing tap device (QEMU opens it by name in its own
 /// network namespace and runs no scripts).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Nic {
     pub tap: String,
     pub mac: String,
+}
+
+impl Nic {
+    /// The one NIC forkvm gives a guest, in every version so far: `tap0`
+    /// with the guest MAC `02:fc:00:00:00:02` (`forkvm_net::TAP_NAME` and
+    /// `GUEST_MAC`, kept equal by a daemon test). Records from before the
+    /// NIC was stored get it when their kernel command line shows one.
+    pub fn standard() -> Nic {
+        Nic {
+            tap: "tap0".into(),
+            mac: "02:fc:00:00:00:02".into(),
+        }
+    }
+}
+
+impl MachineConfig {
+    /// The NIC of a machine recorded before the config was typed, read
+    /// from its kernel command line: the daemon gives the guest its address
+    /// there (`forkvm.ip=`) exactly when it has a NIC. Used only by the
+    /// upgrades of such records (the manifest's, and a db row's at
+    /// adoption), once each.
+    pub fn legacy_nic(kernel_cmdline: &str) -> Option<Nic> {
+        kernel_cmdline
+            .split_whitespace()
+            .any(|t| t.starts_with("forkvm.ip="))
+            .then(Nic::standard)
+    }
 }
 
 impl MachineSpec {
@@ -174,7 +226,8 @@ impl MachineSpec {
     /// The argument vector of a jailed QEMU (`jailed`: with the seccomp
     /// filter), whose tap, if it has one, is already open as `tap_fd`.
     pub fn args(&self, jailed: bool, tap_fd: Option<i32>) -> Vec<String> {
-        let mem = format!("{}M", self.memory_mib);
+        let c = &self.config;
+        let mem = format!("{}M", c.memory_mib);
         let mut backend = format!(
             "memory-backend-file,id=mem,size={mem},mem-path={},share={}",
             self.memory.path.display(),
@@ -183,7 +236,7 @@ impl MachineSpec {
         if self.memory.readonly {
             backend.push_str(",readonly=on,rom=off");
         }
-        let (accel, cpu) = match self.accel {
+        let (accel, cpu) = match c.accel {
             Accel::Kvm => ("kvm", "host"),
             // thread=multi runs each vCPU on its own host thread under TCG;
             // tb-size: see TCG_TB_SIZE_MIB.
@@ -193,23 +246,23 @@ impl MachineSpec {
             "-name".into(),
             format!("forkvm-{},process=forkvm-{}", self.name, self.name),
             "-M".into(),
-            format!("{},memory-backend=mem", self.machine),
+            format!("{},memory-backend=mem", c.machine),
             "-accel".into(),
             accel.into(),
             "-cpu".into(),
             cpu.into(),
             "-smp".into(),
-            self.cpus.to_string(),
+            c.cpus.to_string(),
             "-m".into(),
             mem,
             "-object".into(),
             backend,
             "-kernel".into(),
-            self.kernel.display().to_string(),
+            c.kernel.display().to_string(),
             "-initrd".into(),
-            self.initrd.display().to_string(),
+            c.initrd.display().to_string(),
             "-append".into(),
-            self.cmdline.clone(),
+            c.cmdline.clone(),
             "-nodefaults".into(),
             "-no-user-config".into(),
             "-display".into(),
@@ -239,7 +292,7 @@ impl MachineSpec {
             "-device".into(),
             format!(
                 "virtio-serial-device,max_ports={}",
-                if self.volume_socket.is_some() { 3 } else { 2 }
+                if c.volume_port { 3 } else { 2 }
             ),
             "-chardev".into(),
             format!(
@@ -254,18 +307,18 @@ impl MachineSpec {
             "-qmp".into(),
             format!("unix:{},server=on,wait=off", self.qmp_socket.display()),
         ];
-        if let Some(v) = &self.volume_socket {
+        if c.volume_port {
             a.push("-chardev".into());
             a.push(format!(
                 "socket,id=volumes,path={},server=on,wait=off",
-                v.display()
+                self.volume_socket.display()
             ));
             a.push("-device".into());
             a.push(format!(
                 "virtserialport,chardev=volumes,name={VOLUME_PORT_NAME},nr=2"
             ));
         }
-        if let Some(n) = &self.nic {
+        if let Some(n) = &c.nic {
             a.push("-netdev".into());
             a.push(match tap_fd {
                 Some(fd) => format!("tap,id=net0,fd={fd}"),
@@ -373,9 +426,8 @@ pub fn kernel_cmdline(hostname: &str, accel: Accel, extra: &str) -> String {
 mod tests {
     use super::*;
 
-    fn spec() -> MachineSpec {
-        MachineSpec {
-            name: "sb1".into(),
+    fn config() -> MachineConfig {
+        MachineConfig {
             machine: MACHINE.into(),
             accel: Accel::Tcg,
             memory_mib: 512,
@@ -383,6 +435,15 @@ mod tests {
             kernel: "/k".into(),
             initrd: "/i".into(),
             cmdline: kernel_cmdline("sb1", Accel::Tcg, ""),
+            volume_port: false,
+            nic: None,
+        }
+    }
+
+    fn spec() -> MachineSpec {
+        MachineSpec {
+            name: "sb1".into(),
+            config: config(),
             memory: MemoryBackend {
                 path: "/dev/shm/x".into(),
                 share: true,
@@ -390,16 +451,102 @@ mod tests {
             },
             root_disk: "/d.qcow2".into(),
             agent_socket: "/a.sock".into(),
-            volume_socket: None,
+            volume_socket: "/v.sock".into(),
             qmp_socket: "/q.sock".into(),
             console_log: "/c.log".into(),
             incoming: None,
             device_state_only: false,
             no_configuration_section: false,
-            nic: None,
             netns: None,
             later_reads: vec![],
         }
+    }
+
+    /// Every argument that depends on the config, rendered from it: the
+    /// flag and its value next to each other, so a reader needs no parse.
+    #[test]
+    fn the_config_renders_every_argument_it_decides() {
+        let mut s = spec();
+        s.config.volume_port = true;
+        s.config.nic = Some(Nic::standard());
+        s.config.cpus = 3;
+        let a = s.to_args();
+        let val = |flag: &str| {
+            let i = a.iter().position(|x| x == flag).unwrap();
+            a[i + 1].clone()
+        };
+        assert_eq!(val("-smp"), "3");
+        assert_eq!(val("-m"), "512M");
+        assert_eq!(val("-kernel"), "/k");
+        assert_eq!(val("-initrd"), "/i");
+        assert_eq!(val("-append"), s.config.cmdline);
+        let j = a.join(" ");
+        assert!(j.contains("virtio-serial-device,max_ports=3"), "{j}");
+        assert!(j.contains("socket,id=volumes,path=/v.sock,server=on,wait=off"));
+        assert!(j.contains("virtserialport,chardev=volumes,name=org.forkvm.volumes.0,nr=2"));
+        assert!(j.contains("virtio-net-device,netdev=net0,mac=02:fc:00:00:00:02"));
+        assert!(j.contains("-netdev tap,id=net0,ifname=tap0,script=no,downscript=no"));
+        // Without the port and the NIC, neither device exists.
+        let j = spec().to_args().join(" ");
+        assert!(j.contains("max_ports=2") && !j.contains("volumes") && !j.contains("-netdev"));
+    }
+
+    #[test]
+    fn the_config_round_trips_through_json() {
+        let mut c = config();
+        c.nic = Some(Nic::standard());
+        c.volume_port = true;
+        let j = serde_json::to_string(&c).unwrap();
+        assert!(j.contains("\"accel\":\"tcg\""), "{j}");
+        assert_eq!(serde_json::from_str::<MachineConfig>(&j).unwrap(), c);
+        // Optional parts may be left out: no port, no NIC.
+        let mut v: serde_json::Value = serde_json::to_value(config()).unwrap();
+        v.as_object_mut().unwrap().remove("volume_port");
+        v.as_object_mut().unwrap().remove("nic");
+        assert_eq!(
+            serde_json::from_value::<MachineConfig>(v).unwrap(),
+            config()
+        );
+    }
+
+    /// A garbled or incomplete config is an error naming the field, never a
+    /// panic or a silent default.
+    #[test]
+    fn a_garbled_config_is_an_error_that_names_the_field() {
+        let mut v: serde_json::Value = serde_json::to_value(config()).unwrap();
+        v.as_object_mut().unwrap().remove("memory_mib");
+        let e = serde_json::from_value::<MachineConfig>(v).unwrap_err();
+        assert!(e.to_string().contains("memory_mib"), "{e}");
+        let mut v: serde_json::Value = serde_json::to_value(config()).unwrap();
+        v["accel"] = "xen".into();
+        let e = serde_json::from_value::<MachineConfig>(v).unwrap_err();
+        assert!(e.to_string().contains("xen"), "{e}");
+        let mut v: serde_json::Value = serde_json::to_value(config()).unwrap();
+        v["nic"] = serde_json::json!({"tap": "tap0"});
+        let e = serde_json::from_value::<MachineConfig>(v).unwrap_err();
+        assert!(e.to_string().contains("mac"), "{e}");
+        assert!(serde_json::from_str::<MachineConfig>("").is_err());
+        assert!(serde_json::from_str::<MachineConfig>("[1,2]").is_err());
+    }
+
+    #[test]
+    fn a_legacy_nic_is_read_from_whole_kernel_parameters() {
+        let with = |s: &str| MachineConfig::legacy_nic(s).is_some();
+        assert!(with(
+            "console=ttyS0 forkvm.ip=172.16.0.2/30 forkvm.gw=172.16.0.1"
+        ));
+        assert!(with("forkvm.ip=172.16.0.2/30"));
+        assert!(with("  a\tforkvm.ip=x  "));
+        assert_eq!(
+            MachineConfig::legacy_nic("forkvm.ip=1"),
+            Some(Nic::standard())
+        );
+        // Not a parameter of its own, or no address at all.
+        assert!(!with("console=ttyS0 xforkvm.ip=172.16.0.2/30"));
+        assert!(!with("forkvm.ipv6=1 forkvm.gw=1.2.3.4"));
+        assert!(!with("forkvm.ip"));
+        assert!(!with(""));
+        assert!(!with("\u{fffd}\u{0}"));
     }
 
     #[test]
@@ -438,7 +585,7 @@ mod tests {
         let i = a.iter().position(|x| x == "-accel").unwrap();
         assert_eq!(a[i + 1], TCG_ACCEL);
         let mut k = spec();
-        k.accel = Accel::Kvm;
+        k.config.accel = Accel::Kvm;
         let a = k.to_args();
         let i = a.iter().position(|x| x == "-accel").unwrap();
         assert_eq!(a[i + 1], "kvm");
@@ -451,20 +598,17 @@ mod tests {
         s.memory.readonly = true;
         s.memory.share = false;
         s.incoming = Some("defer".into());
-        s.accel = Accel::Kvm;
+        s.config.accel = Accel::Kvm;
         let a = s.to_args().join(" ");
         assert!(a.contains("share=off,readonly=on,rom=off"));
         assert!(a.contains("-incoming defer"));
         assert!(a.contains("-accel kvm -cpu host"));
-        s.machine = LEGACY_MACHINE.into();
+        s.config.machine = LEGACY_MACHINE.into();
         assert!(s
             .to_args()
             .join(" ")
             .contains("-M microvm,acpi=on,memory-backend=mem"));
-        s.nic = Some(Nic {
-            tap: "tap0".into(),
-            mac: "02:fc:00:00:00:02".into(),
-        });
+        s.config.nic = Some(Nic::standard());
         let a = s.to_args().join(" ");
         assert!(a.contains("-netdev tap,id=net0,ifname=tap0,script=no,downscript=no"));
         assert!(a.contains("-device virtio-net-device,netdev=net0,mac=02:fc:00:00:00:02"));

@@ -61,7 +61,7 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 pub use manifest::{
-    Artefact, MachineInfo, Manifest, ManifestError, ParentRef, SnapVolume, VOLUMES_DIR,
+    Artefact, MachineConfig, Manifest, ManifestError, ParentRef, SnapVolume, VOLUMES_DIR,
 };
 
 /// The manifest file name.

@@ -17,17 +17,29 @@
 //!
 //! Compatibility rule: [`FORMAT_VERSION`] is bumped when a field changes
 //! meaning or a required field is added. A reader accepts exactly the
-//! versions it knows (today: 1) and refuses a newer one with a message to
-//! upgrade forkvm; it never guesses. New optional body fields may be added
-//! without a bump (unknown body fields are ignored on read).
+//! versions it knows (today: 1 and 2) and refuses a newer one with a message
+//! to upgrade forkvm; it never guesses. An older version is upgraded once,
+//! at load, in memory (the file and its digest stay as they are). New
+//! optional body fields may be added without a bump (unknown body fields
+//! are ignored on read).
+//!
+//! Versions:
+//! - 1: `machine` held the machine's facts loosely: the kernel command line
+//!   (whose `forkvm.ip=` said whether there was a NIC), the `-M` options
+//!   (absent before they were recorded) and a `volume_port` flag.
+//! - 2: `machine` is the typed [`MachineConfig`] of `forkvm-qemu`, the
+//!   same value the daemon renders QEMU's arguments from ([`upgrade_v1`]
+//!   derives it from a version 1 body).
 
+use forkvm_qemu::spec::LEGACY_MACHINE;
+pub use forkvm_qemu::MachineConfig;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"FORKVMSN";
 /// The manifest format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Largest manifest body accepted.
 pub const MAX_BODY: u32 = 1 << 20;
 
@@ -53,30 +65,6 @@ pub struct ParentRef {
     pub manifest_sha256: String,
 }
 
-/// The machine a snapshot can be restored into. A restore must recreate it
-/// exactly (QEMU's migration stream requires the same devices and RAM size).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MachineInfo {
-    pub memory_mib: u32,
-    pub cpus: u32,
-    /// `kvm` or `tcg`.
-    pub accel: String,
-    pub kernel: String,
-    pub initrd: String,
-    pub cmdline: String,
-    /// QEMU's `-M` options (without the memory backend), for example
-    /// `microvm,acpi=on,pic=off,pit=off`. The migration stream holds a
-    /// section per device, so a restore must create the same devices.
-    /// Absent in snapshots made before the option was recorded: those were
-    /// all `microvm,acpi=on` (with the PIC and the PIT).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub machine: Option<String>,
-    /// The machine has the volume port (docs/volumes.md); its restores must
-    /// have it too. Absent in snapshots made before volumes existed.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub volume_port: bool,
-}
-
 /// The manifest body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -90,7 +78,10 @@ pub struct Manifest {
     pub source: String,
     pub image: String,
     pub qemu_version: String,
-    pub machine: MachineInfo,
+    /// The machine a snapshot can be restored into. A restore must recreate
+    /// it exactly (QEMU's migration stream requires the same devices and
+    /// RAM size).
+    pub machine: MachineConfig,
     /// The base image the disk layer chain ends in.
     pub base_image: String,
     pub artefacts: Vec<Artefact>,
@@ -141,7 +132,7 @@ pub enum ManifestError {
     BadMagic,
     #[error("snapshot manifest is truncated ({0} bytes)")]
     Truncated(usize),
-    #[error("snapshot format version {0} is not supported by this forkvm (it reads version {FORMAT_VERSION}); upgrade forkvm or re-create the snapshot")]
+    #[error("snapshot format version {0} is not supported by this forkvm (it reads versions 1 to {FORMAT_VERSION}); upgrade forkvm or re-create the snapshot")]
     Version(u32),
     #[error("snapshot manifest body of {0} bytes is over the limit")]
     TooLarge(u32),
@@ -187,10 +178,12 @@ impl Manifest {
         }
         // The version is checked after the checksum, so a corrupted version
         // field reads as corruption, not as "from the future".
-        if version != FORMAT_VERSION {
-            return Err(ManifestError::Version(version));
+        match version {
+            1 => upgrade_v1(&bytes[16..end]),
+            FORMAT_VERSION => serde_json::from_slice(&bytes[16..end])
+                .map_err(|e| ManifestError::Body(e.to_string())),
+            v => Err(ManifestError::Version(v)),
         }
-        serde_json::from_slice(&bytes[16..end]).map_err(|e| ManifestError::Body(e.to_string()))
     }
 
     /// The digest that identifies a manifest file (children record it).
@@ -202,6 +195,60 @@ impl Manifest {
     pub fn artefact(&self, kind: &str) -> Option<&Artefact> {
         self.artefacts.iter().find(|a| a.kind == kind)
     }
+}
+
+/// The `machine` of a version 1 body.
+#[derive(Deserialize)]
+struct MachineV1 {
+    memory_mib: u32,
+    cpus: u32,
+    accel: String,
+    kernel: String,
+    initrd: String,
+    cmdline: String,
+    /// Absent in snapshots made before the options were recorded: those
+    /// were all [`LEGACY_MACHINE`] (with the PIC and the PIT).
+    #[serde(default)]
+    machine: Option<String>,
+    /// Absent in snapshots made before volumes existed.
+    #[serde(default)]
+    volume_port: bool,
+}
+
+/// Read a version 1 body: its `machine` becomes the typed
+/// [`MachineConfig`], once, here. The NIC is the one fact that was only in
+/// the kernel command line ([`MachineConfig::legacy_nic`]); a missing or
+/// garbled field is an error that names it.
+fn upgrade_v1(body: &[u8]) -> Result<Manifest, ManifestError> {
+    let bad = |what: String| ManifestError::Body(format!("(format version 1) {what}"));
+    let mut v: serde_json::Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| bad("the body is not a JSON object".into()))?;
+    let old = obj
+        .remove("machine")
+        .ok_or_else(|| bad("missing field `machine`".into()))?;
+    let old: MachineV1 = serde_json::from_value(old).map_err(|e| bad(format!("machine: {e}")))?;
+    let accel = old
+        .accel
+        .parse()
+        .map_err(|e: String| bad(format!("machine.accel: {e}")))?;
+    let config = MachineConfig {
+        machine: old.machine.unwrap_or_else(|| LEGACY_MACHINE.to_string()),
+        accel,
+        memory_mib: old.memory_mib,
+        cpus: old.cpus,
+        kernel: old.kernel.into(),
+        initrd: old.initrd.into(),
+        nic: MachineConfig::legacy_nic(&old.cmdline),
+        cmdline: old.cmdline,
+        volume_port: old.volume_port,
+    };
+    obj.insert(
+        "machine".into(),
+        serde_json::to_value(config).map_err(|e| bad(e.to_string()))?,
+    );
+    serde_json::from_value(v).map_err(|e| bad(e.to_string()))
 }
 
 /// Lower-case hex.
@@ -223,15 +270,16 @@ pub(crate) mod tests_support {
             source: "sb-1".into(),
             image: "default".into(),
             qemu_version: "10.0.2".into(),
-            machine: MachineInfo {
+            machine: MachineConfig {
                 memory_mib: 512,
                 cpus: 1,
-                accel: "tcg".into(),
+                accel: forkvm_qemu::Accel::Tcg,
                 kernel: "/k".into(),
                 initrd: "/i".into(),
                 cmdline: "console=ttyS0".into(),
-                machine: Some("microvm,acpi=on,pic=off,pit=off".into()),
+                machine: "microvm,acpi=on,pic=off,pit=off".into(),
                 volume_port: false,
+                nic: None,
             },
             base_image: "/images/default/rootfs.ext4".into(),
             artefacts: vec![Artefact {
@@ -262,29 +310,160 @@ mod tests {
         assert!(m.artefact("memory").is_some() && m.artefact("disk").is_none());
     }
 
-    /// Manifests written before the machine options were recorded still
-    /// read, with `machine: None` (restored into the legacy machine).
-    #[test]
-    fn a_manifest_without_machine_options_still_reads() {
-        let mut m = sample();
-        m.machine.machine = None;
-        let b = m.encode();
-        let body = std::str::from_utf8(&b[16..b.len() - 32]).unwrap();
-        assert!(!body.contains("\"machine\": \"microvm"), "{body}");
-        assert_eq!(Manifest::decode(&b).unwrap().machine.machine, None);
+    /// A manifest file of `version` with `body`, sealed as a writer would.
+    fn seal(version: u32, body: &str) -> Vec<u8> {
+        let mut b = MAGIC.to_vec();
+        b.extend(version.to_le_bytes());
+        b.extend((body.len() as u32).to_le_bytes());
+        b.extend(body.as_bytes());
+        let sum = Sha256::digest(&b);
+        b.extend(sum);
+        b
     }
 
-    /// Volumes and the volume port round-trip; a manifest from before
-    /// volumes (neither field written) reads as "no port, no volumes".
+    /// A version 1 body as forkvm wrote them, with `machine` replaced.
+    fn v1(machine: &str) -> Vec<u8> {
+        seal(
+            1,
+            &format!(
+                r#"{{"id": "sn-1", "tag": null, "parent": null,
+                    "created_at": "2026-01-01T00:00:00Z", "source": "sb-1",
+                    "image": "default", "qemu_version": "10.0.2",
+                    "machine": {machine},
+                    "base_image": "/b", "artefacts": []}}"#
+            ),
+        )
+    }
+
+    const V1_NIC: &str = r#"{"memory_mib": 512, "cpus": 2, "accel": "tcg",
+        "kernel": "/k", "initrd": "/i",
+        "cmdline": "console=ttyS0 forkvm.hostname=sb-1 forkvm.ip=172.16.0.2/30 forkvm.gw=172.16.0.1",
+        "machine": "microvm,acpi=on,pic=off,pit=off", "volume_port": true}"#;
+
+    /// Version 1 manifests load, their machine derived once from the old
+    /// fields: the NIC from the kernel command line, the legacy machine
+    /// when no options were recorded, no port when none was.
     #[test]
-    fn volumes_round_trip_and_old_manifests_have_none() {
+    fn a_version_1_manifest_is_upgraded_at_load() {
+        let m = Manifest::decode(&v1(V1_NIC)).unwrap();
+        assert_eq!(
+            m.machine,
+            MachineConfig {
+                machine: "microvm,acpi=on,pic=off,pit=off".into(),
+                accel: forkvm_qemu::Accel::Tcg,
+                memory_mib: 512,
+                cpus: 2,
+                kernel: "/k".into(),
+                initrd: "/i".into(),
+                cmdline: "console=ttyS0 forkvm.hostname=sb-1 forkvm.ip=172.16.0.2/30 \
+                          forkvm.gw=172.16.0.1"
+                    .into(),
+                volume_port: true,
+                nic: Some(forkvm_qemu::Nic::standard()),
+            }
+        );
+        assert_eq!(m.id, "sn-1");
+        // The oldest shape: no options, no port, no network.
+        let m = Manifest::decode(&v1(
+            r#"{"memory_mib": 256, "cpus": 1, "accel": "kvm", "kernel": "/k",
+                "initrd": "/i", "cmdline": "console=ttyS0 panic=1"}"#,
+        ))
+        .unwrap();
+        assert_eq!(m.machine.machine, LEGACY_MACHINE);
+        assert_eq!(m.machine.accel, forkvm_qemu::Accel::Kvm);
+        assert!(!m.machine.volume_port && m.machine.nic.is_none());
+        // Odd command lines: a lookalike parameter is no NIC; an empty one
+        // is fine.
+        for (cmdline, nic) in [
+            ("xforkvm.ip=1 forkvm.ipx", false),
+            ("", false),
+            ("\tforkvm.ip=10.0.0.2/30\n", true),
+        ] {
+            let m = Manifest::decode(&v1(&format!(
+                r#"{{"memory_mib": 1, "cpus": 1, "accel": "tcg", "kernel": "",
+                    "initrd": "", "cmdline": {}}}"#,
+                serde_json::Value::from(cmdline)
+            )))
+            .unwrap();
+            assert_eq!(m.machine.nic.is_some(), nic, "{cmdline:?}");
+        }
+        // Written back, it is a version 2 file that reads the same.
+        let m = Manifest::decode(&v1(V1_NIC)).unwrap();
+        let b = m.encode();
+        assert_eq!(b[8..12], 2u32.to_le_bytes());
+        assert_eq!(Manifest::decode(&b).unwrap(), m);
+    }
+
+    /// A version 1 body with a missing or garbled machine is refused with an
+    /// error naming what is wrong, never a panic or a guess.
+    #[test]
+    fn a_garbled_version_1_machine_is_a_clear_error() {
+        let err = |machine: &str| match Manifest::decode(&v1(machine)) {
+            Err(ManifestError::Body(e)) => e,
+            other => panic!("{machine}: {other:?}"),
+        };
+        let e = err(
+            r#"{"memory_mib": 1, "cpus": 1, "accel": "xen", "kernel": "",
+                        "initrd": "", "cmdline": ""}"#,
+        );
+        assert!(e.contains("machine.accel") && e.contains("xen"), "{e}");
+        let e = err(r#"{"memory_mib": 1, "cpus": 1, "accel": "tcg", "kernel": "", "initrd": ""}"#);
+        assert!(e.contains("cmdline"), "{e}");
+        let e = err(
+            r#"{"memory_mib": "lots", "cpus": 1, "accel": "tcg", "kernel": "",
+                        "initrd": "", "cmdline": ""}"#,
+        );
+        assert!(e.contains("machine:") && e.contains("lots"), "{e}");
+        let e = err(r#""microvm""#);
+        assert!(e.contains("machine"), "{e}");
+        let e = err("null");
+        assert!(e.contains("machine"), "{e}");
+        for body in ["[]", "{}", "not json", ""] {
+            assert!(
+                matches!(
+                    Manifest::decode(&seal(1, body)),
+                    Err(ManifestError::Body(_))
+                ),
+                "{body}"
+            );
+        }
+    }
+
+    /// A version 2 machine with a field missing or garbled is refused too.
+    #[test]
+    fn a_garbled_version_2_machine_is_a_clear_error() {
+        let m = sample().encode();
+        let body = std::str::from_utf8(&m[16..m.len() - 32]).unwrap();
+        for (from, to, says) in [
+            ("\"cpus\": 1,", "", "cpus"),
+            ("\"accel\": \"tcg\"", "\"accel\": \"arm\"", "arm"),
+            ("\"nic\": null", "\"nic\": {\"tap\": \"tap0\"}", "mac"),
+            (
+                "\"nic\": null",
+                "\"nic\": {\"tap\": 7, \"mac\": \"m\"}",
+                "integer `7`",
+            ),
+        ] {
+            assert!(body.contains(from), "{body}");
+            match Manifest::decode(&seal(2, &body.replacen(from, to, 1))) {
+                Err(ManifestError::Body(e)) => assert!(e.contains(says), "{e}"),
+                other => panic!("{from}: {other:?}"),
+            }
+        }
+    }
+
+    /// Volumes and the volume port round-trip; a manifest without volumes
+    /// writes none.
+    #[test]
+    fn volumes_round_trip() {
         let old = sample().encode();
         let body = std::str::from_utf8(&old[16..old.len() - 32]).unwrap();
-        assert!(!body.contains("volume"), "{body}");
+        assert!(!body.contains("\"volumes\""), "{body}");
         let m = Manifest::decode(&old).unwrap();
         assert!(!m.machine.volume_port && m.volumes.is_none());
         let mut m = sample();
         m.machine.volume_port = true;
+        m.machine.nic = Some(forkvm_qemu::Nic::standard());
         m.volumes = Some(vec![SnapVolume {
             index: 0,
             source: "data".into(),
@@ -337,11 +516,11 @@ mod tests {
     fn a_newer_version_is_refused_with_advice() {
         let mut b = sample().encode();
         let end = b.len() - 32;
-        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
         let sum = Sha256::digest(&b[..end]);
         b[end..].copy_from_slice(&sum);
         let e = Manifest::decode(&b).unwrap_err();
-        assert_eq!(e, ManifestError::Version(2));
+        assert_eq!(e, ManifestError::Version(3));
         assert!(e.to_string().contains("upgrade forkvm"));
     }
 
@@ -357,13 +536,9 @@ mod tests {
 
     #[test]
     fn body_that_is_not_a_manifest_is_refused() {
-        let body = br#"{"id": 5}"#;
-        let mut b = MAGIC.to_vec();
-        b.extend(FORMAT_VERSION.to_le_bytes());
-        b.extend((body.len() as u32).to_le_bytes());
-        b.extend(body);
-        let sum = Sha256::digest(&b);
-        b.extend(sum);
+        let b = seal(FORMAT_VERSION, r#"{"id": 5}"#);
         assert!(matches!(Manifest::decode(&b), Err(ManifestError::Body(_))));
+        let b = seal(0, r#"{"id": 5}"#);
+        assert_eq!(Manifest::decode(&b), Err(ManifestError::Version(0)));
     }
 }

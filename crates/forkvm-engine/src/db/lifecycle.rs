@@ -213,7 +213,7 @@ impl Db {
     /// Record a sandbox as paused (`pid` cleared).
     pub fn set_paused(&self, id: &str) -> Result<(), DbError> {
         self.lock().execute(
-            "UPDATE sandboxes SET state='paused', pid=NULL WHERE id=?1",
+            "UPDATE sandboxes SET state='paused', pid=NULL, qemu=NULL WHERE id=?1",
             params![id],
         )?;
         self.sandbox_changed(id, Action::Updated);

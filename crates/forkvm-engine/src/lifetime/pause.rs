@@ -209,7 +209,7 @@ impl Manager {
             &format!("resume of sandbox {id}"),
         )?;
         let snap = self.open_verified(&snapshot).await?;
-        let nic = crate::net::Net::has_nic(&snap.manifest.machine.cmdline);
+        let nic = snap.manifest.machine.nic.is_some();
         let net = self.net.validate_resume(l.paused_net.as_ref(), nic)?;
         // `starting` claims it: a second resume, a removal or the sweeper
         // leave it alone until this one ends.

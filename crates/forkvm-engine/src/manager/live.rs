@@ -26,8 +26,11 @@ pub struct Live {
     pub paths: SandboxPaths,
     /// Serialises operations that must not overlap (snapshots).
     pub op_lock: tokio::sync::Mutex<()>,
-    /// The guest kernel command line (a snapshot records it).
-    pub cmdline: String,
+    /// Which process its QEMU is (pid reuse: see `QemuId`).
+    pub qemu: forkvm_qemu::process::QemuId,
+    /// The machine it runs (a snapshot records it; its NIC and volume port
+    /// are read here, never from the process).
+    pub machine: forkvm_qemu::MachineConfig,
     /// A background stream is shortening its disk chain (crate::compact).
     pub streaming: std::sync::atomic::AtomicBool,
     /// One stream task at a time, from its first block-graph query to its

@@ -23,7 +23,7 @@ pub use pools::{Pending, Pools, Prepared, MAX_POOL};
 /// The sandbox manager: the daemon's core.
 pub struct Manager {
     pub cfg: Config,
-    pub(crate) db: Db,
+    pub db: Db,
     pub accel: AccelChoice,
     pub qemu_version: String,
     pub live: Mutex<HashMap<String, Arc<Live>>>,

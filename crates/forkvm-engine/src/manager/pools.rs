@@ -13,7 +13,10 @@ pub struct Prepared {
     pub id: String,
     pub paths: SandboxPaths,
     pub child: tokio::process::Child,
-    pub pid: u32,
+    /// Which process it is (pid and start time).
+    pub qemu: forkvm_qemu::process::QemuId,
+    /// The machine it was started as.
+    pub machine: forkvm_qemu::MachineConfig,
     pub qmp: Arc<Qmp>,
     pub prepare_ms: f64,
     pub qemu_start_ms: f64,

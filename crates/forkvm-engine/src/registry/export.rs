@@ -108,7 +108,7 @@ impl Manager {
             if let Some(i) = inode(&disk) {
                 disk_inodes.push((i, m.id.clone()));
             }
-            let accel = m.machine.accel.clone();
+            let accel = m.machine.accel.to_string();
             let (kernel, initrd) = (
                 PathBuf::from(&m.machine.kernel),
                 PathBuf::from(&m.machine.initrd),
@@ -154,11 +154,7 @@ impl Manager {
                 requires: Requires {
                     arch: std::env::consts::ARCH.into(),
                     qemu: m.qemu_version.clone(),
-                    machine: m
-                        .machine
-                        .machine
-                        .clone()
-                        .unwrap_or_else(|| forkvm_qemu::spec::LEGACY_MACHINE.to_string()),
+                    machine: m.machine.machine.clone(),
                     cpu_model: if accel == "kvm" { "host" } else { "max" }.into(),
                     cpu_vendor: vendor.clone(),
                     cpu_flags: if accel == "kvm" {

@@ -258,8 +258,8 @@ impl Manager {
             matches!(l.config.disk_backing, DiskBacking::Image),
         )
         .await?;
-        m.machine.kernel = self.cfg.kernel().display().to_string();
-        m.machine.initrd = self.cfg.initrd().display().to_string();
+        m.machine.kernel = self.cfg.kernel();
+        m.machine.initrd = self.cfg.initrd();
         m.base_image = self.cfg.image_rootfs(image).display().to_string();
         m.image = image.to_string();
         m.tag = tag.map(String::from);

@@ -280,8 +280,9 @@ impl Manager {
 
     /// Directories under `sandboxes/` with no row belong to nobody: pooled
     /// processes of a daemon that died, or a crash mid-spawn. Kill their QEMU
-    /// (checked by pid file and command line) and delete them.
-    pub fn reap_orphans(&self) {
+    /// (the process their pid file records, if it still runs as recorded)
+    /// and delete them.
+    pub async fn reap_orphans(&self) {
         let Ok(rd) = std::fs::read_dir(self.cfg.sandboxes_dir()) else {
             return;
         };
@@ -293,12 +294,9 @@ impl Manager {
                 continue;
             }
             let paths = self.cfg.sandbox_paths(&id);
-            if let Some(pid) = std::fs::read_to_string(paths.dir.join("qemu.pid"))
-                .ok()
-                .and_then(|s| s.trim().parse::<u32>().ok())
-            {
-                if process::is_our_qemu(pid, &id) {
-                    process::kill(pid, libc::SIGKILL);
+            if let Some(q) = crate::cleanup::recorded_qemu(&paths.dir).await {
+                if process::is_our_qemu(&q) {
+                    process::kill(q.pid, libc::SIGKILL);
                 }
             }
             paths.remove_all();

@@ -268,7 +268,7 @@ impl Manager {
     /// Mount freshly asked-for volumes in a running sandbox.
     pub async fn attach_volumes(&self, id: &str, r: &Resolved) -> Result<(), EngineError> {
         let live = self.running(id)?;
-        if forkvm_qemu::process::has_volume_port(live.pid) != Some(true) {
+        if !live.machine.volume_port {
             return Err(EngineError::invalid(format!(
                 "sandbox {id} cannot mount volumes: its machine was made before volumes \
                  existed. Spawn from an image, or from a snapshot taken since"

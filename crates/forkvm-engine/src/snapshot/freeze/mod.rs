@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use forkvm_api::SnapshotTimings;
 use forkvm_qemu::{migrate, Qmp};
-use forkvm_store::{crash, MachineInfo, Manifest};
+use forkvm_store::{crash, Manifest};
 
 use crate::db::{Origin, SnapshotRow};
 use crate::error::EngineError;
@@ -93,14 +93,6 @@ impl Manager {
         // and the host directories at the instant saved (crate::volumes).
         // They resume when `vols` is dropped, on every path out of here.
         let vols = self.hold_volumes(id).await?;
-        // The devices of the running QEMU, which the snapshot's restores
-        // must recreate (a clone of an old snapshot still has the PIC/PIT).
-        let machine = forkvm_qemu::process::machine_arg(live.pid).ok_or_else(|| {
-            EngineError::internal(format!(
-                "cannot read the machine options of sandbox {id}'s QEMU (pid {}); is it still running?",
-                live.pid
-            ))
-        })?;
         let snap_id = self.new_id("sn");
         let live_mode = how == Save::Live;
         // A clone's RAM is a private mapping of a chain's base image (or
@@ -409,16 +401,10 @@ impl Manager {
             source: id.to_string(),
             image: row.image.clone(),
             qemu_version: self.qemu_version.clone(),
-            machine: MachineInfo {
-                memory_mib: row.memory_mib,
-                cpus: row.cpus,
-                accel: row.accel.clone(),
-                kernel: self.cfg.kernel().display().to_string(),
-                initrd: self.cfg.initrd().display().to_string(),
-                cmdline: live.cmdline.clone(),
-                machine: Some(machine),
-                volume_port: forkvm_qemu::process::has_volume_port(live.pid).unwrap_or(false),
-            },
+            // The machine the sandbox runs, which the snapshot's restores
+            // must recreate (a clone of an old snapshot still has the
+            // PIC/PIT, one from before volumes no volume port).
+            machine: live.machine.clone(),
             base_image: self.cfg.image_rootfs(&row.image).display().to_string(),
             artefacts,
             ram_format: live_mode.then(|| "mapped-ram".to_string()),
