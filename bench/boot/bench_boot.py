@@ -29,7 +29,6 @@ import argparse
 import datetime as dt
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -357,7 +356,7 @@ def main() -> int:
                     help=f"allow --runs < {MIN_RUNS} (or --loop < {boot_loop.LOOP_MIN}); "
                          "results are marked SMOKE")
     ap.add_argument("--memory", type=int, default=512, help="guest RAM in MiB")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
     if args.loop is not None:
         if args.runs is not None:
@@ -440,23 +439,5 @@ def main() -> int:
     return 0
 
 
-def _interrupt(signum, _frame):
-    # Once: a second Ctrl-C must not cut the clean-up short.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
-    # sandbox, QEMU process, RAM file and the temp home are still cleaned up.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_boot: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_boot: interrupted", file=sys.stderr)
-        sys.exit(130)
+    rp.run_main("bench_boot", main)

@@ -79,7 +79,6 @@ import datetime as dt
 import math
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -158,39 +157,12 @@ MODE_STYLE = {
 }
 
 
-JAILED, UNJAILED = "jailed", "unjailed"
-JAIL_ORDER = [JAILED, UNJAILED, UNJAILED, JAILED]  # ABBA: drift weighs on both sides alike
-
-
-def jail_env(side: str) -> dict:
-    """The daemon's jail setting, always explicit (an inherited FORKVM_NO_JAIL
-    must not change what a run is labelled)."""
-    return {"FORKVM_NO_JAIL": "1" if side == UNJAILED else "0"}
-
-
-def process_uid(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Uid:"):
-                return int(line.split()[1])
-    raise fb.BenchError(f"no Uid line in /proc/{pid}/status")
-
-
 def check_jail(c: "Ctx", sb: dict) -> int:
     """A jailed daemon's QEMU runs as a non-root uid, an unjailed one's as
     root; anything else fails the bench (a mislabelled run). Returns the uid."""
-    uid = process_uid(sb["pid"])
-    if (uid == 0) != (c.side == UNJAILED):
-        raise fb.BenchError(f"sandbox {sb.get('id')} of the {c.side} daemon runs QEMU pid "
-                            f"{sb['pid']} as uid {uid}: the jail setting is not what was asked")
+    uid = rp.check_side_uid(c.side, sb)
     c.uids.add(uid)
     return uid
-
-
-def split_runs(total: int, parts: int) -> list[int]:
-    """`total` runs over `parts` segments, as even as possible, earlier first."""
-    q, r = divmod(total, parts)
-    return [q + (i < r) for i in range(parts)]
 
 
 def source_of(mode: str) -> str:
@@ -220,7 +192,7 @@ class Ctx:
     """What every measurement needs: the daemon, the snapshots alive, the
     scratch dirs and the rows."""
 
-    def __init__(self, d: fb.Daemon, shm: str, args, side: str = JAILED):
+    def __init__(self, d: fb.Daemon, shm: str, args, side: str = rp.JAILED):
         self.d = d
         self.side = side                        # the daemon's jail setting
         self.uids: set[int] = set()             # QEMU uids seen (checked against side)
@@ -1079,7 +1051,7 @@ def jail_segment(seg: int, side: str, n: int, args, ctx: dict) -> list[dict]:
     print(f"==> jail comparison, segment {seg}: {side} daemon, {n} per mode and size",
           flush=True)
     shm = tempfile.mkdtemp(prefix="fvb-branch-", dir="/dev/shm")
-    with fb.Daemon(binary=args.binary, env=jail_env(side)) as d:
+    with fb.Daemon(binary=args.binary, env=rp.jail_env(side)) as d:
         c = Ctx(d, shm, args, side)
         c.check_others()
         try:
@@ -1126,13 +1098,13 @@ def jail_ratios(rows, args) -> list[dict]:
     out = []
     for exp, mode, size, key, label, nmode in jail_metrics(rows, args):
         sides = {}
-        for side in (JAILED, UNJAILED):
+        for side in (rp.JAILED, rp.UNJAILED):
             sides[side] = pstat([r for r in sel(rows, exp, mode, size) if r["jail"] == side], key)
-        if not (sides[JAILED]["n"] or sides[UNJAILED]["n"]):
+        if not (sides[rp.JAILED]["n"] or sides[rp.UNJAILED]["n"]):
             continue
         nv = pstat(sel(rows, "size", nmode, size)) if nmode else rp.summarize([])
-        j, u = sides[JAILED], sides[UNJAILED]
-        out.append({"label": label, JAILED: j, UNJAILED: u, "naive": nv, "naive_mode": nmode,
+        j, u = sides[rp.JAILED], sides[rp.UNJAILED]
+        out.append({"label": label, rp.JAILED: j, rp.UNJAILED: u, "naive": nv, "naive_mode": nmode,
                     "ratio_p50": ratio(j["p50"], u["p50"]), "ratio_p90": ratio(j["p90"], u["p90"]),
                     "jailed_vs_naive": ratio(j["p50"], nv["p50"]),
                     "unjailed_vs_naive": ratio(u["p50"], nv["p50"])})
@@ -1155,7 +1127,7 @@ def jail_section(rows, ctx, args, L) -> None:
     side_of = {r["segment"]: r["jail"] for r in jr}
     n = {s: len([r for r in jr if r["experiment"] == "jail_size" and r["mode"] == "live"
                  and r["jail"] == s and r["size_mib"] == args.jail_sizes[0]])
-         for s in (JAILED, UNJAILED)}
+         for s in (rp.JAILED, rp.UNJAILED)}
     uids = ctx.get("jail_uids") or {}
     L += ["After the experiments above, segments of one private daemon each, one at a time, in "
           "this order: " + ", ".join(f"{s} {side_of[s]}" for s in segs)
@@ -1166,7 +1138,7 @@ def jail_section(rows, ctx, args, L) -> None:
           + (f"; then it builds its own depth-{args.chain_depth} diff chain as in experiment 4 "
              "and spawns from depth 0 and from the head, alternately" if any(
                  r["experiment"] == "jail_chain" for r in jr) else "")
-          + f". {n[JAILED]} runs per metric jailed and {n[UNJAILED]} unjailed in all, split "
+          + f". {n[rp.JAILED]} runs per metric jailed and {n[rp.UNJAILED]} unjailed in all, split "
           "evenly over the segments of each side. Every QEMU's uid was checked: "
           + "; ".join(f"{s}: {', '.join(str(u) for u in sorted(v)[:4])}"
                       + (", …" if len(v) > 4 else "") for s, v in sorted(uids.items()))
@@ -1176,7 +1148,7 @@ def jail_section(rows, ctx, args, L) -> None:
           "unjailed ÷ naive |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in ratios:
-        j, u = r[JAILED], r[UNJAILED]
+        j, u = r[rp.JAILED], r[rp.UNJAILED]
         nv = (f"{fmt_ms(r['naive']['p50'])} ({r['naive_mode']})" if r["naive_mode"] else "–")
         L.append(f"| {r['label']} | {fmt_ms(j['p50'])} | {fmt_ms(j['p90'])} | "
                  f"{fmt_ms(u['p50'])} | {fmt_ms(u['p90'])} | **{r['ratio_p50']:.3f}×** | "
@@ -1196,7 +1168,7 @@ def jail_section(rows, ctx, args, L) -> None:
                  for s in segs]
         spread = max((max(v) / min(v) for v in (
             [c for c, s in zip(cells, segs) if side_of[s] == side and c == c]
-            for side in (JAILED, UNJAILED)) if len(v) > 1 and min(v) > 0), default=math.nan)
+            for side in (rp.JAILED, rp.UNJAILED)) if len(v) > 1 and min(v) > 0), default=math.nan)
         if any(v == v for v in cells):
             L.append(f"| {label} | " + " | ".join(fmt_ms(v) for v in cells)
                      + f" | {times(spread, 2)} |")
@@ -1931,7 +1903,7 @@ def write_results(path: Path, rows, ctx, args, plots: list[str]) -> None:
         f"branches of its clone. **chain** — {args.chain_runs} spawns from each of depth "
         f"0..{args.chain_depth} and the flattened snapshot" + (" (SMOKE)" if args.smoke else ""),
     ]
-    main_uids = sorted((ctx.get("jail_uids") or {}).get(JAILED, set()))
+    main_uids = sorted((ctx.get("jail_uids") or {}).get(rp.JAILED, set()))
     L += ["- **Jail:** every figure of experiments 1–4 is **jailed**: the daemon ran with "
           "`FORKVM_NO_JAIL=0`, and every source and clone QEMU was checked to run as a non-root "
           f"uid ({len(main_uids)} distinct, from {main_uids[0] if main_uids else '–'}). The "
@@ -2313,7 +2285,7 @@ def print_summary(rows, ctx, args) -> None:
     if ctx.get("jail"):
         print("\nJail cost (jailed ÷ unjailed, comparison segments; ms)")
         for r in ctx["jail"]:
-            j, u = r[JAILED], r[UNJAILED]
+            j, u = r[rp.JAILED], r[rp.UNJAILED]
             print(f"  {r['label']:<38} jailed {fmt_ms(j['p50'])}/{fmt_ms(j['p90'])}  unjailed "
                   f"{fmt_ms(u['p50'])}/{fmt_ms(u['p90'])}  ratio p50 {r['ratio_p50']:.3f}× "
                   f"p90 {r['ratio_p90']:.3f}×")
@@ -2323,16 +2295,6 @@ def print_summary(rows, ctx, args) -> None:
 
 
 # --------------------------------------------------------------------------
-
-
-def parse_list(s: str, what: str, ap) -> list[int]:
-    try:
-        v = sorted({int(x) for x in s.split(",") if x.strip()})
-    except ValueError:
-        ap.error(f"{what} takes a comma-separated list of integers")
-    if any(x < 0 for x in v):
-        ap.error(f"{what} takes non-negative integers")
-    return v
 
 
 def main() -> int:
@@ -2385,11 +2347,11 @@ def main() -> int:
     ap.add_argument("--jail-sizes", default="512,2048", help="guest sizes of the jail comparison")
     ap.add_argument("--jail-chain", action=argparse.BooleanOptionalAction, default=True,
                     help="include chain spawns (depth 0 and the deepest) in the jail comparison")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
-    args.sizes = parse_list(args.sizes, "--sizes", ap)
-    args.dirty = parse_list(args.dirty, "--dirty", ap)
-    args.jail_sizes = parse_list(args.jail_sizes, "--jail-sizes", ap)
+    args.sizes = rp.int_list(args.sizes, "--sizes", ap)
+    args.dirty = rp.int_list(args.dirty, "--dirty", ap)
+    args.jail_sizes = rp.int_list(args.jail_sizes, "--jail-sizes", ap)
     if args.jail_runs is None:
         args.jail_runs = args.runs
     if args.jail_compare and (args.jail_runs < 2 or not args.jail_sizes
@@ -2433,9 +2395,9 @@ def main() -> int:
     c = None
     rows: list[dict] = []
     try:
-        with fb.Daemon(binary=args.binary, env=jail_env(JAILED)) as d:
+        with fb.Daemon(binary=args.binary, env=rp.jail_env(rp.JAILED)) as d:
             home = d.home
-            c = Ctx(d, shm, args, JAILED)
+            c = Ctx(d, shm, args, rp.JAILED)
             rows = c.rows
             try:
                 info = d.api.info()
@@ -2486,18 +2448,18 @@ def main() -> int:
                     print(f"cleanup: {p} still exists", flush=True)
     if c is None or "info" not in ctx:
         return 1
-    ctx["jail_uids"] = {JAILED: set(c.uids)}
+    ctx["jail_uids"] = {rp.JAILED: set(c.uids)}
     ctx["others"].update(c.others)
     ctx["busy_runs"] += c.busy_runs
     for r in rows:
-        r.setdefault("jail", JAILED)
+        r.setdefault("jail", rp.JAILED)
         r.setdefault("segment", "main")
     # The jail comparison: one daemon at a time, ABBA.
     if args.jail_compare and not ctx.get("error"):
-        per_side = {s: split_runs(args.jail_runs, JAIL_ORDER.count(s)) for s in (JAILED, UNJAILED)}
+        per_side = {s: rp.split_runs(args.jail_runs, rp.JAIL_ORDER.count(s)) for s in (rp.JAILED, rp.UNJAILED)}
         try:
-            for seg, side in enumerate(JAIL_ORDER, start=1):
-                n = per_side[side][JAIL_ORDER[:seg - 1].count(side)]
+            for seg, side in enumerate(rp.JAIL_ORDER, start=1):
+                n = per_side[side][rp.JAIL_ORDER[:seg - 1].count(side)]
                 rows += jail_segment(seg, side, n, args, ctx)
         except (fb.BenchError, OSError) as e:
             ctx["error"] = f"jail comparison: {e}"
@@ -2521,22 +2483,5 @@ def main() -> int:
     return 1 if ctx.get("error") else 0
 
 
-def _interrupt(signum, _frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
-    # sandbox, snapshot, QEMU process, RAM file and the temp home are cleaned up.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_branch: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_branch: interrupted", file=sys.stderr)
-        sys.exit(130)
+    rp.run_main("bench_branch", main)

@@ -290,7 +290,7 @@ def main() -> int:
     ap.add_argument("--image-gib", type=int, default=24, help="size of each loop filesystem")
     ap.add_argument("--settle", type=float, default=2.0, metavar="SECONDS")
     ap.add_argument("--smoke", action="store_true", help=f"allow --runs below {MIN_RUNS}")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
     if args.runs < MIN_RUNS and not args.smoke:
         ap.error(f"--runs below {MIN_RUNS} needs --smoke")
@@ -312,8 +312,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_branchpoint: {e}", file=sys.stderr)
-        sys.exit(1)
+    rp.run_main("bench_branchpoint", main, on_signal=None)

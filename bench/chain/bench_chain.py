@@ -225,8 +225,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_chain: {e}", file=sys.stderr)
-        sys.exit(1)
+    rp.run_main("bench_chain", main, on_signal=None)

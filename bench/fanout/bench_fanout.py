@@ -481,7 +481,7 @@ def main() -> int:
                          "(default: leave it out, i.e. the daemon's default, true)")
     ap.add_argument("--exec-timeout", type=float, default=600.0, metavar="SECONDS")
     ap.add_argument("--call-timeout", type=float, default=1800.0, metavar="SECONDS")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not args.modes or any(m not in MODES for m in args.modes):
@@ -592,4 +592,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rp.run_main("bench_fanout", main, on_signal=None)

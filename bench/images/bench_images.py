@@ -49,7 +49,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -715,11 +714,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    # SIGTERM (e.g. from `timeout`) unwinds like an error, so the registry,
-    # the daemon and the temp files are still cleaned up.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_images: {e}", file=sys.stderr)
-        sys.exit(1)
+    rp.run_main("bench_images", main, on_signal="exit")

@@ -96,12 +96,6 @@ def segment_order(rounds: int) -> list[str]:
     return out
 
 
-def split_runs(total: int, parts: int) -> list[int]:
-    """`total` runs over `parts` segments, as even as possible, earlier first."""
-    q, r = divmod(total, parts)
-    return [q + (i < r) for i in range(parts)]
-
-
 def values(rows, case: str, side: str, metric: str) -> list[float]:
     return [r[metric] for r in rows if r.get("case") == case and r.get("side") == side
             and r.get(metric) is not None]
@@ -639,7 +633,7 @@ def main() -> int:
     shares = {}
     for side in (JAILED, UNJAILED):
         segs = [i for i, s in enumerate(order) if s == side]
-        split = {k: split_runs(n, per_side) for k, n in (
+        split = {k: rp.split_runs(n, per_side) for k, n in (
             ("spawn", a.runs), ("cold", a.cold_runs), ("branch", a.runs), ("naive", a.runs),
             ("memory", a.mem_runs))}
         for j, seg in enumerate(segs):
@@ -675,4 +669,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rp.run_main("bench_jail", main, on_signal=None)

@@ -55,7 +55,6 @@ import os
 import random
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -1180,22 +1179,5 @@ def main() -> int:
     return 0
 
 
-def _interrupt(signum, _frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks: the clients
-    # stop and remove what they made, the daemon is stopped and its home removed.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_load: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_load: interrupted", file=sys.stderr)
-        sys.exit(130)
+    rp.run_main("bench_load", main)

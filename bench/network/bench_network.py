@@ -54,7 +54,6 @@ import math
 import os
 import secrets
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -1398,7 +1397,7 @@ def main() -> int:
                     help="iperf3 -t (default 10)")
     ap.add_argument("--iperf-runs", type=int, default=3, help="iperf3 runs per direction "
                     "(0: skip the throughput part)")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
     series_list = [s.strip() for s in args.series.split(",") if s.strip()]
     bad = [s for s in series_list if s not in SERIES]
@@ -1657,22 +1656,5 @@ def main() -> int:
     return 0
 
 
-def _interrupt(signum, _frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
-    # sandbox, snapshot, QEMU process, namespace, veth and nft table is removed.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_network: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_network: interrupted", file=sys.stderr)
-        sys.exit(130)
+    rp.run_main("bench_network", main)

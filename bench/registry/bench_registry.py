@@ -1140,7 +1140,7 @@ def main() -> int:
     ap.add_argument("--data-mib", type=int, default=64, help="random data each sandbox writes")
     ap.add_argument("--no-chunk-sizes", action="store_true",
                     help="skip the offline chunk-size analysis")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
     if args.runs < 1 or args.data_mib < 1:
         ap.error("--runs and --data-mib must be positive")
@@ -1178,11 +1178,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    # SIGTERM (e.g. from `timeout`) unwinds like an error, so the registry,
-    # the daemons and the temp files are still cleaned up.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_registry: {e}", file=sys.stderr)
-        sys.exit(1)
+    rp.run_main("bench_registry", main, on_signal="exit")

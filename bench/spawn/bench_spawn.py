@@ -53,7 +53,6 @@ import datetime as dt
 import math
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -114,8 +113,6 @@ LABELS = {
 }
 
 
-JAILED, UNJAILED = "jailed", "unjailed"
-JAIL_ORDER = [JAILED, UNJAILED, UNJAILED, JAILED]  # ABBA: drift weighs on both sides alike
 # (case, metric, label) of the jail comparison; each is compared with the naive restore
 JAIL_METRICS = [
     ("spawn_cold_pool_off", "total_ms", "clone, no pool: client wall"),
@@ -125,24 +122,10 @@ JAIL_METRICS = [
 ]
 
 
-def jail_env(side: str) -> dict:
-    """The daemon's jail setting, always explicit (an inherited FORKVM_NO_JAIL
-    must not change what a segment is labelled)."""
-    return {"FORKVM_NO_JAIL": "1" if side == UNJAILED else "0"}
-
-
 def start_daemon(args, side: str, keep_home: bool = False) -> fb.Daemon:
-    d = fb.Daemon(binary=args.binary, env=jail_env(side), keep_home=keep_home)
+    d = fb.Daemon(binary=args.binary, env=rp.jail_env(side), keep_home=keep_home)
     d.side = side  # spawn_one / spawn_batch check each clone's QEMU uid against it
     return d
-
-
-def process_uid(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Uid:"):
-                return int(line.split()[1])
-    raise fb.BenchError(f"no Uid line in /proc/{pid}/status")
 
 
 def check_jail(d: fb.Daemon, sb: dict) -> int | None:
@@ -151,17 +134,7 @@ def check_jail(d: fb.Daemon, sb: dict) -> int | None:
     side = getattr(d, "side", None)
     if side is None or not sb.get("pid"):
         return None
-    uid = process_uid(sb["pid"])
-    if (uid == 0) != (side == UNJAILED):
-        raise fb.BenchError(f"sandbox {sb.get('id')} of the {side} daemon runs QEMU pid "
-                            f"{sb['pid']} as uid {uid}: the jail setting is not what was asked")
-    return uid
-
-
-def split_runs(total: int, parts: int) -> list[int]:
-    """`total` runs over `parts` segments, as even as possible, earlier first."""
-    q, r = divmod(total, parts)
-    return [q + (i < r) for i in range(parts)]
+    return rp.check_side_uid(side, sb)
 
 
 def jail_ratios(jrows, rows) -> list[dict]:
@@ -172,11 +145,11 @@ def jail_ratios(jrows, rows) -> list[dict]:
     out = []
     for case, metric, label in JAIL_METRICS:
         side = {s: rp.summarize(r.get(metric) for r in jrows
-                                if r["case"] == case and r["jail"] == s) for s in (JAILED, UNJAILED)}
-        if not (side[JAILED]["n"] or side[UNJAILED]["n"]):
+                                if r["case"] == case and r["jail"] == s) for s in (rp.JAILED, rp.UNJAILED)}
+        if not (side[rp.JAILED]["n"] or side[rp.UNJAILED]["n"]):
             continue
-        j, u = side[JAILED], side[UNJAILED]
-        out.append({"case": case, "metric": metric, "label": label, JAILED: j, UNJAILED: u,
+        j, u = side[rp.JAILED], side[rp.UNJAILED]
+        out.append({"case": case, "metric": metric, "label": label, rp.JAILED: j, rp.UNJAILED: u,
                     "naive": naive, "ratio_p50": rp.ratio(j["p50"], u["p50"]),
                     "ratio_p90": rp.ratio(j["p90"], u["p90"]),
                     "jailed_vs_naive": rp.ratio(j["p50"], naive["p50"]),
@@ -754,21 +727,21 @@ def jail_section(jrows, rows, ctx, args) -> list[str]:
                                                                  "spawn_warm_pool")})
     side_of = {r["segment"]: r["jail"] for r in jrows}
     n = {s: sum(1 for r in jrows if r["jail"] == s and r["case"] == "spawn_cold_pool_off")
-         for s in (JAILED, UNJAILED)}
+         for s in (rp.JAILED, rp.UNJAILED)}
     L = ["", "## Jail cost", "",
          "Segments of this run, one private daemon each, one at a time, in this order: "
          + ", ".join(f"{s} {side_of[s]}" for s in segs)
          + " (`FORKVM_NO_JAIL=0` / `=1`), all before the main run; each cold-boots its own "
          f"source and snapshots it as the main run does, then times spawn_cold_pool_off, then "
-         f"spawn_warm_pool (pool {args.pool_size}): {n[JAILED]} runs per case jailed and "
-         f"{n[UNJAILED]} unjailed in all, split evenly over the segments of each side. Every "
+         f"spawn_warm_pool (pool {args.pool_size}): {n[rp.JAILED]} runs per case jailed and "
+         f"{n[rp.UNJAILED]} unjailed in all, split evenly over the segments of each side. Every "
          "clone's QEMU uid was checked: non-root when jailed, root when not. Milliseconds.", "",
          "| metric | jailed p50 | jailed p90 | unjailed p50 | unjailed p90 | **ratio p50** "
          "(jailed ÷ unjailed) | ratio p90 | naive restore p50 | jailed ÷ naive | "
          "unjailed ÷ naive |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in ratios:
-        j, u = r[JAILED], r[UNJAILED]
+        j, u = r[rp.JAILED], r[rp.UNJAILED]
         L.append(f"| {r['label']} | {unit_ms(j['p50'])} | {unit_ms(j['p90'])} | "
                  f"{unit_ms(u['p50'])} | {unit_ms(u['p90'])} | **{r['ratio_p50']:.3f}×** | "
                  f"{r['ratio_p90']:.3f}× | {unit_ms(r['naive']['p50'])} | "
@@ -790,7 +763,7 @@ def jail_section(jrows, rows, ctx, args) -> list[str]:
                  f"{unit_ms(cell('spawn_warm_pool', 'server_total_ms'))} | {oc:.2f} |")
     spread = {}
     for c in ("spawn_cold_pool_off", "spawn_warm_pool"):
-        for side in (JAILED, UNJAILED):
+        for side in (rp.JAILED, rp.UNJAILED):
             v = [rp.summarize(r["total_ms"] for r in jrows if r["segment"] == sg
                               and r["case"] == c)["p50"] for sg in segs if side_of[sg] == side]
             if len(v) > 1 and min(v) > 0:
@@ -1155,7 +1128,7 @@ def print_summary(rows, mem_rows, clones_max, jail=()) -> None:
     if jail:
         print("\nJail cost (jailed ÷ unjailed, comparison segments; ms)")
         for r in jail:
-            j, u = r[JAILED], r[UNJAILED]
+            j, u = r[rp.JAILED], r[rp.UNJAILED]
             print(f"  {r['label']:<36} jailed {unit_ms(j['p50'])}/{unit_ms(j['p90'])}  unjailed "
                   f"{unit_ms(u['p50'])}/{unit_ms(u['p90'])}  ratio p50 {r['ratio_p50']:.3f}× "
                   f"p90 {r['ratio_p90']:.3f}×  ÷ naive {r['jailed_vs_naive']:.3f}× / "
@@ -1219,7 +1192,7 @@ def naive_source(d: fb.Daemon, src: dict, args, seg, ctx: dict) -> dict:
           f"{', '.join(saved.caps_reset) or 'none'}; source left '{saved.status}', "
           "then deleted)", flush=True)
     return {"case": "naive_save", "run": 1, "total_ms": saved.save_ms,
-            "state_bytes": saved.state_bytes, "jail": UNJAILED, "segment": seg, "uid": 0}
+            "state_bytes": saved.state_bytes, "jail": rp.UNJAILED, "segment": seg, "uid": 0}
 
 
 def jail_segment(seg: int, side: str, runs: int, args, ctx: dict, jrows: list,
@@ -1289,7 +1262,7 @@ def main() -> int:
                     help="idle time before each memory measurement")
     ap.add_argument("--mem-reserve-mib", type=int, default=4096,
                     help="never let naive copies / clones push MemAvailable below this")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     ap.add_argument("--jail-compare", action=argparse.BooleanOptionalAction, default=True,
                     help="first time spawn_cold_pool_off and spawn_warm_pool under daemons "
                          "jailed, unjailed, unjailed, jailed (one at a time) for the jail's "
@@ -1340,17 +1313,17 @@ def main() -> int:
         # The jail comparison's segments; the first unjailed one also makes the
         # naive baseline's saved state (kept in its home until the end).
         if args.jail_compare:
-            per_seg = {s: split_runs(args.jail_runs, JAIL_ORDER.count(s))
-                       for s in (JAILED, UNJAILED)}
-            for seg, side in enumerate(JAIL_ORDER, start=1):
-                runs = per_seg[side][JAIL_ORDER[:seg - 1].count(side)]
+            per_seg = {s: rp.split_runs(args.jail_runs, rp.JAIL_ORDER.count(s))
+                       for s in (rp.JAILED, rp.UNJAILED)}
+            for seg, side in enumerate(rp.JAIL_ORDER, start=1):
+                runs = per_seg[side][rp.JAIL_ORDER[:seg - 1].count(side)]
                 jail_segment(seg, side, runs, args, ctx, jrows,
-                             make_naive=side == UNJAILED and "saved" not in ctx)
+                             make_naive=side == rp.UNJAILED and "saved" not in ctx)
         else:
-            jail_segment(0, UNJAILED, 0, args, ctx, jrows, make_naive=True)
+            jail_segment(0, rp.UNJAILED, 0, args, ctx, jrows, make_naive=True)
         others.update(ctx["others"])
         saved, work = ctx["saved"], ctx["naive_work"]
-        with start_daemon(args, JAILED) as d:
+        with start_daemon(args, rp.JAILED) as d:
             home = d.home
             snap_id = None
             try:
@@ -1459,10 +1432,10 @@ def main() -> int:
     ctx["elapsed"] = time.monotonic() - t_start
     ctx["others"], ctx["busy_runs"] = others, busy_runs
     for r in rows:  # the naive baseline is plain QEMU run by the bench as root
-        r.setdefault("jail", UNJAILED if r["case"].startswith("naive") else JAILED)
+        r.setdefault("jail", rp.UNJAILED if r["case"].startswith("naive") else rp.JAILED)
         r.setdefault("segment", "main")
     for r in mem_rows:
-        r["jail"] = JAILED if r["kind"] == "forkvm" else UNJAILED
+        r["jail"] = rp.JAILED if r["kind"] == "forkvm" else rp.UNJAILED
     ctx["jail"] = jail_ratios(jrows, rows)
 
     kf = key_figures(rows, mem_rows, max(args.clones))
@@ -1659,22 +1632,5 @@ def mem_explanation(mem_rows, ctx, args) -> str:
            if nv and per_file > 0.9 * args.memory else ""))
 
 
-def _interrupt(signum, _frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
-    # sandbox, snapshot, QEMU process, RAM file and the temp home are cleaned up.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_spawn: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_spawn: interrupted", file=sys.stderr)
-        sys.exit(130)
+    rp.run_main("bench_spawn", main)

@@ -617,8 +617,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_volumes: {e}", file=sys.stderr)
-        sys.exit(1)
+    rp.run_main("bench_volumes", main, on_signal=None)
