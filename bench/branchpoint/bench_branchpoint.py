@@ -205,12 +205,7 @@ def write_results(path: Path, rows, ctx, args) -> list[str]:
     L += [
         "# Branch-point storage: what a branch point of a clone keeps",
         "",
-        rp.date_line(ctx["started"], ctx["elapsed"]),
-        rp.forkvm_line(info, rp.git_revision()),
-        f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}; load average at "
-        f"start {rp.loadavg_text(machine)}",
-        rp.accel_line(info),
-        f"- QEMU: {rp.qemu_text(info)}",
+        *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision()),
         f"- Source: for each dirty level, a fresh clone of the boot template ({args.memory} MiB, "
         "1 vCPU, `network: none`) that wrote that many MiB of random data into a guest tmpfs; "
         f"{args.runs} branch points with no children per mode; the store on a fresh loop-mounted "

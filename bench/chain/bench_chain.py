@@ -148,12 +148,7 @@ def write_results(path: Path, rows, ctx, args) -> list[str]:
     L += [
         "# Disk-chain benchmark: the pause of a source's 1st to Nth branch",
         "",
-        rp.date_line(ctx["started"], ctx["elapsed"]),
-        rp.forkvm_line(info, rp.git_revision()),
-        f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}; load average at "
-        f"start {rp.loadavg_text(machine)}",
-        rp.accel_line(info),
-        f"- QEMU: {rp.qemu_text(info)}",
+        *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision()),
         f"- Source: {args.memory} MiB, 1 vCPU, `network: none`, {args.data_mib} MiB of random "
         f"data written to its disk; each round overwrites one 1 MiB file (writes a new one in "
         f"`stream_growing`), then branches with no children (live mode) and removes the branch point. {args.rounds} rounds per case.",

@@ -298,6 +298,19 @@ def qemu_text(info: dict) -> str:
     return f"{qemu.get('version', '?')} ({qemu.get('path', '?')})"
 
 
+def header_lines(info: dict, machine: dict, started, elapsed_s: float, revision: str,
+                 note: str = "", minutes: bool = False) -> list[str]:
+    """The header bullets most RESULTS.md files open with: date and run
+    time, forkvm version and git revision (`note` appended), the machine
+    with its kernel and load average, the accelerator and QEMU."""
+    return [date_line(started, elapsed_s, minutes),
+            forkvm_line(info, revision, note),
+            f"- Machine: {machine_text(machine)}; Linux {machine['kernel']}; load average at "
+            f"start {loadavg_text(machine)}",
+            accel_line(info),
+            f"- QEMU: {qemu_text(info)}"]
+
+
 def other_qemu_lines(others: dict[int, str], busy: int, of: int, what: str = "runs") -> list[str]:
     """The bullet about QEMU processes this bench did not start: `busy` of
     the `of` measured `what` started while one was alive."""

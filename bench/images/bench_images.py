@@ -516,12 +516,8 @@ def write_results(path: Path, rows, img: dict, ctx: dict, args) -> list[str]:
     L += [
         "# Images benchmark: import, first exec and pull of a ~1 GiB image",
         "",
-        rp.date_line(ctx["started"], ctx["elapsed"], minutes=True),
-        rp.forkvm_line(info, rp.git_revision(), f" ({ctx['profile']} build: `{args.binary}`)"),
-        f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}; load average at "
-        f"start {rp.loadavg_text(machine)}",
-        rp.accel_line(info),
-        f"- QEMU: {rp.qemu_text(info)}",
+        *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision(),
+                         f" ({ctx['profile']} build: `{args.binary}`)", minutes=True),
         f"- Tools: {ctx['tools']}",
         f"- Command: `{ctx['command']}` ({args.runs} runs of every figure, interleaved)",
         f"- Image A: {img['layers']} layers — a Debian {SUITE} rootfs from `mmdebstrap "

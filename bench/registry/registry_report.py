@@ -233,12 +233,8 @@ def write_results(path: Path, rows, ctx: dict, args) -> list[str]:
     L += [
         "# Registry benchmark: snapshot push and pull, against tar + skopeo",
         "",
-        rp.date_line(ctx["started"], ctx["elapsed"], minutes=True),
-        rp.forkvm_line(info, rp.git_revision(), f" ({ctx['profile']} build: `{args.binary}`)"),
-        f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}; load average at "
-        f"start {rp.loadavg_text(machine)}",
-        rp.accel_line(info),
-        f"- QEMU: {rp.qemu_text(info)}",
+        *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision(),
+                         f" ({ctx['profile']} build: `{args.binary}`)", minutes=True),
         f"- Tools: {ctx['tools']}",
         f"- Command: `{ctx['command']}` ({args.runs} run{'' if args.runs == 1 else 's'}; each with a fresh registry and fresh "
         "daemon homes, so every first push and pull is cold)",
