@@ -160,18 +160,11 @@ def jail_section(rows, ctx, args, L) -> None:
           "evenly over the segments of each side. Every QEMU's uid was checked: "
           + "; ".join(f"{s}: {', '.join(str(u) for u in sorted(v)[:4])}"
                       + (", …" if len(v) > 4 else "") for s, v in sorted(uids.items()))
-          + ". Milliseconds.", "",
-          "| metric | jailed p50 | jailed p90 | unjailed p50 | unjailed p90 | **ratio p50** "
-          "(jailed ÷ unjailed) | ratio p90 | naive p50 (main run) | jailed ÷ naive | "
-          "unjailed ÷ naive |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in ratios:
-        j, u = r[rp.JAILED], r[rp.UNJAILED]
-        nv = (f"{fmt_ms(r['naive']['p50'])} ({r['naive_mode']})" if r["naive_mode"] else "–")
-        L.append(f"| {r['label']} | {fmt_ms(j['p50'])} | {fmt_ms(j['p90'])} | "
-                 f"{fmt_ms(u['p50'])} | {fmt_ms(u['p90'])} | **{r['ratio_p50']:.3f}×** | "
-                 f"{r['ratio_p90']:.3f}× | {nv} | {times(r['jailed_vs_naive'])} | "
-                 f"{times(r['unjailed_vs_naive'])} |")
+          + ". Milliseconds.", ""]
+    L += rp.jail_ratio_table(
+        ratios, "naive p50 (main run)",
+        lambda r: f"{fmt_ms(r['naive']['p50'])} ({r['naive_mode']})" if r["naive_mode"] else "–",
+        fmt_ms, times)
     L += ["", "Ratios above 1 mean the jail costs time. \"÷ naive\" is each side's p50 over the "
           "naive stop + full save + cont (QEMU defaults) measured in experiment 1 of this run "
           "at that size, on the same kind of source (booted for live/full, the clone for diff; "

@@ -338,6 +338,25 @@ def stats_table(stats, with_n: bool = False,
     return L
 
 
+def jail_ratio_table(ratios, naive_head: str, naive_cell, ms, vs_naive) -> list[str]:
+    """The jail comparison's markdown table: per metric (a dict with label,
+    the jailed and unjailed summaries, ratio_p50/p90 and each side's ratio
+    to the naive baseline) jailed and unjailed p50/p90 (`ms` formats them),
+    the ratios, the naive column (`naive_head`, `naive_cell(r)`) and each
+    side over naive (`vs_naive` formats them)."""
+    L = ["| metric | jailed p50 | jailed p90 | unjailed p50 | unjailed p90 | **ratio p50** "
+         f"(jailed ÷ unjailed) | ratio p90 | {naive_head} | jailed ÷ naive | "
+         "unjailed ÷ naive |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in ratios:
+        j, u = r[JAILED], r[UNJAILED]
+        L.append(f"| {r['label']} | {ms(j['p50'])} | {ms(j['p90'])} | "
+                 f"{ms(u['p50'])} | {ms(u['p90'])} | **{r['ratio_p50']:.3f}×** | "
+                 f"{r['ratio_p90']:.3f}× | {naive_cell(r)} | "
+                 f"{vs_naive(r['jailed_vs_naive'])} | {vs_naive(r['unjailed_vs_naive'])} |")
+    return L
+
+
 def stats_text(stats, case_width: int = 15, with_n: bool = False) -> list[str]:
     """The same figures as `stats_table`, as aligned lines for the terminal."""
     n = f"{'n':>4}" if with_n else ""

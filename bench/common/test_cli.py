@@ -99,6 +99,16 @@ def run_harness(tmp_path: Path, body: str, on_signal: str | None, sig=None):
     return p.returncode, out, err
 
 
+# A main() that says it started, waits, and says when its cleanup ran.
+SLEEPER = """
+    try:
+        print("started", flush=True)
+        time.sleep(60)
+    finally:
+        print("cleaned up", flush=True)
+"""
+
+
 def test_run_main_exits_with_main_status(tmp_path):
     assert run_harness(tmp_path, "return 3", None)[0] == 3
 
@@ -110,24 +120,10 @@ def test_run_main_turns_a_bench_error_into_one_line_and_exit_1(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_run_main_interrupt_unwinds_through_finally(tmp_path, sig):
-    body = """
-        try:
-            print("started", flush=True)
-            time.sleep(60)
-        finally:
-            print("cleaned up", flush=True)
-    """
-    code, out, err = run_harness(tmp_path, body, "interrupt", sig)
+    code, out, err = run_harness(tmp_path, SLEEPER, "interrupt", sig)
     assert code == 130 and "cleaned up" in out and err == "bench_t: interrupted\n"
 
 
 def test_run_main_exit_mode_unwinds_sigterm_as_143(tmp_path):
-    body = """
-        try:
-            print("started", flush=True)
-            time.sleep(60)
-        finally:
-            print("cleaned up", flush=True)
-    """
-    code, out, _ = run_harness(tmp_path, body, "exit", signal.SIGTERM)
+    code, out, _ = run_harness(tmp_path, SLEEPER, "exit", signal.SIGTERM)
     assert code == 143 and "cleaned up" in out

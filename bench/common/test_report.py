@@ -201,3 +201,20 @@ def test_no_bench_source_is_over_800_lines():
     long = {str(p.relative_to(bench)): n for p in bench.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 800}
     assert not long, f"split these into modules of at most 800 lines: {long}"
+
+
+def test_jail_ratio_table_rows_and_naive_column():
+    def summ(p50, p90):
+        return {"n": 2, "p50": p50, "p90": p90}
+
+    ratios = [{"label": "spawn", rp.JAILED: summ(12.0, 13.5), rp.UNJAILED: summ(10.0, 11.0),
+               "naive": summ(500.0, 520.0), "ratio_p50": 1.2, "ratio_p90": 13.5 / 11,
+               "jailed_vs_naive": 0.024, "unjailed_vs_naive": 0.02}]
+    L = rp.jail_ratio_table(ratios, "naive p50", lambda r: rp.fmt(r["naive"]["p50"]),
+                            lambda v: rp.fmt(v, 1), lambda v: f"{v:.3f}×")
+    assert L[0].startswith("| metric | jailed p50 | jailed p90 | unjailed p50 |")
+    assert "| naive p50 | jailed ÷ naive | unjailed ÷ naive |" in L[0]
+    assert L[1].count("|") == L[0].count("|") == 11
+    assert L[2] == ("| spawn | 12.0 | 13.5 | 10.0 | 11.0 | **1.200×** | 1.227× | 500 | "
+                    "0.024× | 0.020× |")
+    assert rp.jail_ratio_table([], "naive p50", str, str, str) == L[:2]

@@ -37,17 +37,9 @@ def jail_section(jrows, rows, ctx, args) -> list[str]:
          f"source and snapshots it as the main run does, then times spawn_cold_pool_off, then "
          f"spawn_warm_pool (pool {args.pool_size}): {n[rp.JAILED]} runs per case jailed and "
          f"{n[rp.UNJAILED]} unjailed in all, split evenly over the segments of each side. Every "
-         "clone's QEMU uid was checked: non-root when jailed, root when not. Milliseconds.", "",
-         "| metric | jailed p50 | jailed p90 | unjailed p50 | unjailed p90 | **ratio p50** "
-         "(jailed ÷ unjailed) | ratio p90 | naive restore p50 | jailed ÷ naive | "
-         "unjailed ÷ naive |",
-         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in ratios:
-        j, u = r[rp.JAILED], r[rp.UNJAILED]
-        L.append(f"| {r['label']} | {unit_ms(j['p50'])} | {unit_ms(j['p90'])} | "
-                 f"{unit_ms(u['p50'])} | {unit_ms(u['p90'])} | **{r['ratio_p50']:.3f}×** | "
-                 f"{r['ratio_p90']:.3f}× | {unit_ms(r['naive']['p50'])} | "
-                 f"{r['jailed_vs_naive']:.3f}× | {r['unjailed_vs_naive']:.3f}× |")
+         "clone's QEMU uid was checked: non-root when jailed, root when not. Milliseconds.", ""]
+    L += rp.jail_ratio_table(ratios, "naive restore p50", lambda r: unit_ms(r["naive"]["p50"]),
+                             unit_ms, lambda v: f"{v:.3f}×")
     L += ["", "Ratios above 1 mean the jail costs time. \"÷ naive\" is each side's p50 over the "
           "naive restore's p50 of the main run (plain QEMU as root, no jail; below 1: forkvm is "
           "faster).", "",
