@@ -49,20 +49,18 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
+import docker_registry as dr  # noqa: E402
 import forkvm_bench as fb  # noqa: E402
 import report as rp  # noqa: E402
 
@@ -288,50 +286,8 @@ def make_images(work: Path, rootfs: Path, layer_mib: int) -> dict:
     return img
 
 
-class Registry:
-    """Debian's docker-registry on a free 127.0.0.1 port, data in `root`."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    def __enter__(self) -> "Registry":
-        self.root.mkdir()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        cfg = self.root / "config.yml"
-        cfg.write_text("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-                       f"    rootdirectory: {self.root / 'data'}\n"
-                       f"http:\n  addr: 127.0.0.1:{self.port}\n")
-        self.log = self.root / "registry.log"
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(["docker-registry", "serve", str(cfg)],
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                raise fb.BenchError(f"docker-registry exited with {self.proc.returncode}:\n"
-                                    + fb.tail(str(self.log)))
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/", timeout=2):
-                    return self
-            except (OSError, urllib.error.URLError):
-                if time.monotonic() > deadline:
-                    self.__exit__()
-                    raise fb.BenchError("docker-registry did not answer within 30 s:\n"
-                                        + fb.tail(str(self.log)))
-                time.sleep(0.1)
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None:
-            fb.kill_and_reap(self.proc)
-            self.proc = None
-
-    def ref(self, repo: str) -> str:
-        return f"127.0.0.1:{self.port}/{repo}:latest"
+class Registry(dr.DockerRegistry):
+    """The local registry the pull cases fetch from, with a push by skopeo."""
 
     def push(self, oci: Path, tag: str, repo: str) -> None:
         sh(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{oci}:{tag}",

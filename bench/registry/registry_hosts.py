@@ -13,14 +13,13 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
+import docker_registry as dr
 import forkvm_bench as fb
 
 
@@ -100,56 +99,9 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-class Registry:
-    """Debian's docker-registry on a free 127.0.0.1 port, data in `root`;
-    killed by its pid on exit."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    def __enter__(self) -> "Registry":
-        self.root.mkdir(parents=True)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        cfg = self.root / "config.yml"
-        cfg.write_text("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-                       f"    rootdirectory: {self.root / 'data'}\n"
-                       "  delete:\n    enabled: false\n"
-                       f"http:\n  addr: 127.0.0.1:{self.port}\n")
-        self.log = self.root / "registry.log"
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(["docker-registry", "serve", str(cfg)],
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while True:
-            self.check()
-            try:
-                with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2):
-                    return self
-            except (OSError, urllib.error.URLError):
-                if time.monotonic() > deadline:
-                    self.__exit__()
-                    raise fb.BenchError("docker-registry did not answer within 30 s:\n"
-                                        + fb.tail(str(self.log)))
-                time.sleep(0.1)
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None:
-            fb.kill_and_reap(self.proc)
-            self.proc = None
-
-    def check(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise fb.BenchError(f"docker-registry (pid {self.proc.pid}) exited with "
-                                f"{self.proc.returncode}:\n" + fb.tail(str(self.log)))
-
-    @property
-    def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+class Registry(dr.DockerRegistry):
+    """The registry both daemons and skopeo push to and pull from, with what
+    it stores and the requests it served."""
 
     def stored_bytes(self) -> int:
         """Bytes of every blob the registry stores (all repositories)."""
