@@ -90,7 +90,7 @@ sys.path.insert(0, str(HERE))
 
 import forkvm_bench as fb  # noqa: E402
 import report as rp  # noqa: E402
-from branch_modes import CHAIN_TARGET_DEPTH, Ctx, FIELDS, MIN_RUNS, delete_snapshot  # noqa: E402
+from branch_modes import CHAIN_TARGET_DEPTH, Ctx, FIELDS, MIN_RUNS, delete_snapshots  # noqa: E402
 from branch_cases import exp_chain, exp_consecutive, exp_dirty, exp_size  # noqa: E402
 from branch_stats import add_ratios  # noqa: E402
 from branch_jail import jail_ratios, jail_segment  # noqa: E402
@@ -224,11 +224,7 @@ def main() -> int:
                 print(f"bench_branch: error: {e}\n(writing what was measured so far)",
                       file=sys.stderr, flush=True)
             finally:
-                for s in sorted(c.snaps):
-                    try:
-                        delete_snapshot(c, s)
-                    except Exception as e:  # noqa: BLE001 - the daemon stop cleans up too
-                        print(f"cleanup: DELETE snapshot {s}: {e}", flush=True)
+                delete_snapshots(c)
                 try:
                     left = d.api.request("GET", "/v1/snapshots").get("snapshots") or []
                     if left:

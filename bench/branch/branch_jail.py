@@ -10,9 +10,9 @@ import tempfile
 
 import forkvm_bench as fb
 import report as rp
-from branch_modes import BRANCH_MODES, Ctx, branch, delete_snapshot, naive_modes
+from branch_modes import BRANCH_MODES, Ctx, branch, delete_snapshot, delete_snapshots, naive_modes
 from branch_cases import boot_source, chain_link, clone_source, spawn_chain, take_base
-from branch_stats import fmt_ms, p50, pstat, ratio, sel
+from branch_stats import fmt_ms, p50, pstat, sel
 
 
 def jail_sizes(c: Ctx, n: int) -> None:
@@ -77,11 +77,7 @@ def jail_segment(seg: int, side: str, n: int, args, ctx: dict) -> list[dict]:
             if args.jail_chain and args.chain_runs:
                 jail_chain(c, n)
         finally:
-            for snap in sorted(c.snaps):
-                try:
-                    delete_snapshot(c, snap)
-                except Exception as e:  # noqa: BLE001 - the daemon stop cleans up too
-                    print(f"cleanup: DELETE snapshot {snap}: {e}", flush=True)
+            delete_snapshots(c)
             ctx["others"].update(c.others)
             ctx["busy_runs"] += c.busy_runs
             ctx.setdefault("jail_uids", {}).setdefault(side, set()).update(c.uids)
@@ -123,9 +119,9 @@ def jail_ratios(rows, args) -> list[dict]:
         nv = pstat(sel(rows, "size", nmode, size)) if nmode else rp.summarize([])
         j, u = sides[rp.JAILED], sides[rp.UNJAILED]
         out.append({"label": label, rp.JAILED: j, rp.UNJAILED: u, "naive": nv, "naive_mode": nmode,
-                    "ratio_p50": ratio(j["p50"], u["p50"]), "ratio_p90": ratio(j["p90"], u["p90"]),
-                    "jailed_vs_naive": ratio(j["p50"], nv["p50"]),
-                    "unjailed_vs_naive": ratio(u["p50"], nv["p50"])})
+                    "ratio_p50": rp.ratio(j["p50"], u["p50"]), "ratio_p90": rp.ratio(j["p90"], u["p90"]),
+                    "jailed_vs_naive": rp.ratio(j["p50"], nv["p50"]),
+                    "unjailed_vs_naive": rp.ratio(u["p50"], nv["p50"])})
     return out
 
 

@@ -200,6 +200,16 @@ def delete_snapshot(c: Ctx, snap_id: str) -> None:
     c.snaps.discard(snap_id)
 
 
+def delete_snapshots(c: Ctx) -> None:
+    """Delete every snapshot `c` still holds; a failure is printed, not
+    raised (this runs in cleanup, and the daemon's stop removes the rest)."""
+    for snap in sorted(c.snaps):
+        try:
+            delete_snapshot(c, snap)
+        except Exception as e:  # noqa: BLE001 - the daemon stop cleans up too
+            print(f"cleanup: DELETE snapshot {snap}: {e}", flush=True)
+
+
 def query_last_migration(c: Ctx, sid: str) -> dict:
     """QEMU's figures for the migration the daemon just ran (its QMP socket is
     free again once the branch call has returned)."""

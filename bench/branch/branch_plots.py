@@ -10,7 +10,7 @@ from branch_modes import (
     BRANCH_MODES, CHAIN_TARGET, CHAIN_TARGET_DEPTH, LIVE_TARGET_MS, MODE_LABEL, MODE_STYLE,
     NAIVE_TARGET, naive_modes, source_of,
 )
-from branch_stats import CHAIN_STAGES, chain_stats, fmt, fmt_ms, p50, pstat, ratio, sel
+from branch_stats import CHAIN_STAGES, chain_stats, fmt, fmt_ms, p50, pstat, sel
 
 
 def plot_lines(ax, rows, exp, xkey, xs, modes):
@@ -68,7 +68,7 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
             for base, bls in zip(naive_modes(mode), ("-", "--")):
                 X, Y = [], []
                 for s in sizes:
-                    v = ratio(p50(sel(rows, "size", base, s)), p50(sel(rows, "size", mode, s)))
+                    v = rp.ratio(p50(sel(rows, "size", base, s)), p50(sel(rows, "size", mode, s)))
                     if v == v:
                         X.append(s)
                         Y.append(v)
@@ -222,7 +222,7 @@ def write_plots(out: Path, rows, ctx, args, title_base: str) -> list[str]:
         ax.set_title(f"Spawn from a diff chain vs its depth ({args.chain_memory} MiB guest, "
                      f"{args.chain_dirty} MiB + a file changed per link; no pool)", fontsize=10)
         flat = chain_stats(rows, "flat")["p50"]
-        ys = [ratio(s["p50"], flat) for s in st]
+        ys = [rp.ratio(s["p50"], flat) for s in st]
         ax2.bar(X, [y if y == y else 0 for y in ys], 0.6,
                 color=["tab:brown" if s["kind"] == "diff" else "tab:gray" for s in snaps])
         for x, y in zip(X, ys):

@@ -10,7 +10,7 @@ import report as rp
 from branch_modes import BRANCH_MODES, MIN_RUNS, MODE_ORDER, NOISY_CORES, naive_modes, source_of
 from branch_cases import CHAIN_FILE
 from branch_stats import (
-    NAIVE_ALL, chain_stats, fmt, fmt_ms, p50, pause_parts, pstat, ratio, sel, targets,
+    NAIVE_ALL, chain_stats, fmt, fmt_ms, p50, pause_parts, pstat, sel, targets,
 )
 from branch_jail import jail_section
 from branch_text import method_text, reasons
@@ -32,8 +32,8 @@ def stats_table(rows, exp, xkey, xs, modes, L, xname):
             b = "**" if mode in BRANCH_MODES else ""
             L.append(f"| {x} | {b}{mode}{b} | {source_of(mode)} | {s['n']} | {fmt_ms(s['min'])} | "
                      f"{b}{fmt_ms(s['p50'])}{b} | {fmt_ms(s['p90'])} | {fmt_ms(s['max'])} | "
-                     f"{fmt(ratio(base[nv_m], s['p50']), 1)}× | "
-                     f"{fmt(ratio(base[nl_m], s['p50']), 1)}× |")
+                     f"{fmt(rp.ratio(base[nv_m], s['p50']), 1)}× | "
+                     f"{fmt(rp.ratio(base[nl_m], s['p50']), 1)}× |")
 
 
 def stages_table(rows, exp, xkey, xs, L, xname):
@@ -144,8 +144,8 @@ def chain_section(rows, ctx, args, L) -> None:
                  f"{fmt_ms(st['p90'])} | {fmt_ms(st['max'])} | "
                  f"{fmt_ms(chain_stats(rows, s['label'], 'wall_ms')['p50'])} | "
                  f"{stage('prepare_ms')} | {stage('qemu_start_ms')} | {stage('restore_ms')} | "
-                 f"{stage('identity_ms')} | {ratio(st['p50'], flat):.2f}× | "
-                 f"{ratio(st['p50'], d0):.2f}× |")
+                 f"{stage('identity_ms')} | {rp.ratio(st['p50'], flat):.2f}× | "
+                 f"{rp.ratio(st['p50'], d0):.2f}× |")
     L += ["", "For a diff snapshot the daemon verifies every link (inside `prepare`); the first "
           "spawn of each (or its flatten) also builds the chain's flattened `memory.head` there "
           "(the depth-3 head's was built by the flatten above, before the spawns), which every "

@@ -65,10 +65,6 @@ def fmt_ms(v) -> str:
     return f"{v:,.2f}" if v < 10 else f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
 
 
-def ratio(a, b) -> float:
-    return a / b if b and a == a and b == b else math.nan
-
-
 def key_figures(rows, sizes) -> dict:
     """{mode: {size: pause p50}} of the size experiment."""
     return {m: {s: p50(sel(rows, "size", m, s)) for s in sizes}
@@ -249,7 +245,7 @@ def targets(rows, ctx, args) -> list[dict]:
             pm = kf[mode][4096]
             nv_m, nl_m = naive_modes(mode)
             nv, nl = kf[nv_m][4096], kf[nl_m][4096]
-            r1, r2 = ratio(nv, pm), ratio(nl, pm)
+            r1, r2 = rp.ratio(nv, pm), rp.ratio(nl, pm)
             if pm != pm:
                 add(f"{mode} pause ≥ {NAIVE_TARGET:.0f}× shorter than naive at 4096 MiB",
                     "not measured", None)
@@ -267,7 +263,7 @@ def targets(rows, ctx, args) -> list[dict]:
             extra = ""
             if mode == "diff":
                 extra = (f" (vs the booted source's naive {fmt_ms(kf['naive'][4096])} ms: "
-                         f"{ratio(kf['naive'][4096], pm):.1f}×)")
+                         f"{rp.ratio(kf['naive'][4096], pm):.1f}×)")
             add(f"{mode} pause ≥ {NAIVE_TARGET:.0f}× shorter than naive at 4096 MiB",
                 f"naive on {src} (QEMU defaults) {fmt_ms(nv)} ms ÷ {mode} {fmt_ms(pm)} ms = "
                 f"**{r1:.1f}×**; cap lifted {fmt_ms(nl)} ms ÷ {mode} = **{r2:.1f}×**{extra}",

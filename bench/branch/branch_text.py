@@ -9,7 +9,7 @@ import report as rp
 from branch_modes import BRANCH_MODES, MODE_ORDER, NAIVE_TARGET, naive_modes, source_of
 from branch_cases import CHAIN_FILE, COUNTER_LOOP
 from branch_stats import (
-    chain_stats, fmt, fmt_ms, key_figures, p50, parts_text, pause_parts, pstat, ratio, sel,
+    chain_stats, fmt, fmt_ms, key_figures, p50, parts_text, pause_parts, pstat, sel,
     targets,
 )
 
@@ -97,8 +97,8 @@ def reasons(rows, sizes, dirties, ctx, args) -> list[str]:
             f"- **With {hi} MiB dirtied** ({args.dirty_memory} MiB guest): live "
             f"{fmt_ms(lv)} ms, full {fmt_ms(fu)} ms, diff {fmt_ms(df)} ms; naive {fmt_ms(nv)} ms "
             f"(cap lifted {fmt_ms(nl)} ms; on the clone {fmt_ms(nvc)} ms): live is "
-            f"{ratio(nv, lv):.1f}× / {ratio(nl, lv):.1f}× shorter than naive, diff "
-            f"{ratio(nvc, df):.1f}× shorter than naive on its clone. The bench's own live save "
+            f"{rp.ratio(nv, lv):.1f}× / {rp.ratio(nl, lv):.1f}× shorter than naive, diff "
+            f"{rp.ratio(nvc, df):.1f}× shorter than naive on its clone. The bench's own live save "
             f"with its file on /dev/shm pauses {fmt_ms(sh)} ms.")
     chain = ctx.get("chain") or {}
     if chain and any(r["experiment"] == "chain" for r in rows):
@@ -106,7 +106,7 @@ def reasons(rows, sizes, dirties, ctx, args) -> list[str]:
         out.append(
             "- **Spawn vs chain depth** (server total_ms p50): "
             + ", ".join(f"{s['label']} {fmt_ms(chain_stats(rows, s['label'])['p50'])} ms "
-                        f"({ratio(chain_stats(rows, s['label'])['p50'], flat):.2f}× flat)"
+                        f"({rp.ratio(chain_stats(rows, s['label'])['p50'], flat):.2f}× flat)"
                         for s in chain.get("snapshots", []))
             + f". Flattening the depth-{args.chain_depth} head took "
             f"{fmt_ms(chain.get('flatten_ms'))} ms.")
@@ -236,7 +236,7 @@ def print_summary(rows, ctx, args) -> None:
                 nv = p50([r for r in cell if r["mode"] == naive_modes(mode)[0]])
                 print(f"{exp:<12}{x:>6} {mode:<20}{source_of(mode):<8}{s['n']:>4}"
                       f"{fmt_ms(s['min']):>10}{fmt_ms(s['p50']):>10}{fmt_ms(s['p90']):>10}"
-                      f"{fmt_ms(s['max']):>10}{fmt(ratio(nv, s['p50']), 1):>10}×")
+                      f"{fmt_ms(s['max']):>10}{fmt(rp.ratio(nv, s['p50']), 1):>10}×")
     for mode in BRANCH_MODES:
         rs = sel(rows, "consecutive", mode)
         if rs:
@@ -255,7 +255,7 @@ def print_summary(rows, ctx, args) -> None:
             if st["n"]:
                 print(f"{s['label']:<10}{s['kind']:<8}{st['n']:>4}{fmt_ms(st['min']):>10}"
                       f"{fmt_ms(st['p50']):>10}{fmt_ms(st['p90']):>10}{fmt_ms(st['max']):>10}"
-                      f"{ratio(st['p50'], flat):>8.2f}×")
+                      f"{rp.ratio(st['p50'], flat):>8.2f}×")
     if ctx.get("jail"):
         print("\nJail cost (jailed ÷ unjailed, comparison segments; ms)")
         for r in ctx["jail"]:
