@@ -70,6 +70,13 @@ made for:
 Outputs (in --out): branch.csv (a `jail` column, jailed/unjailed, and the
 `segment`: main or the comparison's 1-4), RESULTS.md, pause_vs_size.png,
 pause_vs_dirty.png, consecutive.png, spawn_vs_depth.png.
+
+This file holds the command line and the run loop (`main`); the rest is in
+branch_modes.py (modes, one measured pause each), branch_cases.py (sources
+and experiments), branch_stats.py, branch_jail.py (the jail comparison),
+branch_text.py (verdicts and method), branch_plots.py, branch_report.py
+(RESULTS.md); what every bench shares is in bench/common (report.py: the
+command line, statistics, CSV, RESULTS.md pieces, plots).
 """
 
 from __future__ import annotations

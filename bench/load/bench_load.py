@@ -40,6 +40,11 @@ is non-zero on any failure or leak.
 Outputs (in --out): requests.csv (every request), leaks.csv, RESULTS.md,
 latency_over_time.png, latency_by_op.png, failures.json (when there are
 failures), daemon.log (a copy of the daemon's log).
+
+This file holds the command line and the run loop (`main`); the rest is in
+load_census.py (the daemon and the leak census), load_clients.py,
+load_report.py (statistics, plots, RESULTS.md); what every bench shares is in bench/common (report.py: the
+command line, statistics, CSV, RESULTS.md pieces, plots).
 """
 
 from __future__ import annotations

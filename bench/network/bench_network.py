@@ -42,6 +42,12 @@ HTTP server that logs `time.time()` for every request it receives, and an
                  ceiling: host <-> internet namespace directly, no VM.
 
 Outputs (in --out): network.csv, RESULTS.md, network.png.
+
+This file holds the command line and the run loop (`main`); the rest is in
+network_host.py (host plumbing and the programs), network_forks.py
+(forkvm children and the naive baseline), network_iperf.py, network_plots.py,
+network_report.py (RESULTS.md); what every bench shares is in bench/common (report.py: the
+command line, statistics, CSV, RESULTS.md pieces, plots).
 """
 
 from __future__ import annotations

@@ -52,6 +52,12 @@ temp directory goes, and the host nft tables the daemons leave.
 
 Outputs: results/registry.csv, results/chunk_sizes.csv, results/RESULTS.md,
 results/registry.png.
+
+This file holds the command line and the run loop (`main`); the rest is in
+registry_hosts.py (the registry and the daemons), registry_cases.py
+(one run of every case), registry_report.py (RESULTS.md and plot),
+chunk_sizes.py; what every bench shares is in bench/common (report.py: the
+command line, statistics, CSV, RESULTS.md pieces, plots).
 """
 
 from __future__ import annotations

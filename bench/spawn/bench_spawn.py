@@ -44,6 +44,11 @@ boots, snapshots and saves that source.
 Outputs: results/spawn.csv (a `jail` column: jailed/unjailed, and the
 `segment`: main or the comparison's 1-4), results/memory.csv,
 results/RESULTS.md, results/spawn.png.
+
+This file holds the command line and the run loop (`main`); the rest is in
+spawn_cases.py (one run of each case), spawn_memory.py, spawn_stats.py
+(key figures and verdicts), spawn_plots.py, spawn_report.py (RESULTS.md); what every bench shares is in bench/common (report.py: the
+command line, statistics, CSV, RESULTS.md pieces, plots).
 """
 
 from __future__ import annotations
