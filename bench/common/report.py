@@ -18,12 +18,14 @@ import csv
 import math
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from forkvm_bench import BenchError
+from forkvm_bench import BenchError, ms_since
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,6 +102,24 @@ def split_runs(total: int, parts: int) -> list[int]:
     """`total` runs over `parts` segments, as even as possible, earlier first."""
     q, r = divmod(total, parts)
     return [q + (i < r) for i in range(parts)]
+
+
+def timed_run(argv, env=None, timeout: float = 1800.0) -> tuple[float, str, str]:
+    """Run a command to completion, stdin closed: (wall ms, stdout, stderr).
+    A failure or a timeout raises BenchError with the command and the end of
+    its output."""
+    argv = [str(a) for a in argv]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise BenchError(f"`{shlex.join(argv)}` took more than {timeout:.0f} s") from e
+    ms = ms_since(t0)
+    if p.returncode != 0:
+        out = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
+        raise BenchError(f"`{shlex.join(argv)}` exited with {p.returncode}:\n{out}")
+    return ms, p.stdout, p.stderr
 
 
 def jail_env(side: str) -> dict:

@@ -127,3 +127,22 @@ def test_run_main_interrupt_unwinds_through_finally(tmp_path, sig):
 def test_run_main_exit_mode_unwinds_sigterm_as_143(tmp_path):
     code, out, _ = run_harness(tmp_path, SLEEPER, "exit", signal.SIGTERM)
     assert code == 143 and "cleaned up" in out
+
+
+def test_timed_run_returns_wall_time_and_both_streams():
+    ms, out, err = rp.timed_run(["sh", "-c", "echo out; echo err >&2", Path("x")])
+    assert out == "out\n" and err == "err\n" and 0 <= ms < 30_000
+
+
+def test_timed_run_failure_names_the_command_and_its_last_lines():
+    script = "for i in $(seq 1 20); do echo line$i; done; exit 3"
+    with pytest.raises(fb.BenchError) as e:
+        rp.timed_run(["sh", "-c", script])
+    msg = str(e.value)
+    assert "exited with 3" in msg and "line20" in msg and "line6\n" in msg
+    assert "line5\n" not in msg  # only the last 15 lines
+
+
+def test_timed_run_timeout_is_a_bench_error():
+    with pytest.raises(fb.BenchError, match="took more than 0 s"):
+        rp.timed_run(["sleep", "5"], timeout=0.2)

@@ -107,21 +107,7 @@ def check_tools() -> None:
                             "e2fsprogs)")
 
 
-def sh(argv, env=None, timeout: float = 1800.0) -> tuple[float, str, str]:
-    """Run a command to completion: (wall ms, stdout, stderr); a failure
-    raises with the command and the end of its output."""
-    argv = [str(a) for a in argv]
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        raise fb.BenchError(f"`{shlex.join(argv)}` took more than {timeout:.0f} s") from e
-    ms = fb.ms_since(t0)
-    if p.returncode != 0:
-        out = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
-        raise fb.BenchError(f"`{shlex.join(argv)}` exited with {p.returncode}:\n{out}")
-    return ms, p.stdout, p.stderr
+sh = rp.timed_run
 
 
 def tree_bytes(path: Path) -> int:

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import docker_registry as dr
 import forkvm_bench as fb
+import report as rp
 
 
 MIN_RUNS = 3
@@ -68,20 +68,9 @@ def check_tools() -> None:
 
 
 def sh(argv, env=None, timeout: float = 1800.0) -> tuple[float, str]:
-    """Run a command to completion: (wall ms, stdout); a failure raises with
-    the command and the end of its output."""
-    argv = [str(a) for a in argv]
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        raise fb.BenchError(f"`{shlex.join(argv)}` took more than {timeout:.0f} s") from e
-    ms = fb.ms_since(t0)
-    if p.returncode != 0:
-        out = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
-        raise fb.BenchError(f"`{shlex.join(argv)}` exited with {p.returncode}:\n{out}")
-    return ms, p.stdout
+    """rp.timed_run without stderr: (wall ms, stdout)."""
+    ms, out, _ = rp.timed_run(argv, env, timeout)
+    return ms, out
 
 
 def tree_bytes(path: Path) -> int:
