@@ -32,7 +32,11 @@ def test_registry_answers_and_is_gone_after_exit(tmp_path):
         assert reg.ref("a", "s1").endswith("/a:s1")
         pid = reg.proc.pid
         reg.check()
-        fb.kill_pid_and_wait(pid)  # as if it had crashed
+        # As if it had crashed. Wait for the exit status: a killed Go program's
+        # leader is a zombie before its other threads are gone, and only then
+        # can its parent collect it.
+        reg.proc.kill()
+        reg.proc.wait(timeout=30)
         with pytest.raises(fb.BenchError, match=f"docker-registry \\(pid {pid}\\) exited"):
             reg.check()
     assert not os.path.exists(f"/proc/{pid}")
