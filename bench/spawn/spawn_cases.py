@@ -284,17 +284,9 @@ def run_burst(d, snap_id, size, run, n) -> list[dict]:
     return rows
 
 
-def naive_netns(saved, tag: str) -> str | None:
-    """A network namespace name for one naive copy when the source has a NIC
-    (its tap must exist, alone, where the copy's QEMU runs), else None."""
-    if not any(a.startswith("tap,") for a in saved.argv):
-        return None
-    return f"fvb-{os.getpid()}-{tag}"
-
-
 def run_naive(saved, work, shm, run, n) -> dict:
     vm = nv.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
-                          f"fvb-restore-{run}", netns=naive_netns(saved, f"r{run}"))
+                          f"fvb-restore-{run}", netns=nv.copy_netns(saved, f"r{run}"))
     try:
         row = {"case": "naive_restore", "run": run, **vm.timings}
     finally:
@@ -346,7 +338,7 @@ def naive_source(d: fb.Daemon, src: dict, args, seg, ctx: dict) -> dict:
     os.mkdir(work)
     saved = nv.naive_save(d, src["id"], src["pid"], args.memory, work)
     ctx["saved"], ctx["naive_work"], ctx["naive_home"] = saved, work, d.home
-    ctx["naive_nic"] = naive_netns(saved, "x") is not None
+    ctx["naive_nic"] = nv.copy_netns(saved, "x") is not None
     ctx["naive_segment"] = seg
     print(f"[naive_save] {saved.save_ms:.0f} ms, state file "
           f"{saved.state_bytes / 2**20:.1f} MiB (capabilities turned off: "

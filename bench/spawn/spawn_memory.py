@@ -10,7 +10,7 @@ import time
 import forkvm_bench as fb
 import naive as nv
 import smaps
-from spawn_cases import delete_all, ms_since, naive_netns, spawn_batch
+from spawn_cases import delete_all, ms_since, spawn_batch
 
 
 def sum_vms(per_vm: list[dict]) -> dict:
@@ -140,7 +140,7 @@ def memory_naive(saved, work, shm, target, sample_at, args, vms: list) -> list[d
                 break
             vm = nv.naive_restore(saved, os.path.join(work, f"c{i}"),
                                   os.path.join(shm, f"c{i}.mem"), f"fvb-copy-{i}",
-                                  netns=naive_netns(saved, f"c{i}"))
+                                  netns=nv.copy_netns(saved, f"c{i}"))
             vms.append(vm)
             m = vm_memory(vm.pid, shm_files=[vm.mem])
             est_kib = max(est_kib, m["total_kib"] + 16 * 1024)
