@@ -29,7 +29,6 @@ import argparse
 import datetime as dt
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -80,6 +79,7 @@ def run_forkvm_boot(d: fb.Daemon, memory: int, run: int, n: int) -> dict:
     sb = d.create_cold(memory_mib=memory, cpus=1)
     total = ms_since(t0)
     try:
+        uid = nv.qemu_uid(sb["pid"])  # not 0: jailed (the daemon's default)
         t = sb.get("timings") or {}
         t1 = time.perf_counter()
         r = d.api.exec(sb["id"], EXEC_ARGV)
@@ -92,7 +92,7 @@ def run_forkvm_boot(d: fb.Daemon, memory: int, run: int, n: int) -> dict:
         "case": "forkvm_boot", "run": run, "total_ms": total,
         "prepare_ms": t.get("prepare_ms"), "qemu_start_ms": t.get("qemu_start_ms"),
         "boot_ms": t.get("boot_ms"), "server_total_ms": t.get("total_ms"),
-        "first_exec_ms": exec_ms,
+        "first_exec_ms": exec_ms, "uid": uid,
     }
     print(f"[forkvm_boot {run}/{n}] {total:.0f} ms  (server: prepare {row['prepare_ms']:.0f}, "
           f"qemu {row['qemu_start_ms']:.0f}, boot {row['boot_ms']:.0f}; first exec {exec_ms:.0f} ms)",
@@ -108,25 +108,26 @@ def run_forkvm_boot(d: fb.Daemon, memory: int, run: int, n: int) -> dict:
 SavedVm = nv.SavedVm
 
 
-def save_source(d: fb.Daemon, memory: int, work: str) -> nv.SavedVm:
-    """Boot a source sandbox, pause it and save it (RAM + device state) to a
-    file with a plain full migration; copy its disk overlay. The source is
-    deleted before returning. (The save itself is nv.naive_save.)"""
-    sb = d.create_cold(memory_mib=memory, cpus=1)
-    sid, pid = sb["id"], sb["pid"]
-    try:
-        time.sleep(1.0)  # let the guest settle after the agent's first pong
-        saved = nv.naive_save(d, sid, pid, memory, work)
-    finally:
-        d.delete(sid)
+def save_source(binary: str, memory: int) -> tuple[nv.SavedVm, str]:
+    """The naive baseline's source: a VM booted as forkvm_boot's (same image,
+    size and default network) by a private *unjailed* daemon, so that it is
+    a plain QEMU, paused and saved (RAM + device state) to a file with a
+    plain full migration, its disk overlay copied; the source is deleted
+    and that daemon stopped before returning. (nv.save_unjailed_source;
+    the save itself is nv.naive_save.) Returns (saved, the kept home that
+    holds the state; nv.remove_home it)."""
+    # 1 s lets the guest settle after the agent's first pong.
+    saved, home, _ = nv.save_unjailed_source(binary, memory, settle=1.0)
     print(f"[naive_save] {saved.save_ms:.0f} ms, state file {saved.state_bytes / 2**20:.1f} MiB "
-          f"(source left in state '{saved.status}')", flush=True)
-    return saved
+          f"(unjailed daemon; source left in state '{saved.status}'; "
+          + ("a NIC: each copy runs in a network namespace of its own with its tap"
+             if nv.copy_netns(saved, "x") else "no NIC") + ")", flush=True)
+    return saved, home
 
 
 def run_naive_restore(saved: nv.SavedVm, work: str, shm: str, run: int, n: int) -> dict:
     vm = nv.naive_restore(saved, os.path.join(work, f"r{run}"), os.path.join(shm, f"r{run}.mem"),
-                          f"fvb-restore-{run}")
+                          f"fvb-restore-{run}", netns=nv.copy_netns(saved, f"r{run}"))
     try:
         row = {"case": "naive_restore", "run": run, **vm.timings}
         print(f"[naive_restore {run}/{n}] {row['total_ms']:.0f} ms  (qemu {row['qemu_start_ms']:.0f}, "
@@ -207,6 +208,20 @@ def write_plot(path: Path, rows: list[dict], title: str) -> None:
     rp.save_figure(fig, path, dpi=110, title=title)
 
 
+def jail_text(rows: list[dict]) -> str:
+    """Who ran jailed: forkvm_boot's QEMUs (by the uids they ran as) and the
+    naive baseline (plain QEMU, root)."""
+    uids = sorted({r["uid"] for r in rows if r["case"] == "forkvm_boot"})
+    jailed = all(uids)
+    who = f"uid {uids[0]}" if len(uids) == 1 else f"uids {uids[0]}–{uids[-1]}"
+    return ((f"every forkvm_boot QEMU ran **jailed** ({who}, the daemon's default)" if jailed else
+             f"forkvm_boot's QEMUs ran as uids {uids}: **not all jailed** (FORKVM_NO_JAIL set?)")
+            + ". The naive baseline is plain QEMU as one runs it by hand: started by the bench "
+            "as root, and its saved source was booted by a second, unjailed daemon "
+            "(`FORKVM_NO_JAIL=1`), since a jailed QEMU can write only its own directory and its "
+            "command line names a tap descriptor it inherited, so it cannot be replayed")
+
+
 def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, args,
                   started: dt.datetime, elapsed_s: float, others: dict[int, str],
                   busy_runs: int, has_templates: bool, snapshots_after) -> None:
@@ -226,7 +241,8 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
         f"- Load average at start: {rp.loadavg_text(machine)}",
         rp.accel_line(info),
         f"- QEMU: {rp.qemu_text(info)}",
-        f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`",
+        f"- Guest: {args.memory} MiB RAM, 1 vCPU, image `default`, the default network",
+        "- Jail: " + jail_text(rows),
         f"- Runs: N = {args.runs} per case" + (" (SMOKE)" if args.smoke else ""),
     ]
     oc = {c: rp.summarize(r["other_cpu_cores"] for r in rows if r["case"] == c)
@@ -277,10 +293,12 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
         "",
         "## Method",
         "",
-        "One private daemon (`forkvm serve`, release build) in a temp home whose `guest` and "
-        "`images` are symlinks to the installed artefacts; everything below in one run, on an "
-        "otherwise idle daemon. Order: the naive save first (its source boot also warms the "
-        "page cache for kernel, initramfs and root image), then the two cases interleaved — "
+        "Two private daemons (`forkvm serve`, release build), one after the other, each in a "
+        "temp home whose `guest` and `images` are symlinks to the installed artefacts; "
+        "everything below in one run. First an unjailed one (`FORKVM_NO_JAIL=1`) boots and "
+        "saves the naive baseline's source and stops (its boot also warms the page cache for "
+        "kernel, initramfs and root image); then the main daemon, jailed as by default and "
+        "otherwise idle, runs forkvm_boot, with the two cases interleaved — "
         "forkvm_boot 1, naive_restore 1, forkvm_boot 2, … — so that drift in host load hits "
         "both alike. No run is discarded.",
         "",
@@ -295,16 +313,19 @@ def write_results(path: Path, rows, saved: SavedVm, info: dict, machine: dict, a
         "`POST /v1/sandboxes/{id}/exec` of `python3 -c 'print(1)'` right after the 201 "
         "(not part of `total`). Each sandbox is then DELETEd (not timed).",
         "",
-        "**naive_restore** (the baseline every VM benchmark includes): one sandbox is "
-        "cold-booted through the API (not timed) and left 1 s; over its QMP socket it is "
-        "`stop`ped and saved with `migrate {\"uri\":\"file:<tmp>/state.bin\"}` (default "
+        "**naive_restore** (the baseline every VM benchmark includes): one sandbox of the "
+        "same image, size and network is cold-booted through the unjailed daemon's API (not "
+        "timed) and left 1 s; over its QMP socket it is "
+        "`stop`ped and saved with `migrate {\"uri\":\"file:<home>/naive/state.bin\"}` (default "
         "capabilities: a plain full migration writing all of RAM plus device state), "
         "polling `query-migrate` until `completed`; its `disk.qcow2` overlay is copied "
         "next to the state file and the source is DELETEd. Then, N times: the source's QEMU "
         "command line (from `/proc/<pid>/cmdline`) is rewritten for a new instance (new QMP "
         "socket, agent socket, console log, a fresh copy of the saved disk overlay — copied "
         "before the clock starts — a new `share=on` RAM file in /dev/shm, a new `-name`) with "
-        "`-incoming defer` appended. `total` runs from just before the QEMU process is "
+        "`-incoming defer` appended; with a NIC, each copy runs in a network namespace of "
+        "its own holding the tap the command line names (made before the clock starts, no "
+        "uplink). `total` runs from just before the QEMU process is "
         "spawned until the guest agent answers a ping on the new agent socket; stages: "
         "`qemu_start` (spawn until QMP `qmp_capabilities` answered), `load` "
         "(`migrate-incoming {\"uri\":\"file:<state>\"}` until `query-status` leaves "
@@ -357,7 +378,7 @@ def main() -> int:
                     help=f"allow --runs < {MIN_RUNS} (or --loop < {boot_loop.LOOP_MIN}); "
                          "results are marked SMOKE")
     ap.add_argument("--memory", type=int, default=512, help="guest RAM in MiB")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
     if args.loop is not None:
         if args.runs is not None:
@@ -391,7 +412,16 @@ def main() -> int:
         nonlocal busy_runs
         busy_runs += fb.warn_other_qemus(others, exclude_substrings=(home, shm))
 
+    naive_home = None
     try:
+        # The naive source first, on its own unjailed daemon (stopped before
+        # the main one starts). Its boot also warms the page cache for
+        # kernel/initrd/rootfs, so the first forkvm_boot is not an outlier
+        # for cold-cache reasons.
+        saved, naive_home = save_source(args.binary, args.memory)
+        work = os.path.dirname(saved.state)
+        rows.append({"case": "naive_save", "run": 1, "total_ms": saved.save_ms,
+                     "state_bytes": saved.state_bytes})
         with fb.Daemon(binary=args.binary) as d:
             info = d.api.info()
             print(f"forkvm {info.get('version')} | accel {info['accel']['kind']} "
@@ -399,13 +429,6 @@ def main() -> int:
                   f"home {d.home}", flush=True)
             check_others(d.home)
             busy_runs = 0  # count only the measured runs
-            work = os.path.join(d.home, "naive")
-            os.mkdir(work)
-            # The save also warms the page cache for kernel/initrd/rootfs, so
-            # the first forkvm_boot is not an outlier for cold-cache reasons.
-            saved = save_source(d, args.memory, work)
-            rows.append({"case": "naive_save", "run": 1, "total_ms": saved.save_ms,
-                         "state_bytes": saved.state_bytes})
             # Interleave the cases so that drift in host load hits both alike.
             meter = fb.CpuMeter(roots=[d.proc.pid])
 
@@ -427,6 +450,8 @@ def main() -> int:
             snapshots_after = d.api.info().get("snapshots")
     finally:
         shutil.rmtree(shm, ignore_errors=True)
+        if naive_home:
+            nv.remove_home(naive_home)
     elapsed = time.monotonic() - t_start
 
     rp.write_csv(out / "boot.csv", rows, FIELDS)
@@ -440,23 +465,5 @@ def main() -> int:
     return 0
 
 
-def _interrupt(signum, _frame):
-    # Once: a second Ctrl-C must not cut the clean-up short.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 if __name__ == "__main__":
-    # Ctrl-C and SIGTERM unwind through the try/finally blocks, so every
-    # sandbox, QEMU process, RAM file and the temp home are still cleaned up.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_boot: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("bench_boot: interrupted", file=sys.stderr)
-        sys.exit(130)
+    rp.run_main("bench_boot", main)

@@ -205,12 +205,7 @@ def write_results(path: Path, rows, ctx, args) -> list[str]:
     L += [
         "# Branch-point storage: what a branch point of a clone keeps",
         "",
-        rp.date_line(ctx["started"], ctx["elapsed"]),
-        rp.forkvm_line(info, rp.git_revision()),
-        f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}; load average at "
-        f"start {rp.loadavg_text(machine)}",
-        rp.accel_line(info),
-        f"- QEMU: {rp.qemu_text(info)}",
+        *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision()),
         f"- Source: for each dirty level, a fresh clone of the boot template ({args.memory} MiB, "
         "1 vCPU, `network: none`) that wrote that many MiB of random data into a guest tmpfs; "
         f"{args.runs} branch points with no children per mode; the store on a fresh loop-mounted "
@@ -290,7 +285,7 @@ def main() -> int:
     ap.add_argument("--image-gib", type=int, default=24, help="size of each loop filesystem")
     ap.add_argument("--settle", type=float, default=2.0, metavar="SECONDS")
     ap.add_argument("--smoke", action="store_true", help=f"allow --runs below {MIN_RUNS}")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
     if args.runs < MIN_RUNS and not args.smoke:
         ap.error(f"--runs below {MIN_RUNS} needs --smoke")
@@ -312,8 +307,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_branchpoint: {e}", file=sys.stderr)
-        sys.exit(1)
+    rp.run_main("bench_branchpoint", main, on_signal=None)

@@ -19,7 +19,8 @@ that, in one run, against one source per case:
 * naive      -- the baseline: the naive way to save a running VM (QEMU
                 `stop`, full migration to a file, `cont`), timed as a pause
                 on the `stream` source before its first and after its last
-                branch.
+                branch. It is the same (jailed) QEMU, so the file is written
+                into the source's own directory.
 
 Each case cold-boots a source (512 MiB, no network), writes --data-mib MiB of
 random data to its disk, and then runs N rounds of: overwrite one 1 MiB file
@@ -36,7 +37,6 @@ import argparse
 import datetime as dt
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -113,12 +113,14 @@ def run_case(case: str, chain_max: int, grow: bool, args, ctx: dict) -> list[dic
 
 
 def naive(d: fb.Daemon, sid: str, runs: int) -> list[float]:
-    qmp = os.path.join(d.sandbox_dir(sid), "qmp.sock")
-    out = []
-    with tempfile.TemporaryDirectory(prefix="fvb-naive-", dir="/tmp") as tmp:
-        for k in range(runs):
-            out.append(nv.naive_pause(qmp, os.path.join(tmp, f"state-{k}"))["pause_ms"])
-    return out
+    """The naive save's pause on the source itself (`runs` times): the same
+    QEMU the branches pause, jailed as the daemon runs it. Its state file
+    goes into the source's own directory, the one place a jailed QEMU can
+    write (on the same filesystem as the daemon's store); naive_pause
+    removes it after each run."""
+    sbdir = d.sandbox_dir(sid)
+    qmp, state = os.path.join(sbdir, "qmp.sock"), os.path.join(sbdir, "naive-state.bin")
+    return [nv.naive_pause(qmp, state)["pause_ms"] for _ in range(runs)]
 
 
 def plot(rows, ctx, path: Path) -> None:
@@ -148,12 +150,7 @@ def write_results(path: Path, rows, ctx, args) -> list[str]:
     L += [
         "# Disk-chain benchmark: the pause of a source's 1st to Nth branch",
         "",
-        rp.date_line(ctx["started"], ctx["elapsed"]),
-        rp.forkvm_line(info, rp.git_revision()),
-        f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}; load average at "
-        f"start {rp.loadavg_text(machine)}",
-        rp.accel_line(info),
-        f"- QEMU: {rp.qemu_text(info)}",
+        *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision()),
         f"- Source: {args.memory} MiB, 1 vCPU, `network: none`, {args.data_mib} MiB of random "
         f"data written to its disk; each round overwrites one 1 MiB file (writes a new one in "
         f"`stream_growing`), then branches with no children (live mode) and removes the branch point. {args.rounds} rounds per case.",
@@ -182,8 +179,9 @@ def write_results(path: Path, rows, ctx, args) -> list[str]:
         "follows the guest's growing RAM use, not the disk chain. (Measured here, not "
         "explained in detail: with the same workload minus the growth, the pause stays flat.)",
         "",
-        f"Baseline, naive QEMU save (stop, full migration to a file, cont) of the `stream` "
-        f"source: p50 {nf['p50']:.0f} ms / p90 {nf['p90']:.0f} ms before its first branch, "
+        "Baseline, naive QEMU save (stop, full migration to a file in the source's own "
+        "directory, cont) of the `stream` source, the QEMU its branches pause: "
+        f"p50 {nf['p50']:.0f} ms / p90 {nf['p90']:.0f} ms before its first branch, "
         f"p50 {nl['p50']:.0f} ms / p90 {nl['p90']:.0f} ms after its last "
         f"({args.naive_runs} runs each). forkvm's first-branch pause is "
         f"**{nf['p50'] / first_p50:.1f}×** shorter.",
@@ -225,8 +223,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_chain: {e}", file=sys.stderr)
-        sys.exit(1)
+    rp.run_main("bench_chain", main, on_signal=None)

@@ -318,7 +318,7 @@ def main() -> int:
                     help="where the rig's temp dir (homes, gateway state) is made")
     ap.add_argument("--smoke", action="store_true",
                     help="a quick check: --requests 30 --rounds 2 --count 9 --runs 1")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
     if args.smoke:
         args.requests, args.rounds, args.count, args.runs = 30, 2, 9, 1
@@ -384,4 +384,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rp.run_main("bench_cluster", main, on_signal=None)

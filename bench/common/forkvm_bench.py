@@ -670,17 +670,6 @@ def tail(path: str, n: int = 20) -> str:
         return "(no log)"
 
 
-def add_common_args(ap, here) -> None:
-    """The options every harness takes last: --out (default `here`/results,
-    `here` being the bench's directory), --binary (the repo's release build;
-    run.sh passes the one it built) and --wait-quiet (for wait_for_quiet_host)."""
-    ap.add_argument("--out", default=str(Path(here) / "results"), help="results directory")
-    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
-    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                    help="before starting, wait up to this long for the host to be quiet "
-                         "(other processes using < 0.2 cores over 5 s); 0: only warn")
-
-
 def wait_for_quiet_host(max_wait: float, threshold: float = 0.2, window: float = 5.0,
                         roots=()) -> float:
     """Wait up to `max_wait` s until processes other than ours (this process

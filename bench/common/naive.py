@@ -85,9 +85,24 @@ def _copy_disk_chain(top: str, home: str, work: str) -> tuple[str, list[str]]:
     return dst_top, layers
 
 
+def qemu_uid(pid: int) -> int:
+    """The (real) uid process `pid` runs as: 0 for an unjailed QEMU."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise fb.BenchError(f"no Uid line in /proc/{pid}/status")
+
+
 def naive_save(d: "fb.Daemon", sid: str, pid: int, memory: int, work: str) -> SavedVm:
     """Save a running sandbox (RAM + device state) to work/state.bin with a
     plain full QEMU migration, and copy the disk layers that match it.
+
+    The source must be a plain QEMU, i.e. one of an unjailed daemon
+    (``save_unjailed_source`` makes one): its command line is replayed by
+    ``naive_restore`` and it writes the state where the bench says. A jailed
+    QEMU is refused: it sees only its own directories (not `work`), and its
+    command line names a tap by a descriptor it inherited from the daemon.
 
     Every migration capability is turned off first (QEMU's default), in case
     the daemon set any (a forkvm snapshot leaves `x-ignore-shared` on, which
@@ -95,6 +110,13 @@ def naive_save(d: "fb.Daemon", sid: str, pid: int, memory: int, work: str) -> Sa
     defaults. The source is left paused ('postmigrate'); the caller deletes
     it (or `cont`s it). The source must own its RAM (`share=on`, not a
     copy-on-write clone) and be a plain running VM."""
+    uid = qemu_uid(pid)
+    if uid != 0:
+        raise fb.BenchError(
+            f"the naive baseline's source {sid} (QEMU pid {pid}) runs jailed as uid {uid}: a "
+            "jailed QEMU cannot write the state outside its own directory and its command line "
+            "cannot be replayed; boot the source on an unjailed daemon "
+            "(naive.save_unjailed_source, or a Daemon with FORKVM_NO_JAIL=1)")
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = [a.decode() for a in f.read().split(b"\0") if a]
     sbdir = d.sandbox_dir(sid)
@@ -151,6 +173,40 @@ def naive_save(d: "fb.Daemon", sid: str, pid: int, memory: int, work: str) -> Sa
                          "RAM was not saved into it")
     return SavedVm(argv, sbdir, mem_path, name_arg, state, disk, state_bytes, save_ms,
                    caps_reset, max_bw, status, layers)
+
+
+def save_unjailed_source(binary: str | None, memory: int, settle: float,
+                         **create) -> tuple[SavedVm, str, dict]:
+    """The naive baseline's source, saved: a private daemon with the jail
+    off (``FORKVM_NO_JAIL=1``: QEMU as root in the host's mount namespace,
+    as one runs QEMU by hand) cold-boots a `memory` MiB, 1 vCPU sandbox with
+    the `create` fields (e.g. ``network="none"``), it is left `settle`
+    seconds and saved with ``naive_save`` into <home>/naive; then it is
+    deleted and the daemon stopped, keeping its home, which holds the state
+    and disk the naive copies restore from. The caller removes the home
+    with ``remove_home``. Returns (saved, home, the source's create
+    response)."""
+    d = fb.Daemon(binary=binary, env={"FORKVM_NO_JAIL": "1"}, keep_home=True)
+    try:
+        with d:
+            src = d.create_cold(memory_mib=memory, cpus=1, **create)
+            time.sleep(settle)
+            work = os.path.join(d.home, "naive")
+            os.mkdir(work)
+            saved = naive_save(d, src["id"], src["pid"], memory, work)
+            d.delete(src["id"])
+    except BaseException:
+        if d.home:
+            remove_home(d.home)
+        raise
+    return saved, d.home, src
+
+
+def remove_home(home: str) -> None:
+    """Remove a kept daemon home (``save_unjailed_source``'s) and its guest
+    RAM directory in /dev/shm."""
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(fb.run_dir_for_home(home), ignore_errors=True)
 
 
 def restore_argv(saved: SavedVm, rdir: str, mem: str, name: str) -> tuple[list[str], dict]:
@@ -220,6 +276,15 @@ def netns_with_tap(name: str) -> None:
         delete_netns(name)
         raise fb.BenchError(f"cannot set up {TAP_NAME} in namespace {name}: "
                          f"{(e.stderr or '').strip()}") from None
+
+
+def copy_netns(saved: SavedVm, tag: str) -> str | None:
+    """A network namespace name for one naive copy (``naive_restore``'s
+    `netns`) when the source has a NIC: its tap must exist, alone, where the
+    copy's QEMU runs. None for a source without one."""
+    if not any(a.startswith("tap,") for a in saved.argv):
+        return None
+    return f"fvb-{os.getpid()}-{tag}"
 
 
 def delete_netns(name: str) -> None:
@@ -429,6 +494,11 @@ def naive_pause(qmp_path: str, state_path: str, params: dict | None = None,
     `max-bandwidth` and `downtime-limit`) are set; both are put back as they
     were afterwards, and the state file is removed. The VM is resumed
     whatever happens.
+
+    The VM's own QEMU writes `state_path`, so it must be a place that QEMU
+    can write: for a jailed QEMU (the daemon's default) its sandbox
+    directory, the only writable directory its mount namespace shows
+    (docs/security.md); /tmp or a bench's work directory is not there.
 
     Returns ``pause_ms`` (STOP to RESUME event timestamps, as the daemon
     measures; ``pause_source`` says "events", or "clock" when an event was

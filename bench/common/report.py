@@ -1,6 +1,10 @@
-"""The report tail every benchmark shares: statistics, the description of the
-machine, CSV output, the RESULTS.md header lines and tables, and the
-matplotlib boilerplate (standard library only, matplotlib imported lazily).
+"""What every benchmark shares around its measurements: the command line
+(the common options, list arguments, the `__main__` entry with its signal
+handling and exit codes), the run loop's jailed/unjailed ABBA segments,
+statistics (percentiles, p50/p90 summaries, ratios to a baseline), the
+description of the machine, CSV output, the RESULTS.md header lines and
+tables, and the matplotlib boilerplate for the PNG (standard library only,
+matplotlib imported lazily).
 
 Each bench keeps what is specific to it (its cases, its plots, its
 conclusions) and builds its files from these pieces, so the header of every
@@ -14,10 +18,134 @@ import csv
 import math
 import os
 import platform
+import shlex
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+from forkvm_bench import BenchError, ms_since
+
 REPO = Path(__file__).resolve().parents[2]
+
+# --------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------
+
+
+def add_common_args(ap, here) -> None:
+    """The options every harness takes last: --out (default `here`/results,
+    `here` being the bench's directory), --binary (the repo's release build;
+    run.sh passes the one it built) and --wait-quiet (for wait_for_quiet_host)."""
+    ap.add_argument("--out", default=str(Path(here) / "results"), help="results directory")
+    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "forkvm"))
+    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                    help="before starting, wait up to this long for the host to be quiet "
+                         "(other processes using < 0.2 cores over 5 s); 0: only warn")
+
+
+def int_list(s: str, what: str, ap) -> list[int]:
+    """A comma-separated option value as sorted distinct non-negative
+    integers; anything else ends the program through `ap.error`."""
+    try:
+        v = sorted({int(x) for x in s.split(",") if x.strip()})
+    except ValueError:
+        ap.error(f"{what} takes a comma-separated list of integers")
+    if any(x < 0 for x in v):
+        ap.error(f"{what} takes non-negative integers")
+    return v
+
+
+def _interrupt(signum, _frame):
+    # A second signal while unwinding must not cut the cleanup short.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_main(name: str, main, on_signal: str | None = "interrupt") -> None:
+    """Run a harness's `main()` as the program and exit with its status.
+
+    `on_signal` says what SIGINT/SIGTERM do: "interrupt" (both raise
+    KeyboardInterrupt, which unwinds through the harness's try/finally
+    blocks, so sandboxes, QEMU processes, RAM files and the temp home are
+    still removed; exit 130), "exit" (SIGTERM, e.g. from `timeout`, unwinds
+    as SystemExit 143; Ctrl-C stays Python's default) or None (Python's
+    defaults). A BenchError is one line on stderr and exit 1."""
+    if on_signal == "interrupt":
+        signal.signal(signal.SIGINT, _interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)
+    elif on_signal == "exit":
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    elif on_signal is not None:
+        raise ValueError(f"on_signal: {on_signal!r} is not 'interrupt', 'exit' or None")
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        print(f"{name}: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+# --------------------------------------------------------------------------
+# Runs: jailed / unjailed segments
+# --------------------------------------------------------------------------
+
+JAILED, UNJAILED = "jailed", "unjailed"
+JAIL_ORDER = [JAILED, UNJAILED, UNJAILED, JAILED]  # ABBA: drift weighs on both sides alike
+
+
+def split_runs(total: int, parts: int) -> list[int]:
+    """`total` runs over `parts` segments, as even as possible, earlier first."""
+    q, r = divmod(total, parts)
+    return [q + (i < r) for i in range(parts)]
+
+
+def timed_run(argv, env=None, timeout: float = 1800.0) -> tuple[float, str, str]:
+    """Run a command to completion, stdin closed: (wall ms, stdout, stderr).
+    A failure or a timeout raises BenchError with the command and the end of
+    its output."""
+    argv = [str(a) for a in argv]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise BenchError(f"`{shlex.join(argv)}` took more than {timeout:.0f} s") from e
+    ms = ms_since(t0)
+    if p.returncode != 0:
+        out = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
+        raise BenchError(f"`{shlex.join(argv)}` exited with {p.returncode}:\n{out}")
+    return ms, p.stdout, p.stderr
+
+
+def jail_env(side: str) -> dict:
+    """The daemon's jail setting, always explicit (an inherited FORKVM_NO_JAIL
+    must not change what a run is labelled)."""
+    return {"FORKVM_NO_JAIL": "1" if side == UNJAILED else "0"}
+
+
+def process_uid(pid: int) -> int:
+    """The real uid a process runs as (from /proc/<pid>/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise BenchError(f"no Uid line in /proc/{pid}/status")
+
+
+def check_side_uid(side: str, sb: dict) -> int:
+    """A jailed daemon's QEMU runs as a non-root uid, an unjailed one's as
+    root; anything else fails the bench (a mislabelled run). Returns the uid
+    of sandbox `sb`'s QEMU."""
+    uid = process_uid(sb["pid"])
+    if (uid == 0) != (side == UNJAILED):
+        raise BenchError(f"sandbox {sb.get('id')} of the {side} daemon runs QEMU pid "
+                         f"{sb['pid']} as uid {uid}: the jail setting is not what was asked")
+    return uid
 
 # --------------------------------------------------------------------------
 # Statistics
@@ -190,6 +318,19 @@ def qemu_text(info: dict) -> str:
     return f"{qemu.get('version', '?')} ({qemu.get('path', '?')})"
 
 
+def header_lines(info: dict, machine: dict, started, elapsed_s: float, revision: str,
+                 note: str = "", minutes: bool = False) -> list[str]:
+    """The header bullets most RESULTS.md files open with: date and run
+    time, forkvm version and git revision (`note` appended), the machine
+    with its kernel and load average, the accelerator and QEMU."""
+    return [date_line(started, elapsed_s, minutes),
+            forkvm_line(info, revision, note),
+            f"- Machine: {machine_text(machine)}; Linux {machine['kernel']}; load average at "
+            f"start {loadavg_text(machine)}",
+            accel_line(info),
+            f"- QEMU: {qemu_text(info)}"]
+
+
 def other_qemu_lines(others: dict[int, str], busy: int, of: int, what: str = "runs") -> list[str]:
     """The bullet about QEMU processes this bench did not start: `busy` of
     the `of` measured `what` started while one was alive."""
@@ -214,6 +355,25 @@ def stats_table(stats, with_n: bool = False,
         n = f" {s['n']} |" if with_n else ""
         L.append(f"| {c} | {stage} |{n} {fmt(s['min'])} | {b}{fmt(s['p50'])}{b} | "
                  f"{b}{fmt(s['p90'])}{b} | {fmt(s['max'])} |")
+    return L
+
+
+def jail_ratio_table(ratios, naive_head: str, naive_cell, ms, vs_naive) -> list[str]:
+    """The jail comparison's markdown table: per metric (a dict with label,
+    the jailed and unjailed summaries, ratio_p50/p90 and each side's ratio
+    to the naive baseline) jailed and unjailed p50/p90 (`ms` formats them),
+    the ratios, the naive column (`naive_head`, `naive_cell(r)`) and each
+    side over naive (`vs_naive` formats them)."""
+    L = ["| metric | jailed p50 | jailed p90 | unjailed p50 | unjailed p90 | **ratio p50** "
+         f"(jailed ÷ unjailed) | ratio p90 | {naive_head} | jailed ÷ naive | "
+         "unjailed ÷ naive |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in ratios:
+        j, u = r[JAILED], r[UNJAILED]
+        L.append(f"| {r['label']} | {ms(j['p50'])} | {ms(j['p90'])} | "
+                 f"{ms(u['p50'])} | {ms(u['p90'])} | **{r['ratio_p50']:.3f}×** | "
+                 f"{r['ratio_p90']:.3f}× | {naive_cell(r)} | "
+                 f"{vs_naive(r['jailed_vs_naive'])} | {vs_naive(r['unjailed_vs_naive'])} |")
     return L
 
 

@@ -35,14 +35,3 @@ def test_warn_other_qemus_warns_once_per_process_and_says_if_any_runs(monkeypatc
     assert fb.warn_other_qemus(seen) is True and capsys.readouterr().out == ""
     found.clear()
     assert fb.warn_other_qemus(seen) is False and 7 in seen
-
-
-def test_add_common_args_defaults():
-    import argparse
-
-    ap = argparse.ArgumentParser()
-    fb.add_common_args(ap, HERE.parent / "fanout")
-    a = ap.parse_args([])
-    assert a.out == str(HERE.parent / "fanout" / "results") and a.wait_quiet == 0
-    assert a.binary == str(HERE.parents[1] / "target" / "release" / "forkvm")
-    assert ap.parse_args(["--wait-quiet", "30"]).wait_quiet == 30.0

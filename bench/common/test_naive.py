@@ -1,11 +1,14 @@
-"""Unit tests of naive.py's pure part: rewriting a source's QEMU command line
-for a naive copy (no VM).
+"""Unit tests of naive.py's parts that need no VM: rewriting a source's QEMU
+command line for a naive copy, the copy's network namespace, and the refusal
+of a jailed source.
 
 Run: .venv/bin/python -m pytest bench/common/test_naive.py
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -49,3 +52,27 @@ def test_restore_argv_refuses_a_path_it_cannot_place():
     s.argv = [a for a in s.argv if "agent.sock" not in a]
     with pytest.raises(fb.BenchError, match="does not name exactly once"):
         nv.restore_argv(s, "/r/1", "/dev/shm/y/1.mem", "copy-1")
+
+
+def test_copy_netns_only_for_a_source_with_a_nic():
+    s = saved(False)
+    assert nv.copy_netns(s, "r1") is None
+    s.argv += ["-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no"]
+    name = nv.copy_netns(s, "r1")
+    assert name.startswith("fvb-") and name.endswith("-r1")
+
+
+def test_naive_save_refuses_a_jailed_source():
+    """A QEMU that does not run as root (as a jailed one, here a `sleep` as
+    nobody) is refused before anything is saved, naming the way out."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (to start a process as another uid)")
+    p = subprocess.Popen(["sleep", "30"], user=65534)
+    try:
+        assert nv.qemu_uid(p.pid) == 65534
+        with pytest.raises(fb.BenchError, match="runs jailed as uid 65534.*FORKVM_NO_JAIL=1"):
+            nv.naive_save(None, "sb-1", p.pid, 512, "/nonexistent")
+    finally:
+        p.kill()
+        p.wait()
+    assert nv.qemu_uid(os.getpid()) == 0

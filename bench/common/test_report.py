@@ -80,6 +80,20 @@ def test_header_lines_name_the_machine_accelerator_and_qemu():
     assert rp.qemu_text({}) == "? (?)"
 
 
+def test_header_lines_are_the_five_bullets_in_order():
+    started = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    assert rp.header_lines(INFO, MACHINE, started, 90, "abc123", " (release)", minutes=True) == [
+        "- Date: 2024-05-01 12:00:00 UTC (run took 1.5 min)",
+        "- forkvm: 9.9.9, git abc123 (release)",
+        "- Machine: Test CPU (family 6), 2 cores, 3.5 GiB RAM; Linux 6.1.0-test; load average "
+        "at start 0.50 / 0.25 / 0.12",
+        "- Accelerator: **tcg** — no /dev/kvm",
+        "- QEMU: 8.2.2 (/usr/bin/qemu-system-x86_64)",
+    ]
+    assert rp.header_lines(INFO, MACHINE, started, 95, "r")[:2] == [
+        "- Date: 2024-05-01 12:00:00 UTC (run took 95 s)", "- forkvm: 9.9.9, git r"]
+
+
 def test_smoke_banner_and_other_qemu_lines():
     assert rp.smoke_banner("N=2 < 10", "bash x.sh") == [
         "> **SMOKE RUN** (N=2 < 10): not a valid result; re-run with `bash x.sh` for real "
@@ -167,7 +181,9 @@ def test_loop_results_pass_only_with_enough_boots_and_no_failure(tmp_path):
     assert "## Failures\n\nNone." in text
 
 
-@pytest.mark.parametrize("bench", ["boot", "spawn", "branch", "load", "network", "chain", "images", "jail", "volumes", "fanout", "branchpoint"])
+@pytest.mark.parametrize("bench", ["boot", "spawn", "branch", "load", "network", "chain", "images",
+                                   "jail", "volumes", "fanout", "branchpoint", "registry",
+                                   "cluster"])
 def test_every_bench_loads(bench):
     # A change to the shared code must not leave a harness that fails to load.
     import importlib.util
@@ -176,3 +192,29 @@ def test_every_bench_loads(bench):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert callable(mod.main)
+
+
+def test_no_bench_source_is_over_800_lines():
+    # Big harnesses are split into sibling modules by what they hold
+    # (docs/benchmarks.md); the shared pieces live here in bench/common.
+    bench = Path(__file__).resolve().parents[1]
+    long = {str(p.relative_to(bench)): n for p in bench.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 800}
+    assert not long, f"split these into modules of at most 800 lines: {long}"
+
+
+def test_jail_ratio_table_rows_and_naive_column():
+    def summ(p50, p90):
+        return {"n": 2, "p50": p50, "p90": p90}
+
+    ratios = [{"label": "spawn", rp.JAILED: summ(12.0, 13.5), rp.UNJAILED: summ(10.0, 11.0),
+               "naive": summ(500.0, 520.0), "ratio_p50": 1.2, "ratio_p90": 13.5 / 11,
+               "jailed_vs_naive": 0.024, "unjailed_vs_naive": 0.02}]
+    L = rp.jail_ratio_table(ratios, "naive p50", lambda r: rp.fmt(r["naive"]["p50"]),
+                            lambda v: rp.fmt(v, 1), lambda v: f"{v:.3f}×")
+    assert L[0].startswith("| metric | jailed p50 | jailed p90 | unjailed p50 |")
+    assert "| naive p50 | jailed ÷ naive | unjailed ÷ naive |" in L[0]
+    assert L[1].count("|") == L[0].count("|") == 11
+    assert L[2] == ("| spawn | 12.0 | 13.5 | 10.0 | 11.0 | **1.200×** | 1.227× | 500 | "
+                    "0.024× | 0.020× |")
+    assert rp.jail_ratio_table([], "naive p50", str, str, str) == L[:2]

@@ -367,14 +367,6 @@ def drop_branch_snapshots(c: Ctx) -> None:
 # -- naive ------------------------------------------------------------------
 
 
-def naive_netns(saved, tag: str) -> str | None:
-    """A network namespace for one naive copy when the source has a NIC (its
-    tap must exist, alone, where the copy's QEMU runs), else None."""
-    if not any(a.startswith("tap,") for a in saved.argv):
-        return None
-    return f"fvb-{os.getpid()}-{tag}"
-
-
 def make_naive_source(args, ctx: dict) -> None:
     """An unjailed daemon cold-boots a VM of the same image and size
     (network none), lets it settle and saves it the naive way into its home
@@ -391,7 +383,7 @@ def make_naive_source(args, ctx: dict) -> None:
         saved = nv.naive_save(d, src["id"], src["pid"], args.memory, work)
         d.delete(src["id"])
     ctx["saved"], ctx["naive_work"] = saved, work
-    ctx["naive_nic"] = naive_netns(saved, "x") is not None
+    ctx["naive_nic"] = nv.copy_netns(saved, "x") is not None
     print(f"[naive save] {saved.save_ms:.0f} ms, state file {saved.state_bytes / 2**20:.1f} MiB",
           flush=True)
 
@@ -408,7 +400,7 @@ def naive_batch(args, ctx: dict, run: int, n_runs: int, shm: str, meter) -> tupl
     def one(i: int) -> None:
         tag = f"b{run}-{i}"
         vm = nv.naive_restore(saved, os.path.join(work, tag), os.path.join(shm, f"{tag}.mem"),
-                              f"fvb-fanout-{tag}", netns=naive_netns(saved, tag))
+                              f"fvb-fanout-{tag}", netns=nv.copy_netns(saved, tag))
         t_ans = time.perf_counter()
         try:
             cpu = proc_cpu(vm.pid, hz)
@@ -481,7 +473,7 @@ def main() -> int:
                          "(default: leave it out, i.e. the daemon's default, true)")
     ap.add_argument("--exec-timeout", type=float, default=600.0, metavar="SECONDS")
     ap.add_argument("--call-timeout", type=float, default=1800.0, metavar="SECONDS")
-    fb.add_common_args(ap, HERE)
+    rp.add_common_args(ap, HERE)
     args = ap.parse_args()
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not args.modes or any(m not in MODES for m in args.modes):
@@ -592,4 +584,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rp.run_main("bench_fanout", main, on_signal=None)

@@ -49,21 +49,18 @@ import os
 import re
 import shlex
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "common"))
 
+import docker_registry as dr  # noqa: E402
 import forkvm_bench as fb  # noqa: E402
 import report as rp  # noqa: E402
 
@@ -110,21 +107,7 @@ def check_tools() -> None:
                             "e2fsprogs)")
 
 
-def sh(argv, env=None, timeout: float = 1800.0) -> tuple[float, str, str]:
-    """Run a command to completion: (wall ms, stdout, stderr); a failure
-    raises with the command and the end of its output."""
-    argv = [str(a) for a in argv]
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        raise fb.BenchError(f"`{shlex.join(argv)}` took more than {timeout:.0f} s") from e
-    ms = fb.ms_since(t0)
-    if p.returncode != 0:
-        out = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
-        raise fb.BenchError(f"`{shlex.join(argv)}` exited with {p.returncode}:\n{out}")
-    return ms, p.stdout, p.stderr
+sh = rp.timed_run
 
 
 def tree_bytes(path: Path) -> int:
@@ -289,50 +272,8 @@ def make_images(work: Path, rootfs: Path, layer_mib: int) -> dict:
     return img
 
 
-class Registry:
-    """Debian's docker-registry on a free 127.0.0.1 port, data in `root`."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    def __enter__(self) -> "Registry":
-        self.root.mkdir()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        cfg = self.root / "config.yml"
-        cfg.write_text("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-                       f"    rootdirectory: {self.root / 'data'}\n"
-                       f"http:\n  addr: 127.0.0.1:{self.port}\n")
-        self.log = self.root / "registry.log"
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(["docker-registry", "serve", str(cfg)],
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                raise fb.BenchError(f"docker-registry exited with {self.proc.returncode}:\n"
-                                    + fb.tail(str(self.log)))
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/", timeout=2):
-                    return self
-            except (OSError, urllib.error.URLError):
-                if time.monotonic() > deadline:
-                    self.__exit__()
-                    raise fb.BenchError("docker-registry did not answer within 30 s:\n"
-                                        + fb.tail(str(self.log)))
-                time.sleep(0.1)
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None:
-            fb.kill_and_reap(self.proc)
-            self.proc = None
-
-    def ref(self, repo: str) -> str:
-        return f"127.0.0.1:{self.port}/{repo}:latest"
+class Registry(dr.DockerRegistry):
+    """The local registry the pull cases fetch from, with a push by skopeo."""
 
     def push(self, oci: Path, tag: str, repo: str) -> None:
         sh(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{oci}:{tag}",
@@ -517,12 +458,8 @@ def write_results(path: Path, rows, img: dict, ctx: dict, args) -> list[str]:
     L += [
         "# Images benchmark: import, first exec and pull of a ~1 GiB image",
         "",
-        rp.date_line(ctx["started"], ctx["elapsed"], minutes=True),
-        rp.forkvm_line(info, rp.git_revision(), f" ({ctx['profile']} build: `{args.binary}`)"),
-        f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}; load average at "
-        f"start {rp.loadavg_text(machine)}",
-        rp.accel_line(info),
-        f"- QEMU: {rp.qemu_text(info)}",
+        *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision(),
+                         f" ({ctx['profile']} build: `{args.binary}`)", minutes=True),
         f"- Tools: {ctx['tools']}",
         f"- Command: `{ctx['command']}` ({args.runs} runs of every figure, interleaved)",
         f"- Image A: {img['layers']} layers — a Debian {SUITE} rootfs from `mmdebstrap "
@@ -715,11 +652,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    # SIGTERM (e.g. from `timeout`) unwinds like an error, so the registry,
-    # the daemon and the temp files are still cleaned up.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_images: {e}", file=sys.stderr)
-        sys.exit(1)
+    rp.run_main("bench_images", main, on_signal="exit")

@@ -96,12 +96,6 @@ def segment_order(rounds: int) -> list[str]:
     return out
 
 
-def split_runs(total: int, parts: int) -> list[int]:
-    """`total` runs over `parts` segments, as even as possible, earlier first."""
-    q, r = divmod(total, parts)
-    return [q + (i < r) for i in range(parts)]
-
-
 def values(rows, case: str, side: str, metric: str) -> list[float]:
     return [r[metric] for r in rows if r.get("case") == case and r.get("side") == side
             and r.get(metric) is not None]
@@ -156,20 +150,12 @@ def daemon(side: str, binary: str):
         d.stop()
 
 
-def qemu_uid(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Uid:"):
-                return int(line.split()[1])
-    raise fb.BenchError(f"no Uid line in /proc/{pid}/status")
-
-
 def check_side(sb: dict, side: str) -> int:
     """The sandbox's QEMU runs as the uid its side implies; returns that uid."""
     pid = sb.get("pid")
     if not pid:
         raise fb.BenchError(f"sandbox {sb.get('id')} has no pid: {sb}")
-    uid = qemu_uid(pid)
+    uid = nv.qemu_uid(pid)
     if (uid == 0) != (side == UNJAILED):
         raise fb.BenchError(f"sandbox {sb['id']} of the {side} daemon runs QEMU pid {pid} as "
                             f"uid {uid}: the daemon's jail setting is not what was asked")
@@ -193,7 +179,7 @@ def timing_row(case, side, seg, run, sb, wall) -> dict:
     return {"case": case, "side": side, "segment": seg, "run": run, "total_ms": wall,
             "server_total_ms": t.get("total_ms"), "qemu_start_ms": t.get("qemu_start_ms"),
             "restore_ms": t.get("restore_ms"), "boot_ms": t.get("boot_ms"),
-            "identity_ms": t.get("identity_ms"), "uid": qemu_uid(sb["pid"])}
+            "identity_ms": t.get("identity_ms"), "uid": nv.qemu_uid(sb["pid"])}
 
 
 def run_spawn(d, side, seg, run, a) -> dict:
@@ -238,7 +224,7 @@ def run_branch(d, side, seg, run, a, mode: str) -> dict:
         return {"case": f"branch_{mode}", "side": side, "segment": seg, "run": run,
                 "total_ms": wall, "server_total_ms": r["total_ms"], "pause_ms": r["pause_ms"],
                 "snapshot_ms": r.get("snapshot_ms"), "spawn_ms": r.get("spawn_ms"),
-                "uid": qemu_uid(src["pid"])}
+                "uid": nv.qemu_uid(src["pid"])}
     finally:
         for sid in [*kids, src["id"]]:
             d.delete(sid)
@@ -253,7 +239,7 @@ def mem_row(case, side, seg, run, pid) -> dict:
     return {"case": case, "side": side, "segment": seg, "run": run, "pss_kib": s.get("Pss"),
             "rss_kib": s.get("Rss"), "private_dirty_kib": s.get("Private_Dirty"),
             "pss_anon_kib": s.get("Pss_Anon"), "pss_file_kib": s.get("Pss_File"),
-            "pss_shmem_kib": s.get("Pss_Shmem"), "uid": qemu_uid(pid)}
+            "pss_shmem_kib": s.get("Pss_Shmem"), "uid": nv.qemu_uid(pid)}
 
 
 def run_memory(d, side, seg, run, a) -> dict:
@@ -265,17 +251,9 @@ def run_memory(d, side, seg, run, a) -> dict:
         d.delete(sb["id"])
 
 
-def naive_netns(saved, tag: str) -> str | None:
-    """A namespace for a naive copy when the source has a NIC (its tap must
-    exist where the copy runs), as bench_spawn does."""
-    if not any(a.startswith("tap,") for a in saved.argv):
-        return None
-    return f"fvb-{os.getpid()}-{tag}"
-
-
 def naive_vm(saved, work, shm, tag):
     return nv.naive_restore(saved, os.path.join(work, tag), os.path.join(shm, f"{tag}.mem"),
-                            f"fvb-jail-{tag}", netns=naive_netns(saved, tag))
+                            f"fvb-jail-{tag}", netns=nv.copy_netns(saved, tag))
 
 
 def run_naive_restore(saved, work, shm, seg, run) -> dict:
@@ -283,7 +261,7 @@ def run_naive_restore(saved, work, shm, seg, run) -> dict:
     try:
         return {"case": "naive_restore", "side": NAIVE, "segment": seg, "run": run,
                 **{k: vm.timings.get(k) for k in ("total_ms", "qemu_start_ms", "load_ms",
-                                                  "agent_ms")}, "uid": qemu_uid(vm.pid)}
+                                                  "agent_ms")}, "uid": nv.qemu_uid(vm.pid)}
     finally:
         vm.stop()
 
@@ -639,7 +617,7 @@ def main() -> int:
     shares = {}
     for side in (JAILED, UNJAILED):
         segs = [i for i, s in enumerate(order) if s == side]
-        split = {k: split_runs(n, per_side) for k, n in (
+        split = {k: rp.split_runs(n, per_side) for k, n in (
             ("spawn", a.runs), ("cold", a.cold_runs), ("branch", a.runs), ("naive", a.runs),
             ("memory", a.mem_runs))}
         for j, seg in enumerate(segs):
@@ -675,4 +653,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rp.run_main("bench_jail", main, on_signal=None)

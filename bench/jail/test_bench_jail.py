@@ -28,13 +28,6 @@ def test_segment_order_is_abba():
     assert order.count("jailed") == order.count("unjailed") == 3
 
 
-@pytest.mark.parametrize("total,parts,want", [(20, 2, [10, 10]), (5, 2, [3, 2]), (3, 2, [2, 1]),
-                                              (1, 2, [1, 0]), (7, 3, [3, 2, 2])])
-def test_split_runs(total, parts, want):
-    assert bj.split_runs(total, parts) == want
-    assert sum(bj.split_runs(total, parts)) == total
-
-
 def rows_fixture():
     rows = []
     for i, (j, u) in enumerate([(110, 100), (120, 100), (130, 100)]):

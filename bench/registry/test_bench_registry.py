@@ -22,6 +22,10 @@ sys.path.insert(0, str(HERE))
 
 import bench_registry as br  # noqa: E402
 import chunk_sizes as cs  # noqa: E402
+import registry_cases as rc  # noqa: E402
+import registry_hosts as rh  # noqa: E402
+import registry_report as rr  # noqa: E402
+import report as rp  # noqa: E402
 
 MiB = 1 << 20
 
@@ -71,16 +75,16 @@ def test_write_layout_makes_a_one_layer_oci_layout(tmp_path):
     _write(src / "rootfs.ext4", 64 * MiB, {MiB: b"data"})
     (src / "t").mkdir()
     (src / "t" / "memory.diff").write_bytes(b"m" * 1000)
-    stage = br.stage_tree(tmp_path / "stage", src / "rootfs.ext4", src / "t", src / "t")
-    lay = br.write_layout(tmp_path / "oci", stage, "s1")
+    stage = rc.stage_tree(tmp_path / "stage", src / "rootfs.ext4", src / "t", src / "t")
+    lay = rc.write_layout(tmp_path / "oci", stage, "s1")
     assert lay["tar_bytes"] < 4 * MiB  # --sparse: the holes are not stored
-    blob, media, size = br.layout_layer(tmp_path / "oci", "s1")
+    blob, media, size = rc.layout_layer(tmp_path / "oci", "s1")
     assert media == "application/vnd.oci.image.layer.v1.tar" and blob.stat().st_size == size
-    assert blob.name == br.sha256_file(blob)
+    assert blob.name == rh.sha256_file(blob)
     assert json.loads((tmp_path / "oci" / "oci-layout").read_text())["imageLayoutVersion"]
     out = tmp_path / "out"
     out.mkdir()
-    br.sh(["tar", "-xf", blob, "-C", out])
+    rh.sh(["tar", "-xf", blob, "-C", out])
     assert (out / "image" / "rootfs.ext4").stat().st_size == 64 * MiB
     assert (out / "snapshot" / "memory.diff").read_bytes() == b"m" * 1000
 
@@ -88,16 +92,16 @@ def test_write_layout_makes_a_one_layer_oci_layout(tmp_path):
 def test_push_and_pull_stages_from_phase_events():
     r = {"total_ms": 900, "bytes_sent": 10, "blobs_sent": 2, "blobs_skipped": 1,
          "bytes_skipped": 5, "links": 2, "links_skipped": 1, "image_sent": False}
-    row = br.push_row(1000.0, [(50.0, "chunking"), (400.0, "pushing to x/y:z"),
+    row = rc.push_row(1000.0, [(50.0, "chunking"), (400.0, "pushing to x/y:z"),
                                (60.0, "(first progress or cached event)")], r)
     assert row["prepare_ms"] == 400.0 and row["transfer_ms"] == 600.0
     assert row["image_sent"] == 0
     r = {"total_ms": 900, "bytes_fetched": 10, "blobs_fetched": 2, "links": 2,
          "links_cached": 1, "image_created": True}
-    row = br.pull_row(1000.0, [(1.0, "resolving x"), (800.0, "publishing"),
+    row = rc.pull_row(1000.0, [(1.0, "resolving x"), (800.0, "publishing"),
                                (300.0, "(first progress or cached event)")], r)
     assert (row["prepare_ms"], row["transfer_ms"], row["finish_ms"]) == (300.0, 500.0, 200.0)
-    row = br.pull_row(1000.0, [(1.0, "resolving x"), (None, "(first progress or cached event)"),
+    row = rc.pull_row(1000.0, [(1.0, "resolving x"), (None, "(first progress or cached event)"),
                                (800.0, "publishing")], r)
     assert row["prepare_ms"] == 0.0
 
@@ -105,7 +109,7 @@ def test_push_and_pull_stages_from_phase_events():
 def _rows(runs=3):
     rows = []
     for run in range(1, runs + 1):
-        for case, _, base in br.FIGURES:
+        for case, _, base in rh.FIGURES:
             push = "push" in case
             rows.append({"case": case, "run": run, "total_ms": 1000.0 * run,
                          "prepare_ms": 100.0, "transfer_ms": 800.0,
@@ -114,7 +118,7 @@ def _rows(runs=3):
                          "bytes_skipped": 0, "links": 2, "links_skipped": 1, "image_sent": 1,
                          "requests": 250, "pings": 125, "spawn_ms": None if push else 900.0,
                          "sha_ok": None if push else 1, "other_cpu_cores": 0.1})
-        for case in br.BASELINE:
+        for case in rh.BASELINE:
             rows.append({"case": case, "run": run, "total_ms": 2000.0, "transfer_ms": 1500.0,
                          "prepare_ms": 500.0 if "push" in case else None,
                          "finish_ms": None if "push" in case else 500.0, "bytes": 200 * MiB,
@@ -133,24 +137,24 @@ def test_report_and_plot_from_made_up_rows(tmp_path):
         for m in cs.SIZES_MIB]}
     info = {"version": "0.1.0", "accel": {"kind": "tcg", "reason": "test"},
             "qemu": {"version": "QEMU 10", "path": "qemu-system-x86_64"}}
-    ctx = {"info": info, "machine": br.rp.machine_info(), "tools": "t", "others": {},
+    ctx = {"info": info, "machine": rp.machine_info(), "tools": "t", "others": {},
            "busy": 0, "stray": [0, 0, 0], "stray_spawn": [1, 1, 1, 1, 1, 1], "data_mib": 64,
            "profile": "release", "command": "bash bench/registry/run.sh", "chunks": chunks,
            "started": dt.datetime.now().astimezone(), "elapsed": 60.0,
            "skopeo_media": "application/vnd.oci.image.layer.v1.tar+gzip"}
     args = SimpleNamespace(runs=3, memory=512, data_mib=64, binary="/x/forkvm")
-    lines = br.write_results(tmp_path / "RESULTS.md", rows, ctx, args)
+    lines = rr.write_results(tmp_path / "RESULTS.md", rows, ctx, args)
     text = "\n".join(lines)
     assert "SMOKE" not in text
     assert "| push_s1: push S1" in text and "**1.00×**" in text
     assert "| **4 MiB** |" in text and "zstd level 3 (test)" in text
     assert "Daemon A had 1 thread(s) in a sandbox's network namespace right after each spawn" in text
     quiet = dict(ctx, stray=[0, 0, 0], stray_spawn=[0] * 6)
-    text0 = "\n".join(br.write_results(tmp_path / "RESULTS0.md", rows, quiet, args))
+    text0 = "\n".join(rr.write_results(tmp_path / "RESULTS0.md", rows, quiet, args))
     assert "Daemon threads in sandbox namespaces: none." in text0 and "worked around" not in text0
-    br.plot(rows, ctx, tmp_path / "registry.png")
+    rr.plot(rows, ctx, tmp_path / "registry.png")
     assert (tmp_path / "registry.png").stat().st_size > 10_000
-    br.rp.write_csv(tmp_path / "registry.csv", rows, br.FIELDS)
+    rp.write_csv(tmp_path / "registry.csv", rows, rh.FIELDS)
     assert (tmp_path / "registry.csv").read_text().startswith("case,run,total_ms")
 
 

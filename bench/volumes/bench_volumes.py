@@ -206,12 +206,8 @@ def result_lines(stats: dict, ctx: dict, args) -> list[str]:
     L += [
         "# Volumes benchmark: file I/O on a volume, the guest's root disk and the host",
         "",
-        rp.date_line(ctx["started"], ctx["elapsed"]),
-        rp.forkvm_line(info, ctx.get("revision", "?"), ctx.get("build_note", "")),
-        f"- Machine: {rp.machine_text(machine)}; Linux {machine['kernel']}; load average at "
-        f"start {rp.loadavg_text(machine)}",
-        rp.accel_line(info),
-        f"- QEMU: {rp.qemu_text(info)}",
+        *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], ctx.get("revision", "?"),
+                         ctx.get("build_note", "")),
         f"- Guest: {args.memory} MiB, {args.cpus} vCPU(s), `network: none`, cold boot of the "
         f"default image; Python {ctx['guest'].get('python', '?')} in the guest, "
         f"{ctx['guest'].get('host_python', '?')} on the host",
@@ -617,8 +613,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except fb.BenchError as e:
-        print(f"bench_volumes: {e}", file=sys.stderr)
-        sys.exit(1)
+    rp.run_main("bench_volumes", main, on_signal=None)
