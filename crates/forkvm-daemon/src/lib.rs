@@ -120,11 +120,9 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
             "serving on TCP needs a bearer token: set FORKVM_TOKEN".into(),
         ));
     }
-    let qemu_version = forkvm_qemu::features::version(&cfg.qemu)
-        .await
-        .map_err(|e| {
-            StartError::Setup(format!("{e}; run scripts/setup.sh to install QEMU >= 10"))
-        })?;
+    let qemu_version = features::version(&cfg.qemu).await.map_err(|e| {
+        StartError::Setup(format!("{e}; run scripts/setup.sh to install QEMU >= 10"))
+    })?;
     if qemu_version.major < 10 {
         return Err(StartError::Setup(format!(
             "{} is too old: forkvm needs QEMU >= 10 (run scripts/setup.sh)",

@@ -1,5 +1,12 @@
-//! The daemon's module graph: no import circles, no file over 800 lines, and
-//! the graph drawn in `docs/architecture.md` is the one in the code.
+//! The module graph of the engine (`forkvm-engine`) and its front-ends
+//! (`forkvm-daemon`): no import circles, no file over 800 lines, the graph
+//! drawn in `docs/architecture.md` is the one in the code, the engine names
+//! no HTTP crate, and no front-end reaches the database, the guest agent or
+//! QEMU except through the engine.
+//!
+//! The daemon re-exports the engine's modules under their own names, so the
+//! two crates make one namespace: `crate::manager` in a front-end is the
+//! engine's `manager`.
 //!
 //! The unit of the graph is one source file (`sandbox.rs` is `sandbox`,
 //! `snapshot/freeze/mod.rs` is `snapshot::freeze`). An edge `a -> b` means a
@@ -438,21 +445,109 @@ fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn daemon_graph() -> Graph {
-    let src = crate_dir().join("src");
+fn engine_dir() -> PathBuf {
+    crate_dir().join("../forkvm-engine")
+}
+
+/// (module, source) of every file of one crate's `src/`.
+fn sources(src: &Path) -> Vec<(String, String)> {
     let mut files = Vec::new();
-    rs_files(&src, &mut files);
-    let files: Vec<(String, String)> = files
+    rs_files(src, &mut files);
+    files
         .iter()
         .map(|p| {
-            let rel = p.strip_prefix(&src).unwrap_or(p);
+            let rel = p.strip_prefix(src).unwrap_or(p);
             (
                 module_of(rel),
                 std::fs::read_to_string(p).unwrap_or_default(),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The modules of the front-ends (the daemon's own, besides its lib.rs).
+fn is_front_end(module: &str) -> bool {
+    let top = module.split("::").next().unwrap_or("");
+    matches!(top, "api" | "e2b" | "mcp" | "oci")
+}
+
+fn daemon_graph() -> Graph {
+    let mut files = sources(&engine_dir().join("src"));
+    files.extend(sources(&crate_dir().join("src")));
     graph(&files)
+}
+
+/// The names of a Cargo.toml's `[dependencies]` (not dev-dependencies).
+fn dependencies(manifest: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).unwrap_or_default();
+    let mut on = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            on = l == "[dependencies]";
+            continue;
+        }
+        if on {
+            if let Some((name, _)) = l.split_once('=') {
+                out.push(name.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_engine_names_no_http_crate() {
+    const HTTP: [&str; 7] = [
+        "axum",
+        "hyper",
+        "hyper-util",
+        "tower",
+        "tower-http",
+        "http-body-util",
+        "utoipa",
+    ];
+    let deps = dependencies(&engine_dir().join("Cargo.toml"));
+    assert!(!deps.is_empty(), "no [dependencies] read from the engine");
+    let bad: Vec<&String> = deps.iter().filter(|d| HTTP.contains(&d.as_str())).collect();
+    assert!(bad.is_empty(), "the engine depends on HTTP crates: {bad:?}");
+    for (m, src) in sources(&engine_dir().join("src")) {
+        let code = strip(&src);
+        for t in tokens(&code) {
+            if let Tok::Ident(i) = t {
+                assert!(
+                    !["axum", "hyper", "utoipa", "tower_http"].contains(&i.as_str()),
+                    "engine module {m} names {i}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn no_front_end_reaches_the_db_the_agent_or_qemu() {
+    // Not as crates: the daemon cannot name them.
+    let deps = dependencies(&crate_dir().join("Cargo.toml"));
+    assert!(deps.contains(&"forkvm-engine".to_string()), "{deps:?}");
+    for c in ["forkvm-qemu", "forkvm-agent-protocol", "rusqlite"] {
+        assert!(!deps.contains(&c.to_string()), "the daemon depends on {c}");
+    }
+    // Not as engine modules: every call goes through an engine service.
+    let g = daemon_graph();
+    let mut bad = Vec::new();
+    for (m, deps) in &g {
+        if !is_front_end(m) {
+            continue;
+        }
+        for d in deps {
+            let top = d.split("::").next().unwrap_or("");
+            if matches!(top, "db" | "agent") {
+                bad.push(format!("{m} -> {d}"));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "front-ends reach past the engine: {bad:?}");
 }
 
 #[test]
@@ -471,6 +566,7 @@ fn no_daemon_file_is_over_800_lines() {
     let mut files = Vec::new();
     rs_files(&crate_dir().join("src"), &mut files);
     rs_files(&crate_dir().join("tests"), &mut files);
+    rs_files(&engine_dir().join("src"), &mut files);
     let long: Vec<String> = files
         .iter()
         .filter_map(|p| {

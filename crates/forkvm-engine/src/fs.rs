@@ -10,7 +10,8 @@ use forkvm_api::{
     ArchiveWritten, DirMade, EntryInfo, EntryList, FileKind, FsEvent, FsOp, WatcherEvents,
 };
 
-use crate::agent::{AgentStream, WatchEvent};
+/// What a directory watch carries, for the front-ends that render it.
+pub use crate::agent::{AgentStream, WatchEvent};
 use crate::error::{agent_error, logged, EngineError, ErrorKind};
 use crate::manager::Manager;
 

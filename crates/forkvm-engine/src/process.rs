@@ -16,10 +16,13 @@ use forkvm_api::{
     check_tag, Process, ProcessList, ProcessRef, PtySize, StartProcess, MAX_PTY_SIDE,
 };
 
-use crate::agent::{AgentConn, AgentStream, ProcEvent, ProcSpec, ProcTarget};
+use crate::agent::{AgentConn, ProcSpec, ProcTarget};
+/// What a process stream carries, for the front-ends that render it.
+pub use crate::agent::{AgentStream, ProcEvent};
 use crate::error::{agent_error, logged, EngineError, ErrorKind, HintAction};
 use crate::fs::check_guest_path;
 use crate::manager::Manager;
+pub use forkvm_agent_protocol::ProcStream;
 
 /// A stream of one process's events, its `Started` already taken.
 pub struct ProcessStream {

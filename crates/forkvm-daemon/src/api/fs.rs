@@ -14,9 +14,9 @@ use serde::Deserialize;
 
 use super::body::{body_error, JsonBody};
 use super::{ndjson, AppState};
-use crate::agent::WatchEvent as AgentWatchEvent;
 use crate::api::error::ApiError;
 use crate::error::agent_error;
+use crate::fs::WatchEvent as AgentWatchEvent;
 
 /// `?path=`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

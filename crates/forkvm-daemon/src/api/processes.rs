@@ -12,10 +12,10 @@ use forkvm_api::*;
 
 use super::body::{body_error, JsonBody};
 use super::{ndjson, AppState};
-use crate::agent::ProcEvent;
 use crate::api::error::ApiError;
 use crate::error::agent_error;
 use crate::process::ProcessStream;
+use crate::process::{ProcEvent, ProcStream};
 
 fn process_ref(s: &str) -> Result<ProcessRef, ApiError> {
     ProcessRef::parse(s).map_err(|e| ApiError::invalid(format!("bad process: {e}")))
@@ -38,13 +38,9 @@ fn render(id: String, ps: ProcessStream) -> Response {
                 Ok(Some(ProcEvent::Data { stream, lost, data })) => {
                     let data = b64(&data);
                     match stream {
-                        forkvm_agent_protocol::ProcStream::Stdout => {
-                            ProcessEvent::Stdout { data, lost }
-                        }
-                        forkvm_agent_protocol::ProcStream::Stderr => {
-                            ProcessEvent::Stderr { data, lost }
-                        }
-                        forkvm_agent_protocol::ProcStream::Pty => ProcessEvent::Pty { data, lost },
+                        ProcStream::Stdout => ProcessEvent::Stdout { data, lost },
+                        ProcStream::Stderr => ProcessEvent::Stderr { data, lost },
+                        ProcStream::Pty => ProcessEvent::Pty { data, lost },
                     }
                 }
                 Ok(Some(ProcEvent::Keepalive)) => ProcessEvent::Keepalive,

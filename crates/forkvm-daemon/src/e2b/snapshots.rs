@@ -24,8 +24,8 @@ use axum::{Json, Router};
 
 use super::model::SnapshotInfo;
 use super::paging::{decode_token, encode_token};
-use crate::db::{Origin, SnapshotRow};
 use crate::manager::Manager;
+use crate::snapshot::{Origin, SnapshotRow};
 
 pub(crate) fn router() -> Router<Arc<Manager>> {
     Router::new()

@@ -36,6 +36,9 @@ use forkvm_qemu::Qmp;
 use forkvm_store::{Manifest, Snapshot as StoredSnapshot, Store, StoreError};
 
 use crate::db::SandboxRow;
+/// A stored snapshot's record and where it came from, for front-ends that
+/// show snapshots their own way.
+pub use crate::db::{Origin, SnapshotRow};
 use crate::error::{EngineError, ErrorKind, HintAction};
 use crate::manager::Manager;
 use crate::util;

@@ -12,8 +12,8 @@ use axum::response::Response;
 use super::connect::{self, Code, ConnectError};
 use super::wire::*;
 use super::Call;
-use crate::agent::WatchEvent;
 use crate::error::agent_error;
+use crate::fs::WatchEvent;
 
 /// `Stat`.
 pub(crate) async fn stat(call: Call) -> Response {

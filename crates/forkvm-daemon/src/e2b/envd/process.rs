@@ -10,16 +10,16 @@
 
 use axum::body::Body;
 use axum::response::Response;
-use forkvm_agent_protocol::ProcStream;
+
 use forkvm_api::{ProcessRef, PtySize, StartProcess};
 use tokio_stream::StreamExt;
 
 use super::connect::{self, Code, ConnectError};
 use super::wire::*;
 use super::Call;
-use crate::agent::ProcEvent;
 use crate::error::agent_error;
 use crate::process::ProcessStream;
+use crate::process::{ProcEvent, ProcStream};
 
 fn selector(s: Option<ProcessSelector>) -> Result<ProcessRef, ConnectError> {
     match s {
