@@ -846,6 +846,10 @@ pub struct BranchRequest {
     /// Limits for the children, field by field over the source's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<crate::SandboxLimits>,
+    /// The children's timeout in seconds, counted from their start (1 s to
+    /// 30 days). Omitted: the source's timeout, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
 }
 
 /// The result of a branch.

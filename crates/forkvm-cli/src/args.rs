@@ -319,6 +319,10 @@ pub(crate) enum Cmd {
         no_wait_network: bool,
         #[command(flatten)]
         limits: lifetime::LimitArgs,
+        /// The children's timeout in seconds, from their start (default:
+        /// the source's).
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<u64>,
     },
     /// List sandboxes.
     Ps {

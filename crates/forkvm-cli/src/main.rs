@@ -218,6 +218,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             ports,
             no_wait_network,
             limits,
+            timeout,
         } => {
             let c = client().await?;
             let mode = match mode.as_str() {
@@ -236,6 +237,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         ports: (!ports.is_empty()).then_some(ports),
                         wait_for_network: no_wait_network.then_some(false),
                         limits: limits.limits(),
+                        timeout,
                     },
                 )
                 .await?;

@@ -24,6 +24,10 @@ impl Manager {
         if let Some(o) = &over {
             crate::limits::check(o, self.cfg.limits.max_cpus)?;
         }
+        let child_timeout = req.timeout;
+        if let Some(t) = child_timeout {
+            crate::lifetime::check_timeout(t)?;
+        }
         let mode = serde_json::to_value(req.mode.unwrap_or_default())
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
@@ -38,7 +42,10 @@ impl Manager {
                 // Children carry the source's metadata, env, timeout and
                 // limits; a child that cannot be limited does not stay.
                 let ids: Vec<String> = b.children.iter().map(|c| c.id.clone()).collect();
-                if let Err(e) = self.inherit_lifecycle(id, &ids, over.as_ref()).await {
+                if let Err(e) = self
+                    .inherit_lifecycle(id, &ids, over.as_ref(), child_timeout)
+                    .await
+                {
                     tracing::warn!(sandbox = %id, "children of sandbox {id} did not get its lifecycle: {}", e.message);
                     for c in &ids {
                         let _ = self.remove(c).await;

@@ -491,6 +491,21 @@ def test_branch_no_wait(client: Client, source: Sandbox) -> None:
     client.delete_snapshot(snap.id, force=True)
 
 
+def test_branch_gives_the_children_their_own_timeout(client: Client, source: Sandbox) -> None:
+    before = client.get_sandbox(source.id).lifetime
+    result = client.branch_sandbox(source.id, count=2, timeout=600)
+    try:
+        for child in result.children:
+            assert child.lifetime is not None and child.lifetime.timeout == 600
+            assert 590 <= child.lifetime.remaining_s <= 600
+        after = client.get_sandbox(source.id).lifetime
+        assert (before and before.timeout) == (after and after.timeout)  # the source's is its own
+        with pytest.raises(forkvm.InvalidRequest):
+            client.branch_sandbox(source.id, count=1, timeout=0)
+    finally:
+        client.delete_snapshot(result.snapshot.id, force=True)
+
+
 def test_branch_errors(client: Client, source: Sandbox) -> None:
     with pytest.raises(forkvm.InvalidRequest) as exc:
         client.branch_sandbox(source.id, count=1001)

@@ -98,6 +98,8 @@ export interface BranchOptions extends RequestOptions {
   waitForNetwork?: boolean | undefined;
   /** The children's limits: the source's, with the fields given here replaced. */
   limits?: api.SandboxLimits | undefined;
+  /** The children's timeout in seconds, from their start (default: the source's). */
+  timeout?: number | undefined;
 }
 
 /** The result of {@link Sandbox.branch}. */
@@ -318,6 +320,7 @@ export class Sandbox implements AsyncDisposable {
     if (opts.ports !== undefined) req.ports = networkFields({ ports: opts.ports }).ports;
     if (opts.waitForNetwork !== undefined) req.wait_for_network = opts.waitForNetwork;
     if (opts.limits !== undefined) req.limits = opts.limits;
+    if (opts.timeout !== undefined) req.timeout = opts.timeout;
     const res = await this.client.branchSandbox(this.id, req, opts);
     return {
       mode: res.mode,

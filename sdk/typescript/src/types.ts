@@ -56,6 +56,8 @@ export interface BranchRequest {
   wait_for_network?: boolean | null;
   /** Limits for the children, field by field over the source's. */
   limits?: SandboxLimits | null;
+  /** The children's timeout in seconds, from their start (default: the source's). */
+  timeout?: number | null;
 }
 
 /** The result of a branch. */

@@ -100,7 +100,7 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   branch_sandbox: [
     (c) => c.branchSandbox("ID", { mode: "live", count: 2, tag: "t", wait: false }),
     (c) => c.branchSandbox("ID", { ports: [{ guest: 8000 }], wait_for_network: false }),
-    (c) => c.branchSandbox("ID", { limits: { disk_iops: 50 } }),
+    (c) => c.branchSandbox("ID", { limits: { disk_iops: 50 }, timeout: 600 }),
   ],
   exec: [
     (c) =>

@@ -27,8 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use forkvm_api::{
-    BranchRequest, CreateSandbox, NetworkMode, OnTimeout, ResumeRequest, Sandbox, SandboxState,
-    SetTimeout,
+    BranchRequest, CreateSandbox, NetworkMode, OnTimeout, Sandbox, SandboxState, SetTimeout,
 };
 use serde::de::DeserializeOwned;
 
@@ -36,6 +35,7 @@ use super::model::*;
 use super::paging::{decode_token, encode_token};
 use super::{access_token, envd::ENVD_VERSION};
 use crate::error::EngineError;
+use crate::lifetime::connect::Connected;
 use crate::manager::Manager;
 
 /// The daemon's token, which signs each sandbox's access token.
@@ -504,32 +504,13 @@ async fn wake(
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
-    if sb.state != SandboxState::Paused {
-        if !running_ok {
-            return super::error(
-                StatusCode::CONFLICT,
-                format!("sandbox {id} is already running"),
-            );
-        }
-        // Connecting extends a running sandbox's timeout, never shortens it.
-        let left = sb.lifetime.as_ref().map(|l| l.remaining_s);
-        if let Some(t) = req
-            .timeout
-            .filter(|t| left.is_some_and(|l| (*t as f64) > l))
-        {
-            if let Err(e) = m.set_timeout(
-                &id,
-                SetTimeout {
-                    timeout: Some(t),
-                    on_timeout: None,
-                },
-            ) {
-                return fail(e);
-            }
-        }
-        return (StatusCode::OK, Json(created(&m, &key, &sb))).into_response();
+    if sb.state != SandboxState::Paused && !running_ok {
+        return super::error(
+            StatusCode::CONFLICT,
+            format!("sandbox {id} is already running"),
+        );
     }
-    if req.auto_pause == Some(true) {
+    if sb.state == SandboxState::Paused && req.auto_pause == Some(true) {
         let set = SetTimeout {
             timeout: Some(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
             on_timeout: Some(OnTimeout::Pause),
@@ -539,13 +520,14 @@ async fn wake(
         }
     }
     let mm = m.clone();
-    let rid = id.clone();
-    let resume = ResumeRequest {
-        timeout: req.timeout,
-        memory: req.memory,
-    };
-    match detached(async move { mm.resume(&rid, resume).await }).await {
-        Ok(sb) => (StatusCode::CREATED, Json(created(&m, &key, &sb))).into_response(),
+    let (timeout, memory) = (req.timeout, req.memory);
+    match detached(async move { mm.resume_or_extend(&id, timeout, memory).await }).await {
+        Ok((sb, Connected::Resumed)) => {
+            (StatusCode::CREATED, Json(created(&m, &key, &sb))).into_response()
+        }
+        Ok((sb, Connected::Extended)) => {
+            (StatusCode::OK, Json(created(&m, &key, &sb))).into_response()
+        }
         Err(e) => fail(e),
     }
 }
@@ -692,6 +674,7 @@ async fn fork(
     let mm = m.clone();
     let branch = BranchRequest {
         count: Some(count),
+        timeout: Some(timeout),
         ..Default::default()
     };
     let r = match detached(async move { mm.branch(&id, branch).await }).await {
@@ -701,26 +684,9 @@ async fn fork(
     let results: Vec<ForkResult> = r
         .children
         .iter()
-        .map(|c| {
-            match m.set_timeout(
-                &c.id,
-                SetTimeout {
-                    timeout: Some(timeout),
-                    on_timeout: None,
-                },
-            ) {
-                Ok(sb) => ForkResult {
-                    sandbox: Some(created(&m, &key, &sb)),
-                    error: None,
-                },
-                Err(e) => ForkResult {
-                    sandbox: None,
-                    error: Some(ErrorBody {
-                        code: crate::api::error::status(&e).as_u16(),
-                        message: e.message,
-                    }),
-                },
-            }
+        .map(|c| ForkResult {
+            sandbox: Some(created(&m, &key, c)),
+            error: None,
         })
         .collect();
     (StatusCode::CREATED, Json(results)).into_response()

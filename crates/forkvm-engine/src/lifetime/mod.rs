@@ -17,6 +17,7 @@
 //! [`pause`].
 
 pub mod cold;
+pub mod connect;
 pub mod pause;
 
 use std::collections::BTreeMap;
@@ -183,13 +184,14 @@ impl Manager {
     }
 
     /// A branch's children inherit the source's metadata, environment,
-    /// timeout (counted afresh from their start) and limits, the latter
-    /// field by field under the branch's own.
+    /// timeout (counted afresh from their start; `timeout` replaces it) and
+    /// limits, the latter field by field under the branch's own.
     pub async fn inherit_lifecycle(
         &self,
         source: &str,
         children: &[String],
         limits: Option<&forkvm_api::SandboxLimits>,
+        timeout: Option<u64>,
     ) -> Result<(), EngineError> {
         let l = self.db.lifecycle(source)?;
         let l = LifecycleRow {
@@ -199,7 +201,7 @@ impl Manager {
             },
             metadata: l.metadata,
             env: l.env,
-            timeout_s: l.timeout_s,
+            timeout_s: timeout.or(l.timeout_s),
             on_timeout: l.on_timeout,
             ..Default::default()
         };

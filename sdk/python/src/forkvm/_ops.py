@@ -511,6 +511,7 @@ def branch_request(
     ports: Optional[Iterable[PortSpec]] = None,
     wait_for_network: Optional[bool] = None,
     limits: Optional[LimitsSpec] = None,
+    timeout: Optional[int] = None,
 ) -> models.BranchRequest:
     """Build a :class:`~forkvm.models.BranchRequest` from friendly arguments."""
     return models.BranchRequest(
@@ -521,6 +522,7 @@ def branch_request(
         ports=port_forwards(ports),
         wait_for_network=wait_for_network,
         limits=sandbox_limits(limits),
+        timeout=timeout,
     )
 
 

@@ -495,6 +495,7 @@ class AsyncSandbox:
         ports: Optional[Iterable[PortSpec]] = None,
         wait_for_network: Optional[bool] = None,
         limits: Optional[LimitsSpec] = None,
+        timeout: Optional[int] = None,
     ) -> "AsyncBranch":
         """Snapshot the sandbox at this instant and spawn ``count`` children from it.
 
@@ -507,7 +508,8 @@ class AsyncSandbox:
         Children keep the source's network mode and egress allow-list. Each
         publishes ``ports`` (as for :class:`AsyncSandbox`), by default the
         source's guest ports on host ports of its own. They inherit its
-        :attr:`limits`, with the fields given in ``limits`` replaced.
+        :attr:`limits`, with the fields given in ``limits`` replaced, and
+        its timeout unless ``timeout`` (seconds, from each child's start) is given.
         """
         result = await self.client.branch_sandbox(
             self.id,
@@ -518,6 +520,7 @@ class AsyncSandbox:
             ports=ports,
             wait_for_network=wait_for_network,
             limits=limits,
+            timeout=timeout,
         )
         return AsyncBranch._from_result(self.client, result, count)
 

@@ -349,16 +349,25 @@ class Client(_BaseClient, ProcessOps):
         ports: Optional[Iterable[PortSpec]] = None,
         wait_for_network: Optional[bool] = None,
         limits: Optional[LimitsSpec] = None,
+        timeout: Optional[int] = None,
     ) -> models.BranchResult:
         """``POST /v1/sandboxes/{id}/branch``: snapshot it now and spawn ``count`` children.
 
         Each child publishes ``ports`` (as for :meth:`create_sandbox`);
         without them, the source's guest ports on newly allocated host ports.
         Children keep the source's network mode and egress allow-list, and
-        its limits with the fields of ``limits`` replaced.
+        its limits with the fields of ``limits`` replaced. ``timeout`` (seconds,
+        from each child's start) replaces the source's timeout for the children.
         """
         body = _ops.branch_request(
-            mode=mode, count=count, tag=tag, wait=wait, ports=ports, wait_for_network=wait_for_network, limits=limits
+            mode=mode,
+            count=count,
+            tag=tag,
+            wait=wait,
+            ports=ports,
+            wait_for_network=wait_for_network,
+            limits=limits,
+            timeout=timeout,
         )
         return self._send(_ops.branch_sandbox(id, body))
 

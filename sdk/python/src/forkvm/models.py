@@ -791,6 +791,8 @@ class BranchRequest(Model):
     ports: Optional[List[PortForward]] = None
     wait_for_network: Optional[bool] = None
     limits: Optional[SandboxLimits] = None
+    #: The children's timeout in seconds, from their start (default: the source's).
+    timeout: Optional[int] = None
 
 
 @dataclass

@@ -474,6 +474,7 @@ class Sandbox:
         ports: Optional[Iterable[PortSpec]] = None,
         wait_for_network: Optional[bool] = None,
         limits: Optional[LimitsSpec] = None,
+        timeout: Optional[int] = None,
     ) -> "Branch":
         """Snapshot the sandbox at this instant and spawn ``count`` children from it.
 
@@ -486,7 +487,8 @@ class Sandbox:
         Children keep the source's network mode and egress allow-list. Each
         publishes ``ports`` (as for :class:`Sandbox`), by default the
         source's guest ports on host ports of its own. They inherit its
-        :attr:`limits`, with the fields given in ``limits`` replaced.
+        :attr:`limits`, with the fields given in ``limits`` replaced, and
+        its timeout unless ``timeout`` (seconds, from each child's start) is given.
         """
         result = self.client.branch_sandbox(
             self.id,
@@ -497,6 +499,7 @@ class Sandbox:
             ports=ports,
             wait_for_network=wait_for_network,
             limits=limits,
+            timeout=timeout,
         )
         return Branch._from_result(self.client, result, count)
 
