@@ -184,7 +184,7 @@ def notes(rows, ctx) -> list[str]:
         f" s for `skopeo copy` of the gzip layer (whose untar then took "
         f"{secs(med('skopeo_pull_s1', 'finish_ms'))} s). Pull S2 spent {secs(med('pull_s2', 'prepare_ms'))}"
         f" s of its {secs(med('pull_s2'))} s before fetching anything, resolving and finding "
-        "that B already has the image: `matching_image` (crates/forkvm-daemon/src/registry/"
+        "that B already has the image: `matching_image` (crates/forkvm-engine/src/registry/"
         "import.rs) finds the root disk's SHA-256 in the digest cache, where the pull that "
         "installed it put it (before commit f84c7b9 it hashed the 2 GiB disk again: 2.0 s).",
         f"- **Ready to use.** A forkvm pull ends with the snapshot published in B's store "
