@@ -44,9 +44,18 @@ const SETUP: &str = "run scripts/setup.sh (or `make setup`)";
 pub async fn run(json: bool) -> Result<ExitCode> {
     let home = forkvm_api::home_dir();
     let cfg = Config::for_home(&home);
-    let mut checks = Vec::new();
+    let mut checks = qemu_checks(&cfg).await;
+    let accel = accel_check(&cfg, &mut checks).await;
+    checks.extend(guest_checks(&cfg, accel.as_deref()).await);
+    checks.extend(host_checks(&home));
+    checks.extend(kernel_checks(&cfg));
+    checks.extend(daemon_checks().await?);
+    report(&checks, json)
+}
 
-    // QEMU and its features.
+/// QEMU, the features forkvm relies on, and qemu-img.
+async fn qemu_checks(cfg: &Config) -> Vec<Check> {
+    let mut checks = Vec::new();
     match forkvm_qemu::features::version(&cfg.qemu).await {
         Ok(v) if v.major >= 10 => checks.push(check("qemu", Status::Ok, v.text.clone(), None)),
         Ok(v) => checks.push(check(
@@ -152,9 +161,13 @@ pub async fn run(json: bool) -> Result<ExitCode> {
             Some(SETUP),
         )),
     }
+    checks
+}
 
-    // The accelerator, and why.
-    let accel = match forkvm_daemon::choose_accel(&cfg, None).await {
+/// The accelerator the daemon would choose, and why; its name for the
+/// portability check.
+async fn accel_check(cfg: &Config, checks: &mut Vec<Check>) -> Option<String> {
+    match forkvm_daemon::choose_accel(cfg, None).await {
         Ok(a) => {
             checks.push(check(
                 "accelerator",
@@ -168,9 +181,13 @@ pub async fn run(json: bool) -> Result<ExitCode> {
             checks.push(check("accelerator", Status::Fail, e, None));
             None
         }
-    };
+    }
+}
 
-    // Guest artefacts.
+/// The guest kernel, initramfs and default image, and whether pulled
+/// snapshots can be restored here.
+async fn guest_checks(cfg: &Config, accel: Option<&str>) -> Vec<Check> {
+    let mut checks = Vec::new();
     let kernel = cfg.kernel();
     match std::fs::read(&kernel).map(|b| b.starts_with(b"\x7fELF")) {
         Ok(true) => checks.push(check(
@@ -194,24 +211,28 @@ pub async fn run(json: bool) -> Result<ExitCode> {
     }
     checks.push(initrd_check(&cfg.initrd()));
     checks.push(file_check("default image", &cfg.image_rootfs("default")));
-    checks.push(portability_check(&cfg, accel.as_deref()).await);
+    checks.push(portability_check(cfg, accel).await);
+    checks
+}
 
-    // Host resources.
-    checks.push(disk_check(
-        "free disk (FORKVM_HOME)",
-        &home,
-        2 << 30,
-        10 << 30,
-    ));
-    checks.push(disk_check(
-        "free RAM disk (/dev/shm)",
-        Path::new("/dev/shm"),
-        512 << 20,
-        4 << 30,
-    ));
-    checks.push(mem_check());
+/// Free disk where the home is, /dev/shm, and memory.
+fn host_checks(home: &Path) -> Vec<Check> {
+    vec![
+        disk_check("free disk (FORKVM_HOME)", home, 2 << 30, 10 << 30),
+        disk_check(
+            "free RAM disk (/dev/shm)",
+            Path::new("/dev/shm"),
+            512 << 20,
+            4 << 30,
+        ),
+        mem_check(),
+    ]
+}
 
-    // Kernel facilities.
+/// What the kernel must offer: tun, namespaces, the network pool, uffd,
+/// the jail and volumes.
+fn kernel_checks(cfg: &Config) -> Vec<Check> {
+    let mut checks = Vec::new();
     checks.push(if Path::new("/dev/net/tun").exists() {
         check(
             "/dev/net/tun",
@@ -234,8 +255,12 @@ pub async fn run(json: bool) -> Result<ExitCode> {
     checks.push(uffd_check());
     checks.extend(crate::doctor_jail::checks(&cfg.qemu));
     checks.extend(crate::doctor_volumes::checks(&cfg.home));
+    checks
+}
 
-    // The daemon.
+/// Whether a daemon answers, and whether it can give sandboxes a network.
+async fn daemon_checks() -> Result<Vec<Check>> {
+    let mut checks = Vec::new();
     let client = forkvm_api::Client::from_env().map_err(|e| anyhow::anyhow!(e))?;
     match client.health().await {
         Ok(h) => {
@@ -280,7 +305,11 @@ pub async fn run(json: bool) -> Result<ExitCode> {
             Some("check $FORKVM_HOME/daemon.log"),
         )),
     }
+    Ok(checks)
+}
 
+/// Print the checks (a table, or JSON) and the verdict; exit 1 on a failure.
+fn report(checks: &[Check], json: bool) -> Result<ExitCode> {
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     if json {
         println!(
@@ -288,7 +317,7 @@ pub async fn run(json: bool) -> Result<ExitCode> {
             serde_json::to_string_pretty(&serde_json::json!({ "ok": !failed, "checks": checks }))?
         );
     } else {
-        for c in &checks {
+        for c in checks {
             let tag = match c.status {
                 Status::Ok => "ok  ",
                 Status::Warn => "warn",
