@@ -1,0 +1,223 @@
+//! Method calls between the engine's concerns. The module graph
+//! (`module_graph.rs`) is of names; an action calls another concern through
+//! `self.method()`, which it does not name. These calls are what tie the
+//! `Manager` into one object, so they are graphed here by top-level module:
+//! `a => b` when code of `a` calls, on the manager (`self` in an
+//! `impl Manager` block, or a handle to it named `m`, `mgr` or `manager`), a
+//! method defined in an `impl Manager` block of `b` (and of no other module).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use support::*;
+
+/// The identifiers of stripped code with their byte offsets.
+fn idents(code: &str) -> Vec<(usize, &str)> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if is_ident(b[i]) && !b[i].is_ascii_digit() && (i == 0 || !is_ident(b[i - 1])) {
+            let start = i;
+            while i < b.len() && is_ident(b[i]) {
+                i += 1;
+            }
+            out.push((start, &code[start..i]));
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The byte ranges of the `impl Manager { .. }` blocks of stripped code.
+fn manager_blocks(code: &str) -> Vec<(usize, usize)> {
+    let b = code.as_bytes();
+    let ids = idents(code);
+    let mut out = Vec::new();
+    for w in ids.windows(2) {
+        if w[0].1 == "impl" && w[1].1 == "Manager" {
+            let Some(open) = code[w[1].0..].find('{').map(|o| w[1].0 + o) else {
+                continue;
+            };
+            let mut depth = 0usize;
+            for (k, c) in b.iter().enumerate().skip(open) {
+                match c {
+                    b'{' => depth += 1,
+                    b'}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            out.push((open, k));
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The next non-blank byte at or after `i`.
+fn next_byte(b: &[u8], mut i: usize) -> Option<u8> {
+    while i < b.len() && b[i].is_ascii_whitespace() {
+        i += 1;
+    }
+    b.get(i).copied()
+}
+
+/// Method-call graph of `files` (module, source) by top-level module.
+fn method_graph(files: &[(String, String)]) -> Graph {
+    let top = |m: &str| m.split("::").next().unwrap_or(m).to_string();
+    let mut owner: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let stripped: Vec<(String, String)> =
+        files.iter().map(|(m, s)| (m.clone(), strip(s))).collect();
+    for (m, code) in &stripped {
+        for (a, z) in manager_blocks(code) {
+            let ids = idents(&code[a..z]);
+            for w in ids.windows(2) {
+                if w[0].1 == "fn" {
+                    owner.entry(w[1].1.to_string()).or_default().insert(top(m));
+                }
+            }
+        }
+    }
+    let mut g = Graph::new();
+    for (m, code) in &stripped {
+        if m == "crate" {
+            continue;
+        }
+        let b = code.as_bytes();
+        let blocks = manager_blocks(code);
+        let ids = idents(code);
+        for w in ids.windows(2) {
+            let (recv_at, recv) = w[0];
+            let (name_at, name) = w[1];
+            let dot = code[recv_at + recv.len()..name_at].trim();
+            if dot != "." || next_byte(b, name_at + name.len()) != Some(b'(') {
+                continue;
+            }
+            let in_block = blocks.iter().any(|(a, z)| (*a..*z).contains(&recv_at));
+            let on_manager =
+                (recv == "self" && in_block) || matches!(recv, "m" | "mgr" | "manager");
+            if !on_manager {
+                continue;
+            }
+            // A name defined by one concern only: a shared name is not charged.
+            if let Some(o) = owner.get(name).filter(|o| o.len() == 1) {
+                let o = o.iter().next().cloned().unwrap_or_default();
+                if o != top(m) {
+                    g.entry(top(m)).or_default().insert(o);
+                }
+            }
+        }
+    }
+    g
+}
+
+/// The strongly connected groups of more than one node (Tarjan).
+fn circles(g: &Graph) -> Vec<Vec<String>> {
+    struct T<'a> {
+        g: &'a Graph,
+        index: BTreeMap<String, usize>,
+        low: BTreeMap<String, usize>,
+        stack: Vec<String>,
+        on: BTreeSet<String>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit(t: &mut T, n: &str) {
+        let i = t.index.len();
+        t.index.insert(n.into(), i);
+        t.low.insert(n.into(), i);
+        t.stack.push(n.into());
+        t.on.insert(n.into());
+        let deps: Vec<String> = t.g.get(n).into_iter().flatten().cloned().collect();
+        for d in deps {
+            if !t.index.contains_key(&d) {
+                visit(t, &d);
+                let l = t.low[&d].min(t.low[n]);
+                t.low.insert(n.into(), l);
+            } else if t.on.contains(&d) {
+                let l = t.index[&d].min(t.low[n]);
+                t.low.insert(n.into(), l);
+            }
+        }
+        if t.low[n] == t.index[n] {
+            let mut group = Vec::new();
+            while let Some(x) = t.stack.pop() {
+                t.on.remove(&x);
+                let done = x == n;
+                group.push(x);
+                if done {
+                    break;
+                }
+            }
+            if group.len() > 1 {
+                group.sort();
+                t.out.push(group);
+            }
+        }
+    }
+    let mut t = T {
+        g,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    let nodes: Vec<String> = g.keys().cloned().collect();
+    for n in nodes {
+        if !t.index.contains_key(&n) {
+            visit(&mut t, &n);
+        }
+    }
+    t.out.sort();
+    t.out
+}
+
+/// The engine's concerns that call each other in circles today, through the
+/// one `Manager`. Issue 33 cuts them into services with explicit
+/// dependencies; this list may only shrink, and must be empty when it is done.
+const METHOD_CIRCLES_TODAY: &[&[&str]] = &[&[
+    "cleanup", "compact", "gc", "images", "lifetime", "limits", "manager", "pool", "pressure",
+    "restore", "sandbox", "snapshot", "spawn", "template", "volumes",
+]];
+
+#[test]
+fn method_calls_between_concerns_do_not_circle_more_than_today() {
+    let files = sources(&engine_dir().join("src"));
+    let have = circles(&method_graph(&files));
+    let want: Vec<Vec<String>> = METHOD_CIRCLES_TODAY
+        .iter()
+        .map(|c| c.iter().map(|s| s.to_string()).collect())
+        .collect();
+    assert_eq!(
+        have, want,
+        "the engine's concerns that call each other in a circle changed; if this is a cut, \
+         put the new list in METHOD_CIRCLES_TODAY"
+    );
+}
+
+#[test]
+fn method_circles_are_found_through_self_and_handles() {
+    let g = method_graph(&files(&[
+        ("a", "impl Manager { fn fa(&self) { self.fb() } }"),
+        (
+            "b",
+            "impl Manager { fn fb(&self) { let m = self.clone(); m.fc(); } }",
+        ),
+        ("c", "impl Manager { fn fc(&self) { self.fa(); x.fb(); } }"),
+        (
+            "d",
+            "impl Manager { fn fd(&self) { self.fa() } } impl Other { fn o(&self) { self.fd() } }",
+        ),
+    ]));
+    assert_eq!(
+        circles(&g),
+        vec![vec!["a".to_string(), "b".into(), "c".into()]]
+    );
+    assert_eq!(g["d"], BTreeSet::from(["a".to_string()]));
+}
