@@ -54,8 +54,18 @@ def node_of(sandbox_id: str) -> str:
 
 
 def _cmdline(pid: int) -> str:
+    """A process's command line: how this harness tells the Ray and gateway
+    processes it started from a reused pid (they keep no record of theirs)."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _stderr_of(pid: int) -> str:
+    """Where a process's standard error goes ("" when it cannot be read)."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/2")
     except OSError:
         return ""
 
@@ -65,11 +75,19 @@ def _pids() -> List[int]:
 
 
 def qemus_of(home: str, ids: Optional[List[str]] = None) -> List[int]:
-    """QEMUs whose command line names ``home`` (and one of ``ids``)."""
+    """QEMUs of ``home`` (of one of ``ids``, when given).
+
+    The daemon opens each QEMU's standard error as ``qemu.log`` in the
+    sandbox's directory, ``<home>/sandboxes/<id>/``, before QEMU starts: a
+    process writing there is that sandbox's QEMU, found without parsing a
+    command line. Reading other users' fds needs root, which these tests have.
+    """
+    assert os.geteuid() == 0, "finding QEMUs by their open files needs root"
+    prefix = os.path.join(home, "sandboxes") + "/"
     out = []
     for pid in _pids():
-        c = _cmdline(pid)
-        if "qemu-system" in c.split(" ")[0] and home in c and (ids is None or any(i in c for i in ids)):
+        err = _stderr_of(pid)
+        if err.startswith(prefix) and (ids is None or any(f"/{i}/" in err for i in ids)):
             out.append(pid)
     return out
 
