@@ -13,8 +13,10 @@ build: setup
 	$(CARGO) build --release -p forkvm-cli
 
 ## Set up, then boot the default image, run Python in it, and show the result.
-demo: build
-	bash scripts/demo.sh
+## Only the CLI is compiled, in the quick `demo` profile (Cargo.toml).
+demo: setup
+	$(CARGO) build --profile demo -p forkvm-cli
+	FORKVM=target/demo/forkvm bash scripts/demo.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
