@@ -602,25 +602,31 @@ impl From<DbError> for EngineError {
     }
 }
 
+/// A starting sandbox's row, for the db's unit tests.
+#[cfg(test)]
+pub(crate) fn test_row(id: &str) -> SandboxRow {
+    SandboxRow {
+        id: id.into(),
+        state: SandboxState::Starting,
+        image: "default".into(),
+        memory_mib: 512,
+        cpus: 1,
+        accel: "tcg".into(),
+        pid: None,
+        created_at: "2026-01-01T00:00:00Z".into(),
+        failure: None,
+        timings: None,
+        snapshot: None,
+        network: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn row(id: &str) -> SandboxRow {
-        SandboxRow {
-            id: id.into(),
-            state: SandboxState::Starting,
-            image: "default".into(),
-            memory_mib: 512,
-            cpus: 1,
-            accel: "tcg".into(),
-            pid: None,
-            created_at: "2026-01-01T00:00:00Z".into(),
-            failure: None,
-            timings: None,
-            snapshot: None,
-            network: None,
-        }
+        test_row(id)
     }
 
     #[test]

@@ -57,6 +57,33 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, for tables and tests.
+    pub const ALL: [ErrorKind; 23] = [
+        ErrorKind::Invalid,
+        ErrorKind::Unauthorized,
+        ErrorKind::Forbidden,
+        ErrorKind::NotFound,
+        ErrorKind::ImageNotFound,
+        ErrorKind::Conflict,
+        ErrorKind::SnapshotCorrupt,
+        ErrorKind::TooLarge,
+        ErrorKind::RequestTimeout,
+        ErrorKind::LimitExceeded,
+        ErrorKind::Guest,
+        ErrorKind::GuestTimeout,
+        ErrorKind::QemuFailed,
+        ErrorKind::NetworkFailed,
+        ErrorKind::NetworkUnavailable,
+        ErrorKind::RegistryAuthFailed,
+        ErrorKind::InvalidImage,
+        ErrorKind::IncompatibleSnapshot,
+        ErrorKind::BuildFailed,
+        ErrorKind::RegistryUnreachable,
+        ErrorKind::NoSpace,
+        ErrorKind::CapacityExceeded,
+        ErrorKind::Internal,
+    ];
+
     /// The machine-readable code sent to clients ([`forkvm_api::codes`]).
     pub fn code(self) -> &'static str {
         match self {
@@ -358,31 +385,7 @@ mod tests {
     #[test]
     fn every_kind_has_a_code_in_the_wire_table() {
         use ErrorKind::*;
-        for k in [
-            Invalid,
-            Unauthorized,
-            Forbidden,
-            NotFound,
-            ImageNotFound,
-            Conflict,
-            SnapshotCorrupt,
-            TooLarge,
-            RequestTimeout,
-            LimitExceeded,
-            Guest,
-            GuestTimeout,
-            QemuFailed,
-            NetworkFailed,
-            NetworkUnavailable,
-            RegistryAuthFailed,
-            InvalidImage,
-            IncompatibleSnapshot,
-            BuildFailed,
-            RegistryUnreachable,
-            NoSpace,
-            CapacityExceeded,
-            Internal,
-        ] {
+        for k in ErrorKind::ALL {
             let status = codes::status_of(k.code());
             // Only `internal` may fall to the table's default of 500.
             assert!(k == Internal || k.code() != codes::INTERNAL, "{k:?}");

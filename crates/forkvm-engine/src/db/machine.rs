@@ -71,7 +71,6 @@ fn parse<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use forkvm_api::SandboxState;
 
     fn config() -> MachineConfig {
         MachineConfig {
@@ -88,20 +87,7 @@ mod tests {
     }
 
     fn row(id: &str) -> super::super::SandboxRow {
-        super::super::SandboxRow {
-            id: id.into(),
-            state: SandboxState::Starting,
-            image: "default".into(),
-            memory_mib: 512,
-            cpus: 1,
-            accel: "tcg".into(),
-            pid: None,
-            created_at: "2026-01-01T00:00:00Z".into(),
-            failure: None,
-            timings: None,
-            snapshot: None,
-            network: None,
-        }
+        super::super::test_row(id)
     }
 
     #[test]
