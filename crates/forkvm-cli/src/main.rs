@@ -16,6 +16,7 @@ mod doctor;
 mod doctor_jail;
 mod doctor_net;
 mod doctor_volumes;
+mod ephemeral;
 mod exec;
 mod files;
 mod gc;
@@ -83,8 +84,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             no_jail,
             jail_uids,
             node,
+            ephemeral,
         } => {
             init_tracing();
+            let eph = if ephemeral.ephemeral {
+                match ephemeral::prepare(&ephemeral, &home)? {
+                    Some(p) => Some(p),
+                    None => return Ok(ExitCode::SUCCESS), // a reaper with nothing to do
+                }
+            } else {
+                None
+            };
+            let home = eph.as_ref().map_or(home, |p| p.home.clone());
+            let slot = eph.as_ref().and_then(|p| p.slot.clone());
             let mut cfg = forkvm_daemon::Config::for_home(&home);
             if let Some(s) = socket {
                 cfg.socket = s;
@@ -93,7 +105,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.default_pool_size = pool_size;
             cfg.limits.max_concurrent_requests = max_requests;
             cfg.limits.max_sandboxes = max_sandboxes;
-            cfg.net_pool = net_pool;
+            if let Some(p) = net_pool.or(slot.as_ref().map(|s| s.0.clone())) {
+                cfg.net_pool = p;
+            }
             cfg.gc_grace = Duration::from_secs(gc_grace);
             cfg.gc_interval = (gc_interval > 0).then(|| Duration::from_secs(gc_interval));
             cfg.disk_chain_max = disk_chain_max;
@@ -102,7 +116,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             cfg.disk_reserve_mib = disk_reserve_mib;
             cfg.jail = !no_jail;
-            cfg.jail_uids = jail_uids;
+            if let Some(u) = jail_uids.or(slot.as_ref().map(|s| s.1)) {
+                cfg.jail_uids = u;
+            }
             cfg.node = node;
             cfg.allowed_registries = allowed_registries
                 .into_iter()
@@ -116,6 +132,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 .map(|a| a.parse())
                 .transpose()
                 .map_err(|e: String| anyhow!(e))?;
+            if let Some(p) = eph {
+                ephemeral::serve(cfg, &ephemeral, p).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
             forkvm_daemon::serve(cfg).await?;
             Ok(ExitCode::SUCCESS)
         }
