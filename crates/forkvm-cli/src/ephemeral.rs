@@ -83,6 +83,13 @@ pub(crate) struct EphemeralArgs {
 const SLOT_DIR: &str = "/run/forkvm/ephemeral";
 const SLOTS: u32 = 128;
 
+/// How long a start may take before the launcher gives up (exits 1 with no
+/// JSON line; the reaper then removes what it made). It is the one
+/// readiness timeout of every harness: they wait for the line or its end.
+/// Choosing the accelerator may boot a probe VM, and a restarted daemon
+/// re-attaches to every sandbox first; 60 s holds under TCG on 2 busy cores.
+pub(crate) const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The pool of slot `k`: a /20 (1,024 sandboxes) in 10.200.0.0/13.
 fn slot_pool(k: u32) -> String {
     let base = u32::from(std::net::Ipv4Addr::new(10, 200, 0, 0)) + k * 4096;
@@ -345,9 +352,12 @@ pub(crate) async fn serve(
     let run_dir = cfg.run_dir.clone();
     let home = p.home.clone();
     let print = a.print_json;
+    let ready_flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = ready_flag.clone();
     let server = tokio::spawn(forkvm_daemon::serve_session(cfg, session));
     let reporter = tokio::spawn(async move {
         let Ok(r) = ready_rx.await else { return };
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
         let port = r.tcp.map(|t| t.port());
         let line = serde_json::json!({
             "url": r.tcp.map(|t| format!("http://{t}")),
@@ -370,6 +380,21 @@ pub(crate) async fn serve(
         }
         tracing::info!("ephemeral daemon ready: {line}");
     });
+    // The readiness deadline (READY_TIMEOUT), on a thread of its own so
+    // that nothing in the start can hold it up.
+    {
+        let flag = ready_flag.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(READY_TIMEOUT);
+            if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!(
+                    "forkvm serve --ephemeral: not ready within {} s; giving up",
+                    READY_TIMEOUT.as_secs()
+                );
+                std::process::exit(1);
+            }
+        });
+    }
     let r = server.await?;
     reporter.abort();
     let ended = match r {
