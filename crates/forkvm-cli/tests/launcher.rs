@@ -246,3 +246,49 @@ fn killed_daemon_is_reaped() {
     d.stop(libc::SIGKILL);
     wait_gone(&[t], "a SIGKILLed daemon");
 }
+
+/// docs/testing.md: the integration tests are `#[ignore]`d, so plain `cargo
+/// test` on a machine without QEMU runs only unit tests. Every test in this
+/// directory starts a daemon, so every one (but this check) must be marked.
+#[test]
+fn every_integration_test_is_marked_ignore() {
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests"), &mut all);
+    let mut unmarked = Vec::new();
+    for f in &all {
+        let text = std::fs::read_to_string(f).unwrap();
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for (i, l) in lines.iter().enumerate() {
+            if *l != "#[test]" && *l != "#[tokio::test]" {
+                continue;
+            }
+            let attrs: Vec<&str> = lines[i + 1..]
+                .iter()
+                .take_while(|a| a.starts_with("#["))
+                .copied()
+                .collect();
+            let name = lines[i + 1 + attrs.len()..]
+                .iter()
+                .find(|x| x.contains("fn "))
+                .copied()
+                .unwrap_or("?");
+            if !attrs.iter().any(|a| a.starts_with("#[ignore"))
+                && !name.contains("fn every_integration_test_is_marked_ignore")
+            {
+                unmarked.push(format!("{}:{}: {name}", f.display(), i + 1));
+            }
+        }
+    }
+    assert!(all.len() > 20, "found only {} test files", all.len());
+    assert!(unmarked.is_empty(), "integration tests without #[ignore]: {unmarked:#?}");
+}
