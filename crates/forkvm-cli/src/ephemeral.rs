@@ -38,10 +38,12 @@ pub(crate) struct EphemeralArgs {
     /// --artifacts, a free network pool and jail uid range, a generated
     /// token (unless FORKVM_TOKEN is set) and 127.0.0.1 on a free port
     /// (unless --listen). It ends when its stdin reaches end of file (keep
-    /// the pipe open; the kernel closes it however the parent dies), when
-    /// --parent-pid exits, or on SIGTERM/SIGINT, and then removes every
-    /// sandbox and deletes its home. A reaper process does the same if the
-    /// daemon itself is killed with SIGKILL. See docs/testing.md.
+    /// the pipe open; the kernel closes it however the parent dies, SIGKILL
+    /// included; PR_SET_PDEATHSIG is not used, as it fires when the parent
+    /// *thread* exits), when --parent-pid exits (a pidfd), or on
+    /// SIGTERM/SIGINT, and then removes every sandbox and deletes its home.
+    /// A reaper process does the same if the daemon itself is killed with
+    /// SIGKILL. Not ready within 60 s: exit 1. See docs/testing.md.
     #[arg(long)]
     pub(crate) ephemeral: bool,
     /// With --ephemeral: print one JSON line on stdout when ready (url,
