@@ -260,8 +260,12 @@ fn wait_pid(pid: i32) -> Result<()> {
 /// own, its stdin a pipe whose write end only this process holds.
 fn start_reaper(home: &Path, cfg: &forkvm_daemon::Config) -> Result<std::process::ChildStdin> {
     use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("finding the forkvm binary")?;
-    let mut cmd = std::process::Command::new(exe);
+    // This very binary, even if its file was replaced since (a rebuild
+    // while tests run): /proc/self/exe, read by the forked child.
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    if let Some(a0) = std::env::args_os().next() {
+        cmd.arg0(a0);
+    }
     cmd.args(std::env::args_os().skip(1))
         .arg("--session-home")
         .arg(home)

@@ -263,7 +263,10 @@ fn every_integration_test_is_marked_ignore() {
         }
     }
     let mut all = Vec::new();
-    files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests"), &mut all);
+    files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests"),
+        &mut all,
+    );
     let mut unmarked = Vec::new();
     for f in &all {
         let text = std::fs::read_to_string(f).unwrap();
@@ -290,5 +293,8 @@ fn every_integration_test_is_marked_ignore() {
         }
     }
     assert!(all.len() > 20, "found only {} test files", all.len());
-    assert!(unmarked.is_empty(), "integration tests without #[ignore]: {unmarked:#?}");
+    assert!(
+        unmarked.is_empty(),
+        "integration tests without #[ignore]: {unmarked:#?}"
+    );
 }
