@@ -125,7 +125,10 @@ fn egress_works_with_nat_and_not_with_none() {
     let (base, _) = pool.split_once('/').unwrap();
     let prefix: String = base.split('.').take(2).collect::<Vec<_>>().join(".");
     assert!(
-        n["host_ip"].as_str().unwrap().starts_with(&format!("{prefix}.")),
+        n["host_ip"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{prefix}.")),
         "{n} not in {pool}"
     );
     assert!(v["timings"]["network_ms"].as_f64().is_some(), "{v}");
