@@ -68,6 +68,8 @@ export async function launch(binary, opts = {}) {
     if (stopped) return
     stopped = true
     if (child.exitCode === null && child.signalCode === null) {
+      // Waited for: it was unref()ed so as not to hold this process alive.
+      child.ref()
       child.stdin.end()
       let timer
       const late = new Promise((resolve) => {

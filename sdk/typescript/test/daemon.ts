@@ -115,6 +115,8 @@ export async function stopDaemon(daemon: Daemon, opts: { quiet?: boolean } = {})
   if (running()) {
     // The end of its stdin: it removes every sandbox and its home.
     const exited = new Promise((resolve) => child.once("exit", resolve));
+    // Waited for: it was unref()ed so as not to hold this process alive.
+    child.ref();
     child.stdin?.end();
     const stopped = await Promise.race([exited.then(() => true), sleep(180_000, undefined, { ref: false }).then(() => false)]);
     if (!stopped) {
