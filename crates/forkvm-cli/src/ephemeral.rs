@@ -51,13 +51,9 @@ pub(crate) struct EphemeralArgs {
     #[arg(long, requires = "ephemeral")]
     pub(crate) print_json: bool,
     /// With --ephemeral: where `guest/` and `images/` are linked from
-    /// (default: --home, i.e. $FORKVM_HOME or /var/lib/forkvm).
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "FORKVM_ARTIFACTS",
-        requires = "ephemeral"
-    )]
+    /// (default: --home, i.e. $FORKVM_HOME or /var/lib/forkvm). Ignored
+    /// without --ephemeral (so that the variable never stops a plain serve).
+    #[arg(long, value_name = "DIR", env = "FORKVM_ARTIFACTS")]
     pub(crate) artifacts: Option<PathBuf>,
     /// With --ephemeral: make the temporary home in DIR (default: $TMPDIR
     /// or /tmp; keep it short, socket paths are limited to 107 bytes).
