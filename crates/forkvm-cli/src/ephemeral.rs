@@ -120,7 +120,12 @@ pub(crate) fn prepare(a: &EphemeralArgs, artifacts_default: &Path) -> Result<Opt
         if !home.exists() {
             return Ok(None);
         }
-        eprintln!(
+        // The kernel closes a dying process's descriptors one by one: the
+        // pipe can reach end of file before the lock on the home is let go.
+        wait_for_lock(&home.join("daemon.lock"));
+        // Never eprintln!: stderr may be a pipe nobody reads any more.
+        let _ = writeln!(
+            std::io::stderr(),
             "forkvm: the ephemeral daemon of {} is gone and left it; tearing down what is in it",
             home.display()
         );
@@ -194,6 +199,21 @@ fn link_artifacts(art: &Path, home: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Wait (up to 60 s) until nobody holds the flock on `path`: the killed
+/// daemon's lock goes with its last descriptor.
+fn wait_for_lock(path: &Path) {
+    let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) else {
+        return;
+    };
+    let t = std::time::Instant::now();
+    // SAFETY: flock(2) on a descriptor we own; closing it below unlocks.
+    while unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0
+        && t.elapsed() < std::time::Duration::from_secs(60)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// Take the first free slot: its flock is held as long as the daemon runs.
@@ -389,7 +409,8 @@ pub(crate) async fn serve(
         std::thread::spawn(move || {
             std::thread::sleep(READY_TIMEOUT);
             if !flag.load(std::sync::atomic::Ordering::SeqCst) {
-                eprintln!(
+                let _ = writeln!(
+                    std::io::stderr(),
                     "forkvm serve --ephemeral: not ready within {} s; giving up",
                     READY_TIMEOUT.as_secs()
                 );

@@ -403,8 +403,25 @@ pub(crate) fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
+        .with_writer(|| QuietStderr)
         .try_init();
+}
+
+/// Stderr for the log that never fails: a daemon whose stderr is a pipe
+/// nobody reads any more (its test harness was killed) must go on, and tear
+/// down, instead of panicking at its next log line (tracing reports a
+/// failed write with `eprintln!`, which panics on a broken pipe).
+struct QuietStderr;
+
+impl std::io::Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 /// Remove each named thing with `rm`: print each name removed, each error

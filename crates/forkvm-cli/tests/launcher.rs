@@ -160,12 +160,12 @@ fn assert_present(t: &Traces, what: &str) {
     );
 }
 
-fn wait_gone(ts: &[Traces], why: &str) {
+fn wait_gone(ts: &[Traces], why: &str, log: &dyn Fn() -> String) {
     let gone = wait_until(Duration::from_secs(180), || {
         ts.iter().all(|t| left(t).is_empty())
     });
     let rest: Vec<Vec<String>> = ts.iter().map(left).collect();
-    assert!(gone, "{why}: left behind after 180 s: {rest:?}");
+    assert!(gone, "{why}: left behind after 180 s: {rest:?}\n{}", log());
 }
 
 /// Not a test on its own: the child harness of `killed_harness_leaves_nothing`
@@ -231,7 +231,7 @@ fn killed_harness_leaves_nothing() {
     // SAFETY: SIGKILL to the child harness this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
-    wait_gone(&ts, "a SIGKILLed harness");
+    wait_gone(&ts, "a SIGKILLed harness", &child_log);
 }
 
 #[test]
@@ -244,7 +244,8 @@ fn killed_daemon_is_reaped() {
     assert!(t.reaper_pid.is_some(), "no reaper: {t:?}");
     std::mem::forget(sb); // its daemon is about to die; nothing to remove through it
     d.stop(libc::SIGKILL);
-    wait_gone(&[t], "a SIGKILLed daemon");
+    // The reaper writes to the daemon's log too.
+    wait_gone(&[t], "a SIGKILLed daemon", &|| d.log());
 }
 
 /// docs/testing.md: the integration tests are `#[ignore]`d, so plain `cargo

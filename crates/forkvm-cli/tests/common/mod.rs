@@ -71,7 +71,11 @@ pub struct Daemon {
     /// can restart the daemon on it (SIGTERM and SIGKILL keep the
     /// sandboxes). Without it the home is the launcher's own temporary one.
     session: bool,
-    _dir: tempfile::TempDir,
+    /// The log of a daemon in the launcher's temporary home: kept in memory
+    /// (read from a pipe), so that a killed test leaves no file for it.
+    mem_log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    /// The session home we made (none for a temporary one).
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Daemon {
@@ -142,6 +146,7 @@ impl Daemon {
     pub fn start_temporary() -> Daemon {
         let mut d = Self::prepare(None, None, &[]);
         d.session = false;
+        d._dir = None; // the launcher makes its own
         d.spawn_process();
         d
     }
@@ -176,7 +181,8 @@ impl Daemon {
             ready: serde_json::Value::Null,
             stdin: None,
             session: true,
-            _dir: dir,
+            mem_log: Default::default(),
+            _dir: Some(dir),
         }
     }
 
@@ -201,15 +207,20 @@ impl Daemon {
         if let Some((addr, token)) = &self.tcp {
             cmd.args(["--listen", addr]).env("FORKVM_TOKEN", token);
         }
-        // Its log: in the home once it is known; a temporary home is
-        // the launcher's, so that daemon logs beside our own directory.
-        let log_path = self.log_path();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .expect("log");
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
+        // Its log: in a session home, a file there (it goes with the
+        // home); a temporary home is the launcher's, so that log is kept in
+        // memory.
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        if self.session {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.home.join("daemon.log"))
+                .expect("log");
+            cmd.stderr(log);
+        } else {
+            cmd.stderr(Stdio::piped());
+        }
         let nofile = self.nofile;
         let pass_fd = self.pass_fd;
         // SAFETY: setrlimit and dup2 are async-signal-safe and touch no
@@ -236,6 +247,21 @@ impl Daemon {
         }
         let mut child = cmd.spawn().expect("start forkvm serve --ephemeral");
         self.stdin = child.stdin.take();
+        if let Some(mut err) = child.stderr.take() {
+            let buf = self.mem_log.clone();
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let mut chunk = [0u8; 8192];
+                while let Ok(n) = err.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut b) = buf.lock() {
+                        b.extend_from_slice(&chunk[..n]);
+                    }
+                }
+            });
+        }
         // The launcher prints its line when ready, or exits within its own
         // readiness timeout: no second timeout here.
         let mut line = String::new();
@@ -244,25 +270,24 @@ impl Daemon {
         self.child = Some(child);
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
             let st = self.child.as_mut().and_then(|c| c.wait().ok());
+            // Let the log reader take the rest.
+            std::thread::sleep(Duration::from_millis(200));
             panic!(
                 "forkvm serve --ephemeral did not start ({st:?}): {}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
+                self.log()
             );
         };
         self.home = PathBuf::from(v["home"].as_str().expect("home"));
         self.ready = v;
     }
 
-    fn log_path(&self) -> PathBuf {
-        if self.session {
-            self.home.join("daemon.log")
-        } else {
-            self._dir.path().join("daemon.log")
-        }
-    }
-
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        if self.session {
+            std::fs::read_to_string(self.home.join("daemon.log")).unwrap_or_default()
+        } else {
+            let b = self.mem_log.lock().map(|b| b.clone()).unwrap_or_default();
+            String::from_utf8_lossy(&b).into_owned()
+        }
     }
 
     /// Stop the daemon process: SIGTERM (graceful; with a session home the
