@@ -204,9 +204,9 @@ class Daemon:
 
     @property
     def log_path(self) -> str:
-        if self._launched is not None:
-            return str(self._launched.log_path)
-        return os.path.join(self.home, "daemon.log")  # a subclass's own start()
+        """A subclass's own start() logs here; the launcher keeps its log in
+        memory (``log_tail``)."""
+        return os.path.join(self.home, "daemon.log")
 
     def start(self) -> None:
         import sys
@@ -231,6 +231,8 @@ class Daemon:
         self.api = Api(self.socket_path)
 
     def log_tail(self, n: int = 30) -> str:
+        if self._launched is not None:
+            return "\n".join(self._launched.log(1 << 20).splitlines()[-n:])
         try:
             with open(self.log_path, "rb") as f:
                 lines = f.read().decode(errors="replace").splitlines()

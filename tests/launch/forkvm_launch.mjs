@@ -7,9 +7,6 @@
 // file, which the kernel causes however this process ends, and then removes
 // every sandbox and its home: so the pipe stays open until stop().
 import { spawn } from 'node:child_process'
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 
 /** Longest stop() waits for the teardown (the launcher's own wait is 120 s). */
 export const STOP_WAIT_MS = 180_000
@@ -22,25 +19,21 @@ export const STOP_WAIT_MS = 180_000
  * the guest and images are linked from.
  */
 export async function launch(binary, opts = {}) {
-  const logDir = mkdtempSync(join(tmpdir(), 'forkvm-log-'))
-  const logPath = join(logDir, 'daemon.log')
-  const log = openSync(logPath, 'w')
   const env = { ...process.env, ...(opts.env ?? {}) }
   delete env.FORKVM_URL
   delete env.FORKVM_TOKEN
   const args = ['serve', '--ephemeral', '--print-json']
   if (opts.artifacts) args.push('--artifacts', opts.artifacts)
   args.push(...(opts.args ?? []))
-  const child = spawn(binary, args, { env, stdio: ['pipe', 'pipe', log] })
-  closeSync(log)
+  const child = spawn(binary, args, { env, stdio: ['pipe', 'pipe', 'pipe'] })
   const exited = new Promise((resolve) => child.once('exit', resolve))
-  const logText = (limit = 4000) => {
-    try {
-      return readFileSync(logPath, 'utf8').slice(-limit)
-    } catch {
-      return '(no daemon log)'
-    }
-  }
+  // Its stderr, kept in memory: no file is left if this process is killed
+  // (the daemon ignores a broken pipe).
+  let logBuf = ''
+  child.stderr.on('data', (d) => {
+    logBuf = (logBuf + d).slice(-1_000_000)
+  })
+  const logText = (limit = 4000) => logBuf.slice(-limit)
   const line = await new Promise((resolve) => {
     let buf = ''
     child.stdout.on('data', (d) => {
@@ -56,13 +49,13 @@ export async function launch(binary, opts = {}) {
   } catch {
     await exited
     const text = logText()
-    rmSync(logDir, { recursive: true, force: true })
     throw new Error(`forkvm serve --ephemeral exited (${child.exitCode ?? child.signalCode}) before it was ready:\n${text}`)
   }
   // Neither the child nor its stdin keeps this process alive; when it
   // exits, the kernel closes the pipe and the daemon cleans up.
   child.unref()
   child.stdin.unref?.()
+  child.stderr.unref?.()
   let stopped = false
   async function stop() {
     if (stopped) return
@@ -83,7 +76,6 @@ export async function launch(binary, opts = {}) {
       }
       clearTimeout(timer)
     }
-    rmSync(logDir, { recursive: true, force: true })
   }
   return { ...info, process: child, log: logText, stop }
 }

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
+import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -34,10 +34,10 @@ class LaunchError(RuntimeError):
 class Launched:
     """A running ephemeral daemon; ``info`` is the launcher's JSON line."""
 
-    def __init__(self, process: subprocess.Popen, info: dict, log_path: Path):
+    def __init__(self, process: subprocess.Popen, info: dict, log: "_Log"):
         self.process = process
         self.info = info
-        self.log_path = log_path
+        self._log = log
 
     @property
     def url(self) -> str:
@@ -64,12 +64,9 @@ class Launched:
         return self.info["port"]
 
     def log(self, limit: int = 6000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-limit:]
-        except OSError:
-            return "(no daemon log)"
+        return self._log.text()[-limit:]
 
-    def stop(self, keep_log: bool = False) -> Optional[str]:
+    def stop(self) -> Optional[str]:
         """Close the daemon's stdin, so that it removes every sandbox and its
         home, and wait for it. Returns a problem, if any (it was killed)."""
         problem = None
@@ -85,24 +82,43 @@ class Launched:
             problem = f"forkvm serve --ephemeral did not end within {STOP_WAIT:.0f} s; killed it"
             self.process.kill()
             self.process.wait()
-        if not keep_log:
-            try:
-                self.log_path.unlink()
-            except OSError:
-                pass
         return problem
 
 
+class _Log:
+    """The daemon's stderr, read from a pipe into memory by a thread: no
+    file is left if this process is killed (the daemon ignores a broken
+    pipe)."""
+
+    def __init__(self, pipe):
+        self._chunks: list[bytes] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _read(self, pipe) -> None:
+        for chunk in iter(lambda: pipe.read1(65536), b""):
+            with self._lock:
+                self._chunks.append(chunk)
+        pipe.close()
+
+    def text(self) -> str:
+        with self._lock:
+            return b"".join(self._chunks).decode(errors="replace")
+
+    def wait(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
 def launch(binary: str | os.PathLike, *, args: Sequence[str] = (), env: Optional[dict] = None,
-           artifacts: Optional[str | os.PathLike] = None,
-           log_dir: Optional[str | os.PathLike] = None) -> Launched:
+           artifacts: Optional[str | os.PathLike] = None) -> Launched:
     """Start ``binary serve --ephemeral --print-json ARGS`` and wait for its line.
 
     ``env`` is added to this process's environment (``FORKVM_URL`` and
     ``FORKVM_TOKEN`` are never passed on); ``artifacts`` is where the guest and
     images are linked from (default: the launcher's, ``$FORKVM_ARTIFACTS`` or
-    ``$FORKVM_HOME`` or /var/lib/forkvm). The daemon's log goes to a file of
-    its own, outside the home (which is deleted at the end).
+    ``$FORKVM_HOME`` or /var/lib/forkvm). The daemon's log (its stderr) is
+    kept in memory: :meth:`Launched.log`.
     """
     full_env = {k: v for k, v in os.environ.items() if k not in ("FORKVM_URL", "FORKVM_TOKEN")}
     full_env.update(env or {})
@@ -110,11 +126,9 @@ def launch(binary: str | os.PathLike, *, args: Sequence[str] = (), env: Optional
     if artifacts is not None:
         cmd += ["--artifacts", str(artifacts)]
     cmd += list(args)
-    fd, log_name = tempfile.mkstemp(prefix="forkvm-daemon-", suffix=".log", dir=log_dir)
-    log_path = Path(log_name)
-    with os.fdopen(fd, "wb") as log:
-        process = subprocess.Popen(cmd, env=full_env, stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=log)
+    process = subprocess.Popen(cmd, env=full_env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    log = _Log(process.stderr)
     assert process.stdout is not None
     line = process.stdout.readline()
     process.stdout.close()
@@ -122,7 +136,7 @@ def launch(binary: str | os.PathLike, *, args: Sequence[str] = (), env: Optional
         info = json.loads(line)
     except ValueError:
         process.wait()
-        text = log_path.read_text(errors="replace")[-6000:]
-        log_path.unlink(missing_ok=True)
-        raise LaunchError(f"{' '.join(cmd)} exited with {process.returncode} before it was ready:\n{text}")
-    return Launched(process, info, log_path)
+        log.wait(5)
+        raise LaunchError(f"{' '.join(cmd)} exited with {process.returncode} before it was ready:\n"
+                          + log.text()[-6000:])
+    return Launched(process, info, log)

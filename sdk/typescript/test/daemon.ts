@@ -13,9 +13,8 @@
  * and its home.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Client } from "forkvm";
@@ -28,8 +27,8 @@ export interface Daemon {
   env: Record<string, string>;
   /** The TCP port it also listens on. */
   port: number;
-  /** Its log (stderr), outside the home, which is deleted at the end. */
-  logDir: string;
+  /** Its log (stderr), kept in memory: a killed run leaves no file. */
+  log: () => string;
 }
 
 /** A TCP port free on 127.0.0.1 right now. */
@@ -52,16 +51,17 @@ export async function startDaemon(extraEnv: Record<string, string> = {}): Promis
   const bin = process.env.FORKVM_BIN || join(REPO_ROOT, "target/debug/forkvm");
   const artefacts = process.env.FORKVM_IMAGES_HOME || "/var/lib/forkvm";
   if (!existsSync(bin)) throw new Error(`no forkvm binary at ${bin}: build it (cargo build -p forkvm-cli) or set FORKVM_BIN`);
-  const logDir = mkdtempSync(join(tmpdir(), "forkvm-ts-log-"));
-  const log = openSync(join(logDir, "serve.log"), "a");
   const daemonEnv: Record<string, string | undefined> = { ...process.env, ...extraEnv };
   delete daemonEnv.FORKVM_URL;
   delete daemonEnv.FORKVM_TOKEN;
   const child = spawn(bin, ["serve", "--ephemeral", "--print-json", "--artifacts", artefacts], {
     env: daemonEnv,
-    stdio: ["pipe", "pipe", log],
+    stdio: ["pipe", "pipe", "pipe"],
   });
-  closeSync(log);
+  let logBuf = "";
+  child.stderr!.on("data", (d: Buffer) => {
+    logBuf = (logBuf + d.toString()).slice(-1_000_000);
+  });
   const line = await new Promise<string>((resolve) => {
     let buf = "";
     child.stdout!.on("data", (d: Buffer) => {
@@ -76,13 +76,13 @@ export async function startDaemon(extraEnv: Record<string, string> = {}): Promis
     info = JSON.parse(line);
   } catch {
     await new Promise((resolve) => (child.exitCode === null && child.signalCode === null ? child.once("exit", resolve) : resolve(null)));
-    const text = readFileSync(join(logDir, "serve.log"), "utf8");
-    rmSync(logDir, { recursive: true, force: true });
+    const text = logBuf;
     throw new Error(`forkvm serve --ephemeral exited (${child.exitCode ?? child.signalCode}) before it was ready:\n${text}`);
   }
   // Neither keeps this process alive; if it exits, the daemon cleans up.
   child.unref();
   (child.stdin as unknown as { unref?: () => void }).unref?.();
+  (child.stderr as unknown as { unref?: () => void }).unref?.();
   const env = {
     FORKVM_URL: `unix://${info.socket}`,
     FORKVM_TOKEN: info.token,
@@ -91,7 +91,7 @@ export async function startDaemon(extraEnv: Record<string, string> = {}): Promis
     FORKVM_TEST_HOME: info.home,
     FORKVM_TEST_DAEMON_PID: String(info.pid),
   };
-  return { process: child, home: info.home, env, port: info.port, logDir };
+  return { process: child, home: info.home, env, port: info.port, log: () => logBuf };
 }
 
 /** Remove every sandbox and snapshot left on the daemon, then stop it by PID and remove its home. */
@@ -126,6 +126,5 @@ export async function stopDaemon(daemon: Daemon, opts: { quiet?: boolean } = {})
       await exited;
     }
   }
-  if (process.env.FORKVM_TEST_KEEP) console.log(`forkvm tests: kept the daemon log in ${daemon.logDir}`);
-  else rmSync(daemon.logDir, { recursive: true, force: true });
+  if (process.env.FORKVM_TEST_KEEP) console.log(`forkvm tests: the daemon's log:\n${daemon.log()}`);
 }
