@@ -20,6 +20,38 @@ unset FORKVM_URL FORKVM_TOKEN E2B_API_URL E2B_SANDBOX_URL E2B_API_KEY E2B_DOMAIN
 
 which=("$@")
 [ ${#which[@]} -gt 0 ] || which=(e2b e2b-npm mcp mcp-conformance)
+
+# Both E2B suites need the image `base` (examples/e2b-base). Build it once for
+# the run, in a daemon of the test launcher, and hard-link it into a
+# directory of this run whose guest and other images link to the installed
+# ones; the suites' daemons link their images from there.
+build_base_once() {
+    RUN_ART=$(mktemp -d "${TMPDIR:-/tmp}/forkvm-compat-art-XXXXXX")
+    trap 'rm -rf "$RUN_ART"' EXIT
+    ln -s "$FORKVM_IMAGES_HOME/guest" "$RUN_ART/guest"
+    mkdir "$RUN_ART/images"
+    for i in "$FORKVM_IMAGES_HOME"/images/*; do ln -s "$i" "$RUN_ART/images/"; done
+    local t0=$SECONDS line home
+    # Its stdin is this coprocess pipe: closing it (or this script dying)
+    # ends the daemon, which then deletes its home.
+    coproc BUILDD { exec "$FORKVM_BIN" serve --ephemeral --print-json --artifacts "$FORKVM_IMAGES_HOME" 2>"$RUN_ART/build-daemon.log"; }
+    local pid=$BUILDD_PID in=${BUILDD[1]}
+    read -r line <&"${BUILDD[0]}" || { cat "$RUN_ART/build-daemon.log" >&2; echo "test-compat: the build daemon did not start" >&2; exit 1; }
+    home=$(sed -n 's/.*"home":"\([^"]*\)".*/\1/p' <<<"$line")
+    if ! FORKVM_URL="unix://$home/forkvm.sock" FORKVM_HOME="$home" "$FORKVM_BIN" image build -t base "$REPO/examples/e2b-base" >"$RUN_ART/build.log" 2>&1; then
+        cat "$RUN_ART/build.log" "$RUN_ART/build-daemon.log" >&2
+        echo "test-compat: building the E2B base image failed" >&2
+        exit 1
+    fi
+    # Hard links (the image's files are never written once built); a copy
+    # if the run directory is on another filesystem.
+    cp -al "$home/images/base" "$RUN_ART/images/base" 2>/dev/null || cp -a "$home/images/base" "$RUN_ART/images/base"
+    eval "exec $in>&-"
+    wait "$pid" || true
+    export FORKVM_IMAGES_HOME=$RUN_ART
+    echo "== built the E2B base image once for this run in $((SECONDS - t0)) s"
+}
+case " ${which[*]} " in *" e2b "*|*" e2b-npm "*) build_base_once ;; esac
 for w in "${which[@]}"; do
     case $w in
         e2b)

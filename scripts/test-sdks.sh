@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Run the SDK test suites, each against a real daemon it starts itself (a
-# private FORKVM_HOME linked to the built guest artefacts, stopped by PID at
-# the end): the Python SDK with pytest, the TypeScript SDK with Node's test
+# Run the SDK test suites, each against a real daemon it starts itself with
+# the test launcher, `forkvm serve --ephemeral` (docs/testing.md): the Python SDK with pytest, the TypeScript SDK with Node's test
 # runner. Both include their examples (examples/tree_search.py,
 # examples/quickstart.ts) and a test that fails when the SDK lacks a method
 # for an operation of docs/openapi.json.

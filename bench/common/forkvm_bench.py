@@ -8,9 +8,9 @@ Import from a benchmark script with::
 What is here:
 
 * ``UnixHTTPConnection`` / ``Api``: the REST API over the daemon's unix socket;
-* ``Daemon``: a private ``forkvm serve`` in a temp home, as a context manager
-  that removes every sandbox it created, stops the daemon (SIGTERM to the pid it
-  started) and removes the home;
+* ``Daemon``: a private daemon from the test launcher (``forkvm serve
+  --ephemeral``), as a context manager that removes every sandbox it created
+  and ends the daemon, which removes its home;
 * ``Qmp``: a minimal line-delimited QMP client;
 * ``agent_ping``: one ping/pong with the guest agent on its unix socket;
 * ``kill_and_reap``: SIGKILL one pid we started and wait for it;
@@ -152,16 +152,21 @@ def run_dir_for_home(home: str) -> Path:
 
 
 class Daemon:
-    """A private `forkvm serve` in a short temp home under /tmp.
+    """A private daemon started by the one test launcher, ``forkvm serve
+    --ephemeral`` (tests/launch/forkvm_launch.py, docs/testing.md).
 
-    The home holds symlinks `guest` and `images` to the installed artefacts
-    ($FORKVM_ARTIFACTS, default /var/lib/forkvm). On exit every sandbox created
-    through ``create`` is deleted, the daemon gets SIGTERM (SIGKILL after a
-    grace period), and the home is removed.
+    Its home is a temporary directory under ``home_parent`` linking the
+    installed artefacts ($FORKVM_ARTIFACTS, default /var/lib/forkvm). On exit
+    every sandbox created through ``create`` is deleted and the daemon ends
+    (the end of its stdin), removing whatever is left and its home; it does
+    so too if this process is killed. With ``keep_home`` the home is a
+    ``--session-home`` that is kept: the daemon is stopped with SIGTERM.
+    The launcher has one readiness timeout of its own (``startup_timeout`` is
+    kept for callers and ignored).
     """
 
     def __init__(self, binary: str | Path | None = None, artifacts: str | None = None,
-                 startup_timeout: float = 30.0, keep_home: bool = False,
+                 startup_timeout: float = 60.0, keep_home: bool = False,
                  delete_wait: float = 120.0, env: dict | None = None,
                  home_parent: str = "/tmp"):
         self.binary = str(binary or REPO / "target" / "release" / "forkvm")
@@ -178,7 +183,8 @@ class Daemon:
         self.api: Api | None = None
         self.sandboxes: set[str] = set()
         self.has_templates: bool | None = None  # learnt by create_cold
-        self._log = None
+        self._launched = None
+        self._log = None  # a subclass's own log file, if it starts the daemon itself
 
     # -- lifecycle --
     def __enter__(self) -> "Daemon":
@@ -198,47 +204,40 @@ class Daemon:
 
     @property
     def log_path(self) -> str:
+        """A subclass's own start() logs here; the launcher keeps its log in
+        memory (``log_tail``)."""
         return os.path.join(self.home, "daemon.log")
 
     def start(self) -> None:
-        for sub in ("guest", "images"):
-            src = Path(self.artifacts) / sub
-            if not src.is_dir():
-                raise BenchError(f"{src} is missing: run scripts/setup.sh "
-                                 "(or set FORKVM_ARTIFACTS to where the guest artefacts are)")
+        import sys
+        sys.path.insert(0, str(REPO / "tests" / "launch"))
+        import forkvm_launch
+
+        if not (Path(self.artifacts) / "guest").is_dir():
+            raise BenchError(f"{Path(self.artifacts) / 'guest'} is missing: run scripts/setup.sh "
+                             "(or set FORKVM_ARTIFACTS to where the guest artefacts are)")
         if not os.access(self.binary, os.X_OK):
             raise BenchError(f"{self.binary} not found: cargo build --release -p forkvm-cli")
-        self.home = tempfile.mkdtemp(prefix="fvb-", dir=self.home_parent)
-        for sub in ("guest", "images"):
-            os.symlink(Path(self.artifacts) / sub, os.path.join(self.home, sub))
-        env = dict(os.environ, **self.env, FORKVM_HOME=self.home)
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([self.binary, "serve"], env=env, stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        args = ["--home-parent", self.home_parent]
+        if self.keep_home:
+            args = ["--session-home", tempfile.mkdtemp(prefix="fvb-", dir=self.home_parent)]
+        try:
+            self._launched = forkvm_launch.launch(self.binary, args=args, env=self.env,
+                                                  artifacts=self.artifacts)
+        except forkvm_launch.LaunchError as e:
+            raise BenchError(str(e)) from None
+        self.proc = self._launched.process
+        self.home = str(self._launched.home)
         self.api = Api(self.socket_path)
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise BenchError(f"forkvm serve exited with {self.proc.returncode}:\n"
-                                 + self.log_tail())
-            if os.path.exists(self.socket_path):
-                try:
-                    self.api.info()
-                    return
-                except (OSError, http.client.HTTPException):
-                    pass
-            if time.monotonic() > deadline:
-                raise BenchError("forkvm serve did not answer on its socket within "
-                                 f"{self.startup_timeout:.0f}s:\n" + self.log_tail())
-            time.sleep(0.05)
 
     def log_tail(self, n: int = 30) -> str:
+        if self._launched is not None:
+            return "\n".join(self._launched.log(1 << 20).splitlines()[-n:])
         try:
             with open(self.log_path, "rb") as f:
                 lines = f.read().decode(errors="replace").splitlines()
             return "\n".join(lines[-n:])
-        except OSError:
+        except (OSError, TypeError):
             return "(no daemon log)"
 
     def stop(self) -> None:
@@ -272,7 +271,25 @@ class Daemon:
                         errors.append(f"DELETE {sid}: {e}")
                         break
             self.sandboxes.clear()
-        if self.proc is not None:
+        if self._launched is not None:
+            if self.keep_home and self.proc.poll() is None:
+                # A session home outlives SIGTERM (the end of stdin would
+                # delete it).
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    errors.append("forkvm serve ignored SIGTERM for 30 s; sent SIGKILL")
+                    self.proc.kill()
+                    self.proc.wait()
+            problem = self._launched.stop()
+            if problem:
+                errors.append(problem)
+            self._launched = None
+            self.proc = None
+        elif self.proc is not None:
+            # Started by a subclass's own start() (bench/load's LoadDaemon),
+            # not by the launcher.
             if self.proc.poll() is None:
                 self.proc.send_signal(signal.SIGTERM)
                 try:
@@ -282,13 +299,12 @@ class Daemon:
                     self.proc.kill()
                     self.proc.wait()
             self.proc = None
-        if self._log is not None:
+        if getattr(self, "_log", None) is not None:
             self._log.close()
             self._log = None
         if self.home:
-            # Sandboxes deliberately outlive their daemon; a QEMU that still
-            # names our home (e.g. a boot the daemon had not registered yet
-            # when we were interrupted) is killed here, by its pid.
+            # A QEMU that still names our home would be a launcher bug:
+            # report it and kill it, by its pid.
             for pid in qemu_pids_mentioning(self.home):
                 errors.append(f"killed leftover QEMU pid {pid}")
                 kill_pid_and_wait(pid)

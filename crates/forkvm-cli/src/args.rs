@@ -377,8 +377,10 @@ pub(crate) enum Cmd {
         max_sandboxes: u32,
         /// The IPv4 pool sandbox uplinks get a /30 from (host side of each
         /// sandbox's NAT).
-        #[arg(long, default_value = forkvm_net_default_pool(), value_name = "CIDR", env = "FORKVM_NET_POOL")]
-        net_pool: String,
+        /// (Default: 10.231.0.0/16; with --ephemeral, a /20 of 10.200.0.0/13
+        /// no other ephemeral daemon has.)
+        #[arg(long, value_name = "CIDR", env = "FORKVM_NET_POOL")]
+        net_pool: Option<String>,
         /// Garbage collection never takes a branch point younger than this
         /// (seconds; `forkvm snapshot prune --all` ignores it).
         #[arg(long, value_name = "SECONDS", env = "FORKVM_GC_GRACE",
@@ -419,15 +421,19 @@ pub(crate) enum Cmd {
         #[arg(long, env = "FORKVM_NO_JAIL",
               value_parser = clap::builder::BoolishValueParser::new())]
         no_jail: bool,
-        /// The uids jailed QEMUs run as, one each (gid = uid): FIRST-LAST.
+        /// The uids jailed QEMUs run as, one each (gid = uid): FIRST-LAST
+        /// (default: 2000000-2999999; with --ephemeral, 10,000 of
+        /// 3000000-4279999 no other ephemeral daemon has).
         #[arg(long, value_name = "FIRST-LAST", env = "FORKVM_JAIL_UIDS",
-              default_value = "2000000-2999999", value_parser = parse_uid_range)]
-        jail_uids: (u32, u32),
+              value_parser = parse_uid_range)]
+        jail_uids: Option<(u32, u32)>,
         /// This daemon's node name in a forkvm cluster (docs/cluster.md):
         /// 1-16 of a-z and 0-9, starting with a letter. New sandbox and
         /// snapshot ids carry it (`sb-NAME-<12 hex>`).
         #[arg(long, value_name = "NAME", env = "FORKVM_NODE", value_parser = parse_node)]
         node: Option<String>,
+        #[command(flatten)]
+        ephemeral: crate::ephemeral::EphemeralArgs,
     },
     /// Print the OpenAPI document of the REST API.
     Openapi,
@@ -469,8 +475,4 @@ pub(crate) fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
         ));
     }
     Ok((a, b - a + 1))
-}
-
-pub(crate) const fn forkvm_net_default_pool() -> &'static str {
-    "10.231.0.0/16"
 }

@@ -16,6 +16,7 @@ mod doctor;
 mod doctor_jail;
 mod doctor_net;
 mod doctor_volumes;
+mod ephemeral;
 mod exec;
 mod files;
 mod gc;
@@ -87,8 +88,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             no_jail,
             jail_uids,
             node,
+            ephemeral,
         } => {
             init_tracing();
+            let eph = if ephemeral.ephemeral {
+                match ephemeral::prepare(&ephemeral, &home)? {
+                    Some(p) => Some(p),
+                    None => return Ok(ExitCode::SUCCESS), // a reaper with nothing to do
+                }
+            } else {
+                None
+            };
+            let home = eph.as_ref().map_or(home, |p| p.home.clone());
+            let slot = eph.as_ref().and_then(|p| p.slot.clone());
             let mut cfg = forkvm_daemon::Config::for_home(&home);
             if let Some(s) = socket {
                 cfg.socket = s;
@@ -97,7 +109,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             cfg.default_pool_size = pool_size;
             cfg.limits.max_concurrent_requests = max_requests;
             cfg.limits.max_sandboxes = max_sandboxes;
-            cfg.net_pool = net_pool;
+            if let Some(p) = net_pool.or(slot.as_ref().map(|s| s.0.clone())) {
+                cfg.net_pool = p;
+            }
             cfg.gc_grace = Duration::from_secs(gc_grace);
             cfg.gc_interval = (gc_interval > 0).then(|| Duration::from_secs(gc_interval));
             cfg.disk_chain_max = disk_chain_max;
@@ -106,7 +120,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             cfg.disk_reserve_mib = disk_reserve_mib;
             cfg.jail = !no_jail;
-            cfg.jail_uids = jail_uids;
+            if let Some(u) = jail_uids.or(slot.as_ref().map(|s| s.1)) {
+                cfg.jail_uids = u;
+            }
             cfg.node = node;
             cfg.allowed_registries = allowed_registries
                 .into_iter()
@@ -120,6 +136,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 .map(|a| a.parse())
                 .transpose()
                 .map_err(|e: String| anyhow!(e))?;
+            if let Some(p) = eph {
+                ephemeral::serve(cfg, &ephemeral, p).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
             forkvm_daemon::serve(cfg).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -389,8 +409,25 @@ pub(crate) fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
+        .with_writer(|| QuietStderr)
         .try_init();
+}
+
+/// Stderr for the log that never fails: a daemon whose stderr is a pipe
+/// nobody reads any more (its test harness was killed) must go on, and tear
+/// down, instead of panicking at its next log line (tracing reports a
+/// failed write with `eprintln!`, which panics on a broken pipe).
+struct QuietStderr;
+
+impl std::io::Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 /// Remove each named thing with `rm`: print each name removed, each error

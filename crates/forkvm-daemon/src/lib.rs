@@ -21,6 +21,7 @@ pub mod e2b;
 pub use forkvm_listen as listen;
 pub mod mcp;
 pub mod oci;
+pub mod session;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -65,6 +66,18 @@ fn lock_home(home: &Path) -> Result<std::fs::File, StartError> {
 
 /// Run the daemon until SIGTERM/SIGINT.
 pub async fn serve(cfg: Config) -> Result<(), StartError> {
+    serve_session(cfg, session::Session::default())
+        .await
+        .map(|_| ())
+}
+
+/// Run the daemon until SIGTERM/SIGINT or the session's stop, reporting
+/// readiness to the session and tearing the sandboxes down at the end if
+/// it asks for that (crate::session).
+pub async fn serve_session(
+    cfg: Config,
+    mut session: session::Session,
+) -> Result<session::Ended, StartError> {
     let setup = |what: &str, e: &dyn std::fmt::Display| StartError::Setup(format!("{what}: {e}"));
     // Before anything opens a file: every connection, sandbox socket and
     // log holds a descriptor (crate::listen).
@@ -154,6 +167,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
         }
         None => None,
     };
+    let tcp_bound = tcp_listener.as_ref().and_then(|l| l.local_addr().ok());
     let net = net::Net::start(&cfg.home, &cfg.net_pool)
         .await
         .map_err(|e| StartError::Setup(format!("{e}; fix --net-pool")))?;
@@ -178,7 +192,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     mgr.start_gc();
     mgr.start_events();
 
-    if let Some(addr) = tcp {
+    if let Some(addr) = tcp_bound.or(tcp) {
         tracing::info!("listening on http://{addr} (bearer token required)");
     }
     // We hold the lock, so a socket file left here is stale.
@@ -245,16 +259,41 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| setup("cannot install SIGTERM handler", &e))?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    if let Some(tx) = session.ready.take() {
+        let _ = tx.send(session::Ready {
+            socket: socket.clone(),
+            tcp: tcp_bound,
+        });
     }
-    tracing::info!("shutting down; sandboxes keep running");
+    let stop = session.stop.take();
+    let stopped = async move {
+        match stop {
+            Some(rx) => rx
+                .await
+                .unwrap_or_else(|_| "the session's stop was dropped".into()),
+            None => std::future::pending().await,
+        }
+    };
+    let ended = tokio::select! {
+        _ = term.recv() => session::Ended::Signal(session.teardown_on_signal),
+        _ = tokio::signal::ctrl_c() => session::Ended::Signal(session.teardown_on_signal),
+        why = stopped => session::Ended::Stopped(why, session.teardown_on_stop),
+    };
+    if ended.torn_down() {
+        tracing::info!("shutting down ({ended:?}); removing every sandbox");
+    } else {
+        tracing::info!("shutting down; sandboxes keep running");
+    }
     let _ = stop_tx.send(true);
     // In-flight requests get a moment to finish; VMs are not touched.
     let _ = tokio::time::timeout(Duration::from_secs(5), unix_task).await;
     if let Some(t) = tcp_task {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
+    if ended.torn_down() {
+        for p in session::teardown(&mgr).await {
+            tracing::warn!("teardown: cannot remove {p}");
+        }
     }
     // Pooled QEMUs belong to no sandbox: they go with the daemon.
     mgr.drain_pools().await;
@@ -267,7 +306,7 @@ pub async fn serve(cfg: Config) -> Result<(), StartError> {
     // The daemon's cgroup parent goes too when no sandbox is left in it.
     mgr.jail.remove_group();
     let _ = std::fs::remove_file(&socket);
-    Ok(())
+    Ok(ended)
 }
 
 /// Re-exported for the CLI.

@@ -43,6 +43,7 @@ pub mod restore;
 pub mod sandbox;
 pub mod snapshot;
 pub mod spawn;
+pub mod teardown;
 pub mod template;
 pub mod usage;
 pub mod user_files;

@@ -1,18 +1,15 @@
 """Fixtures: a real forkvm daemon for the whole session, and shared sandboxes.
 
-Unless ``FORKVM_URL`` is set, the session starts its own daemon:
-
-* the binary is ``$FORKVM_BIN`` (default ``<repo>/target/debug/forkvm``);
-* its home is a temporary directory whose ``guest`` links to that of
-  ``$FORKVM_IMAGES_HOME`` (default ``/var/lib/forkvm``), and whose own
-  ``images`` directory links to each image there (images the tests import
-  land in the temporary home, never in the shared directory);
-* it serves the unix socket and, with a random token, TCP on a free port.
-
-At the end, the sandboxes and snapshots the session created are removed and
-the daemon is stopped by its PID. With ``FORKVM_URL`` set, that daemon is
-used as it is (``FORKVM_TOKEN`` for TCP), and only what the session added is
-removed.
+Unless ``FORKVM_URL`` is set, the session starts its own daemon with the one
+test launcher, ``$FORKVM_BIN serve --ephemeral`` (default binary
+``<repo>/target/debug/forkvm``; tests/launch/forkvm_launch.py and
+docs/testing.md): a temporary home linking the guest and each image of
+``$FORKVM_IMAGES_HOME`` (default ``/var/lib/forkvm``), so images the tests
+import land in that home; the unix socket, and TCP on a free port with a
+random token. The daemon keeps running while the session holds its stdin:
+at the end, or if pytest is killed, it removes every sandbox and its home.
+With ``FORKVM_URL`` set, that daemon is used as it is (``FORKVM_TOKEN`` for
+TCP), and only what the session added is removed.
 
 Booting a VM costs seconds under TCG, so tests share sandboxes where they can.
 """
@@ -21,11 +18,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
-import signal
 import socket
 import subprocess
-import tempfile
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +32,8 @@ import forkvm
 from forkvm import Client, Sandbox
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tests" / "launch"))
+import forkvm_launch  # noqa: E402
 OPENAPI = Path(os.environ.get("FORKVM_OPENAPI", REPO / "docs" / "openapi.json"))
 
 
@@ -51,6 +48,7 @@ class Daemon:
     #: The daemon process, when the session started it.
     process: Optional[subprocess.Popen] = None
     home: Optional[Path] = None
+    launched: Optional["forkvm_launch.Launched"] = None
 
     @property
     def managed(self) -> bool:
@@ -67,10 +65,7 @@ class Daemon:
         return env
 
     def log(self) -> str:
-        if self.home is None:
-            return ""
-        path = self.home / "pytest-daemon.log"
-        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+        return self.launched.log(4000) if self.launched is not None else ""
 
 
 def _free_port() -> int:
@@ -84,82 +79,35 @@ def _exit_session(message: str) -> NoReturn:
 
 
 def _start_daemon(extra_env: Optional[dict] = None, abort: Callable[[str], NoReturn] = _exit_session) -> Daemon:
-    """Start a daemon in a home of its own (see the module's docstring).
+    """Start a daemon with the launcher (see the module's docstring).
 
-    ``extra_env`` is added to its environment (e.g. ``FORKVM_NET_POOL`` for
-    a second daemon, whose sandbox networks must not overlap the first's);
-    ``abort`` is called with the reason when it cannot start (default: end
-    the session; a test's own daemon passes ``pytest.fail``).
+    ``extra_env`` is added to its environment; ``abort`` is called with the
+    reason when it cannot start (default: end the session; a test's own
+    daemon passes ``pytest.fail``).
     """
     binary = Path(os.environ.get("FORKVM_BIN", REPO / "target" / "debug" / "forkvm"))
     if not binary.exists():
         abort(f"no forkvm binary at {binary}: build it (cargo build) or set FORKVM_BIN")
     images_home = Path(os.environ.get("FORKVM_IMAGES_HOME", "/var/lib/forkvm"))
-    for sub in ("guest", "images"):
-        if not (images_home / sub).is_dir():
-            abort(f"{images_home / sub} is missing: run scripts/setup.sh or set FORKVM_IMAGES_HOME")
-
-    home = Path(tempfile.mkdtemp(prefix="forkvm-pytest-"))
-    (home / "guest").symlink_to(images_home / "guest")
-    # Images: a directory of this daemon's own with the built ones linked in,
-    # so that the images the tests import stay in its home.
-    (home / "images").mkdir()
-    for image in sorted((images_home / "images").iterdir()):
-        if not image.name.startswith("."):
-            (home / "images" / image.name).symlink_to(image)
-    token = secrets.token_hex(16)
-    port = _free_port()
-    env = dict(os.environ, FORKVM_HOME=str(home), FORKVM_TOKEN=token, **(extra_env or {}))
-    env.pop("FORKVM_URL", None)
-    log = open(home / "pytest-daemon.log", "wb")
-    process = subprocess.Popen(
-        [str(binary), "serve", "--listen", f"127.0.0.1:{port}"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    try:
+        launched = forkvm_launch.launch(binary, env=extra_env, artifacts=images_home)
+    except forkvm_launch.LaunchError as e:
+        abort(str(e))
+    return Daemon(
+        url=f"unix://{launched.socket}",
+        token=launched.token,
+        tcp_url=launched.url,
+        process=launched.process,
+        home=launched.home,
+        launched=launched,
     )
-    log.close()
-    daemon = Daemon(
-        url=f"unix://{home / 'forkvm.sock'}",
-        token=token,
-        tcp_url=f"http://127.0.0.1:{port}",
-        process=process,
-        home=home,
-    )
-    deadline = time.monotonic() + 60
-    with daemon.client() as client:
-        while True:
-            if process.poll() is not None:
-                log = daemon.log()
-                _stop(daemon)
-                abort(f"forkvm serve exited with {process.returncode}:\n{log}")
-            try:
-                client.health()
-                break
-            except forkvm.DaemonUnreachable:
-                if time.monotonic() > deadline:
-                    log = daemon.log()
-                    _stop(daemon)
-                    abort(f"forkvm serve did not answer within 60 s:\n{log}")
-                time.sleep(0.1)
-    return daemon
 
 
 def _stop(daemon: Daemon) -> None:
-    process = daemon.process
-    if process is None:
-        return
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-    if daemon.home is not None:
-        shutil.rmtree(daemon.home, ignore_errors=True)
+    if daemon.launched is not None:
+        problem = daemon.launched.stop()
+        if problem:
+            print(f"forkvm tests: {problem}")
 
 
 def _cleanup(client: Client, sandboxes_before: Set[str], snapshots_before: Set[str]) -> None:

@@ -250,8 +250,8 @@ def test_push_errors(client: Client, pushed: Pushed) -> None:
 
 @pytest.fixture
 def second_daemon() -> Iterator[Daemon]:
-    """A daemon of the test's own (sandbox networks from another pool than the session's)."""
-    d = _start_daemon({"FORKVM_NET_POOL": "10.232.0.0/16"}, abort=pytest.fail)
+    """A daemon of the test's own (the launcher gives it a network pool of its own)."""
+    d = _start_daemon(abort=pytest.fail)
     try:
         yield d
     finally:

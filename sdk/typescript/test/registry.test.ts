@@ -237,7 +237,7 @@ describe("snapshot push and pull through a registry", { skip, timeout: VM_TIMEOU
     let other: Daemon | undefined;
     let otherClient: Client | undefined;
     try {
-      other = await startDaemon({ FORKVM_NET_POOL: "10.232.0.0/16" });
+      other = await startDaemon(); // the launcher gives it a network pool of its own
       otherClient = new Client({ url: other.env.FORKVM_URL });
       const tag = uniqueTag("ts-pulled");
       const seen: TransferEvent[] = [];

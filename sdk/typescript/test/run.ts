@@ -7,7 +7,7 @@
  *   FORKVM_BIN            the daemon binary (default <repo>/target/debug/forkvm)
  *   FORKVM_IMAGES_HOME    where guest/ and images/ are (default /var/lib/forkvm); the
  *                         daemon's home links guest/ and each image (in an images/ of its own)
- *   FORKVM_TEST_KEEP=1    keep the temporary FORKVM_HOME
+ *   FORKVM_TEST_KEEP=1    print the daemon's log at the end (its home goes with it)
  *
  * Arguments are passed to `node --test` (e.g. a test file, or --test-name-pattern).
  */

@@ -2,7 +2,9 @@
 daemon by the three variables a user sets (docs/e2b.md).
 
 * ``e2b_env`` builds the E2B-shaped image ``base`` (examples/e2b-base, what
-  the SDK asks for when no template is named) in the session daemon, then sets
+  the SDK asks for when no template is named) in the session daemon unless
+  its home already links one (scripts/test-compat.sh builds it once per run
+  for both E2B suites), then sets
   ``E2B_API_URL`` and ``E2B_SANDBOX_URL`` to the daemon's TCP listener and
   ``E2B_API_KEY`` to its token.
 * ``sandbox`` is one sandbox shared by the tests that only run commands and
@@ -23,6 +25,17 @@ REPO = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="session")
 def e2b_env(daemon):
+    if not (daemon.home / "images" / "base").exists():
+        _build_base(daemon)
+    os.environ["E2B_API_URL"] = daemon.url
+    os.environ["E2B_SANDBOX_URL"] = daemon.url
+    os.environ["E2B_API_KEY"] = daemon.token
+    for var in ("E2B_DOMAIN", "E2B_DEBUG", "E2B_ACCESS_TOKEN"):
+        os.environ.pop(var, None)
+    return daemon
+
+
+def _build_base(daemon) -> None:
     build = subprocess.run(
         [str(daemon.binary), "image", "build", "-t", "base", str(REPO / "examples" / "e2b-base")],
         env=daemon.env(),
@@ -35,12 +48,6 @@ def e2b_env(daemon):
             f"building the E2B base image failed ({build.returncode}):\n"
             f"{build.stdout[-3000:]}\n{build.stderr[-3000:]}\n{daemon.log()}"
         )
-    os.environ["E2B_API_URL"] = daemon.url
-    os.environ["E2B_SANDBOX_URL"] = daemon.url
-    os.environ["E2B_API_KEY"] = daemon.token
-    for var in ("E2B_DOMAIN", "E2B_DEBUG", "E2B_ACCESS_TOKEN"):
-        os.environ.pop(var, None)
-    return daemon
 
 
 @pytest.fixture(scope="session")

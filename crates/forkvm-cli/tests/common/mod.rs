@@ -2,6 +2,9 @@
 //! binary under test) with its own data directory, the real QEMU and the
 //! guest artefacts built by `scripts/setup.sh`.
 //!
+//! Every daemon is started by the one test launcher, `forkvm serve
+//! --ephemeral` (see [`Daemon`]).
+//!
 //! These tests are `#[ignore]`d so that plain `cargo test` runs only unit
 //! tests on a machine without QEMU; `make test` runs them with
 //! `--include-ignored`. When QEMU or the artefacts are missing they fail with
@@ -44,7 +47,11 @@ pub fn require_vm_prereqs() {
     }
 }
 
-/// A daemon with a private data directory that shares the built artefacts.
+/// A daemon with a private data directory that shares the built artefacts,
+/// started by the one test launcher, `forkvm serve --ephemeral`
+/// (docs/testing.md#the-test-launcher). It holds the launcher's stdin: when
+/// this process ends, however it ends, the kernel closes that pipe and the
+/// daemon removes every sandbox and deletes the home.
 pub struct Daemon {
     pub home: PathBuf,
     pub child: Option<Child>,
@@ -56,7 +63,19 @@ pub struct Daemon {
     /// `(fd, at)`: the daemon inherits `fd` of the test process as
     /// descriptor `at`, without close-on-exec (as from a careless parent).
     pub pass_fd: Option<(i32, i32)>,
-    _dir: tempfile::TempDir,
+    /// The launcher's JSON line of the running daemon (url, token, pid...).
+    pub ready: serde_json::Value,
+    /// Our end of the daemon's stdin; closing it ends the daemon.
+    stdin: Option<std::process::ChildStdin>,
+    /// `--session-home`: the home outlives one daemon process, so a test
+    /// can restart the daemon on it (SIGTERM and SIGKILL keep the
+    /// sandboxes). Without it the home is the launcher's own temporary one.
+    session: bool,
+    /// The log of a daemon in the launcher's temporary home: kept in memory
+    /// (read from a pipe), so that a killed test leaves no file for it.
+    mem_log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    /// The session home we made (none for a temporary one).
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Daemon {
@@ -122,7 +141,19 @@ impl Daemon {
         d
     }
 
-    /// The daemon's home and settings, not started yet.
+    /// A daemon in the launcher's own temporary home (no restarts): a
+    /// SIGKILL of the daemon is then cleaned up by the launcher's reaper.
+    pub fn start_temporary() -> Daemon {
+        let mut d = Self::prepare(None, None, &[]);
+        d.session = false;
+        d._dir = None; // the launcher makes its own
+        d.spawn_process();
+        d
+    }
+
+    /// The daemon's home and settings, not started yet. The launcher links
+    /// the artefacts into it (a test may bring its own `guest`, e.g. a
+    /// broken initramfs, before the first start).
     fn prepare(at: Option<&Path>, tcp: Option<(String, String)>, env: &[(&str, &str)]) -> Daemon {
         require_vm_prereqs();
         // Short path: unix socket paths are limited to 108 bytes.
@@ -137,27 +168,6 @@ impl Daemon {
             }
             None => dir.path().to_path_buf(),
         };
-        // A test may bring its own (e.g. a broken initramfs).
-        if !home.join("guest").exists() {
-            std::os::unix::fs::symlink(artifacts().join("guest"), home.join("guest"))
-                .expect("symlink");
-        }
-        // Images: a directory of this daemon's own, so images a test pulls,
-        // imports or builds stay in its home, with the built ones linked in.
-        if !home.join("images").exists() {
-            std::fs::create_dir_all(home.join("images")).expect("images dir");
-            for e in std::fs::read_dir(artifacts().join("images"))
-                .expect("read images")
-                .flatten()
-            {
-                let name = e.file_name();
-                if name.to_string_lossy().starts_with('.') {
-                    continue;
-                }
-                std::os::unix::fs::symlink(e.path(), home.join("images").join(&name))
-                    .expect("symlink");
-            }
-        }
         Daemon {
             home,
             child: None,
@@ -168,44 +178,55 @@ impl Daemon {
                 .collect(),
             nofile: None,
             pass_fd: None,
-            _dir: dir,
+            ready: serde_json::Value::Null,
+            stdin: None,
+            session: true,
+            mem_log: Default::default(),
+            _dir: Some(dir),
         }
     }
 
     /// (Re)start the daemon process on the same home.
     pub fn spawn_process(&mut self) {
+        use std::io::BufRead;
         let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .env("FORKVM_HOME", &self.home)
+        cmd.args(["serve", "--ephemeral", "--print-json", "--artifacts"])
+            .arg(artifacts())
             .env_remove("FORKVM_URL")
+            .env_remove("FORKVM_TOKEN")
+            .env_remove("FORKVM_HOME")
             // Background collection keeps running (and must never take what
             // a test still uses), but the default 10-minute grace could
             // reap a branch point that a slow test keeps unreferenced on
             // purpose; tests about collection set their own grace.
             .env("FORKVM_GC_GRACE", "86400")
             .envs(self.env.iter().map(|(k, v)| (k, v)));
+        if self.session {
+            cmd.arg("--session-home").arg(&self.home);
+        }
         if let Some((addr, token)) = &self.tcp {
             cmd.args(["--listen", addr]).env("FORKVM_TOKEN", token);
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.home.join("daemon.log"))
-            .expect("log");
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log);
-        // If the test process dies, the daemon gets SIGTERM (and exits
-        // gracefully). The death signal fires when the *thread* that forked
-        // exits, which is why the shared daemon is started from a thread that
-        // lives as long as the process.
+        // Its log: in a session home, a file there (it goes with the
+        // home); a temporary home is the launcher's, so that log is kept in
+        // memory.
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        if self.session {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.home.join("daemon.log"))
+                .expect("log");
+            cmd.stderr(log);
+        } else {
+            cmd.stderr(Stdio::piped());
+        }
         let nofile = self.nofile;
         let pass_fd = self.pass_fd;
-        // SAFETY: prctl, setrlimit and dup2 are async-signal-safe and touch
-        // no memory but the struct on this stack.
+        // SAFETY: setrlimit and dup2 are async-signal-safe and touch no
+        // memory but the struct on this stack.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
                 if let Some(n) = nofile {
                     let r = libc::rlimit {
                         rlim_cur: n,
@@ -224,33 +245,68 @@ impl Daemon {
                 Ok(())
             });
         }
-        self.child = Some(cmd.spawn().expect("start forkvm serve"));
-        let sock = self.home.join("forkvm.sock");
-        let t = Instant::now();
-        // A socket file left by a killed daemon exists but refuses
-        // connections: wait for one that accepts.
-        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "daemon did not start: {}",
+        let mut child = cmd.spawn().expect("start forkvm serve --ephemeral");
+        self.stdin = child.stdin.take();
+        if let Some(mut err) = child.stderr.take() {
+            let buf = self.mem_log.clone();
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let mut chunk = [0u8; 8192];
+                while let Ok(n) = err.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut b) = buf.lock() {
+                        b.extend_from_slice(&chunk[..n]);
+                    }
+                }
+            });
+        }
+        // The launcher prints its line when ready, or exits within its own
+        // readiness timeout: no second timeout here.
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let _ = out.read_line(&mut line);
+        self.child = Some(child);
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            let st = self.child.as_mut().and_then(|c| c.wait().ok());
+            // Let the log reader take the rest.
+            std::thread::sleep(Duration::from_millis(200));
+            panic!(
+                "forkvm serve --ephemeral did not start ({st:?}): {}",
                 self.log()
             );
-            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("daemon exited ({st}): {}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        };
+        self.home = PathBuf::from(v["home"].as_str().expect("home"));
+        self.ready = v;
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.home.join("daemon.log")).unwrap_or_default()
+        if self.session {
+            std::fs::read_to_string(self.home.join("daemon.log")).unwrap_or_default()
+        } else {
+            let b = self.mem_log.lock().map(|b| b.clone()).unwrap_or_default();
+            String::from_utf8_lossy(&b).into_owned()
+        }
     }
 
-    /// Stop the daemon process: SIGTERM (graceful) or SIGKILL.
+    /// Stop the daemon process: SIGTERM (graceful; with a session home the
+    /// sandboxes keep running for the next daemon) or SIGKILL.
     pub fn stop(&mut self, sig: i32) {
         if let Some(mut c) = self.child.take() {
             // SAFETY: signalling the daemon process this fixture started.
             unsafe { libc::kill(c.id() as i32, sig) };
+            let _ = c.wait();
+        }
+        // Only now: closing it first would end the daemon with a teardown.
+        self.stdin = None;
+    }
+
+    /// End the daemon as the end of the run does: close its stdin, so it
+    /// removes every sandbox and deletes its home, and wait for that.
+    pub fn finish(&mut self) {
+        self.stdin = None;
+        if let Some(mut c) = self.child.take() {
             let _ = c.wait();
         }
     }
@@ -339,7 +395,7 @@ impl Drop for Daemon {
                 }
             }
         }
-        self.stop(libc::SIGTERM);
+        self.finish();
         let rd = self.run_dir();
         let _ = std::fs::remove_dir(rd);
     }
@@ -391,43 +447,40 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-/// One daemon shared by the tests of a binary that do not restart it.
+/// One daemon shared by the tests of a binary that do not restart it, in
+/// the launcher's temporary home. It is never dropped: when the test
+/// process exits (or is killed), the kernel closes the daemon's stdin and
+/// the daemon removes its sandboxes and its home. The `atexit` hook closes
+/// it early and waits, so a finished test binary has cleaned up.
 pub fn shared() -> &'static Daemon {
     static D: OnceLock<Daemon> = OnceLock::new();
     D.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(std::panic::catch_unwind(Daemon::start));
-            loop {
-                std::thread::park();
-            }
-        });
-        match rx.recv().expect("daemon thread") {
-            Ok(d) => {
-                let pid = d.child.as_ref().map(|c| c.id()).unwrap_or(0);
-                let _ = SHARED_CLEANUP.set((pid, d.home.clone()));
-                // SAFETY: registering a plain extern "C" function with atexit.
-                unsafe { libc::atexit(cleanup_shared) };
-                d
-            }
-            Err(e) => std::panic::resume_unwind(e),
-        }
+        let d = Daemon::start_temporary();
+        let pid = d.child.as_ref().map(|c| c.id()).unwrap_or(0);
+        let fd = d
+            .stdin
+            .as_ref()
+            .map(std::os::fd::AsRawFd::as_raw_fd)
+            .unwrap_or(-1);
+        let _ = SHARED_CLEANUP.set((pid, fd));
+        // SAFETY: registering a plain extern "C" function with atexit.
+        unsafe { libc::atexit(cleanup_shared) };
+        d
     })
 }
 
-static SHARED_CLEANUP: OnceLock<(u32, PathBuf)> = OnceLock::new();
+static SHARED_CLEANUP: OnceLock<(u32, i32)> = OnceLock::new();
 
-/// At process exit (the test harness calls exit()), stop the shared daemon
-/// and remove its private home, so a test run leaves nothing in /tmp.
+/// At process exit (the test harness calls exit()): end the shared daemon
+/// by closing its stdin, and wait until it has removed everything.
 extern "C" fn cleanup_shared() {
-    if let Some((pid, home)) = SHARED_CLEANUP.get() {
+    if let Some((pid, fd)) = SHARED_CLEANUP.get() {
+        // SAFETY: the static Daemon is never dropped, so nothing else
+        // closes this descriptor.
+        unsafe { libc::close(*fd) };
         if *pid != 0 {
-            // SAFETY: signalling the daemon this process started.
-            unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
-            wait_until(Duration::from_secs(10), || !alive(*pid));
+            wait_until(Duration::from_secs(150), || !alive(*pid));
         }
-        let _ = std::fs::remove_dir(forkvm_daemon::Config::for_home(home).run_dir);
-        let _ = std::fs::remove_dir_all(home);
     }
 }
 
