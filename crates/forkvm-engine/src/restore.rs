@@ -13,7 +13,7 @@ use forkvm_store::Snapshot as StoredSnapshot;
 use crate::agent::{self, AgentError};
 use crate::db::SandboxRow;
 use crate::error::{EngineError, ErrorKind};
-use crate::manager::{Manager, Phase, Prepared, Waiter};
+use crate::manager::{Live, Manager, Phase, Prepared, Waiter};
 use crate::snapshot::{entropy, hex_random, kind, qemu_err, DEVICES_ONLY};
 use crate::util::{self, ms};
 
@@ -246,6 +246,49 @@ impl Manager {
         net: &crate::net::NetRequest,
         fresh_identity: bool,
     ) -> Result<SpawnTimings, EngineError> {
+        let (live, r) = self.attach_restored(p)?;
+        // Connect to the agent's socket before the guest runs (QEMU listens
+        // from its start), so the identity can go out right after `cont`.
+        let conn = agent::AgentConn::connect(&r.paths.agent)
+            .await
+            .map_err(|e| EngineError::new(ErrorKind::Guest, e.to_string()))?;
+        let network_ms = self.connect_network(&r.id, &live, r.ready_net, net).await?;
+        let resumed = load_and_resume(r.qmp, snap).await?;
+        let identity_ms = give_identity(&r.id, &live, &conn, fresh_identity).await?;
+        let network_ready_ms = if net.wait && network_ms.is_some() {
+            crate::net::Net::probe_guest(&conn).await?;
+            Some(ms(resumed.at.elapsed()))
+        } else {
+            None
+        };
+        *live.agent_slot().lock().await = Some(conn);
+        // The guest has its volumes mounted already; serve them (a copy of
+        // each `copy` one for a fresh clone, its own for a resume).
+        self.attach_restored_volumes(&r.id, snap, !fresh_identity)
+            .await?;
+        let timings = SpawnTimings {
+            prepare_ms: if from_pool { 0.0 } else { r.prepare_ms },
+            qemu_start_ms: if from_pool { 0.0 } else { r.qemu_start_ms },
+            boot_ms: 0.0,
+            restore_ms: Some(resumed.restore_ms),
+            identity_ms: Some(identity_ms),
+            from_pool: Some(from_pool),
+            template_ms: None,
+            network_ms,
+            network_ready_ms,
+            resumed_unix_ms: resumed.unix_ms,
+            total_ms: ms(t0.elapsed()),
+        };
+        self.mark_restored_running(&r.id, &live, &timings)?;
+        Ok(timings)
+    }
+
+    /// Record the launched QEMU in the database and attach it as a booting
+    /// sandbox; answers what the later steps need of the prepared one.
+    fn attach_restored(
+        self: &Arc<Self>,
+        p: Prepared,
+    ) -> Result<(Arc<Live>, Attached), EngineError> {
         let Prepared {
             id,
             paths,
@@ -266,142 +309,196 @@ impl Manager {
             Waiter::Child(child),
             machine,
         );
-        // Connect to the agent's socket before the guest runs (QEMU listens
-        // from its start), so the identity can go out right after `cont`.
-        let conn = agent::AgentConn::connect(&paths.agent)
-            .await
-            .map_err(|e| EngineError::new(ErrorKind::Guest, e.to_string()))?;
+        let attached = Attached {
+            id,
+            paths,
+            qmp,
+            prepare_ms,
+            qemu_start_ms,
+            ready_net,
+        };
+        Ok((live, attached))
+    }
+
+    /// Set up the clone's network (a machine with a NIC only) and answer
+    /// how long it took.
+    async fn connect_network(
+        &self,
+        id: &str,
+        live: &Live,
+        ready_net: Option<crate::net::SandboxNet>,
+        net: &crate::net::NetRequest,
+    ) -> Result<Option<f64>, EngineError> {
         // The network is complete before the guest runs a single
         // instruction: its first packet already finds its way out.
-        let network_ms = if live.machine.nic.is_some() {
-            let t = Instant::now();
-            let n = match ready_net {
-                // A warm pool set up exactly this network ahead of time.
-                Some(n) if n.serves(net) => n,
-                // It set up the default one, and this spawn asks for
-                // another: undo the uplink part, keep the namespace (the
-                // QEMU's tap lives in it), and set up what was asked.
-                Some(n) => {
-                    self.net.release_uplink(&id, &n).await;
-                    self.net.setup(&id, net).await?
-                }
-                None => self.net.setup(&id, net).await?,
-            };
-            self.db.set_network(&id, Some(&n))?;
-            Some(ms(t.elapsed()))
-        } else {
-            None
-        };
-        let t2 = Instant::now();
-        migrate::load_state(&qmp, &snap.path(forkvm_store::DEVICE_STATE))
-            .await
-            .map_err(|e| qemu_err("loading the snapshot failed", e))?;
-        qmp.execute("cont", None)
-            .await
-            .map_err(|e| qemu_err("cannot resume the clone", e))?;
-        let resumed = Instant::now();
-        let resumed_unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64() * 1000.0)
-            .ok();
-        drop(qmp);
-        let restore_ms = ms(t2.elapsed());
-        // The identity is the first request the clone sees: its answer also
-        // proves the agent is alive, so no separate ping round trip is paid
-        // (under TCG each guest round trip right after a restore costs ~100 ms
-        // of code translation).
-        let t3 = Instant::now();
-        let now_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as u64;
-        let mut exited = live.exited.clone();
-        let (machine_id, instance_id, seed) = (
-            hex_random(16),
-            format!("{id}-{}", hex_random(4)),
-            entropy(64),
-        );
-        let ident = async {
-            if fresh_identity {
-                conn.identity(
-                    &id,
-                    now_ns,
-                    &machine_id,
-                    &instance_id,
-                    &seed,
-                    Duration::from_secs(60),
-                )
-                .await
-            } else {
-                conn.set_clock(Duration::from_secs(60)).await.map(|_| 0)
+        if live.machine.nic.is_none() {
+            return Ok(None);
+        }
+        let t = Instant::now();
+        let n = match ready_net {
+            // A warm pool set up exactly this network ahead of time.
+            Some(n) if n.serves(net) => n,
+            // It set up the default one, and this spawn asks for
+            // another: undo the uplink part, keep the namespace (the
+            // QEMU's tap lives in it), and set up what was asked.
+            Some(n) => {
+                self.net.release_uplink(id, &n).await;
+                self.net.setup(id, net).await?
             }
+            None => self.net.setup(id, net).await?,
         };
-        let guest_us = tokio::select! {
-            r = ident => { r.map_err(|e| match e {
-                AgentError::Timeout(_) => EngineError::new(ErrorKind::GuestTimeout, format!("the clone did not take its identity: {e}"),
-                ),
-                other => EngineError::new(ErrorKind::Guest, format!("the clone refused its identity: {other}"),
-                ),
-            })? }
-            r = exited.wait_for(|e| e.is_some()) => {
-                let why = r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default();
-                return Err(qemu_err("the clone died while resuming", why));
-            }
-        };
-        let ident_rt = t3.elapsed();
-        // Now that the agent runs warm, set the clock again so it is off by
-        // one short round trip at most.
-        conn.set_clock(Duration::from_secs(30)).await.map_err(|e| {
-            EngineError::new(
-                ErrorKind::Guest,
-                format!("the clone did not set its clock: {e}"),
-            )
-        })?;
-        let identity_ms = ms(t3.elapsed());
-        tracing::debug!(
-            sandbox = %id,
-            identity_round_trip_ms = ms(ident_rt),
-            identity_in_guest_ms = guest_us as f64 / 1000.0,
-            set_clock_ms = identity_ms - ms(ident_rt),
-            "clone identity"
-        );
-        let network_ready_ms = if net.wait && network_ms.is_some() {
-            crate::net::Net::probe_guest(&conn).await?;
-            Some(ms(resumed.elapsed()))
-        } else {
-            None
-        };
-        *live.agent_slot().lock().await = Some(conn);
-        // The guest has its volumes mounted already; serve them (a copy of
-        // each `copy` one for a fresh clone, its own for a resume).
-        self.attach_restored_volumes(&id, snap, !fresh_identity)
-            .await?;
-        let timings = SpawnTimings {
-            prepare_ms: if from_pool { 0.0 } else { prepare_ms },
-            qemu_start_ms: if from_pool { 0.0 } else { qemu_start_ms },
-            boot_ms: 0.0,
-            restore_ms: Some(restore_ms),
-            identity_ms: Some(identity_ms),
-            from_pool: Some(from_pool),
-            template_ms: None,
-            network_ms,
-            network_ready_ms,
-            resumed_unix_ms,
-            total_ms: ms(t0.elapsed()),
-        };
+        self.db.set_network(id, Some(&n))?;
+        Ok(Some(ms(t.elapsed())))
+    }
+
+    /// Mark the restored sandbox running (unless it was removed meanwhile)
+    /// and stream a long inherited disk chain down.
+    fn mark_restored_running(
+        self: &Arc<Self>,
+        id: &str,
+        live: &Live,
+        timings: &SpawnTimings,
+    ) -> Result<(), EngineError> {
         if live.set_phase(Phase::Running) != Phase::Booting {
             return Err(EngineError::conflict(
                 "the sandbox was removed while it started",
             ));
         }
-        self.db.set_running(&id, live.pid, &timings)?;
+        self.db.set_running(id, live.pid, timings)?;
         // A clone deep in a branch tree inherits its snapshot's whole chain:
         // stream it down when it is long (a header read decides; most are not).
         if crate::compact::layers(&live.paths)
             .is_some_and(|n| n as usize > crate::compact::INHERITED_BOUND)
         {
-            self.stream_disk_later(&id, crate::compact::INHERITED_BOUND);
+            self.stream_disk_later(id, crate::compact::INHERITED_BOUND);
         }
-        Ok(timings)
+        Ok(())
     }
+}
+
+/// What [`Manager::finish_restore`] keeps of a [`Prepared`] QEMU once it
+/// is attached.
+struct Attached {
+    id: String,
+    paths: crate::config::SandboxPaths,
+    qmp: Arc<forkvm_qemu::Qmp>,
+    prepare_ms: f64,
+    qemu_start_ms: f64,
+    /// The network a warm pool set up ahead of time.
+    ready_net: Option<crate::net::SandboxNet>,
+}
+
+/// When the clone resumed, and how long loading its state took.
+struct Resumed {
+    at: Instant,
+    unix_ms: Option<f64>,
+    restore_ms: f64,
+}
+
+/// Load the snapshot's device state into the waiting QEMU and let the
+/// guest run. The QMP connection is closed after: nothing else needs it.
+async fn load_and_resume(
+    qmp: Arc<forkvm_qemu::Qmp>,
+    snap: &StoredSnapshot,
+) -> Result<Resumed, EngineError> {
+    let t2 = Instant::now();
+    migrate::load_state(&qmp, &snap.path(forkvm_store::DEVICE_STATE))
+        .await
+        .map_err(|e| qemu_err("loading the snapshot failed", e))?;
+    qmp.execute("cont", None)
+        .await
+        .map_err(|e| qemu_err("cannot resume the clone", e))?;
+    let at = Instant::now();
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .ok();
+    drop(qmp);
+    Ok(Resumed {
+        at,
+        unix_ms,
+        restore_ms: ms(t2.elapsed()),
+    })
+}
+
+/// Give the clone a fresh identity (or, resuming a paused sandbox, only
+/// its clock), then set the clock again; answers how long both took.
+async fn give_identity(
+    id: &str,
+    live: &Live,
+    conn: &agent::AgentConn,
+    fresh_identity: bool,
+) -> Result<f64, EngineError> {
+    // The identity is the first request the clone sees: its answer also
+    // proves the agent is alive, so no separate ping round trip is paid
+    // (under TCG each guest round trip right after a restore costs ~100 ms
+    // of code translation).
+    let t3 = Instant::now();
+    let guest_us = first_request(id, live, conn, fresh_identity).await?;
+    let ident_rt = t3.elapsed();
+    // Now that the agent runs warm, set the clock again so it is off by
+    // one short round trip at most.
+    conn.set_clock(Duration::from_secs(30)).await.map_err(|e| {
+        EngineError::new(
+            ErrorKind::Guest,
+            format!("the clone did not set its clock: {e}"),
+        )
+    })?;
+    let identity_ms = ms(t3.elapsed());
+    tracing::debug!(
+        sandbox = %id,
+        identity_round_trip_ms = ms(ident_rt),
+        identity_in_guest_ms = guest_us as f64 / 1000.0,
+        set_clock_ms = identity_ms - ms(ident_rt),
+        "clone identity"
+    );
+    Ok(identity_ms)
+}
+
+/// The identity (or clock) request, raced against the QEMU dying; answers
+/// the microseconds the guest took.
+async fn first_request(
+    id: &str,
+    live: &Live,
+    conn: &agent::AgentConn,
+    fresh_identity: bool,
+) -> Result<u64, EngineError> {
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let mut exited = live.exited.clone();
+    let (machine_id, instance_id, seed) = (
+        hex_random(16),
+        format!("{id}-{}", hex_random(4)),
+        entropy(64),
+    );
+    let ident = async {
+        if fresh_identity {
+            conn.identity(
+                id,
+                now_ns,
+                &machine_id,
+                &instance_id,
+                &seed,
+                Duration::from_secs(60),
+            )
+            .await
+        } else {
+            conn.set_clock(Duration::from_secs(60)).await.map(|_| 0)
+        }
+    };
+    let guest_us = tokio::select! {
+        r = ident => { r.map_err(|e| match e {
+            AgentError::Timeout(_) => EngineError::new(ErrorKind::GuestTimeout, format!("the clone did not take its identity: {e}"),
+            ),
+            other => EngineError::new(ErrorKind::Guest, format!("the clone refused its identity: {other}"),
+            ),
+        })? }
+        r = exited.wait_for(|e| e.is_some()) => {
+            let why = r.map(|g| g.clone().unwrap_or_default()).unwrap_or_default();
+            return Err(qemu_err("the clone died while resuming", why));
+        }
+    };
+    Ok(guest_us)
 }
