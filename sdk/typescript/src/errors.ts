@@ -6,6 +6,8 @@
  * @module
  */
 
+import type { ErrorHint } from "./types.js";
+
 /** Error codes the daemon sends (see docs/api.md), plus the SDK's own. */
 export type ErrorCode =
   | "invalid_request"
@@ -49,6 +51,12 @@ export class ForkvmError extends Error {
    * outside a stream (e.g. 404 for `not_found`).
    */
   readonly status: number;
+  /**
+   * What to do next, when the daemon said: an action (`resume_sandbox`,
+   * `free_space`, ...) and what it applies to. `message` already ends with
+   * it in plain words.
+   */
+  hint?: ErrorHint | undefined;
 
   constructor(message: string, code: ErrorCode, status: number, options?: ErrorOptions) {
     super(message, options);
@@ -57,9 +65,11 @@ export class ForkvmError extends Error {
   }
 
   /** Build the most specific error class for a server error. */
-  static fromResponse(status: number, code: string, message: string): ForkvmError {
+  static fromResponse(status: number, code: string, message: string, hint?: ErrorHint): ForkvmError {
     const Class = BY_CODE[code] ?? BY_STATUS[status] ?? ForkvmError;
-    return new Class(message, code, status);
+    const e = new Class(message, code, status);
+    if (hint !== undefined) e.hint = hint;
+    return e;
   }
 
   /** The HTTP status the daemon gives an error code (docs/api.md), if known. */

@@ -39,6 +39,7 @@ export async function errorFrom(res: TransportResponse): Promise<ForkvmError> {
     {
       code: detail?.code ?? `http_${res.status}`,
       message: detail?.message ?? (text.trim() || `HTTP ${res.status}`),
+      ...(detail?.hint ? { hint: detail.hint } : {}),
     },
     res.status,
   );
@@ -46,7 +47,7 @@ export async function errorFrom(res: TransportResponse): Promise<ForkvmError> {
 
 /** The error of an `error` detail (an error answer's, or a stream's last line). */
 export function errorFromDetail(detail: ErrorDetail, status: number): ForkvmError {
-  return ForkvmError.fromResponse(status, detail.code, detail.message);
+  return ForkvmError.fromResponse(status, detail.code, detail.message, detail.hint);
 }
 
 /** Split a byte stream into its non-empty lines (NDJSON). */

@@ -123,6 +123,11 @@ describe("background processes", { timeout: VM_TIMEOUT }, () => {
     assert.equal(Buffer.from(stream.stderr).toString(), "oops\n");
 
     await rejectsWith(sb.processes.attach("no-such-tag").wait(), { class: NotFoundError, status: 404, message: /list the running processes of sandbox/ });
+    const missing = await sb.processes.attach("no-such-tag").wait().then(
+      () => assert.fail("attached"),
+      (err: unknown) => err as NotFoundError,
+    );
+    assert.deepEqual(missing.hint, { action: "list_processes", target: sb.id });
     await rejectsWith(sb.processes.kill(999999), { class: NotFoundError, status: 404 });
     await rejectsWith(sb.processes.start(["true"], { tag: "bad tag!" }), { class: InvalidRequestError, status: 400 });
     const noExe = await sb.processes.start(["no-such-program-here"]).then(
