@@ -29,6 +29,7 @@ mod client_transfer;
 mod client_volumes;
 pub mod cluster;
 pub mod codes;
+pub mod errors;
 pub mod events;
 pub mod fs;
 pub mod gc;
