@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { ErrorHint } from "./types.js";
+import type { ErrorHint } from "./error-types.js";
 
 /** Error codes the daemon sends (see docs/api.md), plus the SDK's own. */
 export type ErrorCode =

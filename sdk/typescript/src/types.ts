@@ -11,10 +11,12 @@
 import type { Lifetime, OnTimeout, PauseInfo } from "./lifecycle.js";
 import type { Capacity, SandboxLimits, Usage } from "./resources.js";
 import type { MountedVolume, VolumeMount } from "./volumes.js";
+import type { ErrorHint } from "./error-types.js";
 
 /** The lifetime schemas live in `lifecycle.ts`, those of resources in `resources.ts`. */
 export type { Lifetime, OnTimeout, PauseInfo, PauseRequest, ResumeRequest, SetTimeout } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
+export type { ErrorHint, HintAction } from "./error-types.js";
 /** The schemas of volumes live in `volumes.ts`. */
 export type { CreateVolume, MountedVolume, Volume, VolumeList, VolumeMode, VolumeMount } from "./volumes.js";
 /** The schemas of processes and filesystem operations live in `proc-types.ts`. */
@@ -164,35 +166,6 @@ export interface ErrorDetail {
   /** What to do next, as an action (the message already says it in words). */
   hint?: ErrorHint;
 }
-
-/** A next step named as an action on the API, not as one client's command. */
-export interface ErrorHint {
-  action: HintAction;
-  /** The sandbox, snapshot, image or volume the action applies to. */
-  target?: string;
-}
-
-/** The actions an error can point to. */
-export type HintAction =
-  | "list_sandboxes"
-  | "list_snapshots"
-  | "list_images"
-  | "list_processes"
-  | "remove_sandbox"
-  | "remove_sandboxes"
-  | "resume_sandbox"
-  | "read_logs"
-  | "free_space"
-  | "remove_snapshot"
-  | "force_remove_snapshot"
-  | "flatten_snapshot"
-  | "push_snapshot"
-  | "check_host"
-  | "create_volume"
-  | "remove_volume"
-  | "get_image"
-  | "remove_image"
-  | "import_image";
 
 /** `POST /v1/sandboxes/{id}/exec`: run a command. */
 export interface ExecRequest {

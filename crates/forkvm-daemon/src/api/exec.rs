@@ -45,16 +45,7 @@ pub(crate) async fn exec(
     JsonBody(req): JsonBody<ExecRequest>,
 ) -> Result<Response, ApiError> {
     if req.stream {
-        let mut events = m.exec_events(&id, req).await?;
-        let (lines, response) = super::ndjson::response();
-        tokio::spawn(async move {
-            while let Some(ev) = events.recv().await {
-                if !lines.send(&ev).await {
-                    break;
-                }
-            }
-        });
-        return Ok(response);
+        return Ok(super::ndjson::events(m.exec_events(&id, req).await?));
     }
     Ok(Json(m.exec(&id, req).await?).into_response())
 }

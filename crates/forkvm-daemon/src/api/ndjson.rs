@@ -47,6 +47,21 @@ pub(crate) fn response() -> (Lines, Response) {
     (Lines { tx }, resp)
 }
 
+/// Answer with a stream of events, one per line, as they arrive. A client
+/// that hangs up (or stops reading) ends the response, not what produces
+/// the events.
+pub(crate) fn events<T: Serialize + Send + Sync + 'static>(mut rx: mpsc::Receiver<T>) -> Response {
+    let (lines, response) = response();
+    tokio::spawn(async move {
+        while let Some(ev) = rx.recv().await {
+            if !lines.send(&ev).await {
+                break;
+            }
+        }
+    });
+    response
+}
+
 /// Answer with an engine operation's progress ([`crate::images::stream`]),
 /// one event per line. A client that hangs up stops the stream, not the
 /// operation.
@@ -56,14 +71,5 @@ where
     F: FnOnce(mpsc::UnboundedSender<E>) -> Fut,
     Fut: std::future::Future<Output = Result<E::Done, crate::error::EngineError>> + Send + 'static,
 {
-    let mut events = crate::images::stream::run_detached(work);
-    let (lines, response) = response();
-    tokio::spawn(async move {
-        while let Some(ev) = events.recv().await {
-            if !lines.send(&ev).await {
-                break;
-            }
-        }
-    });
-    response
+    events(crate::images::stream::run_detached(work))
 }

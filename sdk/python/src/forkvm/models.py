@@ -339,38 +339,6 @@ class Info(Model):
     node: Optional[str] = None
 
 
-class HintAction(_StrEnum):
-    """What an error says to do next, as an action each client words its own way."""
-
-    LIST_SANDBOXES = "list_sandboxes"
-    LIST_SNAPSHOTS = "list_snapshots"
-    LIST_IMAGES = "list_images"
-    LIST_PROCESSES = "list_processes"
-    REMOVE_SANDBOX = "remove_sandbox"
-    REMOVE_SANDBOXES = "remove_sandboxes"
-    RESUME_SANDBOX = "resume_sandbox"
-    READ_LOGS = "read_logs"
-    FREE_SPACE = "free_space"
-    REMOVE_SNAPSHOT = "remove_snapshot"
-    FORCE_REMOVE_SNAPSHOT = "force_remove_snapshot"
-    FLATTEN_SNAPSHOT = "flatten_snapshot"
-    PUSH_SNAPSHOT = "push_snapshot"
-    CHECK_HOST = "check_host"
-    CREATE_VOLUME = "create_volume"
-    REMOVE_VOLUME = "remove_volume"
-    GET_IMAGE = "get_image"
-    REMOVE_IMAGE = "remove_image"
-    IMPORT_IMAGE = "import_image"
-
-
-@dataclass
-class ErrorHint(Model):
-    """A next step named as an action; ``target`` is what it applies to."""
-
-    action: HintAction
-    target: Optional[str] = None
-
-
 @dataclass
 class ErrorDetail(Model):
     """A machine-readable code and a message saying what to do (the hint in words)."""
@@ -817,6 +785,7 @@ from . import _event_models, _proc_models, _transfer_models, _volume_models  # n
 from ._event_models import *  # noqa: E402, F401, F403
 from ._image_models import BuildQuery, Image, ImageConfig, ImageEvent, ImageList, ImportQuery  # noqa: E402
 from ._image_models import PullImage, StartCommand  # noqa: E402
+from ._error_models import ErrorHint, HintAction  # noqa: E402
 from ._lifecycle_models import Lifetime, OnTimeout, PauseInfo, PauseRequest, ResumeRequest, SetTimeout  # noqa: E402
 from ._proc_models import *  # noqa: E402, F401, F403
 from ._resource_models import Capacity, SandboxLimits, Usage  # noqa: E402

@@ -42,11 +42,6 @@ fn api_error(e: EngineError) -> Response {
     http_error(crate::api::error::status(&e), e.to_string())
 }
 
-/// An error of `/files`; only its status and message reach the client.
-fn fail(kind: ErrorKind, message: impl Into<String>) -> EngineError {
-    EngineError::new(kind, message)
-}
-
 /// Who the request is for: `?username=`, else the `Authorization` header,
 /// else the image's `User`.
 fn user_of(
@@ -57,19 +52,19 @@ fn user_of(
 ) -> Result<Option<String>, EngineError> {
     let named = match q.username.clone().filter(|u| !u.is_empty()) {
         Some(u) => Some(u),
-        None => basic_user(h).map_err(|e| fail(ErrorKind::Unauthorized, e.message))?,
+        None => basic_user(h).map_err(|e| EngineError::new(ErrorKind::Unauthorized, e.message))?,
     };
     Ok(named.or_else(|| m.exec_defaults_of(id).ok().and_then(|d| d.user)))
 }
 
 fn path_of(q: &FileQuery, user: Option<&str>) -> Result<String, EngineError> {
     let p = q.path.as_deref().ok_or_else(|| {
-        fail(
+        EngineError::new(
             ErrorKind::Invalid,
             "name the file: ?path=/absolute/path (or a path relative to the user's home)",
         )
     })?;
-    resolve_path(p, user).map_err(|e| fail(ErrorKind::Invalid, e.message))
+    resolve_path(p, user).map_err(|e| EngineError::new(ErrorKind::Invalid, e.message))
 }
 
 /// `GET /files`.
@@ -133,7 +128,7 @@ pub(crate) async fn upload(
         let user = user_of(&m, &id, &q, &parts.headers)?;
         let limit = m.cfg.limits.max_request_bytes as usize;
         let body = axum::body::to_bytes(body, limit).await.map_err(|e| {
-            fail(
+            EngineError::new(
                 ErrorKind::TooLarge,
                 format!("the upload is over the limit of {limit} bytes: {e}"),
             )
@@ -145,15 +140,16 @@ pub(crate) async fn upload(
             .unwrap_or("");
         let mut files: Vec<(String, Bytes)> = Vec::new();
         if let Some(boundary) = boundary_of(ct) {
-            let parts = multipart(&boundary, &body).map_err(|e| fail(ErrorKind::Invalid, e))?;
+            let parts =
+                multipart(&boundary, &body).map_err(|e| EngineError::new(ErrorKind::Invalid, e))?;
             let single = parts.len() == 1;
             for (filename, data) in parts {
                 let path = match (&q.path, filename) {
                     (Some(_), _) if single => path_of(&q, user.as_deref())?,
                     (_, Some(f)) => resolve_path(&f, user.as_deref())
-                        .map_err(|e| fail(ErrorKind::Invalid, e.message))?,
+                        .map_err(|e| EngineError::new(ErrorKind::Invalid, e.message))?,
                     (_, None) => {
-                        return Err(fail(
+                        return Err(EngineError::new(
                             ErrorKind::Invalid,
                             "each file part needs a filename (its path) when ?path= does \
                              not name the one file",
@@ -174,7 +170,10 @@ pub(crate) async fn upload(
             files.push((path, data));
         }
         if files.is_empty() {
-            return Err(fail(ErrorKind::Invalid, "the upload holds no file"));
+            return Err(EngineError::new(
+                ErrorKind::Invalid,
+                "the upload holds no file",
+            ));
         }
         let mut out = Vec::new();
         for (path, data) in files {
@@ -196,9 +195,9 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Bytes, EngineError> {
     flate2::read::GzDecoder::new(body)
         .take(limit as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|e| fail(ErrorKind::Invalid, format!("the gzip body is bad: {e}")))?;
+        .map_err(|e| EngineError::new(ErrorKind::Invalid, format!("the gzip body is bad: {e}")))?;
     if out.len() > limit {
-        return Err(fail(
+        return Err(EngineError::new(
             ErrorKind::TooLarge,
             format!("the file unpacks to over the limit of {limit} bytes"),
         ));
