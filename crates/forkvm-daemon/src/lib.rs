@@ -30,9 +30,10 @@ use std::time::Duration;
 
 // The engine's modules, under the names the front-ends use for them.
 pub use forkvm_engine::{
-    admission, agent, branch, cgroup, changes, cleanup, compact, config, db, error, events, exec,
-    failure, fs, gc, images, jail, lifetime, limits, manager, metrics, net, pool, pressure,
-    process, registry, restore, sandbox, snapshot, spawn, template, usage, util, volumes,
+    admission, agent, branch, builder, catalog, cgroup, changes, cleanup, compact, config, db,
+    error, events, exec, failure, fs, gc, images, jail, launcher, lease, lifetime, limits, manager,
+    metrics, net, pool, pressure, process, recovery, registry, sandbox, snapshot, spawn, teardown,
+    template, usage, util, volumes,
 };
 pub use forkvm_engine::{choose_accel, Config, Manager, MAX_POOL};
 

@@ -8,7 +8,7 @@ use forkvm_api::{BranchMode, SnapshotSizes};
 
 use crate::db::Origin;
 use crate::error::{EngineError, ErrorKind, HintAction};
-use crate::gc::lease::Lease;
+use crate::lease::Lease;
 use crate::manager::Manager;
 use crate::snapshot::freeze::Frozen;
 use crate::snapshot::{kind, Save};

@@ -1,5 +1,7 @@
 //! Never lose a VM: cleanup that is retried until it is done, and QEMUs of
-//! this home that no record accounts for.
+//! this home that no record accounts for. This module holds the markers and
+//! the process checks; the retry itself is in [`crate::teardown`] and the
+//! search for strays at start in [`crate::recovery`].
 //!
 //! Two rules hold whatever fails:
 //!
@@ -22,10 +24,7 @@
 //!   its interface as a sandbox's (the rules outlive the daemon).
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
-
-use forkvm_api::SandboxState;
 
 use crate::error::EngineError;
 use crate::Manager;
@@ -83,13 +82,13 @@ pub fn mark(dir: &Path, what: Pending) -> bool {
     std::fs::write(dir.join(MARKER), what.as_str()).is_ok()
 }
 
-fn marked(dir: &Path) -> Option<Pending> {
+pub fn marked(dir: &Path) -> Option<Pending> {
     std::fs::read_to_string(dir.join(MARKER))
         .ok()
         .and_then(|s| Pending::parse(&s))
 }
 
-fn unmark(dir: &Path) {
+pub fn unmark(dir: &Path) {
     let _ = std::fs::remove_file(dir.join(MARKER));
 }
 
@@ -142,89 +141,6 @@ const PID_FILE: &str = "qemu.pid";
 const QMP_SOCKET: &str = "qmp.sock";
 
 impl Manager {
-    /// Kill every QEMU of this home that no `running` record holds (run at
-    /// start, after re-attaching and before serving). Returns the ids.
-    pub async fn reap_strays(self: &Arc<Self>) -> Vec<String> {
-        let mut killed = Vec::new();
-        for (id, q) in qemus_of_home(&self.cfg.sandboxes_dir()).await {
-            let pid = q.pid;
-            let row = self.db.get(&id).ok().flatten();
-            let held = row
-                .as_ref()
-                .is_some_and(|r| r.state == SandboxState::Running && r.pid == Some(pid));
-            if held && self.live(&id).is_some_and(|l| l.qemu == q) {
-                continue;
-            }
-            let state = row
-                .as_ref()
-                .map(|r| format!("its record is {:?}", r.state).to_lowercase())
-                .unwrap_or_else(|| "it has no record".into());
-            tracing::warn!(
-                sandbox = %id,
-                "found QEMU pid {pid} of sandbox {id} running unmanaged ({state}); killing it"
-            );
-            process::kill(pid, libc::SIGKILL);
-            if tokio::time::timeout(Duration::from_secs(15), process::wait_foreign_exit(&q, &id))
-                .await
-                .is_err()
-            {
-                tracing::error!(sandbox = %id, "QEMU pid {pid} of sandbox {id} did not exit after SIGKILL");
-                continue;
-            }
-            self.jail.release(&id);
-            killed.push(id);
-        }
-        killed
-    }
-
-    /// Retry the cleanups left pending (see the module doc).
-    pub async fn retry_cleanups(self: &Arc<Self>) {
-        let Ok(rd) = std::fs::read_dir(self.cfg.sandboxes_dir()) else {
-            return;
-        };
-        for e in rd.flatten() {
-            let Ok(id) = e.file_name().into_string() else {
-                continue;
-            };
-            let Some(what) = marked(&e.path()) else {
-                continue;
-            };
-            let Ok(Some(row)) = self.db.get(&id) else {
-                unmark(&e.path());
-                continue;
-            };
-            if row.state != SandboxState::Failed || self.live(&id).is_some() {
-                continue;
-            }
-            self.net.teardown(&id, None).await;
-            if let Some(left) = leftover(&id) {
-                tracing::debug!(sandbox = %id, "cleanup of {id} still incomplete: {left}");
-                continue;
-            }
-            unmark(&e.path());
-            match what {
-                Pending::Teardown => {
-                    let _ = self.db.set_failed(
-                        &id,
-                        row.failure
-                            .as_deref()
-                            .and_then(|f| f.split(" (cleanup incomplete").next())
-                            .unwrap_or("failed"),
-                    );
-                    tracing::info!(sandbox = %id, "cleanup of failed sandbox {id} finished");
-                }
-                Pending::Remove => match self.remove(&id).await {
-                    Ok(()) => tracing::info!(sandbox = %id, "removal of {id} finished"),
-                    Err(err) => tracing::warn!(
-                        sandbox = %id,
-                        "removal of {id} still incomplete: {}",
-                        err.message
-                    ),
-                },
-            }
-        }
-    }
-
     /// After a teardown: if something is left, keep the sandbox visible as
     /// `failed` with what is left and schedule a retry. Returns the error a
     /// removal reports.

@@ -15,6 +15,8 @@
 pub mod admission;
 pub mod agent;
 pub mod branch;
+pub mod builder;
+pub mod catalog;
 pub mod cgroup;
 pub mod changes;
 pub mod cleanup;
@@ -30,6 +32,8 @@ pub mod fs;
 pub mod gc;
 pub mod images;
 pub mod jail;
+pub mod launcher;
+pub mod lease;
 pub mod lifetime;
 pub mod limits;
 pub mod manager;
@@ -38,8 +42,9 @@ pub mod net;
 pub mod pool;
 pub mod pressure;
 pub mod process;
+pub mod recovery;
 pub mod registry;
-pub mod restore;
+
 pub mod sandbox;
 pub mod snapshot;
 pub mod spawn;

@@ -32,7 +32,6 @@
 //! prevents, and a lease cannot be taken on a doomed snapshot (409).
 
 pub mod layers;
-pub mod lease;
 pub mod select;
 
 use std::collections::HashSet;
@@ -43,10 +42,9 @@ use std::time::{Duration, SystemTime};
 use forkvm_api::{PruneFailure, PruneRequest, PruneResult, PrunedSnapshot};
 
 use crate::db::Origin;
-use crate::error::{EngineError, HintAction};
+use crate::error::EngineError;
 use crate::manager::Manager;
 use crate::util;
-use lease::Lease;
 
 /// A file of a snapshot: its allocated bytes, and whether the store's link
 /// is its only one (deleting a hard-linked file frees nothing).
@@ -93,37 +91,6 @@ fn estimate(before: &[FileUse]) -> u64 {
 }
 
 impl Manager {
-    /// Hold snapshot `id` against collection while an operation reads it
-    /// before anything else keeps it (a spawn, before its sandbox row; a
-    /// pin). 409 while the collector removes it, 404 once it has.
-    pub fn gc_lease(&self, id: &str) -> Result<Lease, EngineError> {
-        let lease = self.gc.leases.try_lease(id).ok_or_else(|| {
-            EngineError::conflict(format!(
-                "snapshot {id} is being removed by garbage collection (a branch point nothing \
-                 needed, past its grace period); tag or pin the branch points you want to keep"
-            ))
-        })?;
-        if self.db.snapshot(id)?.is_none() {
-            return Err(EngineError::not_found(format!(
-                "no snapshot {id:?} (garbage collection may have removed it)"
-            ))
-            .hint(HintAction::ListSnapshots));
-        }
-        Ok(lease)
-    }
-
-    /// A lease on a snapshot that is not indexed yet (a branch's, from its
-    /// freeze until its children run).
-    pub fn gc_lease_new(&self, id: &str) -> Option<Lease> {
-        self.gc.leases.try_lease(id)
-    }
-
-    /// Wake the background collector (after something stopped using a
-    /// snapshot); it still applies the grace period.
-    pub fn poke_gc(&self) {
-        self.gc.wake.notify_one();
-    }
-
     /// The collector's settings, as `GET /v1/info` shows them.
     pub fn gc_info(&self) -> forkvm_api::GcInfo {
         forkvm_api::GcInfo {
@@ -324,8 +291,8 @@ impl Manager {
 
 #[cfg(test)]
 mod tests {
-    use super::lease::Leases;
     use super::*;
+    use crate::lease::Leases;
 
     #[test]
     fn leases_and_dooms_exclude_each_other() {

@@ -1,19 +1,16 @@
 //! Images as the daemon serves them: listing, inspection, removal, the
 //! per-exec defaults an image's config gives, and the long operations
-//! (pull, import, build) that install new ones.
+//! (pull, import) that install new ones. Builds are [`crate::builder`],
+//! which sits above the launcher that images sit below.
 //!
 //! The files are the truth (`images/<name>/rootfs.ext4` + `image.json`, see
 //! the forkvm-image crate); the database only says which sandboxes and
 //! snapshots use an image, which is what makes a removal a 409.
 //!
-//! * [`http`]: the REST handlers, each one typed call on the [`Manager`];
 //! * [`install`]: pull and import;
-//! * [`build`]: Dockerfile builds in a sandbox;
 //! * [`start`]: the image's part of a cold boot (disk growth, start command);
 //! * [`stream`]: progress of a long operation as NDJSON lines.
 
-pub mod build;
-pub mod build_steps;
 pub mod install;
 pub mod start;
 pub mod stream;

@@ -293,33 +293,4 @@ impl Manager {
     pub fn resuming(&self, id: &str) -> bool {
         self.db.lifecycle(id).is_ok_and(|l| l.pause.is_some())
     }
-
-    /// Remove the pause snapshots a removed sandbox left (its source),
-    /// newest first, as long as nothing else uses them.
-    pub async fn drop_pause_snapshots(self: &Arc<Self>, id: &str) {
-        let Ok(all) = self.db.snapshots() else { return };
-        let mut mine: Vec<_> = all
-            .into_iter()
-            .filter(|s| s.origin == Origin::Pause && s.source == id)
-            .collect();
-        mine.reverse();
-        for s in mine {
-            let in_use = !self
-                .db
-                .sandboxes_of_snapshot(&s.id)
-                .unwrap_or_default()
-                .is_empty()
-                || !self
-                    .db
-                    .child_snapshots(&s.id)
-                    .unwrap_or_default()
-                    .is_empty();
-            if in_use {
-                continue;
-            }
-            if let Err(e) = Box::pin(self.remove_snapshot(&s.id, false)).await {
-                tracing::warn!(sandbox = %id, "pause snapshot {} of sandbox {id} stays: {}", s.id, e.message);
-            }
-        }
-    }
 }

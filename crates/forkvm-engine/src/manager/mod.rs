@@ -36,15 +36,15 @@ pub struct Manager {
     pub default_pool_size: u32,
     pub net: crate::net::Net,
     /// Garbage collection of branch points: leases and the collector.
-    pub gc: crate::gc::lease::Gc,
+    pub gc: crate::lease::state::Gc,
     /// Memory held by admissions still starting (crate::admission).
     pub admissions: crate::admission::reserve::Reservations,
     /// How QEMUs are confined (crate::jail).
     pub jail: crate::jail::Jailer,
     /// The volume servers of running sandboxes (crate::volumes).
     pub volumes: crate::volumes::servers::Servers,
-    /// One builder at a time per diff snapshot's head (crate::snapshot::head).
-    pub heads: crate::snapshot::head_locks::Builders,
+    /// One builder at a time per diff snapshot's head (crate::catalog::head).
+    pub heads: crate::catalog::head_locks::Builders,
     /// The event stream (crate::events).
     pub events: crate::events::bus::Bus,
     /// Sandboxes suspended by disk pressure (crate::pressure).

@@ -16,7 +16,7 @@ use crate::util::{self, ms};
 impl Manager {
     /// Merge a diff snapshot's chain into one `shared` snapshot with no
     /// parent: the chain's flattened head (the base image with every link's
-    /// pages written over it, see crate::snapshot::head) copied, the
+    /// pages written over it, see crate::catalog::head) copied, the
     /// head's device state, and the head's disk layer (qcow2 chains are the
     /// disk's own business; its layers stay reachable through the collector).
     pub async fn flatten(

@@ -1,5 +1,7 @@
-//! Snapshots and spawning from them: templates, copy-on-write clones and the
-//! warm pool.
+//! Taking snapshots (freeze, publish, flatten). Reading them back is
+//! [`crate::catalog`], restoring one is [`crate::launcher`], removing one
+//! is [`crate::teardown`]; the overview of how a snapshot and its clones
+//! share RAM and disk follows.
 //!
 //! **Taking a snapshot** of a running sandbox (the source keeps running):
 //!
@@ -33,23 +35,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use forkvm_qemu::Qmp;
-use forkvm_store::{Manifest, Snapshot as StoredSnapshot, Store, StoreError};
 
-use crate::db::SandboxRow;
 /// A stored snapshot's record and where it came from, for front-ends that
 /// show snapshots their own way.
 pub use crate::db::{Origin, SnapshotRow};
-use crate::error::{EngineError, ErrorKind, HintAction};
+use crate::error::{EngineError, ErrorKind};
 use crate::manager::Manager;
-use crate::util;
 
 pub mod flatten;
 pub mod freeze;
-pub mod head;
-pub mod head_locks;
 pub mod publish;
-pub mod recover;
-pub mod store;
+
+pub use crate::catalog::{kind, store_err, Chain, MAX_CHAIN};
 
 /// How a snapshot saves the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,43 +65,6 @@ pub enum Save {
 
 /// The `state_format` of device-only streams.
 pub const DEVICES_ONLY: &str = "devices-only";
-/// Longest diff chain a spawn follows before calling it corrupt.
-pub const MAX_CHAIN: usize = 64;
-
-/// A diff snapshot's chain: the base holding the memory image, then the diff
-/// links from the one above the base down to the snapshot itself.
-pub struct Chain {
-    pub base: StoredSnapshot,
-    pub links: Vec<StoredSnapshot>,
-}
-
-/// How a snapshot holds RAM: a separate image (`shared`), the pages changed
-/// over its parent (`diff`), inside the migration stream (`stream`), or in
-/// QEMU's mapped-ram layout written while the guest ran (`live`).
-pub fn kind(m: &Manifest) -> &'static str {
-    if m.artefact("memory").is_some() {
-        "shared"
-    } else if m.artefact("memory_diff").is_some() {
-        "diff"
-    } else if m.ram_format.as_deref() == Some("mapped-ram") {
-        "live"
-    } else {
-        "stream"
-    }
-}
-
-pub fn store_err(e: StoreError) -> EngineError {
-    match e {
-        StoreError::NotFound(id) => {
-            EngineError::not_found(format!("no snapshot {id:?}")).hint(HintAction::ListSnapshots)
-        }
-        StoreError::Corrupt { .. } => EngineError::new(ErrorKind::SnapshotCorrupt, e.to_string()),
-        StoreError::Io { .. } => {
-            EngineError::internal(format!("{e}; check free space and permissions"))
-        }
-    }
-}
-
 pub fn qemu_err(what: &str, e: impl std::fmt::Display) -> EngineError {
     EngineError::new(ErrorKind::QemuFailed, format!("{what}: {e}"))
 }
@@ -171,97 +131,6 @@ pub fn hex_random(bytes: usize) -> String {
 }
 
 impl Manager {
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    /// Does this sandbox own its RAM file (`share=on`)? Booted sandboxes
-    /// and clones of `stream`/`live` snapshots do; clones of `shared` and
-    /// `diff` snapshots map an image privately (the base, or the flattened head).
-    pub fn owns_ram(&self, row: &SandboxRow) -> bool {
-        match &row.snapshot {
-            None => true,
-            Some(s) => self
-                .store
-                .open_snapshot(s)
-                .map(|snap| matches!(kind(&snap.manifest), "stream" | "live"))
-                .unwrap_or(false),
-        }
-    }
-
-    /// Follow a `shared` or `diff` snapshot to its base. Each link's parent
-    /// is checked by its manifest digest (a few KiB), never by re-reading
-    /// the base's memory.
-    pub fn chain(&self, snap: &StoredSnapshot) -> Result<Chain, EngineError> {
-        let corrupt = |id: &str, why: String| {
-            store_err(StoreError::Corrupt {
-                id: id.to_string(),
-                why,
-            })
-        };
-        let mut links = Vec::new();
-        let mut cur = snap.clone();
-        loop {
-            match kind(&cur.manifest) {
-                "shared" => {
-                    links.reverse();
-                    return Ok(Chain { base: cur, links });
-                }
-                "diff" => {
-                    let pref = cur.manifest.parent.clone().ok_or_else(|| {
-                        corrupt(&cur.manifest.id, "a diff snapshot without a parent".into())
-                    })?;
-                    let id = cur.manifest.id.clone();
-                    links.push(cur);
-                    if links.len() > MAX_CHAIN {
-                        return Err(corrupt(&id, format!("its chain is over {MAX_CHAIN} links")));
-                    }
-                    let p = self.store.open_snapshot(&pref.id).map_err(|e| match e {
-                        StoreError::NotFound(_) => {
-                            corrupt(&id, format!("its parent {} is missing", pref.id))
-                        }
-                        other => store_err(other),
-                    })?;
-                    if p.digest != pref.manifest_sha256 {
-                        return Err(corrupt(
-                            &id,
-                            format!("its parent {} changed after it was taken", pref.id),
-                        ));
-                    }
-                    cur = p;
-                }
-                other => {
-                    return Err(corrupt(
-                        &snap.manifest.id,
-                        format!("its chain reaches a {other} snapshot, which has no memory image"),
-                    ))
-                }
-            }
-        }
-    }
-
-    /// Verify every file of a chain (cached: see forkvm-store).
-    pub async fn verify_chain(&self, c: &Chain) -> Result<(), EngineError> {
-        let store = self.store.clone();
-        let all: Vec<StoredSnapshot> = std::iter::once(c.base.clone())
-            .chain(c.links.iter().cloned())
-            .collect();
-        tokio::task::spawn_blocking(move || all.iter().try_for_each(|s| store.verify(s)))
-            .await
-            .map_err(|e| EngineError::internal(e.to_string()))?
-            .map_err(store_err)
-    }
-
-    /// The chain a clone maps, if it is a private clone of a `shared` or
-    /// `diff` snapshot.
-    pub fn clone_chain(&self, row: &SandboxRow) -> Option<Chain> {
-        let s = self.store.open_snapshot(row.snapshot.as_ref()?).ok()?;
-        if !matches!(kind(&s.manifest), "shared" | "diff") {
-            return None;
-        }
-        self.chain(&s).ok()
-    }
-
     /// Snapshot a running sandbox. The source keeps running.
     pub async fn snapshot(
         self: &Arc<Self>,
@@ -282,29 +151,6 @@ impl Manager {
         // It follows the daemon's default pool size, which may be > 0.
         self.refill_pool(&snap.id);
         Ok(snap)
-    }
-
-    /// A new snapshot's tag must be valid and unused.
-    pub fn check_tag(&self, tag: Option<&str>) -> Result<(), EngineError> {
-        if let Some(t) = tag {
-            if !util::valid_id(t) || t.starts_with("sn-") {
-                return Err(EngineError::invalid(format!(
-                    "tag {t:?} is not valid: use letters, digits, '-' and '_', not starting with sn-"
-                )));
-            }
-            // `POST /v1/snapshots/prune` and `…/pull` would shadow it.
-            if t == "prune" || t == "pull" {
-                return Err(EngineError::invalid(format!(
-                    "the tag {t:?} is reserved (POST /v1/snapshots/{t}); choose another"
-                )));
-            }
-            if self.db.snapshot(t)?.is_some() {
-                return Err(EngineError::conflict(format!(
-                    "tag {t:?} is already used by another snapshot"
-                )));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -1,5 +1,5 @@
 //! The locks that let concurrent spawns build a diff snapshot's head once
-//! (crate::snapshot::head). Apart from it so that the manager, which owns
+//! (crate::catalog::head). Apart from it so that the manager, which owns
 //! them, does not import the code that uses the manager.
 
 use std::collections::HashMap;

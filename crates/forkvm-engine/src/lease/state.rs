@@ -1,5 +1,5 @@
-//! The collector's state in the manager: leases that hold snapshots against
-//! collection, and the snapshots being collected.
+//! The collector's state in the manager: the leases held on snapshots, the
+//! snapshots being collected, and the signal that wakes the collector.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -86,7 +86,9 @@ impl Manager {
             // `query-named-block-nodes` came right after a crash like this
             // one, with a stream the old daemon started and half cleaned up.
             let top = match forkvm_qemu::migrate::top_disk(&qmp).await {
-                Ok((node, reported, _)) => super::freeze::node_file(paths, &node, reported),
+                Ok((node, reported, _)) => {
+                    crate::snapshot::freeze::node_file(paths, &node, reported)
+                }
                 Err(_) => None,
             };
             let Some(top) = top.filter(|t| t.parent() == Some(paths.dir.as_path())) else {

@@ -1,11 +1,11 @@
-//! `POST /v1/images/build`: a Dockerfile built inside a sandbox.
+//! The image builder (`POST /v1/images/build`): a Dockerfile built inside a sandbox.
 //!
 //! ```text
 //! context tar ──unpack──▶ uploads/build-N.ctx/        (host: files only, never run)
 //! outline (forkvm-build): the stages the target needs, the images they name
 //! each image ──▶ local image, or pulled
 //! plan: per stage, steps with chained cache keys
-//! for each stage, in order (build_steps.rs):
+//! for each stage, in order (steps.rs):
 //!      │  longest cached prefix: snapshots whose template key is build-<key>
 //!      ▼
 //! sandbox of its base (an image, or an earlier stage's last snapshot),
@@ -30,6 +30,8 @@
 //! every write of its step: the exported root disk is that disk, read
 //! through its qcow2 chain.
 
+pub mod steps;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,14 +41,14 @@ use forkvm_build::{BaseImage, StageFrom};
 use forkvm_image::meta::{ImageMeta, ImageSource};
 use tokio::sync::mpsc;
 
-use super::build_steps::{Sources, Start};
-use super::install::Upload;
-use super::stream::Emitter;
+use self::steps::{Sources, Start};
 use crate::error::EngineError;
+use crate::images::install::Upload;
+use crate::images::stream::Emitter;
 use crate::manager::Manager;
 
-use super::build_steps::build_failed;
-pub use super::build_steps::CACHE_PREFIX;
+use self::steps::build_failed;
+pub use self::steps::CACHE_PREFIX;
 
 /// A stable identity of a local image for cache keys: its manifest digest
 /// when it has one, else the size and mtime of its files.
@@ -257,7 +259,7 @@ impl Manager {
         })
         .await
         .map_err(|e| EngineError::internal(format!("export task failed: {e}")))?
-        .map_err(|e| super::install::image_error(&e))?;
+        .map_err(|e| crate::images::install::image_error(&e))?;
         if replaced {
             self.drop_stale_templates(&meta.name).await;
         }
@@ -271,7 +273,7 @@ impl Manager {
             base_ref,
             plan.stages.iter().map(|s| s.steps.len()).sum::<usize>()
         );
-        Ok(super::view(&meta))
+        Ok(crate::images::view(&meta))
     }
 
     /// The base image: a local image of that name (or of the name a pull
@@ -281,7 +283,10 @@ impl Manager {
         base_ref: &str,
         emit: &Arc<Emitter>,
     ) -> Result<ImageMeta, EngineError> {
-        for n in [base_ref.to_string(), super::install::default_name(base_ref)] {
+        for n in [
+            base_ref.to_string(),
+            crate::images::install::default_name(base_ref),
+        ] {
             if forkvm_image::valid_image_name(&n) && self.cfg.image_rootfs(&n).is_file() {
                 return self.image_meta(&n);
             }

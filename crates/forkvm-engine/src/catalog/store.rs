@@ -2,14 +2,12 @@
 //! verified opens, removal, and the sweeps that keep the store and the state
 //! database in step.
 
-use std::sync::Arc;
-
 use forkvm_api::SnapshotSizes;
 use forkvm_qemu::process;
 use forkvm_store::{Snapshot as StoredSnapshot, StoreError};
 
 use crate::db::{Origin, SnapshotRow};
-use crate::error::{EngineError, HintAction};
+use crate::error::EngineError;
 use crate::gc::layers;
 use crate::manager::Manager;
 use crate::snapshot::{kind, store_err};
@@ -104,68 +102,6 @@ impl Manager {
             .map_err(|e| EngineError::internal(e.to_string()))?
             .map_err(store_err)?;
         Ok(s)
-    }
-
-    /// Remove a snapshot. Refused (409) while sandboxes or child snapshots
-    /// depend on it, unless `force`, which removes those first.
-    pub async fn remove_snapshot(
-        self: &Arc<Self>,
-        id_or_tag: &str,
-        force: bool,
-    ) -> Result<(), EngineError> {
-        if let Some(p) = self.pending.get(id_or_tag) {
-            if p.state == "writing" {
-                return Err(EngineError::conflict(format!(
-                    "snapshot {} is still being written; remove it once it is ready",
-                    p.id
-                )));
-            }
-            self.pending.remove(&p.id);
-            return Ok(());
-        }
-        let row = self.snapshot_row(id_or_tag)?;
-        let sandboxes = self.db.sandboxes_of_snapshot(&row.id)?;
-        let children = self.db.child_snapshots(&row.id)?;
-        if !force && (!sandboxes.is_empty() || !children.is_empty()) {
-            let mut why = Vec::new();
-            if !sandboxes.is_empty() {
-                why.push(format!("sandboxes {} run from it", sandboxes.join(", ")));
-            }
-            if !children.is_empty() {
-                why.push(format!(
-                    "snapshots {} are built on it",
-                    children
-                        .iter()
-                        .map(|c| c.id.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-            return Err(EngineError::conflict(format!(
-                "snapshot {} is in use: {}",
-                row.id,
-                why.join("; ")
-            ))
-            .hint_on(HintAction::ForceRemoveSnapshot, row.id.clone()));
-        }
-        for c in children {
-            Box::pin(self.remove_snapshot(&c.id, true)).await?;
-        }
-        for sb in sandboxes {
-            match self.remove(&sb).await {
-                Ok(()) => {}
-                Err(e) if e.kind == crate::error::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        self.kill_prepared(self.pools.drain(&row.id)).await;
-        self.db.delete_snapshot(&row.id)?;
-        match self.store.remove(&row.id) {
-            Ok(()) | Err(StoreError::NotFound(_)) => {}
-            Err(e) => return Err(store_err(e)),
-        }
-        self.collect_layers().await;
-        Ok(())
     }
 
     /// Delete the disk layers of removed snapshots that no disk chain still

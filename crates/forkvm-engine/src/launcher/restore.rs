@@ -40,7 +40,7 @@ impl Manager {
         let devices_only = m.state_format.as_deref() == Some(DEVICES_ONLY);
         let mapped_ram = m.ram_format.as_deref() == Some("mapped-ram");
         // A diff's clones map its chain flattened into one file, built at
-        // the first spawn (crate::snapshot::head), like a `shared` image.
+        // the first spawn (crate::catalog::head), like a `shared` image.
         let head = if k == "diff" {
             let c = self.chain(snap)?;
             self.verify_chain(&c).await?;

@@ -1,5 +1,5 @@
 //! The steps of one build stage, run in a sandbox: each not cached step
-//! in turn, with a snapshot after each (see [`super::build`]). `COPY
+//! in turn, with a snapshot after each (see [`super`]). `COPY
 //! --from` boots a sandbox of its source (an earlier stage's last step,
 //! or an image), fetches the paths as a tar through the agent, and puts
 //! them into the build sandbox.
@@ -13,9 +13,9 @@ use forkvm_api::{BuildQuery, CreateSandbox, ImageEvent};
 use forkvm_build::{CopySource, Step, StepKind};
 use tokio::sync::mpsc;
 
-use super::stream::Emitter;
 use crate::agent::{AgentConn, ExecSpec};
 use crate::error::{EngineError, ErrorKind};
+use crate::images::stream::Emitter;
 use crate::manager::Manager;
 use crate::spawn::Created;
 
