@@ -314,3 +314,37 @@ fn method_circles_are_found_through_self_and_handles() {
     assert_eq!(g["f"], BTreeSet::from(["e".to_string()]));
     assert_eq!(g["g"], BTreeSet::from(["a".to_string()]));
 }
+
+const BEGIN: &str =
+    "<!-- service-graph:begin (generated: cargo test -p forkvm-daemon --test method_graph) -->";
+const END: &str = "<!-- service-graph:end -->";
+
+/// The graph as the block in docs/architecture.md shows it: each service
+/// that calls others, by name, with the services it calls.
+fn render(g: &Graph) -> String {
+    let mut s = String::from("```text\n");
+    for (m, deps) in g {
+        let d: Vec<&str> = deps.iter().map(String::as_str).collect();
+        s.push_str(&format!("{m} => {}\n", d.join(", ")));
+    }
+    s.push_str("```\n");
+    s
+}
+
+#[test]
+fn the_documented_service_graph_is_the_code_graph() {
+    let doc_path = crate_dir().join("../../docs/architecture.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap_or_default();
+    let want = render(&method_graph(&sources(&engine_dir().join("src"))));
+    let have = doc
+        .split_once(BEGIN)
+        .and_then(|(_, rest)| rest.split_once(END))
+        .map(|(block, _)| block.trim_start_matches('\n').to_string());
+    if have.as_deref() != Some(want.as_str()) {
+        panic!(
+            "the service graph in {} does not match the code (a service calls another it did \
+             not, or no longer does). Put this between its markers:\n{BEGIN}\n{want}{END}\n",
+            doc_path.display()
+        );
+    }
+}
