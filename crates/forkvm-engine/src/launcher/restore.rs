@@ -11,11 +11,48 @@ use forkvm_qemu::{migrate, MachineSpec, MemoryBackend};
 use forkvm_store::Snapshot as StoredSnapshot;
 
 use crate::agent::{self, AgentError};
+use crate::config::SandboxPaths;
 use crate::db::SandboxRow;
 use crate::error::{EngineError, ErrorKind};
 use crate::manager::{Live, Manager, Phase, Prepared, Waiter};
 use crate::snapshot::{entropy, hex_random, kind, qemu_err, DEVICES_ONLY};
 use crate::util::{self, ms};
+
+/// Does the snapshot's device state start with a configuration section?
+/// (Streams written by older QEMUs, or with it turned off, do not.)
+fn has_configuration(snap: &StoredSnapshot) -> bool {
+    let mut head = [0u8; 9];
+    let n = std::fs::File::open(snap.path(forkvm_store::DEVICE_STATE))
+        .and_then(|f| {
+            use std::os::unix::fs::FileExt;
+            f.read_at(&mut head, 0)
+        })
+        .unwrap_or(0);
+    migrate::has_configuration(&head[..n])
+}
+
+/// The migration capabilities the snapshot's stream was written with. A
+/// devices-only stream carries no RAM and no capability subsection, so the
+/// validated capabilities stay off for it; a live save's stream (of any
+/// kind: a clone's is a diff) was written with mapped-ram and without
+/// x-ignore-shared.
+async fn set_restore_capabilities(
+    qmp: &forkvm_qemu::Qmp,
+    m: &forkvm_store::Manifest,
+) -> Result<(), EngineError> {
+    let devices_only = m.state_format.as_deref() == Some(DEVICES_ONLY);
+    let mapped_ram = m.ram_format.as_deref() == Some("mapped-ram");
+    let shared = kind(m) == "shared";
+    migrate::set_capabilities(
+        qmp,
+        &[
+            ("x-ignore-shared", shared && !devices_only && !mapped_ram),
+            ("mapped-ram", mapped_ram),
+        ],
+    )
+    .await
+    .map_err(|e| qemu_err("cannot set migration capabilities", e))
+}
 
 impl Manager {
     /// Start a QEMU for a snapshot, waiting in `-incoming defer`.
@@ -26,30 +63,16 @@ impl Manager {
     ) -> Result<Prepared, EngineError> {
         let t0 = Instant::now();
         let paths = self.cfg.sandbox_paths(id);
-        let io = |e: std::io::Error| {
-            EngineError::internal(format!("cannot create the sandbox directory: {e}"))
+        // Each step undoes what the ones before it made if it fails, so a
+        // failed prepare leaves no directory, namespace or QEMU behind.
+        let memory = match self.restore_files(snap, &paths).await {
+            Ok(m) => m,
+            Err(e) => {
+                paths.remove_all();
+                return Err(e);
+            }
         };
-        std::fs::create_dir_all(&paths.dir).map_err(io)?;
-        std::fs::create_dir_all(&self.cfg.run_dir).map_err(io)?;
-        forkvm_qemu::disk::create_overlay(&snap.path(forkvm_store::DISK), &paths.disk)
-            .await
-            .map_err(|e| EngineError::internal(format!("cannot create the root disk: {e}")))?;
-        let m = &snap.manifest;
-        let k = kind(m);
-        let shared = k == "shared";
-        let devices_only = m.state_format.as_deref() == Some(DEVICES_ONLY);
-        let mapped_ram = m.ram_format.as_deref() == Some("mapped-ram");
-        // A diff's clones map its chain flattened into one file, built at
-        // the first spawn (crate::catalog::head), like a `shared` image.
-        let head = if k == "diff" {
-            let c = self.chain(snap)?;
-            self.verify_chain(&c).await?;
-            let ram_bytes = u64::from(m.machine.memory_mib) << 20;
-            Some(self.chain_head(&c, ram_bytes).await?)
-        } else {
-            None
-        };
-        let netns = if m.machine.nic.is_some() {
+        let netns = if snap.manifest.machine.nic.is_some() {
             match self.net.create_ns(id).await {
                 Ok(p) => Some(p),
                 Err(e) => {
@@ -60,29 +83,92 @@ impl Manager {
         } else {
             None
         };
-        let memory = if let Some(head) = head {
-            MemoryBackend {
-                path: head,
-                share: false,
-                readonly: true,
+        let spec = self.restore_spec(snap, id, &paths, memory, netns);
+        let prepare_ms = ms(t0.elapsed());
+        let t1 = Instant::now();
+        let Launched { child, qemu, qmp } = match self.launch_qemu(&spec, &paths).await {
+            Ok(l) => l,
+            Err(e) => {
+                self.net.teardown(id, None).await;
+                paths.remove_all();
+                return Err(e);
             }
-        } else if shared {
-            MemoryBackend {
+        };
+        let p = Prepared {
+            id: id.to_string(),
+            paths,
+            child,
+            qemu,
+            machine: spec.config,
+            qmp,
+            prepare_ms,
+            qemu_start_ms: ms(t1.elapsed()),
+            net: None,
+        };
+        if let Err(e) = set_restore_capabilities(&p.qmp, &snap.manifest).await {
+            // The QEMU was not started with kill-on-drop (sandboxes outlive
+            // the daemon), so it is killed here, with its namespace and files.
+            self.kill_prepared(vec![p]).await;
+            return Err(e);
+        }
+        Ok(p)
+    }
+
+    /// A restore's files: its directory and root disk overlay, and the
+    /// memory it maps (for a diff, the chain's head, built at its first
+    /// spawn, crate::catalog::head).
+    async fn restore_files(
+        &self,
+        snap: &StoredSnapshot,
+        paths: &SandboxPaths,
+    ) -> Result<MemoryBackend, EngineError> {
+        let io = |e: std::io::Error| {
+            EngineError::internal(format!("cannot create the sandbox directory: {e}"))
+        };
+        std::fs::create_dir_all(&paths.dir).map_err(io)?;
+        std::fs::create_dir_all(&self.cfg.run_dir).map_err(io)?;
+        forkvm_qemu::disk::create_overlay(&snap.path(forkvm_store::DISK), &paths.disk)
+            .await
+            .map_err(|e| EngineError::internal(format!("cannot create the root disk: {e}")))?;
+        let m = &snap.manifest;
+        Ok(match kind(m) {
+            "diff" => {
+                let c = self.chain(snap)?;
+                self.verify_chain(&c).await?;
+                let ram_bytes = u64::from(m.machine.memory_mib) << 20;
+                MemoryBackend {
+                    path: self.chain_head(&c, ram_bytes).await?,
+                    share: false,
+                    readonly: true,
+                }
+            }
+            "shared" => MemoryBackend {
                 path: snap.path(forkvm_store::MEMORY),
                 share: false,
                 readonly: true,
-            }
-        } else {
-            MemoryBackend {
+            },
+            _ => MemoryBackend {
                 path: paths.mem.clone(),
                 share: true,
                 readonly: false,
-            }
-        };
-        let spec = MachineSpec {
+            },
+        })
+    }
+
+    /// The QEMU of a restore: the snapshot's machine (the devices its
+    /// stream holds) on this host's accelerator, waiting for its state.
+    fn restore_spec(
+        &self,
+        snap: &StoredSnapshot,
+        id: &str,
+        paths: &SandboxPaths,
+        memory: MemoryBackend,
+        netns: Option<std::path::PathBuf>,
+    ) -> MachineSpec {
+        let m = &snap.manifest;
+        let devices_only = m.state_format.as_deref() == Some(DEVICES_ONLY);
+        MachineSpec {
             name: id.to_string(),
-            // The snapshot's machine (the devices its stream holds), on
-            // this host's accelerator.
             config: forkvm_qemu::MachineConfig {
                 accel: self.accel.accel,
                 ..m.machine.clone()
@@ -95,53 +181,10 @@ impl Manager {
             console_log: paths.console.clone(),
             incoming: Some("defer".into()),
             device_state_only: devices_only,
-            no_configuration_section: devices_only && {
-                let mut head = [0u8; 9];
-                let n = std::fs::File::open(snap.path(forkvm_store::DEVICE_STATE))
-                    .and_then(|f| {
-                        use std::os::unix::fs::FileExt;
-                        f.read_at(&mut head, 0)
-                    })
-                    .unwrap_or(0);
-                !migrate::has_configuration(&head[..n])
-            },
+            no_configuration_section: devices_only && !has_configuration(snap),
             netns,
             later_reads: vec![snap.path(forkvm_store::DEVICE_STATE)],
-        };
-        let prepare_ms = ms(t0.elapsed());
-        let t1 = Instant::now();
-        let Launched { child, qemu, qmp } = match self.launch_qemu(&spec, &paths).await {
-            Ok(l) => l,
-            Err(e) => {
-                self.net.teardown(id, None).await;
-                paths.remove_all();
-                return Err(e);
-            }
-        };
-        // A devices-only stream carries no RAM and no capability
-        // subsection, so the validated capabilities stay off for it.
-        migrate::set_capabilities(
-            &qmp,
-            &[
-                // A live save's stream (of any kind: a clone's is a diff)
-                // was written with mapped-ram and without x-ignore-shared.
-                ("x-ignore-shared", shared && !devices_only && !mapped_ram),
-                ("mapped-ram", mapped_ram),
-            ],
-        )
-        .await
-        .map_err(|e| qemu_err("cannot set migration capabilities", e))?;
-        Ok(Prepared {
-            id: id.to_string(),
-            paths,
-            child,
-            qemu,
-            machine: spec.config,
-            qmp,
-            prepare_ms,
-            qemu_start_ms: ms(t1.elapsed()),
-            net: None,
-        })
+        }
     }
 
     /// Spawn `n` clones of a snapshot, concurrently. All or nothing: if one
