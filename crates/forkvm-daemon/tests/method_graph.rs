@@ -5,9 +5,9 @@
 //! `a => b` when code of `a` calls, on the manager, a method defined in an
 //! `impl Manager` block of `b` (and of no other module). "On the manager"
 //! is `self` in an `impl Manager` block, or a handle the calling function
-//! binds to it: `let me = self.clone()` (or `Arc::clone(self)`, or `self`)
-//! in such a block, or a parameter typed `&Manager`, `Arc<Manager>` or
-//! `&Arc<Manager>`. A local that is not one (a map named `m`) is not.
+//! binds to it: `let me = self.clone()` (or `Arc::clone(self)`, or `self`,
+//! or `let Some(me) = weak.upgrade()`) in such a block, or a parameter typed
+//! `&Manager`, `Arc<Manager>` or `&Arc<Manager>`. A local that is not one (a map named `m`) is not.
 
 mod support;
 
@@ -137,6 +137,14 @@ fn handles(f: &str, in_block: bool) -> BTreeSet<String> {
             ]
             .contains(&init.as_str())
             {
+                out.insert(name.to_string());
+            }
+        }
+        // `let Some(name) = weak.upgrade()`: a task's weak handle.
+        let after_let_some = k > 1 && ids[k - 1].1 == "Some" && ids[k - 2].1 == "let";
+        if in_block && after_let_some {
+            let init = squeeze(&rest[..rest.find(';').unwrap_or(rest.len())]);
+            if init.starts_with(")=") && init.contains(".upgrade()") {
                 out.insert(name.to_string());
             }
         }
@@ -304,6 +312,11 @@ fn method_circles_are_found_through_self_and_handles() {
             "impl Manager { fn fg(self: &Arc<Self>) { let me = Arc::clone(self); \
              spawn(async move { me.fa() }); } }",
         ),
+        (
+            "h",
+            "impl Manager { fn fh(self: &Arc<Self>) { let w = Arc::downgrade(self); \
+             spawn(async move { let Some(x) = w.upgrade() else { return }; x.fg(); }); } }",
+        ),
     ]));
     assert_eq!(
         circles(&g),
@@ -313,6 +326,7 @@ fn method_circles_are_found_through_self_and_handles() {
     assert!(!g.contains_key("e"), "{g:?}");
     assert_eq!(g["f"], BTreeSet::from(["e".to_string()]));
     assert_eq!(g["g"], BTreeSet::from(["a".to_string()]));
+    assert_eq!(g["h"], BTreeSet::from(["g".to_string()]));
 }
 
 const BEGIN: &str =
