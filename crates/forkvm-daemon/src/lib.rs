@@ -29,13 +29,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 // The engine's modules, under the names the front-ends use for them.
+pub use forkvm_engine::{actions, choose_accel, Config, Engine, MAX_POOL};
 pub use forkvm_engine::{
     admission, agent, branch, builder, catalog, cgroup, changes, cleanup, compact, config, db,
     error, events, exec, failure, fs, gc, images, jail, launcher, lease, lifetime, limits, manager,
     metrics, net, pool, pressure, process, recovery, registry, sandbox, snapshot, spawn, teardown,
     template, usage, util, volumes,
 };
-pub use forkvm_engine::{choose_accel, Config, Manager, MAX_POOL};
 
 /// Errors that stop the daemon from starting.
 #[derive(Debug, thiserror::Error)]
@@ -172,26 +172,11 @@ pub async fn serve_session(
     let net = net::Net::start(&cfg.home, &cfg.net_pool)
         .await
         .map_err(|e| StartError::Setup(format!("{e}; fix --net-pool")))?;
-    let mgr = Manager::new(cfg, db, store, accel, qemu_version.text, pool_size, net);
-    mgr.recover()
+    let engine = Engine::new(cfg, db, store, accel, qemu_version.text, pool_size, net);
+    engine
+        .start()
         .await
         .map_err(|e| StartError::Setup(format!("cannot re-attach sandboxes: {e}")))?;
-    // Again, now that the old daemon's QEMUs are re-attached: one of them
-    // may have still been writing into a staging directory at the first
-    // sweep (Store::open).
-    for name in mgr.store.sweep() {
-        tracing::warn!("cannot remove the unfinished snapshot directory {name}");
-    }
-    mgr.tidy_snapshot_leftovers();
-    mgr.reconcile_snapshots();
-    mgr.collect_layers().await;
-    // Timeouts that ran out while no daemon ran are acted on at the first
-    // sweep (crate::lifetime).
-    mgr.start_sweeper();
-    mgr.start_pressure_watch();
-    mgr.refill_all_pools();
-    mgr.start_gc();
-    mgr.start_events();
 
     if let Some(addr) = tcp_bound.or(tcp) {
         tracing::info!("listening on http://{addr} (bearer token required)");
@@ -202,10 +187,7 @@ pub async fn serve_session(
         Ok(ul) => ul,
         Err(e) => {
             // What this start set up on the host goes with it.
-            if mgr.live_map().is_empty() {
-                mgr.net.remove_host_table().await;
-                mgr.jail.remove_group();
-            }
+            engine.abandon().await;
             return Err(setup(&format!("cannot bind {}", socket.display()), &e));
         }
     };
@@ -213,7 +195,7 @@ pub async fn serve_session(
     tracing::info!("listening on {}", socket.display());
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let unix_app = api::router(mgr.clone(), None);
+    let unix_app = api::router(engine.clone(), None);
     let unix_task = tokio::spawn(listen::serve(
         ul,
         unix_app,
@@ -227,12 +209,12 @@ pub async fn serve_session(
             // One listener, two APIs: forkvm's own under /v1 (and /mcp), and
             // the E2B-compatible one for everything else (crate::e2b).
             let token = token.unwrap_or_default();
-            let rest = api::router(mgr.clone(), Some(token.clone()));
-            let e2b = e2b::router(mgr.clone(), token.clone());
+            let rest = api::router(engine.clone(), Some(token.clone()));
+            let e2b = e2b::router(engine.clone(), token.clone());
             // And the node's snapshots, read-only over the OCI distribution
             // API, for other nodes to pull (crate::oci).
             let oci = oci::router(Arc::new(oci::Served::new(
-                Box::new(oci::ManagerSource(mgr.clone())),
+                Box::new(oci::EngineSource(engine.clone())),
                 token,
             )));
             let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
@@ -292,26 +274,16 @@ pub async fn serve_session(
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
     if ended.torn_down() {
-        for p in session::teardown(&mgr).await {
+        for p in session::teardown(&engine).await {
             tracing::warn!("teardown: cannot remove {p}");
         }
     }
-    // Pooled QEMUs belong to no sandbox: they go with the daemon.
-    mgr.drain_pools().await;
-    // Running sandboxes keep their host rules for the next daemon; with
-    // none, the table would only be left behind.
-    let running = mgr.live_map().len();
-    if running == 0 {
-        mgr.net.remove_host_table().await;
-    }
-    // The daemon's cgroup parent goes too when no sandbox is left in it.
-    mgr.jail.remove_group();
+    // Pooled QEMUs go; running sandboxes keep their host rules for the
+    // next daemon (crate::actions::Engine::stop).
+    engine.stop().await;
     let _ = std::fs::remove_file(&socket);
     Ok(ended)
 }
 
 /// Re-exported for the CLI.
 pub use forkvm_engine::features;
-
-/// Shared handle type used by tests.
-pub type SharedManager = Arc<Manager>;

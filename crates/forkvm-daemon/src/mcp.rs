@@ -1,5 +1,5 @@
 //! MCP over streamable HTTP at `/mcp`: the tools of `forkvm_mcp`, run on
-//! the manager's typed actions.
+//! the engine's typed actions.
 //!
 //! The tools (names, schemas, argument checks, rendering) live in the
 //! `forkvm-mcp` crate, which `forkvm mcp` (stdio, in the CLI) serves too.
@@ -24,12 +24,12 @@ use forkvm_mcp::http::Endpoint;
 pub use forkvm_mcp::http::Guard;
 use forkvm_mcp::{Backend, BackendError};
 
+use crate::actions::Created;
+use crate::actions::Engine;
 use crate::error::{EngineError, ErrorKind};
-use crate::manager::Manager;
-use crate::spawn::Created;
 
-/// The daemon's backend: the manager itself.
-pub struct Actions(pub Arc<Manager>);
+/// The daemon's backend: the engine itself.
+pub struct Actions(pub Engine);
 
 fn err(e: EngineError) -> BackendError {
     BackendError::new(
@@ -97,11 +97,7 @@ impl Backend for Actions {
 
     async fn snapshot(&self, id: String, req: CreateSnapshot) -> Result<Snapshot, BackendError> {
         let m = self.0.clone();
-        detached(async move {
-            m.snapshot(&id, req.tag, None, crate::snapshot::Save::Diff)
-                .await
-        })
-        .await
+        detached(async move { m.snapshot(&id, req.tag).await }).await
     }
 
     async fn list(&self) -> Result<Vec<Sandbox>, BackendError> {
@@ -115,19 +111,16 @@ impl Backend for Actions {
 
     async fn logs(&self, id: String) -> Result<String, BackendError> {
         self.0.get(&id).map_err(err)?;
-        Ok(crate::util::tail_file(
-            &self.0.cfg.sandbox_paths(&id).console,
-            1 << 20,
-        ))
+        Ok(self.0.console_log(&id))
     }
 }
 
 /// The `/mcp` service. `guard` says which `Host` headers it takes: only
 /// loopback names on the unix socket and on a loopback TCP listener, any on
 /// a listener others reach.
-pub fn service(mgr: Arc<Manager>, guard: Guard) -> axum::routing::MethodRouter<Arc<Manager>> {
+pub fn service(mgr: Engine, guard: Guard) -> axum::routing::MethodRouter<Engine> {
     let endpoint = Endpoint::new(Arc::new(Actions(mgr.clone())), guard);
-    let limit = mgr.cfg.limits.max_request_bytes as usize;
+    let limit = mgr.limits().max_request_bytes as usize;
     axum::routing::any(move |req: Request| {
         let endpoint = endpoint.clone();
         async move {

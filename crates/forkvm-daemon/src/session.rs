@@ -5,14 +5,13 @@
 //! daemon on the same home to re-attach. A session can instead ask for a
 //! *teardown* at the end: every sandbox is removed (its QEMU, tap,
 //! namespace, cgroup and host rules go with it, through the same
-//! [`Manager::remove`] a client's `DELETE` uses), so that nothing outlives
-//! the run that started the daemon.
+//! [`Engine::remove`](crate::actions::Engine::remove) a client's `DELETE`
+//! uses), so that nothing outlives the run that started the daemon.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use crate::Manager;
+use crate::actions::Engine;
 
 /// How a `serve` run reports readiness and how it may end.
 #[derive(Default)]
@@ -51,8 +50,8 @@ impl Ended {
     }
 }
 
-/// Remove every sandbox of this daemon ([`Manager::remove_all`]); returns
+/// Remove every sandbox of this daemon ([`Engine::remove_all`]); returns
 /// what could not be removed.
-pub async fn teardown(mgr: &Arc<Manager>) -> Vec<String> {
+pub async fn teardown(mgr: &Engine) -> Vec<String> {
     mgr.remove_all().await
 }

@@ -303,7 +303,53 @@ fn render(g: &Graph) -> String {
 /// The modules of the front-ends (the daemon's own, besides its lib.rs).
 fn is_front_end(module: &str) -> bool {
     let top = module.split("::").next().unwrap_or("");
-    matches!(top, "api" | "e2b" | "mcp" | "oci")
+    matches!(top, "api" | "e2b" | "mcp" | "oci" | "session")
+}
+
+/// The engine modules a front-end may name: the facade of typed actions
+/// (which also re-exports the few engine types its actions take and give),
+/// and the error every action returns, whose kinds and hints each front-end
+/// maps to its own protocol. Anything else (the `Manager`, its services,
+/// the event bus, the store) is reached through an action or not at all.
+const FRONT_END_MAY_REACH: [&str; 2] = ["actions", "error"];
+
+/// How front-end modules break the facade rule: an edge to an engine
+/// module (one of `engine`) outside [`FRONT_END_MAY_REACH`], or code that
+/// names the `Manager` or the engine crate itself (paths the graph does not
+/// follow).
+fn front_end_breaches(
+    files: &[(String, String)],
+    engine: &BTreeSet<String>,
+    is_front: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let g = graph(files);
+    let mut bad = Vec::new();
+    for (m, deps) in &g {
+        if !is_front(m) {
+            continue;
+        }
+        for d in deps {
+            let top = d.split("::").next().unwrap_or("");
+            if d != "crate" && engine.contains(d) && !FRONT_END_MAY_REACH.contains(&top) {
+                bad.push(format!("{m} -> {d}"));
+            }
+        }
+    }
+    for (m, src) in files {
+        if !is_front(m) {
+            continue;
+        }
+        for t in tokens(&strip(src)) {
+            if let Tok::Ident(i) = t {
+                if i == "Manager" || i == "forkvm_engine" {
+                    bad.push(format!("{m} names {i}"));
+                }
+            }
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    bad
 }
 
 fn daemon_graph() -> Graph {
@@ -383,6 +429,26 @@ fn no_front_end_reaches_the_db_the_agent_or_qemu() {
         }
     }
     assert!(bad.is_empty(), "front-ends reach past the engine: {bad:?}");
+}
+
+#[test]
+fn front_ends_call_only_the_facade() {
+    let engine_files = sources(&engine_dir().join("src"));
+    let engine: BTreeSet<String> = engine_files.iter().map(|(m, _)| m.clone()).collect();
+    assert!(engine.contains("actions"), "no facade module in the engine");
+    let mut all = engine_files;
+    let daemon = sources(&crate_dir().join("src"));
+    assert!(
+        daemon.iter().any(|(m, _)| is_front_end(m)),
+        "no front-end read"
+    );
+    all.extend(daemon);
+    let bad = front_end_breaches(&all, &engine, is_front_end);
+    assert!(
+        bad.is_empty(),
+        "front-ends go around the engine's facade (crate::actions::Engine); give them an \
+         action instead: {bad:?}"
+    );
 }
 
 #[test]
@@ -497,4 +563,47 @@ fn lifetimes_and_chars_do_not_hide_code() {
     assert_eq!(g["a"], BTreeSet::from(["b".to_string()]));
     // `pub(super)` names no module.
     assert!(!g["a::x"].contains("a"), "{g:?}");
+}
+
+#[test]
+fn a_front_end_past_the_facade_is_caught() {
+    let engine: BTreeSet<String> = ["crate", "actions", "error", "manager", "snapshot"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let front = |m: &str| m.starts_with("api");
+    let mut fixture = vec![
+        (
+            "crate",
+            "pub mod actions; pub mod error; pub mod manager; pub mod snapshot;",
+        ),
+        ("actions", "use crate::manager::Manager; pub struct Engine;"),
+        ("error", ""),
+        ("manager", "pub struct Manager;"),
+        ("snapshot", "pub enum Save { Diff }"),
+        (
+            "api",
+            "use crate::actions::Engine; use crate::error::EngineError; \
+             // crate::manager::Manager in a comment is fine\n fn f(e: &Engine) {}",
+        ),
+    ];
+    assert_eq!(
+        front_end_breaches(&files(&fixture), &engine, front),
+        Vec::<String>::new()
+    );
+    fixture.push(("api::x", "fn f() { crate::snapshot::Save::Diff; }"));
+    fixture.push(("api::y", "use crate::manager::{Live, Phase};"));
+    fixture.push((
+        "api::z",
+        "fn g(m: std::sync::Arc<forkvm_engine::Manager>) {}",
+    ));
+    assert_eq!(
+        front_end_breaches(&files(&fixture), &engine, front),
+        vec![
+            "api::x -> snapshot".to_string(),
+            "api::y -> manager".to_string(),
+            "api::z names Manager".to_string(),
+            "api::z names forkvm_engine".to_string(),
+        ]
+    );
 }

@@ -12,6 +12,7 @@
 //! This crate depends on no HTTP server crate, and a test of the daemon's
 //! module graph keeps it so.
 
+pub mod actions;
 pub mod admission;
 pub mod agent;
 pub mod branch;
@@ -60,6 +61,7 @@ use std::time::{Duration, Instant};
 
 use forkvm_qemu::{Accel, AccelChoice, HostVirt};
 
+pub use actions::Engine;
 pub use config::Config;
 pub use manager::{Manager, MAX_POOL};
 

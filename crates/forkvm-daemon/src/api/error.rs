@@ -71,7 +71,7 @@ impl IntoResponse for ApiError {
         // Internal errors built without `EngineError::internal` are
         // classified here too.
         let e = classify(self.0);
-        crate::metrics::METRICS.error(e.code());
+        crate::actions::Engine::count_error(e.code());
         let body = ErrorBody { error: e.to_wire() };
         (status(&e), axum::Json(body)).into_response()
     }
@@ -84,7 +84,7 @@ pub fn http_failure(
     code: &'static str,
     message: impl Into<String>,
 ) -> Response {
-    crate::metrics::METRICS.error(code);
+    crate::actions::Engine::count_error(code);
     let body = ErrorBody {
         error: ErrorDetail {
             code: code.to_string(),

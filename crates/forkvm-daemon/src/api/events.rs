@@ -1,9 +1,9 @@
-//! `GET /v1/events`: the engine's event bus (crate::events) rendered as
+//! `GET /v1/events`: the engine's event stream
+//! ([`Engine::open_events`](crate::actions::Engine::open_events)) rendered as
 //! Server-Sent Events. Each subscriber gets its own forwarding task and a
 //! bounded queue; a reader that falls behind is told `reset`.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -14,10 +14,10 @@ use forkvm_api::events::kinds;
 use forkvm_api::{Event, EventsReady};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::actions::Engine;
+use crate::actions::{Subscription, MAX_STREAMS};
 use crate::api::error::ApiError;
 use crate::error::ErrorKind;
-use crate::events::{Subscription, MAX_STREAMS};
-use crate::manager::Manager;
 
 /// Every change, as Server-Sent Events (see `forkvm_api::events`).
 #[utoipa::path(get, path = "/v1/events", tag = "events",
@@ -27,19 +27,18 @@ use crate::manager::Manager;
         then one message per change (`id:` its seq, `event:` its kind, `data:` the Event as \
         JSON), a keep-alive comment every 15 s, and `reset` when events were lost",
         content_type = "text/event-stream", body = Event)))]
-pub async fn events(State(m): State<Arc<Manager>>, headers: HeaderMap) -> Response {
-    let Some(slot) = m.events.open_stream() else {
+pub async fn events(State(m): State<Engine>, headers: HeaderMap) -> Response {
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let Some((slot, sub)) = m.open_events(after) else {
         return ApiError::new(
             ErrorKind::LimitExceeded,
             format!("{MAX_STREAMS} event streams are open already; close one and retry"),
         )
         .into_response();
     };
-    let after = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    let sub = m.events.subscribe(after);
     let (tx, rx) = mpsc::channel::<Result<Sse, Infallible>>(256);
     tokio::spawn(async move {
         let _slot = slot;

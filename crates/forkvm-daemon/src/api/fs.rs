@@ -1,7 +1,7 @@
 //! `/v1/sandboxes/{id}/fs/...`, `DELETE /v1/sandboxes/{id}/files` and
 //! `/v1/sandboxes/{id}/archive`: filesystem operations, watches and
 //! several files at once. Each handler parses its request, calls one action
-//! of [`crate::fs`] and renders the result.
+//! of the [`Engine`](crate::actions::Engine) and renders the result.
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -14,9 +14,9 @@ use serde::Deserialize;
 
 use super::body::{body_error, JsonBody};
 use super::{ndjson, AppState};
+use crate::actions::WatchEvent as AgentWatchEvent;
 use crate::api::error::ApiError;
 use crate::error::agent_error;
-use crate::fs::WatchEvent as AgentWatchEvent;
 
 /// `?path=`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -195,7 +195,7 @@ pub(crate) async fn watch_dir(
             let line = match w.next().await {
                 Ok(Some(AgentWatchEvent::Started)) => continue,
                 Ok(Some(AgentWatchEvent::Events { events, dropped })) => WatchEvent::Events {
-                    events: crate::fs::fs_events(events),
+                    events: crate::actions::fs_events(events),
                     dropped,
                 },
                 Ok(Some(AgentWatchEvent::Keepalive)) => WatchEvent::Keepalive,

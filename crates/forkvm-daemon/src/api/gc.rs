@@ -1,15 +1,14 @@
 //! The REST handlers of pins and prune: each parses its request and calls
-//! one typed action of the [`Manager`] (see the parent module).
-
-use std::sync::Arc;
+//! one typed action of the [`Engine`](crate::actions::Engine) (see the
+//! parent module).
 
 use axum::extract::{Path, State};
 use axum::Json;
 use forkvm_api::{ErrorBody, PruneRequest, PruneResult, Snapshot};
 
+use crate::actions::Engine;
 use crate::api::body::OptJsonBody;
 use crate::api::error::ApiError;
-use crate::manager::Manager;
 
 /// Pin a snapshot: garbage collection never removes it, nor any snapshot
 /// it builds on.
@@ -19,7 +18,7 @@ use crate::manager::Manager;
         (status = 409, body = ErrorBody, description = "the snapshot is still being written, failed, or is being collected right now"),
         (status = 422, body = ErrorBody, description = "the snapshot's files are corrupted")))]
 pub async fn pin_snapshot(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
 ) -> Result<Json<Snapshot>, ApiError> {
     m.set_pinned(&id, true).map(Json).map_err(ApiError::from)
@@ -34,7 +33,7 @@ pub async fn pin_snapshot(
         (status = 409, body = ErrorBody, description = "the snapshot is still being written, failed, or is being collected right now"),
         (status = 422, body = ErrorBody, description = "the snapshot's files are corrupted")))]
 pub async fn unpin_snapshot(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
 ) -> Result<Json<Snapshot>, ApiError> {
     m.set_pinned(&id, false).map(Json).map_err(ApiError::from)
@@ -47,7 +46,7 @@ pub async fn unpin_snapshot(
     request_body = PruneRequest,
     responses((status = 200, body = PruneResult)))]
 pub async fn prune_snapshots(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     OptJsonBody(req): OptJsonBody<PruneRequest>,
 ) -> Result<Json<PruneResult>, ApiError> {
     // On its own task: a client that hangs up does not stop a removal

@@ -1,7 +1,6 @@
 //! The REST handlers of `/v1/images…`: each parses its request and calls one
-//! typed action of the [`Manager`] (see the parent module).
-
-use std::sync::Arc;
+//! typed action of the [`Engine`](crate::actions::Engine) (see the parent
+//! module).
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -10,9 +9,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use forkvm_api::{BuildQuery, ErrorBody, Image, ImageEvent, ImageList, ImportQuery, PullImage};
 
+use crate::actions::Engine;
 use crate::api::body::JsonBody;
 use crate::api::error::ApiError;
-use crate::manager::Manager;
 
 type Q<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
@@ -24,7 +23,7 @@ fn query<T>(q: Q<T>) -> Result<T, ApiError> {
 /// Installed images.
 #[utoipa::path(get, path = "/v1/images", tag = "images",
     responses((status = 200, body = ImageList)))]
-pub async fn list_images(State(m): State<Arc<Manager>>) -> Json<ImageList> {
+pub async fn list_images(State(m): State<Engine>) -> Json<ImageList> {
     Json(ImageList {
         images: m.list_images(),
     })
@@ -35,7 +34,7 @@ pub async fn list_images(State(m): State<Arc<Manager>>) -> Json<ImageList> {
     params(("name" = String, Path, description = "image name")),
     responses((status = 200, body = Image), (status = 404, body = ErrorBody)))]
 pub async fn get_image(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(name): Path<String>,
 ) -> Result<Json<Image>, ApiError> {
     m.get_image(&name).map(Json).map_err(ApiError::from)
@@ -47,7 +46,7 @@ pub async fn get_image(
     params(("name" = String, Path, description = "image name")),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete_image(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     tokio::spawn(async move { m.remove_image(&name).await })
@@ -69,7 +68,7 @@ pub async fn delete_image(
         (status = 422, body = ErrorBody, description = "a blob failed verification, or no linux/amd64 image"),
         (status = 502, body = ErrorBody, description = "the registry could not be reached")))]
 pub async fn pull_image(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     JsonBody(req): JsonBody<PullImage>,
 ) -> Result<Response, ApiError> {
     let plan = m.check_pull(&req)?;
@@ -95,7 +94,7 @@ pub async fn pull_image(
         (status = 409, body = ErrorBody, description = "an image of that name exists (use `replace`)"),
         (status = 507, body = ErrorBody, description = "no room for the upload")))]
 pub async fn import_image(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     q: Q<ImportQuery>,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -123,7 +122,7 @@ pub async fn import_image(
         (status = 409, body = ErrorBody, description = "an image of that name is in use by sandboxes or snapshots"),
         (status = 507, body = ErrorBody, description = "no room for the upload")))]
 pub async fn build_image(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     q: Q<BuildQuery>,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -142,9 +141,10 @@ pub async fn build_image(
 }
 
 /// Refuse an upload before reading it: what is left of `body` is read and
-/// dropped first (see [`crate::images::install::drain`]), so that the client
-/// gets `err` rather than a reset connection.
+/// dropped first (see
+/// [`Engine::discard_upload`](crate::actions::Engine::discard_upload)), so
+/// that the client gets `err` rather than a reset connection.
 async fn refuse_upload(body: Body, err: ApiError) -> ApiError {
-    crate::images::install::drain(body.into_data_stream()).await;
+    crate::actions::Engine::discard_upload(body.into_data_stream()).await;
     err
 }

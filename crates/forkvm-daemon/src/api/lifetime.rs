@@ -1,15 +1,14 @@
 //! The REST handlers of timeouts, pause and resume: each parses its request
-//! and calls one typed action of the [`Manager`] (see the parent module).
-
-use std::sync::Arc;
+//! and calls one typed action of the [`Engine`](crate::actions::Engine)
+//! (see the parent module).
 
 use axum::extract::{Path, State};
 use axum::Json;
 use forkvm_api::{ErrorBody, PauseRequest, ResumeRequest, Sandbox, SetTimeout};
 
+use crate::actions::Engine;
 use crate::api::body::{JsonBody, OptJsonBody};
 use crate::api::error::ApiError;
-use crate::manager::Manager;
 
 /// Prometheus metrics: spawns, branches, pauses, resumes, timeouts, errors
 /// by code, sandboxes by state, per-sandbox memory and CPU, warm pools and
@@ -17,7 +16,7 @@ use crate::manager::Manager;
 #[utoipa::path(get, path = "/metrics", tag = "daemon",
     responses((status = 200, content_type = "text/plain", body = String,
         description = "the Prometheus text exposition format")))]
-pub async fn metrics(State(m): State<Arc<Manager>>) -> axum::response::Response {
+pub async fn metrics(State(m): State<Engine>) -> axum::response::Response {
     use axum::response::IntoResponse;
     (
         [(
@@ -39,7 +38,7 @@ pub async fn metrics(State(m): State<Arc<Manager>>) -> axum::response::Response 
         (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "the sandbox is still starting")))]
 pub async fn set_timeout(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<SetTimeout>,
 ) -> Result<Json<Sandbox>, ApiError> {
@@ -61,7 +60,7 @@ pub async fn set_timeout(
         (status = 504, body = ErrorBody, description = "its volumes did not come to rest; the sandbox runs on"),
         (status = 507, body = ErrorBody, description = "no space for the saved state; the sandbox runs on")))]
 pub async fn pause(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<PauseRequest>,
 ) -> Result<Json<Sandbox>, ApiError> {
@@ -88,7 +87,7 @@ pub async fn pause(
         (status = 503, body = ErrorBody, description = "`capacity_exceeded`: the host's memory commitment would be passed"),
         (status = 507, body = ErrorBody, description = "the daemon's filesystem is under its free-space reserve")))]
 pub async fn resume(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<ResumeRequest>,
 ) -> Result<Json<Sandbox>, ApiError> {

@@ -1,5 +1,6 @@
 //! The REST API: the HTTP layer only parses requests into typed calls on the
-//! [`Manager`] and renders results; every decision lives in the manager.
+//! [`Engine`](crate::actions::Engine) and renders results; every decision
+//! lives in the engine.
 //!
 //! The router is built from `forkvm_api::routes::ROUTES`, and the OpenAPI
 //! document is generated from the `#[utoipa::path]` annotations below. A test
@@ -18,9 +19,9 @@ use forkvm_api::routes::{Op, ROUTES};
 use forkvm_api::*;
 use utoipa::OpenApi;
 
+use crate::actions::Engine;
 use crate::api::error::ApiError;
 use crate::error::ErrorKind;
-use crate::manager::Manager;
 
 pub mod body;
 pub mod error;
@@ -45,7 +46,7 @@ use processes::*;
 use sandboxes::*;
 use snapshots::*;
 
-type AppState = Arc<Manager>;
+type AppState = Engine;
 
 /// The OpenAPI document.
 #[derive(OpenApi)]
@@ -269,7 +270,7 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
     // the same bearer token on TCP, as /v1.
     // The unix socket and a loopback listener take only loopback `Host`
     // names (DNS rebinding); a listener others reach takes any.
-    let guard = match (&token, state.cfg.tcp) {
+    let guard = match (&token, state.tcp_addr()) {
         (Some(_), Some(addr)) if !addr.ip().is_loopback() => crate::mcp::Guard::Any,
         _ => crate::mcp::Guard::Loopback,
     };
@@ -283,10 +284,11 @@ pub fn router(state: AppState, token: Option<String>) -> Router {
     }
     // The dashboard, behind the same layers (crate::api::ui).
     r = r.merge(ui::routes(token.clone()));
-    let limit = state.cfg.limits.max_request_bytes as usize;
-    let body_timeout = Duration::from_millis(state.cfg.limits.request_body_timeout_ms);
+    let limits = state.limits();
+    let limit = limits.max_request_bytes as usize;
+    let body_timeout = Duration::from_millis(limits.request_body_timeout_ms);
     let slots = Arc::new(tokio::sync::Semaphore::new(
-        state.cfg.limits.max_concurrent_requests as usize,
+        limits.max_concurrent_requests as usize,
     ));
     let r = r
         .fallback(|req: Request| async move {
@@ -346,7 +348,7 @@ async fn no_oauth(req: Request) -> ApiError {
 /// The concurrency limit: a request beyond it is refused at once with 429
 /// rather than queued, so a client sees back-pressure instead of a hang.
 /// Health checks always pass, and so do event streams, which last as long
-/// as their client and have their own limit (crate::events).
+/// as their client and have their own limit (`Engine::open_events`).
 async fn admit(slots: &Arc<tokio::sync::Semaphore>, req: Request, next: Next) -> Response {
     if req.uri().path() == "/v1/health" || req.uri().path() == "/v1/events" {
         return next.run(req).await;

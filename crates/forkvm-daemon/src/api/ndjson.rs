@@ -62,14 +62,15 @@ pub(crate) fn events<T: Serialize + Send + Sync + 'static>(mut rx: mpsc::Receive
     response
 }
 
-/// Answer with an engine operation's progress ([`crate::images::stream`]),
-/// one event per line. A client that hangs up stops the stream, not the
+/// Answer with an engine operation's progress
+/// ([`Engine::run_detached`](crate::actions::Engine::run_detached)), one
+/// event per line. A client that hangs up stops the stream, not the
 /// operation.
 pub(crate) fn progress<E, F, Fut>(work: F) -> Response
 where
-    E: crate::images::stream::StreamEvent,
+    E: crate::actions::StreamEvent,
     F: FnOnce(mpsc::UnboundedSender<E>) -> Fut,
     Fut: std::future::Future<Output = Result<E::Done, crate::error::EngineError>> + Send + 'static,
 {
-    events(crate::images::stream::run_detached(work))
+    events(crate::actions::Engine::run_detached(work))
 }

@@ -1,5 +1,5 @@
 //! `/v1/sandboxes/{id}/processes`: background processes and PTYs. Each
-//! handler parses its request, calls one action of [`crate::process`] and
+//! handler parses its request, calls one action of the [`Engine`](crate::actions::Engine) and
 //! renders the result; streams become NDJSON [`ProcessEvent`] lines.
 
 use axum::body::Bytes;
@@ -12,10 +12,10 @@ use forkvm_api::*;
 
 use super::body::{body_error, JsonBody};
 use super::{ndjson, AppState};
+use crate::actions::ProcessStream;
+use crate::actions::{ProcEvent, ProcStream};
 use crate::api::error::ApiError;
 use crate::error::agent_error;
-use crate::process::ProcessStream;
-use crate::process::{ProcEvent, ProcStream};
 
 fn process_ref(s: &str) -> Result<ProcessRef, ApiError> {
     ProcessRef::parse(s).map_err(|e| ApiError::invalid(format!("bad process: {e}")))

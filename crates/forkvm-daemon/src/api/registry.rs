@@ -1,8 +1,6 @@
 //! REST handlers of snapshot push and pull: each one typed call on the
-//! [`Manager`], answered with the result or, with `stream`, NDJSON
-//! [`TransferEvent`]s.
-
-use std::sync::Arc;
+//! [`Engine`](crate::actions::Engine), answered with the result or, with
+//! `stream`, NDJSON [`TransferEvent`]s.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -11,9 +9,9 @@ use axum::Json;
 use forkvm_api::{ErrorBody, PullResult, PullSnapshot, PushResult, PushSnapshot, TransferEvent};
 
 use super::ndjson::progress as ndjson;
+use crate::actions::Engine;
 use crate::api::body::JsonBody;
 use crate::api::error::ApiError;
-use crate::manager::Manager;
 
 async fn run<F, Fut>(stream: bool, work: F) -> Result<Response, ApiError>
 where
@@ -49,7 +47,7 @@ where
         (status = 409, body = ErrorBody, description = "the snapshot is still being written"),
         (status = 502, body = ErrorBody, description = "the registry could not be reached")))]
 pub async fn push_snapshot(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<PushSnapshot>,
 ) -> Result<Response, ApiError> {
@@ -74,7 +72,7 @@ pub async fn push_snapshot(
         (status = 502, body = ErrorBody, description = "the registry could not be reached"),
         (status = 507, body = ErrorBody, description = "no room")))]
 pub async fn pull_snapshot(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     JsonBody(req): JsonBody<PullSnapshot>,
 ) -> Result<Response, ApiError> {
     m.check_pull_snapshot(&req)?;

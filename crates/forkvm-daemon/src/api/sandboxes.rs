@@ -8,8 +8,8 @@ use forkvm_api::*;
 
 use super::body::JsonBody;
 use super::AppState;
+use crate::actions::Created;
 use crate::api::error::ApiError;
-use crate::spawn::Created;
 
 /// Start a sandbox: from a snapshot, from the image's boot template, or by a
 /// cold boot. Returns once every guest agent answers. With `count`, the
@@ -102,7 +102,7 @@ pub(crate) async fn logs(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     m.get(&id)?;
-    let text = crate::util::tail_file(&m.cfg.sandbox_paths(&id).console, 1 << 20);
+    let text = m.console_log(&id);
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 

@@ -24,12 +24,9 @@ pub(crate) async fn snapshot_sandbox(
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<CreateSnapshot>,
 ) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
-    let s = tokio::spawn(async move {
-        m.snapshot(&id, req.tag, None, crate::snapshot::Save::Diff)
-            .await
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("snapshot task failed: {e}")))??;
+    let s = tokio::spawn(async move { m.snapshot(&id, req.tag).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("snapshot task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(s)))
 }
 

@@ -160,7 +160,7 @@ button{{margin-top:1rem;padding:.5rem 1rem}}.error{{color:#ff9b9b}}</style></hea
 /// A file of the built dashboard; paths without an extension get
 /// `index.html` (the app routes in the page).
 async fn serve(State(m): State<AppState>, req: Request) -> Response {
-    let dir = m.cfg.ui_dir();
+    let dir = m.ui_dir();
     let rel = req
         .uri()
         .path()

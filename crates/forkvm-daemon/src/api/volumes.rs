@@ -1,21 +1,19 @@
 //! The REST handlers of `/v1/volumes…`: each parses its request and calls one
-//! typed action of the [`Manager`].
-
-use std::sync::Arc;
+//! typed action of the [`Engine`](crate::actions::Engine).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use forkvm_api::{CreateVolume, ErrorBody, Volume, VolumeList};
 
+use crate::actions::Engine;
 use crate::api::body::JsonBody;
 use crate::api::error::ApiError;
-use crate::manager::Manager;
 
 /// Named volumes.
 #[utoipa::path(get, path = "/v1/volumes", tag = "volumes",
     responses((status = 200, body = VolumeList)))]
-pub async fn list_volumes(State(m): State<Arc<Manager>>) -> Json<VolumeList> {
+pub async fn list_volumes(State(m): State<Engine>) -> Json<VolumeList> {
     Json(VolumeList {
         volumes: m.list_volumes(),
     })
@@ -28,7 +26,7 @@ pub async fn list_volumes(State(m): State<Arc<Manager>>) -> Json<VolumeList> {
     responses((status = 201, body = Volume),
         (status = 409, body = ErrorBody, description = "a volume of that name exists")))]
 pub async fn create_volume(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     JsonBody(req): JsonBody<CreateVolume>,
 ) -> Result<(StatusCode, Json<Volume>), ApiError> {
     Ok((StatusCode::CREATED, Json(m.create_volume(&req.name)?)))
@@ -40,7 +38,7 @@ pub async fn create_volume(
     params(("name" = String, Path, description = "volume name")),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete_volume(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     tokio::spawn(async move { m.remove_volume(&name).await })

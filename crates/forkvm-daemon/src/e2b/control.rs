@@ -1,4 +1,4 @@
-//! E2B's control plane over the manager's actions: each handler parses E2B's
+//! E2B's control plane over the engine's actions: each handler parses E2B's
 //! body, calls the same typed action `/v1` calls, and renders E2B's answer.
 //!
 //! | E2B | forkvm action |
@@ -34,9 +34,9 @@ use serde::de::DeserializeOwned;
 use super::model::*;
 use super::paging::{decode_token, encode_token};
 use super::{access_token, envd::ENVD_VERSION};
+use crate::actions::Connected;
+use crate::actions::Engine;
 use crate::error::EngineError;
-use crate::lifetime::connect::Connected;
-use crate::manager::Manager;
 
 /// The daemon's token, which signs each sandbox's access token.
 #[derive(Clone)]
@@ -49,7 +49,7 @@ const DEFAULT_TIMEOUT_S: u64 = 15;
 /// The most children one fork makes (forkvm's branch limit).
 const MAX_FORK: u32 = 1000;
 
-pub(crate) fn router(key: String) -> Router<Arc<Manager>> {
+pub(crate) fn router(key: String) -> Router<Engine> {
     Router::new()
         .route("/sandboxes", post(create).get(list_v1))
         .route("/v2/sandboxes", post(create).get(list_v2))
@@ -123,7 +123,7 @@ async fn detached<T: Send + 'static>(
         .map_err(|e| EngineError::internal(format!("task failed: {e}")))?
 }
 
-fn created(m: &Manager, key: &ApiKey, sb: &Sandbox) -> CreatedSandbox {
+fn created(m: &Engine, key: &ApiKey, sb: &Sandbox) -> CreatedSandbox {
     CreatedSandbox {
         template_id: template_of(m, sb),
         sandbox_id: sb.id.clone(),
@@ -137,7 +137,7 @@ fn created(m: &Manager, key: &ApiKey, sb: &Sandbox) -> CreatedSandbox {
 
 /// E2B's template of a sandbox: the snapshot it was spawned from when that
 /// is a snapshot of the user's (by tag when it has one), else its image.
-fn template_of(m: &Manager, sb: &Sandbox) -> String {
+fn template_of(m: &Engine, sb: &Sandbox) -> String {
     if let Some(s) = sb.snapshot.as_deref() {
         if let Ok(Some(row)) = m.snapshot_record(s) {
             if row.template_key.is_none() {
@@ -156,20 +156,18 @@ fn state_of(sb: &Sandbox) -> Option<&'static str> {
     }
 }
 
-fn listed(m: &Manager, sb: &Sandbox) -> Option<ListedSandbox> {
+fn listed(m: &Engine, sb: &Sandbox) -> Option<ListedSandbox> {
     let state = state_of(sb)?;
     let now = std::time::SystemTime::now();
     // endAt: when its timeout runs out; frozen time counts from now while
     // paused; a sandbox with no timeout (made by /v1) says so by a far date.
     let end_at = match &sb.lifetime {
         Some(l) => l.expires_at.clone().unwrap_or_else(|| {
-            crate::util::rfc3339(now + std::time::Duration::from_secs_f64(l.remaining_s))
+            crate::actions::rfc3339(now + std::time::Duration::from_secs_f64(l.remaining_s))
         }),
         None => "9999-12-31T23:59:59Z".to_string(),
     };
-    let disk = std::fs::metadata(m.cfg.image_rootfs(&sb.image))
-        .map(|md| md.len() >> 20)
-        .unwrap_or(0);
+    let disk = m.image_disk_bytes(&sb.image) >> 20;
     Some(ListedSandbox {
         template_id: template_of(m, sb),
         sandbox_id: sb.id.clone(),
@@ -186,7 +184,7 @@ fn listed(m: &Manager, sb: &Sandbox) -> Option<ListedSandbox> {
 }
 
 /// Look a sandbox up as E2B sees it: a failed one is gone, with its failure.
-fn lookup(m: &Manager, id: &str) -> Result<Sandbox, Refusal> {
+fn lookup(m: &Engine, id: &str) -> Result<Sandbox, Refusal> {
     let sb = m.get(id)?;
     if sb.state == SandboxState::Failed {
         return Err(Refusal(
@@ -201,7 +199,7 @@ fn lookup(m: &Manager, id: &str) -> Result<Sandbox, Refusal> {
 }
 
 async fn create(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Extension(key): Extension<ApiKey>,
     bytes: axum::body::Bytes,
 ) -> Response {
@@ -223,7 +221,7 @@ async fn create(
             "volume mounts are not offered through the E2B API".into(),
         );
     }
-    let networked = req.allow_internet_access != Some(false) && m.net.available();
+    let networked = req.allow_internet_access != Some(false) && m.network_available();
     let egress = match super::network::egress_of(req.network.as_ref()) {
         Ok(e) => e.filter(|_| networked),
         Err(why) => return super::error(StatusCode::BAD_REQUEST, why),
@@ -247,10 +245,10 @@ async fn create(
     };
     let mm = m.clone();
     match detached(async move { mm.create(spec).await }).await {
-        Ok(crate::spawn::Created::One(sb)) => {
+        Ok(crate::actions::Created::One(sb)) => {
             (StatusCode::CREATED, Json(created(&m, &key, &sb))).into_response()
         }
-        Ok(crate::spawn::Created::Batch(_)) => fail(EngineError::internal(
+        Ok(crate::actions::Created::Batch(_)) => fail(EngineError::internal(
             "one sandbox was asked for and a batch came back",
         )),
         Err(e) if e.kind == crate::error::ErrorKind::NotFound => super::error(
@@ -304,7 +302,7 @@ fn pct_decode(s: &str) -> String {
 /// time with one).
 fn parse_time(s: &str) -> Option<std::time::SystemTime> {
     if s.ends_with('Z') || s.ends_with('z') {
-        return crate::util::parse_rfc3339(&s.replace('z', "Z"));
+        return crate::actions::parse_rfc3339(&s.replace('z', "Z"));
     }
     let (base, sign, off) = match s.len().checked_sub(6).map(|i| s.split_at(i)) {
         Some((b, o)) if o.starts_with('+') => (b, 1i64, &o[1..]),
@@ -313,7 +311,7 @@ fn parse_time(s: &str) -> Option<std::time::SystemTime> {
     };
     let (h, mi) = off.split_once(':')?;
     let off_s = sign * (h.parse::<i64>().ok()? * 3600 + mi.parse::<i64>().ok()? * 60);
-    let t = crate::util::parse_rfc3339(&format!("{base}Z"))?;
+    let t = crate::actions::parse_rfc3339(&format!("{base}Z"))?;
     // Local time minus its offset is UTC.
     if off_s >= 0 {
         t.checked_sub(std::time::Duration::from_secs(off_s as u64))
@@ -322,7 +320,7 @@ fn parse_time(s: &str) -> Option<std::time::SystemTime> {
     }
 }
 
-fn all_listed(m: &Manager, q: &BTreeMap<String, String>) -> Result<Vec<ListedSandbox>, Refusal> {
+fn all_listed(m: &Engine, q: &BTreeMap<String, String>) -> Result<Vec<ListedSandbox>, Refusal> {
     let filter = metadata_filter(q);
     let states: Option<Vec<String>> = q
         .get("state")
@@ -348,7 +346,9 @@ fn all_listed(m: &Manager, q: &BTreeMap<String, String>) -> Result<Vec<ListedSan
         })
         .filter(|l| template.is_none_or(|t| *t == l.template_id))
         .filter(|l| {
-            after.is_none_or(|a| crate::util::parse_rfc3339(&l.started_at).is_some_and(|s| s >= a))
+            after.is_none_or(|a| {
+                crate::actions::parse_rfc3339(&l.started_at).is_some_and(|s| s >= a)
+            })
         })
         .collect();
     v.sort_by(|a, b| (&a.started_at, &a.sandbox_id).cmp(&(&b.started_at, &b.sandbox_id)));
@@ -357,7 +357,7 @@ fn all_listed(m: &Manager, q: &BTreeMap<String, String>) -> Result<Vec<ListedSan
 
 /// `GET /sandboxes`: the running sandboxes, unpaged.
 async fn list_v1(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Query(mut q): Query<BTreeMap<String, String>>,
 ) -> Response {
     q.entry("state".into()).or_insert_with(|| "running".into());
@@ -371,10 +371,7 @@ async fn list_v1(
 /// token comes in the `x-next-token` header. A token is the position after
 /// the last sandbox of a page (its start time and id), so sandboxes created
 /// or removed between pages neither repeat nor push others off.
-async fn list_v2(
-    State(m): State<Arc<Manager>>,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
+async fn list_v2(State(m): State<Engine>, Query(q): Query<BTreeMap<String, String>>) -> Response {
     let limit = match super::paging::page_limit(&q) {
         Ok(n) => n,
         Err(m) => return super::error(StatusCode::BAD_REQUEST, m),
@@ -429,7 +426,7 @@ async fn list_v2(
 }
 
 async fn detail(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Extension(key): Extension<ApiKey>,
     Path(id): Path<String>,
 ) -> Response {
@@ -457,7 +454,7 @@ async fn detail(
     .into_response()
 }
 
-async fn kill(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Response {
+async fn kill(State(m): State<Engine>, Path(id): Path<String>) -> Response {
     let mm = m.clone();
     match detached(async move { mm.remove(&id).await }).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -466,7 +463,7 @@ async fn kill(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Response
 }
 
 async fn pause(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     bytes: axum::body::Bytes,
 ) -> Response {
@@ -494,7 +491,7 @@ async fn pause(
 /// Bring a paused sandbox back (201), or, for one that runs, only set its
 /// timeout (200): E2B's connect. `resume` (v1) refuses a running one.
 async fn wake(
-    m: Arc<Manager>,
+    m: Engine,
     key: ApiKey,
     id: String,
     req: ConnectRequest,
@@ -533,7 +530,7 @@ async fn wake(
 }
 
 async fn connect(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Extension(key): Extension<ApiKey>,
     Path(id): Path<String>,
     bytes: axum::body::Bytes,
@@ -545,7 +542,7 @@ async fn connect(
 }
 
 async fn resume(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Extension(key): Extension<ApiKey>,
     Path(id): Path<String>,
     bytes: axum::body::Bytes,
@@ -556,7 +553,7 @@ async fn resume(
     }
 }
 
-fn retime(m: &Manager, id: &str, seconds: u64) -> Response {
+fn retime(m: &Engine, id: &str, seconds: u64) -> Response {
     if let Err(r) = lookup(m, id) {
         return r.into_response();
     }
@@ -575,7 +572,7 @@ fn retime(m: &Manager, id: &str, seconds: u64) -> Response {
 }
 
 async fn timeout(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     bytes: axum::body::Bytes,
 ) -> Response {
@@ -586,7 +583,7 @@ async fn timeout(
 }
 
 async fn refresh(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     bytes: axum::body::Bytes,
 ) -> Response {
@@ -600,7 +597,7 @@ async fn refresh(
 /// average since the sandbox started; memory is its QEMU's proportional
 /// share on the host (what admission counts), disk its own files on the host.
 async fn metrics(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> Response {
@@ -621,7 +618,7 @@ async fn metrics(
     let Some(usage) = sb.usage.as_ref() else {
         return Json(Vec::<Metric>::new()).into_response(); // paused: no samples
     };
-    let up_ms = crate::util::parse_rfc3339(&sb.created_at)
+    let up_ms = crate::actions::parse_rfc3339(&sb.created_at)
         .and_then(|t| now.duration_since(t).ok())
         .map(|d| d.as_millis() as f64)
         .unwrap_or(0.0);
@@ -630,11 +627,9 @@ async fn metrics(
     } else {
         0.0
     };
-    let disk_total = std::fs::metadata(m.cfg.image_rootfs(&sb.image))
-        .map(|md| md.len())
-        .unwrap_or(0);
+    let disk_total = m.image_disk_bytes(&sb.image);
     Json(vec![Metric {
-        timestamp: crate::util::rfc3339(now),
+        timestamp: crate::actions::rfc3339(now),
         timestamp_unix: unix,
         cpu_count: sb.cpus,
         cpu_used_pct: (cpu_pct * 100.0).round() / 100.0,
@@ -651,7 +646,7 @@ async fn metrics(
 /// continues from the same instant with its own id and access token. The
 /// children get the requested timeout (E2B's default 15 s), not the source's.
 async fn fork(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Extension(key): Extension<ApiKey>,
     Path(id): Path<String>,
     bytes: axum::body::Bytes,
@@ -694,7 +689,7 @@ async fn fork(
 
 /// A snapshot of a running sandbox, usable as a `templateID`.
 async fn snapshot(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     bytes: axum::body::Bytes,
 ) -> Response {
@@ -710,12 +705,7 @@ async fn snapshot(
     }
     let mm = m.clone();
     let tag = req.name.clone();
-    match detached(async move {
-        mm.snapshot(&id, tag, None, crate::snapshot::Save::Diff)
-            .await
-    })
-    .await
-    {
+    match detached(async move { mm.snapshot(&id, tag).await }).await {
         Ok(s) => (
             StatusCode::CREATED,
             Json(SnapshotInfo {

@@ -13,7 +13,7 @@
 //!   created, listed, paused, forked. It needs `X-API-Key` (the daemon's token,
 //!   as for `/v1`).
 //!
-//! Both only parse, call the manager's actions and render, as `/v1` does.
+//! Both only parse, call the engine's actions and render, as `/v1` does.
 //!
 //! Access tokens are derived, not stored: [`access_token`] is a keyed hash of
 //! the sandbox id under the daemon's token, so each sandbox has its own, a
@@ -36,8 +36,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use sha2::{Digest, Sha256};
 
+use crate::actions::Engine;
 use crate::api::constant_time_eq;
-use crate::manager::Manager;
 
 /// The port E2B's SDK names for envd, the in-sandbox daemon.
 pub const ENVD_PORT: u16 = 49983;
@@ -51,7 +51,7 @@ pub struct EnvdTarget {
 }
 
 /// The E2B API, for the TCP listener: `api_key` is the daemon's token.
-pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
+pub fn router(mgr: Engine, api_key: String) -> Router {
     let control = snapshots::router()
         .merge(network::router())
         .merge(control::router(api_key.clone()))
@@ -151,11 +151,8 @@ pub fn router(mgr: Arc<Manager>, api_key: String) -> Router {
 /// E2B it is gone from that instant, as its proxy forgets a sandbox when the
 /// kill begins; the SDK's health probe must say so, or a command cut off by
 /// the kill would surface as "unreachable, state unknown".
-fn going_away(mgr: &Manager, id: &str) -> bool {
-    match mgr.live(id) {
-        Some(l) => l.phase() == crate::manager::Phase::Removing,
-        None => true,
-    }
+fn going_away(mgr: &Engine, id: &str) -> bool {
+    mgr.going_away(id)
 }
 
 /// A sandbox's envd access token: hex SHA-256 over the daemon's token and the

@@ -15,8 +15,6 @@
 //! E2B's public sandbox URLs, which forkvm does not have (every port is
 //! reached through the token-checked listener), so they change nothing.
 
-use std::sync::Arc;
-
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -25,9 +23,9 @@ use axum::Router;
 use forkvm_api::EgressRule;
 use serde_json::Value;
 
-use crate::manager::Manager;
+use crate::actions::Engine;
 
-pub(crate) fn router() -> Router<Arc<Manager>> {
+pub(crate) fn router() -> Router<Engine> {
     Router::new().route("/sandboxes/{id}/network", put(update))
 }
 
@@ -36,9 +34,9 @@ pub(crate) fn router() -> Router<Arc<Manager>> {
 /// cleared, as the SDK documents (`{}` lets everything out again), and
 /// `allow_internet_access: false` taken as `denyOut: ["0.0.0.0/0"]`, as
 /// E2B's API documents it; then the running sandbox's allow-list is
-/// replaced in place ([`Manager::set_network`]). 204 as E2B answers.
+/// replaced in place ([`Engine::set_network`]). 204 as E2B answers.
 async fn update(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Path(id): Path<String>,
     bytes: axum::body::Bytes,
 ) -> Response {

@@ -14,7 +14,6 @@
 //! `False`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode};
@@ -24,10 +23,10 @@ use axum::{Json, Router};
 
 use super::model::SnapshotInfo;
 use super::paging::{decode_token, encode_token};
-use crate::manager::Manager;
-use crate::snapshot::{Origin, SnapshotRow};
+use crate::actions::Engine;
+use crate::actions::{Origin, SnapshotRow};
 
-pub(crate) fn router() -> Router<Arc<Manager>> {
+pub(crate) fn router() -> Router<Engine> {
     Router::new()
         .route("/snapshots", get(list))
         .route("/templates/{id}", delete(remove))
@@ -69,10 +68,7 @@ fn key(row: &SnapshotRow) -> (String, String) {
 /// `GET /snapshots?sandboxID=&name=&limit=&nextToken=`: the user's
 /// snapshots, newest first, paged with the `x-next-token` header.
 /// `sandboxID` keeps those taken of that sandbox, `name` those tagged so.
-async fn list(
-    State(m): State<Arc<Manager>>,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
+async fn list(State(m): State<Engine>, Query(q): Query<BTreeMap<String, String>>) -> Response {
     let limit = match super::paging::page_limit(&q) {
         Ok(n) => n,
         Err(m) => return super::error(StatusCode::BAD_REQUEST, m),
@@ -119,11 +115,11 @@ async fn list(
 /// `DELETE /templates/{id}`: delete a snapshot the user made (204), 404 when
 /// there is none by that id or tag. One that sandboxes still run from is
 /// refused (409) with their ids: forkvm's snapshot is their disk's base.
-async fn remove(State(m): State<Arc<Manager>>, Path(id): Path<String>) -> Response {
+async fn remove(State(m): State<Engine>, Path(id): Path<String>) -> Response {
     let row = match m.snapshot_record(&id) {
         Ok(Some(r)) => r,
         Ok(None) => {
-            let what = if m.cfg.image_rootfs(&id).exists() {
+            let what = if m.image_exists(&id) {
                 format!(
                     "{id} is an image, not a snapshot; E2B's template API is not served \
                      (docs/e2b.md): remove images with `forkvm image rm {id}`"

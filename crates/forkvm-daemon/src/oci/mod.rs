@@ -98,7 +98,7 @@ impl IntoResponse for OciError {
     }
 }
 
-/// Where snapshots come from: the daemon ([`ManagerSource`]), or files in
+/// Where snapshots come from: the daemon ([`EngineSource`]), or files in
 /// the unit tests.
 pub trait Source: Send + Sync + 'static {
     /// The snapshot id `reference` (an id or a tag) names, and a key that
@@ -469,7 +469,7 @@ async fn blob_inner(st: &Served, method: &Method, digest: &str) -> Result<Respon
 
 /// The daemon as a [`Source`]: snapshots by id or tag from its database,
 /// documents from the same export as `forkvm snapshot push`.
-pub struct ManagerSource(pub Arc<crate::manager::Manager>);
+pub struct EngineSource(pub crate::actions::Engine);
 
 fn from_api(e: crate::error::EngineError) -> OciError {
     let status = crate::api::error::status(&e);
@@ -482,11 +482,11 @@ fn from_api(e: crate::error::EngineError) -> OciError {
     }
 }
 
-impl Source for ManagerSource {
+impl Source for EngineSource {
     fn resolve<'a>(&'a self, reference: &'a str) -> BoxFut<'a, Result<(String, String), OciError>> {
         Box::pin(async move {
             let m = &self.0;
-            if let Some(p) = m.pending.get(reference) {
+            if let Some(p) = m.pending_snapshot(reference) {
                 return Err(OciError::new(
                     StatusCode::CONFLICT,
                     "UNSUPPORTED",
@@ -497,18 +497,15 @@ impl Source for ManagerSource {
                 ));
             }
             let row = m.snapshot_row(reference).map_err(from_api)?;
-            let s = m
-                .store
-                .open_snapshot(&row.id)
-                .map_err(|e| from_api(crate::snapshot::store_err(e)))?;
-            Ok((row.id, s.digest))
+            let digest = m.snapshot_digest(&row.id).map_err(from_api)?;
+            Ok((row.id, digest))
         })
     }
 
     fn build<'a>(&'a self, id: &'a str) -> BoxFut<'a, Result<Plan, OciError>> {
         Box::pin(async move {
             let m = &self.0;
-            let _lease = m.gc.leases.try_lease(id).ok_or_else(|| {
+            let _lease = m.lease_snapshot(id).ok_or_else(|| {
                 OciError::new(
                     StatusCode::NOT_FOUND,
                     "MANIFEST_UNKNOWN",
@@ -533,9 +530,7 @@ impl Source for ManagerSource {
 
     fn hold(&self, id: &str) -> Option<Box<dyn Send>> {
         self.0
-            .gc
-            .leases
-            .try_lease(id)
+            .lease_snapshot(id)
             .map(|l| Box::new(l) as Box<dyn Send>)
     }
 }

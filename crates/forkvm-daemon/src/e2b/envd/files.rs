@@ -15,7 +15,6 @@
 //! resolves that user in the guest.
 
 use std::io::Read;
-use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Query, Request, State};
@@ -25,8 +24,8 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 
 use super::{basic_user, http_error, resolve_path, EnvdTarget};
+use crate::actions::Engine;
 use crate::error::{EngineError, ErrorKind};
-use crate::manager::Manager;
 
 /// `?path=&username=` (and the signature parameters of signed URLs, which
 /// are not needed here: the access token already admitted the request).
@@ -45,7 +44,7 @@ fn api_error(e: EngineError) -> Response {
 /// Who the request is for: `?username=`, else the `Authorization` header,
 /// else the image's `User`.
 fn user_of(
-    m: &Manager,
+    m: &Engine,
     id: &str,
     q: &FileQuery,
     h: &HeaderMap,
@@ -54,7 +53,7 @@ fn user_of(
         Some(u) => Some(u),
         None => basic_user(h).map_err(|e| EngineError::new(ErrorKind::Unauthorized, e.message))?,
     };
-    Ok(named.or_else(|| m.exec_defaults_of(id).ok().and_then(|d| d.user)))
+    Ok(named.or_else(|| m.exec_defaults(id).ok().and_then(|d| d.user)))
 }
 
 fn path_of(q: &FileQuery, user: Option<&str>) -> Result<String, EngineError> {
@@ -69,7 +68,7 @@ fn path_of(q: &FileQuery, user: Option<&str>) -> Result<String, EngineError> {
 
 /// `GET /files`.
 pub(crate) async fn download(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Extension(t): Extension<EnvdTarget>,
     q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
@@ -113,7 +112,7 @@ struct Written {
 
 /// `POST /files`.
 pub(crate) async fn upload(
-    State(m): State<Arc<Manager>>,
+    State(m): State<Engine>,
     Extension(t): Extension<EnvdTarget>,
     q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
     req: Request,
@@ -126,7 +125,7 @@ pub(crate) async fn upload(
     let (parts, body) = req.into_parts();
     let r = async {
         let user = user_of(&m, &id, &q, &parts.headers)?;
-        let limit = m.cfg.limits.max_request_bytes as usize;
+        let limit = m.limits().max_request_bytes as usize;
         let body = axum::body::to_bytes(body, limit).await.map_err(|e| {
             EngineError::new(
                 ErrorKind::TooLarge,

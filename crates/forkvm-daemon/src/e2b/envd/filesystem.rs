@@ -1,6 +1,6 @@
 //! envd's `filesystem.Filesystem` service over the daemon's filesystem
-//! actions ([`crate::fs`]): each method parses its Connect request, calls
-//! one manager action and renders the answer.
+//! actions ([`Engine`](crate::actions::Engine)): each method parses its
+//! Connect request, calls one engine action and renders the answer.
 //!
 //! Relative paths are taken from the user's home directory, as envd does
 //! ([`Call::resolve`]). `MakeDir` runs as the user, so what it makes is
@@ -12,8 +12,8 @@ use axum::response::Response;
 use super::connect::{self, Code, ConnectError};
 use super::wire::*;
 use super::Call;
+use crate::actions::WatchEvent;
 use crate::error::agent_error;
-use crate::fs::WatchEvent;
 
 /// `Stat`.
 pub(crate) async fn stat(call: Call) -> Response {
@@ -173,7 +173,7 @@ pub(crate) async fn watch_dir(call: Call) -> Response {
             match next {
                 Ok(Some(WatchEvent::Started)) => {}
                 Ok(Some(WatchEvent::Events { events, .. })) => {
-                    for e in crate::fs::fs_events(events) {
+                    for e in crate::actions::fs_events(events) {
                         let msg = WatchDirResponse::Filesystem(e.into());
                         if !tx.send(&msg).await {
                             return;

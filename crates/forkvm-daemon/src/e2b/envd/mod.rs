@@ -7,9 +7,9 @@
 //!                      POST /process.Process/<Method>        ─┐ Connect, JSON
 //!                      POST /filesystem.Filesystem/<Method>  ─┘ (connect.rs)
 //!                      GET|POST /files, GET /health, GET /envs
-//!                                   │ one manager action per call
+//!                                   │ one engine action per call
 //!                                   v
-//!                      crate::process / crate::fs ──> guest agent (protocol 3)
+//!                      crate::actions::Engine ──> guest agent  (protocol 3)
 //! ```
 //!
 //! The router only parses and renders, as `/v1` does: `connect` is the
@@ -32,19 +32,17 @@ mod filesystem;
 mod process;
 mod wire;
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use base64::Engine;
+use base64::Engine as _;
 
 use self::connect::{Code, ConnectError};
 use super::EnvdTarget;
-use crate::manager::Manager;
+use crate::actions::Engine;
 
 /// The envd version reported to the SDK, which gates features on it.
 ///
@@ -58,7 +56,7 @@ pub const ENVD_VERSION: &str = "0.5.7";
 
 /// One call to envd: which sandbox, as whom, and the request.
 pub(crate) struct Call {
-    pub mgr: Arc<Manager>,
+    pub mgr: Engine,
     pub id: String,
     /// The user named by the request, if any.
     pub user: Option<String>,
@@ -78,12 +76,9 @@ impl Call {
 
     /// The user operations run as: the one named, else the image's.
     fn effective_user(&self) -> Option<String> {
-        self.user.clone().or_else(|| {
-            self.mgr
-                .exec_defaults_of(&self.id)
-                .ok()
-                .and_then(|d| d.user)
-        })
+        self.user
+            .clone()
+            .or_else(|| self.mgr.exec_defaults(&self.id).ok().and_then(|d| d.user))
     }
 
     /// An absolute guest path: relative ones are under the user's home.
@@ -150,7 +145,7 @@ fn basic_user(h: &HeaderMap) -> Result<Option<String>, ConnectError> {
 
 /// The envd routes. Handlers find their sandbox in the [`EnvdTarget`]
 /// request extension.
-pub(crate) fn router() -> Router<Arc<Manager>> {
+pub(crate) fn router() -> Router<Engine> {
     Router::new()
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .route("/envs", get(envs))
@@ -175,8 +170,8 @@ pub(crate) fn http_error(status: StatusCode, message: String) -> Response {
 
 /// `GET /envs`: the environment a process starts with (the image's `Env`
 /// and the sandbox's own).
-async fn envs(State(m): State<Arc<Manager>>, Extension(t): Extension<EnvdTarget>) -> Response {
-    let defaults = match m.exec_defaults_of(&t.sandbox_id) {
+async fn envs(State(m): State<Engine>, Extension(t): Extension<EnvdTarget>) -> Response {
+    let defaults = match m.exec_defaults(&t.sandbox_id) {
         Ok(d) => d,
         Err(e) => return http_error(crate::api::error::status(&e), e.to_string()),
     };
@@ -190,7 +185,7 @@ async fn envs(State(m): State<Arc<Manager>>, Extension(t): Extension<EnvdTarget>
 
 /// `POST /<service>/<method>`: one Connect call.
 async fn rpc(
-    State(mgr): State<Arc<Manager>>,
+    State(mgr): State<Engine>,
     Extension(t): Extension<EnvdTarget>,
     Path((service, method)): Path<(String, String)>,
     req: Request,

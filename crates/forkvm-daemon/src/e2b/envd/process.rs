@@ -1,6 +1,6 @@
 //! envd's `process.Process` service over the daemon's background processes
-//! ([`crate::process`]): each method parses its Connect request, calls one
-//! manager action and renders the answer.
+//! ([`Engine`](crate::actions::Engine)): each method parses its Connect
+//! request, calls one engine action and renders the answer.
 //!
 //! A Start or Connect stream is the agent's process stream turned into
 //! `ProcessEvent`s: `start` first, then `data` (stdout, stderr or pty),
@@ -17,9 +17,9 @@ use tokio_stream::StreamExt;
 use super::connect::{self, Code, ConnectError};
 use super::wire::*;
 use super::Call;
+use crate::actions::ProcessStream;
+use crate::actions::{ProcEvent, ProcStream};
 use crate::error::agent_error;
-use crate::process::ProcessStream;
-use crate::process::{ProcEvent, ProcStream};
 
 fn selector(s: Option<ProcessSelector>) -> Result<ProcessRef, ConnectError> {
     match s {

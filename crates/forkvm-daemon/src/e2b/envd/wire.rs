@@ -325,7 +325,7 @@ impl From<forkvm_api::EntryInfo> for EntryInfo {
             permissions: e.permissions,
             owner: e.owner,
             group: e.group,
-            modified_time: crate::util::rfc3339(t),
+            modified_time: crate::actions::rfc3339(t),
             symlink_target: e.symlink_target,
         }
     }
