@@ -569,3 +569,106 @@ fn filesystem_pause_keeps_the_disk_and_cold_boots() {
         d.sandbox_files(&id)
     );
 }
+
+/// A paused sandbox forks without resuming: its pause snapshot is the
+/// branch point. The children have its memory (a counter process and a
+/// tmpfs file carry on) and disk, each with its own identity; the source
+/// stays paused and resumes afterwards as it was. The pause snapshot stays
+/// while a child runs from it, even after the source is removed, and goes
+/// with the last child. A filesystem-only pause cannot be forked.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn a_paused_sandbox_forks_without_resuming() {
+    let d = shared();
+    let src = d.spawn();
+    let id = src.id.clone();
+    sh(
+        d,
+        &id,
+        "echo in-memory > /dev/shm/kept && echo on-disk > /root/kept.txt && sync",
+    );
+    let (pid, _) = start_counter(d, &id);
+    let v = d.json(&["pause", &id]);
+    assert_eq!(v["state"], "paused", "{v}");
+    let pause_snap = v["paused"]["snapshot"].as_str().unwrap().to_string();
+
+    // A tag would name the source's own pause snapshot: refused, nothing made.
+    let o = d.run(&["branch", &id, "--count", "1", "--tag", "nope"]);
+    assert!(
+        !o.status.success(),
+        "a tagged branch of a paused sandbox was accepted"
+    );
+    assert!(stderr(&o).contains("paused"), "{}", stderr(&o));
+
+    let r = d.json(&["branch", &id, "--count", "3"]);
+    assert_eq!(r["snapshot"]["id"], pause_snap.as_str(), "{r}");
+    assert_eq!(r["pause_ms"].as_f64(), Some(0.0), "{r}");
+    let kids = ids(&r["children"]);
+    assert_eq!(kids.len(), 3, "{r}");
+    assert_eq!(state(d, &id).unwrap()["state"], "paused");
+
+    let mut randoms = std::collections::BTreeSet::new();
+    for k in &kids {
+        assert_eq!(sh(d, k, "cat /dev/shm/kept").trim(), "in-memory");
+        assert_eq!(sh(d, k, "cat /root/kept.txt").trim(), "on-disk");
+        // The counter process of the source runs on in each child, from
+        // where the pause stopped it (the same pid, a count that grows).
+        let (p0, n0) = counter(d, k);
+        assert_eq!(p0, pid, "child {k} has no counter of the source");
+        assert!(wait_until(Duration::from_secs(30), || counter(d, k).1 > n0));
+        // Its own identity: hostname and instance id name the child.
+        assert_eq!(sh(d, k, "hostname").trim(), k.as_str());
+        let instance = sh(d, k, "cat /run/forkvm/instance-id");
+        assert!(
+            instance.starts_with(k.as_str()),
+            "{k}: instance id {instance}"
+        );
+        randoms.insert(sh(d, k, "head -c 16 /dev/urandom | od -An -tx1"));
+    }
+    assert_eq!(
+        randoms.len(),
+        3,
+        "children drew the same random bytes: {randoms:?}"
+    );
+    // What a child writes is its own.
+    sh(d, &kids[0], "echo changed > /root/kept.txt && sync");
+    assert_eq!(sh(d, &kids[1], "cat /root/kept.txt").trim(), "on-disk");
+
+    // The source resumes as it was paused.
+    let v = d.json(&["resume", &id]);
+    assert_eq!(v["state"], "running", "{v}");
+    assert_eq!(
+        sh(d, &id, "cat /dev/shm/kept /root/kept.txt"),
+        "in-memory\non-disk\n"
+    );
+    assert_eq!(counter(d, &id).0, pid);
+
+    // Removed, the source leaves its pause snapshot to the children that
+    // run from it; the last child takes it along.
+    d.ok(&["rm", &id]);
+    let kept = || {
+        d.run(&["snapshot", "inspect", &pause_snap])
+            .status
+            .success()
+    };
+    assert!(kept(), "the children's snapshot went with the source");
+    assert_eq!(sh(d, &kids[2], "cat /dev/shm/kept").trim(), "in-memory");
+    for k in &kids {
+        d.ok(&["rm", k]);
+    }
+    assert!(
+        !kept(),
+        "the pause snapshot outlived the source and all its children"
+    );
+
+    // A filesystem-only pause saved no memory: nothing to fork from.
+    let fs = d.spawn();
+    d.ok(&["pause", &fs.id, "--no-memory"]);
+    let o = d.run(&["branch", &fs.id, "--count", "1"]);
+    assert!(!o.status.success(), "a filesystem-only pause was forked");
+    assert!(
+        stderr(&o).contains("filesystem only") && stderr(&o).contains("resume"),
+        "{}",
+        stderr(&o)
+    );
+}

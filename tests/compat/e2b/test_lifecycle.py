@@ -134,6 +134,37 @@ def test_fork_into_three_children_that_see_files_and_memory(e2b_env):
         parent.kill()
 
 
+def test_fork_of_a_paused_sandbox_leaves_it_paused(e2b_env):
+    # E2B answers 409 here (its infra RFC #3424); forkvm forks the state the
+    # pause saved, without resuming the parent.
+    parent = Sandbox.create(timeout=600)
+    children = []
+    try:
+        parent.files.write("/home/user/state.txt", "saved by the pause")
+        parent.commands.run(
+            "python3 -c 'import time\nn=43\nopen(\"/tmp/ready\",\"w\").close()\ntime.sleep(3600)'",
+            background=True,
+        )
+        for _ in range(50):
+            if parent.files.exists("/tmp/ready"):
+                break
+            time.sleep(0.2)
+        assert parent.pause() is True
+        children = Sandbox.fork(parent.sandbox_id, count=2, timeout=600)
+        assert len(children) == 2
+        assert Sandbox.get_info(parent.sandbox_id).state.value == "paused"
+        for child in children:
+            assert isinstance(child, Sandbox), child
+            assert child.files.read("/home/user/state.txt") == "saved by the pause"
+            assert child.commands.run("pgrep -f 'n=43' >/dev/null && echo alive").stdout.strip() == "alive"
+        assert Sandbox.get_info(parent.sandbox_id).state.value == "paused"
+    finally:
+        for c in children:
+            if isinstance(c, Sandbox):
+                c.kill()
+        Sandbox.kill(parent.sandbox_id)
+
+
 def test_bad_key_and_bad_template_are_refused(e2b_env):
     with pytest.raises(Exception) as e:
         Sandbox.create(api_key="wrong", timeout=60)

@@ -11,6 +11,7 @@ use forkvm_api::SandboxState;
 use forkvm_qemu::process;
 
 use crate::cleanup::{leftover, marked, unmark, Pending};
+use crate::db::Origin;
 use crate::error::EngineError;
 use crate::manager::{Manager, Phase, Prepared};
 
@@ -111,6 +112,21 @@ impl Manager {
         self.db.delete(id)?;
         // The saved states of its pauses go with it.
         self.drop_pause_snapshots(id).await;
+        // A child of a paused sandbox ran from its pause snapshot, which
+        // stays while any child does: the last one out after the source
+        // takes it along (crate::branch::paused).
+        if let Some(p) = row
+            .snapshot
+            .as_deref()
+            .and_then(|s| self.db.snapshot(s).ok().flatten())
+        {
+            if p.origin == Origin::Pause
+                && p.source != id
+                && matches!(self.db.get(&p.source), Ok(None))
+            {
+                self.drop_pause_snapshots(&p.source).await;
+            }
+        }
         // Its disk files may have been the last to name a removed snapshot's
         // layer.
         self.collect_layers().await;

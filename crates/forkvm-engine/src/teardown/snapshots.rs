@@ -95,7 +95,9 @@ impl Manager {
                     .child_snapshots(&s.id)
                     .unwrap_or_default()
                     .is_empty();
-            if in_use {
+            // A lease: children of the paused sandbox are starting from it
+            // (crate::branch::paused).
+            if in_use || self.gc.leases.held().contains(&s.id) {
                 continue;
             }
             if let Err(e) = Box::pin(self.remove_snapshot(&s.id, false)).await {

@@ -1,5 +1,8 @@
 //! Branching: snapshot a running sandbox and spawn clones of it in one
-//! call, in the mode the caller asks for.
+//! call, in the mode the caller asks for. A paused sandbox branches from
+//! the snapshot its pause saved, without resuming (see [`paused`]).
+
+mod paused;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -92,6 +95,9 @@ impl Manager {
         let mode = req.mode.unwrap_or_default();
         let count = req.count.unwrap_or(1);
         self.check_branch_count(count)?;
+        if let Some(pause) = self.paused_branch_point(id)? {
+            return self.branch_paused(id, &req, pause, t0).await;
+        }
         // Each child starts mapping what the source has touched.
         let each = self
             .live(id)
@@ -157,8 +163,21 @@ impl Manager {
         req: &forkvm_api::BranchRequest,
         count: u32,
     ) -> Result<crate::net::NetRequest, EngineError> {
-        let src = self.db.get(id)?;
-        let src_net = src.as_ref().and_then(|r| r.network.clone());
+        let src_net = self.db.get(id)?.and_then(|r| r.network);
+        let nic = self.live(id).is_some_and(|l| l.machine.nic.is_some());
+        self.children_network_of(src_net, req, count, nic)
+    }
+
+    /// [`Manager::children_network`] from the source's network as stored
+    /// and whether its machine has a NIC (a paused source has no live
+    /// machine to ask, and keeps its network aside until it resumes).
+    fn children_network_of(
+        &self,
+        src_net: Option<crate::net::types::SandboxNet>,
+        req: &forkvm_api::BranchRequest,
+        count: u32,
+        nic: bool,
+    ) -> Result<crate::net::NetRequest, EngineError> {
         let ports: Vec<forkvm_api::PortForward> = match &req.ports {
             Some(p) => p.clone(),
             None => src_net
@@ -174,7 +193,6 @@ impl Manager {
                 })
                 .unwrap_or_default(),
         };
-        let nic = self.live(id).is_some_and(|l| l.machine.nic.is_some());
         self.net.validate(
             Some(
                 src_net
