@@ -2,7 +2,8 @@
 # Browser test of the web dashboard (tests/ui/dashboard.test.mjs): starts a
 # real daemon on 127.0.0.1 with a random token, serving this tree's ui/dist,
 # and drives Debian's Chromium through it: login, spawn, branch into 3, live
-# update, terminal, remove, wrong token, keyboard navigation, axe-core, and
+# update, terminal, remove, branching a paused child, wrong token, keyboard
+# navigation, axe-core, and
 # no request to any other origin. Saves docs/img/dashboard-{tree,sandbox}.png.
 #
 # Usage: scripts/test-ui.sh

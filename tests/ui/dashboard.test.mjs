@@ -245,6 +245,26 @@ step('6. remove a child, confirming first', async () => {
   assert.equal(r.status, 404, 'the daemon no longer has it')
 })
 
+step('6b. pause a child, then branch it while it stays paused', async () => {
+  const child = state.children[0]
+  await page.goto(`${daemon.url}/ui/#/tree/${child}`)
+  await node(child).click()
+  await page.getByRole('button', { name: 'Pause' }).click()
+  await notice(/Paused/, BRANCH_MS)
+  await page.waitForFunction((k) => /paused/.test(document.getElementById(`node-${k}`)?.textContent ?? ''), child, { timeout: BRANCH_MS })
+  await page.getByRole('button', { name: 'Branch…' }).click()
+  const dialog = page.getByRole('dialog')
+  await dialog.getByLabel('Children').fill('2')
+  await dialog.getByRole('button', { name: 'Branch', exact: true }).click()
+  const m = await notice(/Branched (sb-[0-9a-f]+) at (sn-[0-9a-f]+) \(\w+\) into 2/, BRANCH_MS)
+  // The branch point is the pause's snapshot, hanging from the paused sandbox, with the 2 children.
+  await node(m[2]).waitFor({ timeout: BRANCH_MS })
+  assert.equal(await node(m[2]).getAttribute('data-parent'), child, 'the pause snapshot hangs from its sandbox')
+  await page.waitForFunction((bp) => document.querySelectorAll(`[role=treeitem][data-parent="${bp}"]`).length === 2, m[2], { timeout: BRANCH_MS })
+  const sb = await daemon.api('GET', `/v1/sandboxes/${child}`)
+  assert.equal(sb.state, 'paused', 'the source stays paused')
+})
+
 step('7. a wrong token is refused', async () => {
   const other = await browser.newContext()
   const foreign = recordForeignRequests(other, daemon.url)

@@ -154,7 +154,8 @@ export function Actions({ node, onRemoved, onNotice }: Props) {
       )}
       {sb && (
         <>
-          <button type="button" onClick={() => show('branch')} disabled={!running}>
+          {/* A paused sandbox branches from the state its pause saved. */}
+          <button type="button" onClick={() => show('branch')} disabled={!running && sb.state !== 'paused'}>
             Branch…
           </button>
           <button type="button" onClick={() => show('snapshot')} disabled={!running}>

@@ -6,7 +6,9 @@
 //   image            -> its boot template and snapshots with nothing above them,
 //                       and sandboxes booted cold (no snapshot)
 //   snapshot         -> the sandboxes spawned from it, and its flattened copies
-//   sandbox          -> the snapshots (branch points) taken of it
+//   sandbox          -> the snapshots (branch points) taken of it, and the
+//                       ones its pauses saved (which it then runs from: it
+//                       hangs from the snapshot it came from before them)
 // A snapshot whose source sandbox is gone hangs from the snapshot that sandbox
 // came from (its `parent`), else from its image; a flattened snapshot hangs
 // from the diff snapshot it was flattened from while that one exists.
@@ -84,8 +86,14 @@ export function buildTree(store: Store): Tree {
       }
     } else if (n.sandbox) {
       const sb = n.sandbox
-      if (sb.snapshot && nodes.has(sb.snapshot)) {
-        n.parent = sb.snapshot
+      // A paused (or once paused) sandbox runs from its own pause snapshot,
+      // which hangs from it: it hangs from where that snapshot came from.
+      let from = sb.snapshot ?? null
+      for (let s = from ? nodes.get(from)?.snapshot : undefined; s && s.origin === 'pause' && s.source === sb.id; s = from ? nodes.get(from)?.snapshot : undefined) {
+        from = s.parent ?? null
+      }
+      if (from && nodes.has(from)) {
+        n.parent = from
         n.link = 'spawn'
       } else {
         n.parent = ensureImage(nodes, sb.image)
