@@ -294,36 +294,7 @@ pub(crate) enum Cmd {
     },
     /// Branch a running sandbox: snapshot it now (it keeps running) and
     /// spawn children that continue from that instant.
-    Branch {
-        id: String,
-        /// live (memory copied while the guest runs) or full.
-        #[arg(long, default_value = "live", value_parser = ["live", "diff", "full"])]
-        mode: String,
-        /// Children to spawn (0-1000).
-        #[arg(long, default_value_t = 1)]
-        count: u32,
-        /// A unique name for the branch point's snapshot.
-        #[arg(long)]
-        tag: Option<String>,
-        /// Return once the source has resumed; the snapshot shows `writing`,
-        /// then `ready` (or `failed`) in `forkvm snapshot inspect`, and the
-        /// children come up in the background.
-        #[arg(long)]
-        no_wait: bool,
-        /// Publish this guest port for each child (repeatable; default: the
-        /// source's guest ports, each on a newly allocated host port).
-        #[arg(long = "port", value_name = "GUEST[:HOST]", value_parser = parse_port)]
-        ports: Vec<forkvm_api::PortForward>,
-        /// Return without proving each child's network works first.
-        #[arg(long)]
-        no_wait_network: bool,
-        #[command(flatten)]
-        limits: lifetime::LimitArgs,
-        /// The children's timeout in seconds, from their start (default:
-        /// the source's).
-        #[arg(long, value_name = "SECONDS")]
-        timeout: Option<u64>,
-    },
+    Branch(BranchArgs),
     /// List sandboxes.
     Ps {
         /// Only sandboxes with this metadata label (repeatable).
@@ -348,93 +319,7 @@ pub(crate) enum Cmd {
     /// Check everything forkvm needs on this host.
     Doctor,
     /// Run the daemon in the foreground.
-    Serve {
-        /// Data directory.
-        #[arg(long, env = "FORKVM_HOME", default_value = forkvm_api::DEFAULT_HOME)]
-        home: PathBuf,
-        /// Unix socket (default: $FORKVM_HOME/forkvm.sock).
-        #[arg(long)]
-        socket: Option<PathBuf>,
-        /// Also listen on TCP at ADDR:PORT (requires FORKVM_TOKEN).
-        #[arg(long, value_name = "ADDR:PORT")]
-        listen: Option<std::net::SocketAddr>,
-        /// Force the accelerator instead of detecting it.
-        #[arg(long, value_parser = ["kvm", "tcg"])]
-        accel: Option<String>,
-        /// Warm-pool size of every snapshot that has none of its own: boot
-        /// templates and snapshots you take (a branch's snapshot starts at 0).
-        /// Set one snapshot's with `forkvm snapshot pool`.
-        #[arg(long, default_value_t = 0, value_name = "N", env = "FORKVM_POOL_SIZE",
-              value_parser = clap::value_parser!(u32).range(0..=i64::from(forkvm_daemon::MAX_POOL)))]
-        pool_size: u32,
-        /// Requests handled at once; more are refused with 429.
-        #[arg(long, default_value_t = 256, value_name = "N",
-              value_parser = clap::value_parser!(u32).range(1..=65536))]
-        max_requests: u32,
-        /// Most sandboxes at once (including warm-pool ones); more give 429.
-        #[arg(long, default_value_t = 1000, value_name = "N", env = "FORKVM_MAX_SANDBOXES",
-              value_parser = clap::value_parser!(u32).range(1..=100000))]
-        max_sandboxes: u32,
-        /// The IPv4 pool sandbox uplinks get a /30 from (host side of each
-        /// sandbox's NAT).
-        /// (Default: 10.231.0.0/16; with --ephemeral, a /20 of 10.200.0.0/13
-        /// no other ephemeral daemon has.)
-        #[arg(long, value_name = "CIDR", env = "FORKVM_NET_POOL")]
-        net_pool: Option<String>,
-        /// Garbage collection never takes a branch point younger than this
-        /// (seconds; `forkvm snapshot prune --all` ignores it).
-        #[arg(long, value_name = "SECONDS", env = "FORKVM_GC_GRACE",
-              default_value_t = forkvm_daemon::config::DEFAULT_GC_GRACE_SECS)]
-        gc_grace: u64,
-        /// Seconds between background collections of unneeded branch
-        /// points; 0 turns background collection off (prune still works).
-        #[arg(long, value_name = "SECONDS", env = "FORKVM_GC_INTERVAL",
-              default_value_t = forkvm_daemon::config::DEFAULT_GC_INTERVAL_SECS)]
-        gc_interval: u64,
-        /// After a snapshot, a sandbox whose disk reads through more qcow2
-        /// layers than this has them streamed into its top in the background
-        /// (docs/disk-chain.md); 0 never streams.
-        #[arg(long, value_name = "N", env = "FORKVM_DISK_CHAIN_MAX",
-              default_value_t = forkvm_daemon::config::DEFAULT_DISK_CHAIN_MAX)]
-        disk_chain_max: u32,
-        /// Pull only from these registries (`host[:port]`, comma-separated);
-        /// empty: any. Builds pull their base images through the same check.
-        #[arg(
-            long,
-            value_name = "HOSTS",
-            env = "FORKVM_ALLOWED_REGISTRIES",
-            value_delimiter = ','
-        )]
-        allowed_registries: Vec<String>,
-        /// The memory sandboxes may use in all, in MiB; spawns, branches and
-        /// resumes that would pass it are refused (default: host RAM less a
-        /// tenth, at least 512 MiB).
-        #[arg(long, value_name = "MiB", env = "FORKVM_MEMORY_COMMIT_MIB")]
-        memory_commit_mib: Option<u64>,
-        /// Refuse new work when the home's filesystem has less free space.
-        #[arg(long, value_name = "MiB", env = "FORKVM_DISK_RESERVE_MIB",
-              default_value_t = forkvm_daemon::config::DEFAULT_DISK_RESERVE_MIB)]
-        disk_reserve_mib: u64,
-        /// Run QEMU unconfined: as root, in the host's mount namespace, with
-        /// no seccomp filter and no cgroup of its own. For debugging only
-        /// (docs/security.md).
-        #[arg(long, env = "FORKVM_NO_JAIL",
-              value_parser = clap::builder::BoolishValueParser::new())]
-        no_jail: bool,
-        /// The uids jailed QEMUs run as, one each (gid = uid): FIRST-LAST
-        /// (default: 2000000-2999999; with --ephemeral, 10,000 of
-        /// 3000000-4279999 no other ephemeral daemon has).
-        #[arg(long, value_name = "FIRST-LAST", env = "FORKVM_JAIL_UIDS",
-              value_parser = parse_uid_range)]
-        jail_uids: Option<(u32, u32)>,
-        /// This daemon's node name in a forkvm cluster (docs/cluster.md):
-        /// 1-16 of a-z and 0-9, starting with a letter. New sandbox and
-        /// snapshot ids carry it (`sb-NAME-<12 hex>`).
-        #[arg(long, value_name = "NAME", env = "FORKVM_NODE", value_parser = parse_node)]
-        node: Option<String>,
-        #[command(flatten)]
-        ephemeral: crate::ephemeral::EphemeralArgs,
-    },
+    Serve(ServeArgs),
     /// Print the OpenAPI document of the REST API.
     Openapi,
     /// Open the web dashboard (docs/dashboard.md): on the unix socket, relay
@@ -475,4 +360,127 @@ pub(crate) fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
         ));
     }
     Ok((a, b - a + 1))
+}
+
+// The arguments of `forkvm serve` (its help is the variant's doc).
+#[derive(clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Data directory.
+    #[arg(long, env = "FORKVM_HOME", default_value = forkvm_api::DEFAULT_HOME)]
+    pub(crate) home: PathBuf,
+    /// Unix socket (default: $FORKVM_HOME/forkvm.sock).
+    #[arg(long)]
+    pub(crate) socket: Option<PathBuf>,
+    /// Also listen on TCP at ADDR:PORT (requires FORKVM_TOKEN).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub(crate) listen: Option<std::net::SocketAddr>,
+    /// Force the accelerator instead of detecting it.
+    #[arg(long, value_parser = ["kvm", "tcg"])]
+    pub(crate) accel: Option<String>,
+    /// Warm-pool size of every snapshot that has none of its own: boot
+    /// templates and snapshots you take (a branch's snapshot starts at 0).
+    /// Set one snapshot's with `forkvm snapshot pool`.
+    #[arg(long, default_value_t = 0, value_name = "N", env = "FORKVM_POOL_SIZE",
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(forkvm_daemon::MAX_POOL)))]
+    pub(crate) pool_size: u32,
+    /// Requests handled at once; more are refused with 429.
+    #[arg(long, default_value_t = 256, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub(crate) max_requests: u32,
+    /// Most sandboxes at once (including warm-pool ones); more give 429.
+    #[arg(long, default_value_t = 1000, value_name = "N", env = "FORKVM_MAX_SANDBOXES",
+          value_parser = clap::value_parser!(u32).range(1..=100000))]
+    pub(crate) max_sandboxes: u32,
+    /// The IPv4 pool sandbox uplinks get a /30 from (host side of each
+    /// sandbox's NAT).
+    /// (Default: 10.231.0.0/16; with --ephemeral, a /20 of 10.200.0.0/13
+    /// no other ephemeral daemon has.)
+    #[arg(long, value_name = "CIDR", env = "FORKVM_NET_POOL")]
+    pub(crate) net_pool: Option<String>,
+    /// Garbage collection never takes a branch point younger than this
+    /// (seconds; `forkvm snapshot prune --all` ignores it).
+    #[arg(long, value_name = "SECONDS", env = "FORKVM_GC_GRACE",
+          default_value_t = forkvm_daemon::config::DEFAULT_GC_GRACE_SECS)]
+    pub(crate) gc_grace: u64,
+    /// Seconds between background collections of unneeded branch
+    /// points; 0 turns background collection off (prune still works).
+    #[arg(long, value_name = "SECONDS", env = "FORKVM_GC_INTERVAL",
+          default_value_t = forkvm_daemon::config::DEFAULT_GC_INTERVAL_SECS)]
+    pub(crate) gc_interval: u64,
+    /// After a snapshot, a sandbox whose disk reads through more qcow2
+    /// layers than this has them streamed into its top in the background
+    /// (docs/disk-chain.md); 0 never streams.
+    #[arg(long, value_name = "N", env = "FORKVM_DISK_CHAIN_MAX",
+          default_value_t = forkvm_daemon::config::DEFAULT_DISK_CHAIN_MAX)]
+    pub(crate) disk_chain_max: u32,
+    /// Pull only from these registries (`host[:port]`, comma-separated);
+    /// empty: any. Builds pull their base images through the same check.
+    #[arg(
+        long,
+        value_name = "HOSTS",
+        env = "FORKVM_ALLOWED_REGISTRIES",
+        value_delimiter = ','
+    )]
+    pub(crate) allowed_registries: Vec<String>,
+    /// The memory sandboxes may use in all, in MiB; spawns, branches and
+    /// resumes that would pass it are refused (default: host RAM less a
+    /// tenth, at least 512 MiB).
+    #[arg(long, value_name = "MiB", env = "FORKVM_MEMORY_COMMIT_MIB")]
+    pub(crate) memory_commit_mib: Option<u64>,
+    /// Refuse new work when the home's filesystem has less free space.
+    #[arg(long, value_name = "MiB", env = "FORKVM_DISK_RESERVE_MIB",
+          default_value_t = forkvm_daemon::config::DEFAULT_DISK_RESERVE_MIB)]
+    pub(crate) disk_reserve_mib: u64,
+    /// Run QEMU unconfined: as root, in the host's mount namespace, with
+    /// no seccomp filter and no cgroup of its own. For debugging only
+    /// (docs/security.md).
+    #[arg(long, env = "FORKVM_NO_JAIL",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) no_jail: bool,
+    /// The uids jailed QEMUs run as, one each (gid = uid): FIRST-LAST
+    /// (default: 2000000-2999999; with --ephemeral, 10,000 of
+    /// 3000000-4279999 no other ephemeral daemon has).
+    #[arg(long, value_name = "FIRST-LAST", env = "FORKVM_JAIL_UIDS",
+          value_parser = parse_uid_range)]
+    pub(crate) jail_uids: Option<(u32, u32)>,
+    /// This daemon's node name in a forkvm cluster (docs/cluster.md):
+    /// 1-16 of a-z and 0-9, starting with a letter. New sandbox and
+    /// snapshot ids carry it (`sb-NAME-<12 hex>`).
+    #[arg(long, value_name = "NAME", env = "FORKVM_NODE", value_parser = parse_node)]
+    pub(crate) node: Option<String>,
+    #[command(flatten)]
+    pub(crate) ephemeral: crate::ephemeral::EphemeralArgs,
+}
+
+// The arguments of `forkvm branch` (its help is the variant's doc).
+#[derive(clap::Args)]
+pub(crate) struct BranchArgs {
+    pub(crate) id: String,
+    /// live (memory copied while the guest runs) or full.
+    #[arg(long, default_value = "live", value_parser = ["live", "diff", "full"])]
+    pub(crate) mode: String,
+    /// Children to spawn (0-1000).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) count: u32,
+    /// A unique name for the branch point's snapshot.
+    #[arg(long)]
+    pub(crate) tag: Option<String>,
+    /// Return once the source has resumed; the snapshot shows `writing`,
+    /// then `ready` (or `failed`) in `forkvm snapshot inspect`, and the
+    /// children come up in the background.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+    /// Publish this guest port for each child (repeatable; default: the
+    /// source's guest ports, each on a newly allocated host port).
+    #[arg(long = "port", value_name = "GUEST[:HOST]", value_parser = parse_port)]
+    pub(crate) ports: Vec<forkvm_api::PortForward>,
+    /// Return without proving each child's network works first.
+    #[arg(long)]
+    pub(crate) no_wait_network: bool,
+    #[command(flatten)]
+    pub(crate) limits: lifetime::LimitArgs,
+    /// The children's timeout in seconds, from their start (default:
+    /// the source's).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) timeout: Option<u64>,
 }

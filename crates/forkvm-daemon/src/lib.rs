@@ -28,14 +28,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-// The engine's modules, under the names the front-ends use for them.
-pub use forkvm_engine::{actions, choose_accel, Config, Engine, MAX_POOL};
-pub use forkvm_engine::{
-    admission, agent, branch, builder, catalog, cgroup, changes, cleanup, compact, config, db,
-    error, events, exec, failure, fs, gc, images, jail, launcher, lease, lifetime, limits, manager,
-    metrics, net, pool, pressure, process, recovery, registry, sandbox, snapshot, spawn, teardown,
-    template, usage, util, volumes,
-};
+// The engine's modules this crate names: the facade and the error, which
+// the front-ends use, and what the start-up (`serve`) and the CLI need. No
+// other engine module is in reach of a front-end.
+pub use forkvm_engine::{actions, cgroup, config, db, error, net, registry, util};
+pub use forkvm_engine::{choose_accel, Config, Engine, MAX_POOL};
 
 /// Errors that stop the daemon from starting.
 #[derive(Debug, thiserror::Error)]

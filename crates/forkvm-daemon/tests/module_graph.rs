@@ -1,12 +1,14 @@
 //! The module graph of the engine (`forkvm-engine`) and its front-ends
 //! (`forkvm-daemon`): no import circles, no file over 800 lines, the graph
 //! drawn in `docs/architecture.md` is the one in the code, the engine names
-//! no HTTP crate, and no front-end reaches the database, the guest agent or
-//! QEMU except through the engine.
+//! no HTTP crate, no front-end reaches the database, the guest agent or
+//! QEMU except through the engine, and front-ends name no engine module but
+//! its facade (`actions`) and its error.
 //!
-//! The daemon re-exports the engine's modules under their own names, so the
-//! two crates make one namespace: `crate::manager` in a front-end is the
-//! engine's `manager`.
+//! The daemon re-exports engine modules under their own names, so the two
+//! crates make one namespace: `crate::db` in the daemon is the engine's
+//! `db` (and an engine module it does not re-export cannot be named there
+//! at all).
 //!
 //! The unit of the graph is one source file (`sandbox.rs` is `sandbox`,
 //! `snapshot/freeze/mod.rs` is `snapshot::freeze`). An edge `a -> b` means a

@@ -32,13 +32,14 @@ impl Engine {
         self.m.exec_defaults_of(id)
     }
 
-    /// Read a whole file from a sandbox's guest.
+    /// Read a whole file from a sandbox's guest, up to the daemon's file
+    /// limit.
     pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, EngineError> {
         self.m.read_file(id, path).await
     }
 
-    /// Write a whole file into a sandbox's guest as root, with an optional
-    /// mode.
+    /// Write a whole file into a sandbox's guest, atomically; `mode`
+    /// defaults to 0644.
     pub async fn write_file(
         &self,
         id: &str,
@@ -49,8 +50,8 @@ impl Engine {
         self.m.write_file(id, path, mode, data).await
     }
 
-    /// Write a whole file into a sandbox's guest as a user (owned by them,
-    /// missing parents made), or as the image's default user.
+    /// Write a whole file into a sandbox's guest owned by `user` (root when
+    /// none), mode 0644, replacing what was there.
     pub async fn write_file_as(
         &self,
         id: &str,
@@ -61,13 +62,13 @@ impl Engine {
         self.m.write_file_as(id, path, data, user).await
     }
 
-    /// Make a directory (and its parents) in a sandbox's guest as root.
+    /// Make a directory and its parents in a sandbox's guest.
     pub async fn make_dir(&self, id: &str, path: &str) -> Result<DirMade, EngineError> {
         self.m.make_dir(id, path).await
     }
 
-    /// Make a directory (and its parents) in a sandbox's guest as a user,
-    /// or as the image's default user.
+    /// Make a directory and its parents in a sandbox's guest as `user`
+    /// (root when none).
     pub async fn make_dir_as(
         &self,
         id: &str,

@@ -22,7 +22,15 @@ impl Engine {
         self.m.cfg.image_rootfs(name).exists()
     }
 
-    /// Remove an installed image that no sandbox or snapshot uses.
+    /// The size in bytes of an image's root disk (0 when it has none).
+    pub fn image_disk_bytes(&self, image: &str) -> u64 {
+        std::fs::metadata(self.m.cfg.image_rootfs(image))
+            .map(|md| md.len())
+            .unwrap_or(0)
+    }
+
+    /// Remove an installed image and its boot templates; refused while
+    /// sandboxes or snapshots use it.
     pub async fn remove_image(&self, name: &str) -> Result<(), EngineError> {
         self.m.remove_image(name).await
     }
@@ -33,7 +41,8 @@ impl Engine {
         self.m.check_new_image_name(name, replace)
     }
 
-    /// Check that the disk has room for `what` before it is written.
+    /// Refuse work that writes to the home (`what` names it) while the
+    /// home is under its free-space reserve.
     pub fn check_disk(&self, what: &str) -> Result<(), EngineError> {
         self.m.check_disk(what)
     }
@@ -103,7 +112,7 @@ impl Engine {
         self.m.create_volume(name)
     }
 
-    /// Remove a named volume that no sandbox uses.
+    /// Remove a named volume and its files; refused while a sandbox uses it.
     pub async fn remove_volume(&self, name: &str) -> Result<(), EngineError> {
         self.m.remove_volume(name).await
     }

@@ -102,11 +102,4 @@ impl Engine {
     pub fn console_log(&self, id: &str) -> String {
         crate::util::tail_file(&self.m.cfg.sandbox_paths(id).console, 1 << 20)
     }
-
-    /// The size in bytes of an image's root disk (0 when it has none).
-    pub fn image_disk_bytes(&self, image: &str) -> u64 {
-        std::fs::metadata(self.m.cfg.image_rootfs(image))
-            .map(|md| md.len())
-            .unwrap_or(0)
-    }
 }

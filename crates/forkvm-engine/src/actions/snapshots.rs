@@ -19,8 +19,8 @@ impl Engine {
         self.m.snapshot(id, tag, None, Save::Diff).await
     }
 
-    /// Write a snapshot out as a self-contained one with no parents, under
-    /// an optional tag.
+    /// Merge a diff snapshot's chain into one new snapshot with no parent,
+    /// under an optional tag.
     pub async fn flatten(
         &self,
         id_or_tag: &str,
@@ -29,7 +29,8 @@ impl Engine {
         self.m.flatten(id_or_tag, tag).await
     }
 
-    /// Every snapshot of this node, ready or still being written.
+    /// Every snapshot of this node: those being written first, then the
+    /// stored ones.
     pub fn list_snapshots(&self) -> Result<SnapshotList, EngineError> {
         self.m.list_snapshots()
     }
@@ -39,8 +40,8 @@ impl Engine {
         self.m.snapshot_by_ref(id_or_tag)
     }
 
-    /// A snapshot's record by id or tag (with its origin and template key),
-    /// `None` when there is none.
+    /// One stored snapshot's record by id or tag (with its origin and
+    /// template key), `None` when there is none.
     pub fn snapshot_record(&self, id_or_tag: &str) -> Result<Option<SnapshotRow>, EngineError> {
         self.m.snapshot_record(id_or_tag)
     }
@@ -50,7 +51,8 @@ impl Engine {
         self.m.snapshot_records()
     }
 
-    /// A ready snapshot's record by id or tag; an error when there is none.
+    /// A snapshot's record by id or tag; a not-found error when there is
+    /// none.
     pub fn snapshot_row(&self, id_or_tag: &str) -> Result<SnapshotRow, EngineError> {
         self.m.snapshot_row(id_or_tag)
     }
@@ -77,8 +79,8 @@ impl Engine {
         self.m.gc.leases.try_lease(id)
     }
 
-    /// Remove a snapshot; `force` also removes one that others were
-    /// branched or spawned from.
+    /// Remove a snapshot; refused while sandboxes or child snapshots depend
+    /// on it, unless `force`, which removes those first.
     pub async fn remove_snapshot(&self, id_or_tag: &str, force: bool) -> Result<(), EngineError> {
         self.m.remove_snapshot(id_or_tag, force).await
     }
@@ -98,7 +100,8 @@ impl Engine {
         self.m.set_pool(id_or_tag, size).await
     }
 
-    /// Remove the snapshots nothing needs any more (or, dry, say which).
+    /// Collect the snapshots nothing needs now, with the daemon's grace
+    /// period (or none, with `all`).
     pub async fn prune(&self, req: PruneRequest) -> Result<PruneResult, EngineError> {
         self.m.prune(req).await
     }
