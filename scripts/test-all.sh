@@ -68,22 +68,22 @@ step() { # name command... : a step that runs alone, before the lanes
 
 # --- lanes -----------------------------------------------------------------
 # A lane is a name, an expected length in seconds (to start the longest
-# first) and a command. Rust test binaries are added after the build.
+# first; the lengths of a measured run) and a command. Rust test binaries are added after the build.
 declare -A LANE_CMD=() LANE_EST=()
 lane() { LANE_CMD[$1]=$3; LANE_EST[$1]=$2; }
 lane clippy 120 "$CARGO clippy --workspace --all-targets -- -D warnings"
 lane doctests 60 "$CARGO test --workspace --doc --no-fail-fast"
-lane sdk-python 170 "bash scripts/test-sdks.sh python"
-lane sdk-typescript 92 "bash scripts/test-sdks.sh typescript"
-lane cluster 96 "bash scripts/test-cluster.sh"
-lane compat-e2b 150 "bash scripts/test-compat.sh e2b e2b-npm"
-lane compat-mcp 84 "bash scripts/test-compat.sh mcp mcp-conformance"
-lane ui 10 "bash scripts/test-ui.sh"
-lane bench-units 6 ".venv/bin/python -m pytest -q -p no:cacheprovider bench/common bench/jail bench/registry"
-lane fuzz-api 43 "bash scripts/fuzz-api.sh"
+lane sdk-python 363 "bash scripts/test-sdks.sh python"
+lane sdk-typescript 220 "bash scripts/test-sdks.sh typescript"
+lane cluster 241 "bash scripts/test-cluster.sh"
+lane compat-e2b 194 "bash scripts/test-compat.sh e2b e2b-npm"
+lane compat-mcp 191 "bash scripts/test-compat.sh mcp mcp-conformance"
+lane ui 26 "bash scripts/test-ui.sh"
+lane bench-units 20 ".venv/bin/python -m pytest -q -p no:cacheprovider bench/common bench/jail bench/registry"
+lane fuzz-api 171 "bash scripts/fuzz-api.sh"
 # clippy and the doc tests take cargo's lock on target/: one after the other,
 # in one lane, while the test binaries (run without cargo) go on beside them.
-lane cargo-lint-doc 180 "${LANE_CMD[clippy]} && ${LANE_CMD[doctests]}"
+lane cargo-lint-doc 326 "${LANE_CMD[clippy]} && ${LANE_CMD[doctests]}"
 unset 'LANE_CMD[clippy]' 'LANE_CMD[doctests]'
 
 # Lanes whose checks are about time or CPU share on this host: the flood
@@ -92,8 +92,12 @@ unset 'LANE_CMD[clippy]' 'LANE_CMD[doctests]'
 # them would measure the neighbours' load, so they run alone, first.
 ALONE=(rust:cli/flood rust:cli/limits)
 
-# Seconds each Rust test binary took in the last measured run (for ordering only).
-declare -A RUST_EST=([cli/chain]=99 [cli/branching]=94 [cli/flood]=60 [cli/limits]=60 [cli/network]=54 [cli/registry]=51)
+# Seconds each Rust test binary took in a measured run of this script (for
+# ordering only: the longest start first, so the run does not end on one).
+declare -A RUST_EST=([cli/chain]=290 [cli/branching]=220 [cli/images]=185 [cli/registry]=126
+    [cli/snapshots]=121 [cli/crashpoints]=113 [cli/lifetime]=102 [cli/network]=100 [cli/docker_images]=82
+    [cli/node_transfer]=80 [cli/discard]=62 [cli/disk_pressure]=62 [cli/diff_head]=57 [cli/gc]=53
+    [cli/volumes]=50 [cli/jail]=41 [cli/vm]=38 [cli/launcher]=34 [cli/processes]=31 [cli/identity]=29)
 
 if [ "${1:-}" = --list ]; then
     printf '%s\n' "${!LANE_CMD[@]}" | sort
