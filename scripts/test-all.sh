@@ -21,7 +21,7 @@
 #
 # Usage: scripts/test-all.sh [LANE...]   (default: every lane; `--list` prints them)
 # Environment:
-#   TEST_JOBS=3          lanes at once
+#   TEST_JOBS=3          lanes at once (fewer when /tmp has under 2 GB free per lane)
 #   TEST_LOG_DIR=target/test-logs   where the lane logs go (emptied first)
 #   CARGO=cargo
 set -uo pipefail
@@ -139,6 +139,17 @@ while IFS=$'\t' read -r name dir exe; do
 done <"$LOGS/binaries.tsv"
 
 # --- run the lanes ---------------------------------------------------------
+# Room in /tmp, where the daemons' homes are: each refuses to spawn or branch
+# with under 512 MiB free there, and a lane holds up to about 2 GB at once
+# (the cluster test's three nodes 1.7 GB). Fewer lanes at once where less
+# is free, rather than failures that only say the disk was full.
+free_mib=$(df -Pm "${TMPDIR:-/tmp}" | awk 'NR == 2 {print $4}')
+fit=$(((free_mib - 512) / 2048))
+[ "$fit" -ge 1 ] || fit=1
+if [ "$fit" -lt "$JOBS" ]; then
+    say "only $free_mib MiB free in ${TMPDIR:-/tmp}: $fit lane(s) at a time instead of $JOBS"
+    JOBS=$fit
+fi
 alone() { local a; for a in "${ALONE[@]}"; do [ "$a" = "$1" ] && return 0; done; return 1; }
 mapfile -t ORDER < <(for l in "${!LANE_CMD[@]}"; do wanted "$l" && ! alone "$l" && echo "${LANE_EST[$l]} $l"; done | sort -k1,1nr -k2 | cut -d' ' -f2)
 mapfile -t FIRST < <(for l in "${ALONE[@]}"; do [ -n "${LANE_CMD[$l]:-}" ] && wanted "$l" && echo "$l"; done)
