@@ -24,15 +24,10 @@ lint:
 
 ## Set up and run every test: lint, unit tests, the VM integration tests under the real QEMU,
 ## the SDK suites, the 3-node Ray cluster test, the E2B and MCP compatibility suites and the dashboard in a real browser against
-## a real daemon, and the API fuzzer.
-test: setup lint
-	$(CARGO) test --workspace --no-fail-fast -- --include-ignored
-	bash scripts/test-sdks.sh
-	bash scripts/test-cluster.sh
-	bash scripts/test-compat.sh
-	bash scripts/test-ui.sh
-	.venv/bin/python -m pytest -q -p no:cacheprovider bench/common bench/jail bench/registry
-	bash scripts/fuzz-api.sh
+## a real daemon, and the API fuzzer. scripts/test-all.sh builds the tests once, then runs these
+## in lanes side by side (TEST_JOBS at a time), with a log per lane and a table of their times.
+test: setup
+	CARGO=$(CARGO) bash scripts/test-all.sh
 
 ## Benchmarks (not part of `make test`).
 bench-boot: build
