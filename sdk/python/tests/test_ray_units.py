@@ -247,3 +247,24 @@ def test_cli_refuses_bad_input(tmp_path):
     t = time.monotonic()
     assert main(["down", "--dir", str(tmp_path / "none")]) == 0  # nothing to stop
     assert time.monotonic() - t < 5
+
+
+def test_lock_holders_names_the_process_holding_a_home(tmp_path):
+    lock = tmp_path / "daemon.lock"
+    lock.touch()
+    assert _procs.lock_holders(str(lock)) == []
+    # A process that holds the lock the way a daemon holds its home's.
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl,sys,time; f=open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+         str(lock)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        assert _procs.lock_holders(str(lock)) == [holder.pid]
+        assert _procs.lock_holders(str(tmp_path / "other")) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _procs.lock_holders(str(lock)) == []

@@ -279,6 +279,11 @@ def cmd_down(args: argparse.Namespace) -> int:
             _say(f"node {name}: forkvm serve pid {rec['pid']} stopped")
         else:
             _sweep_orphaned_home(d, name)
+        # A daemon no record names (its record replaced or removed while it
+        # ran) still holds its home's lock: stop it by that.
+        for pid in _procs.lock_holders(os.path.join(nodes_dir, name, "home", "daemon.lock")):
+            _procs.stop(pid, None, grace=20.0)
+            _say(f"node {name}: forkvm serve pid {pid}, which no record named, still held its home; stopped")
     if "ray" in sys.modules:
         sys.modules["ray"].shutdown()
     for n in reversed(ray_nodes):

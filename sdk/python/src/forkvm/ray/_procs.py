@@ -142,6 +142,33 @@ def _reap(pid: int) -> None:
         pass
 
 
+def lock_holders(path: str) -> List[int]:
+    """The PIDs holding a ``flock`` on ``path``, from ``/proc/locks``.
+
+    A daemon holds ``daemon.lock`` in its home for as long as it runs, so this
+    finds the daemon that manages a home even when no record names it.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    # /proc/locks names a file as MAJOR:MINOR:INODE, the device numbers in hex.
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; "->" marks a waiter.
+                if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
+                    continue
+                if parts[5] == want and parts[4].isdigit():
+                    pids.append(int(parts[4]))
+    except OSError:
+        return []
+    return sorted(set(pids))
+
+
 def record(pid: int) -> Dict[str, Any]:
     """``{"pid", "started"}`` for a state file."""
     return {"pid": pid, "started": start_time(pid)}
