@@ -34,6 +34,24 @@ fn idents(code: &str) -> Vec<(usize, &str)> {
     out
 }
 
+/// The offset of the `}` that closes the `{` at `open` in stripped code.
+fn closing_brace(b: &[u8], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (k, c) in b.iter().enumerate().skip(open) {
+        match c {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(k);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The byte ranges of the `impl Manager { .. }` blocks of stripped code.
 fn manager_blocks(code: &str) -> Vec<(usize, usize)> {
     let b = code.as_bytes();
@@ -44,19 +62,8 @@ fn manager_blocks(code: &str) -> Vec<(usize, usize)> {
             let Some(open) = code[w[1].0..].find('{').map(|o| w[1].0 + o) else {
                 continue;
             };
-            let mut depth = 0usize;
-            for (k, c) in b.iter().enumerate().skip(open) {
-                match c {
-                    b'{' => depth += 1,
-                    b'}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            out.push((open, k));
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
+            if let Some(close) = closing_brace(b, open) {
+                out.push((open, close));
             }
         }
     }
@@ -89,19 +96,8 @@ fn fn_ranges(code: &str) -> Vec<(usize, usize)> {
         if semi.is_some_and(|s| s < open) {
             continue; // a declaration without a body
         }
-        let mut depth = 0usize;
-        for (k, c) in b.iter().enumerate().skip(open) {
-            match c {
-                b'{' => depth += 1,
-                b'}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        out.push((w[0].0, k));
-                        break;
-                    }
-                }
-                _ => {}
-            }
+        if let Some(close) = closing_brace(b, open) {
+            out.push((w[0].0, close));
         }
     }
     out
