@@ -92,13 +92,26 @@ while True:
         );
         // The big value is intact in the resumed process.
         sh(d, k, "touch /tmp/req");
+        let asked = Instant::now();
+        let mut seen = String::new();
+        let answered = wait_until(Duration::from_secs(120), || {
+            seen = try_sh(d, k, "cat /tmp/h2 2>/dev/null");
+            !seen.is_empty()
+        });
         assert!(
-            wait_until(Duration::from_secs(60), || try_sh(
+            answered,
+            "the holder in {k} did not answer in {:?}: {}",
+            asked.elapsed(),
+            try_sh(
                 d,
                 k,
-                "cat /tmp/h2 2>/dev/null"
-            ) == h1),
-            "value in {k} changed"
+                "ls -l /tmp; ps -eo pid,stat,time,args; cat /proc/loadavg"
+            )
+        );
+        assert_eq!(seen, h1, "value in {k} changed");
+        eprintln!(
+            "{k}: the holder re-hashed its value in {:?}",
+            asked.elapsed()
         );
     }
     // Writes are private: each child writes its own file.
