@@ -40,6 +40,10 @@ pub enum Op {
     SetNetwork,
     Pause,
     Resume,
+    Checkpoint,
+    GetTimeline,
+    SetRetention,
+    Rewind,
     Metrics,
     StartProcess,
     ListProcesses,
@@ -106,6 +110,15 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
     (Op::SetNetwork, "PUT", "/v1/sandboxes/{id}/network"),
     (Op::Pause, "POST", "/v1/sandboxes/{id}/pause"),
     (Op::Resume, "POST", "/v1/sandboxes/{id}/resume"),
+    // Time travel (docs/timetravel.md).
+    (Op::Checkpoint, "POST", "/v1/sandboxes/{id}/checkpoints"),
+    (Op::GetTimeline, "GET", "/v1/sandboxes/{id}/timeline"),
+    (
+        Op::SetRetention,
+        "PUT",
+        "/v1/sandboxes/{id}/timeline/retention",
+    ),
+    (Op::Rewind, "POST", "/v1/sandboxes/{id}/rewind"),
     // Where Prometheus looks by default; behind the same auth as the API.
     (Op::Metrics, "GET", "/metrics"),
     // Background processes and PTYs; `{process}` is a pid or a tag.

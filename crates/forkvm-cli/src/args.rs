@@ -303,6 +303,8 @@ pub(crate) enum Cmd {
     },
     #[command(flatten)]
     Life(lifetime::LifeCmd),
+    #[command(flatten)]
+    Time(crate::timeline::TimeCmd),
     /// Remove sandboxes.
     Rm {
         #[arg(required = true)]

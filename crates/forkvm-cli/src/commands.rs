@@ -55,6 +55,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Exec { id, exec } => do_exec(&client().await?, &id, &exec, json).await,
         Cmd::Run { spawn, exec } => run_once(&spawn, &exec, json).await,
         Cmd::Life(cmd) => lifetime::run(&client().await?, cmd, json).await,
+        Cmd::Time(cmd) => crate::timeline::run(&client().await?, cmd, json).await,
         Cmd::Ps { metadata } => ps(&metadata, json).await,
         Cmd::Inspect { id } => {
             print_json(&client().await?.get_sandbox(&id).await?)?;

@@ -27,6 +27,7 @@ mod lifetime;
 mod mcp;
 mod procs;
 mod snapshot;
+mod timeline;
 mod transfer;
 mod ui;
 mod volume;

@@ -25,6 +25,8 @@ fn diff_points() -> Vec<&'static str> {
         "freeze.memory_copied",
         "freeze.volumes_saved",
         "publish.live_copied",
+        "splice.pages_written",
+        "splice.committed",
     ];
     forkvm_store::crash::POINTS
         .iter()
@@ -218,4 +220,66 @@ fn a_daemon_killed_while_copying_memory_leaves_the_snapshot_whole_or_absent() {
         vec!["snapshot".into(), s.into()]
     });
     d.ok(&["rm", &src]);
+}
+
+/// A checkpoint pruned out of the middle of a timeline (spliced into the
+/// next one) with the daemon killed at each step of the splice: afterwards
+/// every listed checkpoint spawns with its own data, and nothing the splice
+/// wrote is left unnamed.
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn a_daemon_killed_while_pruning_a_checkpoint_keeps_the_timeline_whole() {
+    let mut d = Daemon::start();
+    for point in ["splice.pages_written", "splice.committed"] {
+        let src = d.ok(&["spawn"]).trim().to_string();
+        let mut cps = Vec::new();
+        for n in 1..=2 {
+            sh(&d, &src, &format!("echo {point}-{n} > /root/mark"));
+            cps.push(
+                d.json(&["checkpoint", &src])["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        d.stop(libc::SIGTERM);
+        d.env
+            .push((forkvm_store::crash::ENV.into(), point.to_string()));
+        d.spawn_process();
+        // Keeping the last one prunes the first: spliced into the second.
+        let out = d.run(&["checkpoint", &src, "--keep-last", "1", "--policy-only"]);
+        wait_for_crash(&mut d, point, &out);
+        d.env.retain(|(k, _)| k != forkvm_store::crash::ENV);
+        d.spawn_process();
+        let listed = snapshot_ids(&d);
+        assert!(
+            listed.contains(&cps[1]),
+            "{point}: the kept checkpoint is gone"
+        );
+        for (n, cp) in cps.iter().enumerate() {
+            if listed.contains(cp) {
+                spawns_with(&d, cp, &format!("{point}-{}", n + 1), point);
+            }
+        }
+        let dir = d.home.join("snapshots").join(&cps[1]);
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| {
+                n.ends_with(".splice") || (n.starts_with("memory.") && n.ends_with(".diff"))
+            })
+            .collect();
+        let named = d.json(&["snapshot", "inspect", &cps[1]]);
+        assert_eq!(left.len(), 1, "{point}: {left:?} in {}: {named}", cps[1]);
+        // The timeline goes on: the next checkpoint spawns.
+        sh(&d, &src, &format!("echo {point}-3 > /root/mark"));
+        let next = d.json(&["checkpoint", &src])["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        spawns_with(&d, &next, &format!("{point}-3"), point);
+        d.ok(&["rm", &src]);
+        eprintln!("crash point {point}: the timeline is whole");
+    }
 }

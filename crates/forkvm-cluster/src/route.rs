@@ -55,6 +55,11 @@ pub fn route(op: Op) -> Route {
         | Op::SetNetwork
         | Op::Pause
         | Op::Resume
+        // A sandbox's checkpoints live on its node, as its snapshots do.
+        | Op::Checkpoint
+        | Op::GetTimeline
+        | Op::SetRetention
+        | Op::Rewind
         | Op::StartProcess
         | Op::ListProcesses
         | Op::AttachProcess

@@ -21,8 +21,12 @@ use crate::error::EngineError;
 mod info;
 mod lifecycle;
 mod machine;
+mod origin;
+mod timeline;
 pub use info::SnapshotInfo;
 pub use lifecycle::LifecycleRow;
+pub use origin::Origin;
+pub use timeline::{CheckpointRow, TimelineRow};
 
 /// A stored sandbox.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,55 +69,6 @@ pub struct SnapshotRow {
     pub pinned: bool,
 }
 
-/// What made a snapshot (the `origin` column).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// Made before the daemon recorded origins, or re-indexed from the
-    /// store after a crash: never collected.
-    Unknown,
-    /// `POST /v1/sandboxes/{id}/branch`: a branch point.
-    Branch,
-    /// `POST /v1/sandboxes/{id}/snapshot`.
-    Snapshot,
-    /// An image's boot template.
-    Template,
-    /// `POST /v1/snapshots/{id}/flatten`.
-    Flatten,
-    /// A paused sandbox's saved state (removed with the sandbox, never
-    /// collected while it lives).
-    Pause,
-    /// `POST /v1/snapshots/pull`: fetched from a registry (with its chain).
-    Pull,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::Unknown => "unknown",
-            Origin::Branch => "branch",
-            Origin::Snapshot => "snapshot",
-            Origin::Template => "template",
-            Origin::Flatten => "flatten",
-            Origin::Pause => "pause",
-            Origin::Pull => "pull",
-        }
-    }
-
-    /// The column's value; NULL, and anything a later version may write,
-    /// read as `Unknown`, which garbage collection never takes.
-    fn parse(s: Option<&str>) -> Origin {
-        match s {
-            Some("branch") => Origin::Branch,
-            Some("snapshot") => Origin::Snapshot,
-            Some("template") => Origin::Template,
-            Some("flatten") => Origin::Flatten,
-            Some("pause") => Origin::Pause,
-            Some("pull") => Origin::Pull,
-            _ => Origin::Unknown,
-        }
-    }
-}
-
 /// Database errors.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
@@ -130,7 +85,7 @@ pub struct Db {
     pub changes: Notifier,
 }
 
-const SCHEMA_VERSION: i64 = 8;
+const SCHEMA_VERSION: i64 = 9;
 
 /// A state's name, as stored and as the API spells it.
 pub fn state_str(s: SandboxState) -> &'static str {
@@ -284,7 +239,12 @@ impl Db {
             conn.execute_batch(machine::MIGRATE)?;
             conn.pragma_update(None, "user_version", 8)?;
         }
-        debug_assert_eq!(SCHEMA_VERSION, 8);
+        if v < 9 {
+            // Checkpoint timelines and their retention (db/timeline.rs).
+            conn.execute_batch(timeline::CREATE)?;
+            conn.pragma_update(None, "user_version", 9)?;
+        }
+        debug_assert_eq!(SCHEMA_VERSION, 9);
         Ok(())
     }
 
@@ -356,6 +316,7 @@ impl Db {
         let gone = {
             let conn = self.lock();
             self.delete_lifecycle(&conn, id)?;
+            conn.execute("DELETE FROM timelines WHERE sandbox=?1", params![id])?;
             conn.execute("DELETE FROM sandboxes WHERE id=?1", params![id])? > 0
         };
         if gone {
@@ -482,6 +443,7 @@ impl Db {
         let gone = {
             let conn = self.lock();
             conn.execute("DELETE FROM snapshot_info WHERE id=?1", params![id])?;
+            conn.execute("DELETE FROM checkpoints WHERE id=?1", params![id])?;
             conn.execute("DELETE FROM snapshots WHERE id=?1", params![id])? > 0
         };
         if gone {

@@ -20,6 +20,7 @@ pub mod builder;
 pub mod catalog;
 pub mod cgroup;
 pub mod changes;
+pub mod checkpoint;
 pub mod cleanup;
 pub mod compact;
 pub mod config;

@@ -42,6 +42,8 @@ pub const POINTS: &[&str] = &[
     "store.committed",
     "publish.info_indexed",
     "publish.indexed",
+    "splice.pages_written",
+    "splice.committed",
 ];
 
 fn armed() -> Option<&'static str> {

@@ -50,6 +50,7 @@ pub mod crash;
 pub mod head;
 pub mod manifest;
 pub mod memdiff;
+pub mod splice;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -108,6 +109,23 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.join(file)
+    }
+
+    /// A diff snapshot's stored pages: `memory.diff`, or the file a splice
+    /// wrote (crate::splice), as its manifest names it.
+    pub fn memory_diff_path(&self) -> PathBuf {
+        let file = self
+            .manifest
+            .artefact("memory_diff")
+            .map_or(MEMORY_DIFF, |a| a.file.as_str());
+        self.dir.join(file)
+    }
+
+    /// Is this the snapshot a child recorded as its parent with the
+    /// manifest digest `digest`? Its manifest is that one, or replaced it
+    /// when a link below was spliced out ([`Manifest::supersedes`]).
+    pub fn answers_to(&self, digest: &str) -> bool {
+        self.digest == digest || self.manifest.supersedes.iter().any(|d| d == digest)
     }
 }
 
@@ -483,7 +501,19 @@ impl Store {
         if !mp.exists() {
             return Err(StoreError::NotFound(id.to_string()));
         }
+        // A spliced link's memory file has a name of its own
+        // (crate::splice): what the manifest names goes too.
+        let named: Vec<String> = self
+            .open_snapshot(id)
+            .map(|s| s.manifest.artefacts.into_iter().map(|a| a.file).collect())
+            .unwrap_or_default();
         std::fs::remove_file(&mp).map_err(io(&mp))?;
+        for f in named
+            .iter()
+            .filter(|f| f.as_str() != DISK && !f.contains('/'))
+        {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
         let head_tmp_stamp = format!("{}.stamp", head::TMP);
         for f in [
             MEMORY,

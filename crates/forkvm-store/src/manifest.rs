@@ -102,6 +102,12 @@ pub struct Manifest {
     /// Absent: none (and the machine has no volume port).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volumes: Option<Vec<SnapVolume>>,
+    /// The digests this snapshot's manifest had before it was rewritten
+    /// when its parent was spliced out of its chain (crate::splice): a
+    /// child that recorded one of them still finds its parent unchanged in
+    /// content. Absent: never rewritten.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub supersedes: Vec<String>,
 }
 
 /// One volume of a snapshot's guest.
@@ -292,6 +298,7 @@ pub(crate) mod tests_support {
             ram_format: None,
             state_format: None,
             volumes: None,
+            supersedes: Vec::new(),
         }
     }
 }

@@ -280,3 +280,92 @@ fn sparse_copy_keeps_holes_and_data() {
     let alloc = std::fs::metadata(&dst).unwrap().blocks() * 512;
     assert!(alloc < 1 << 20, "destination is not sparse: {alloc}");
 }
+
+/// Publish a diff snapshot `id` over `parent` storing `pages`, each filled
+/// with its page number plus `salt`.
+fn publish_diff(
+    store: &Store,
+    id: &str,
+    parent: Option<&Snapshot>,
+    pages: &[u64],
+    salt: u8,
+) -> Snapshot {
+    let st = store.begin(id).unwrap();
+    let data: Vec<u8> = pages
+        .iter()
+        .flat_map(|&p| vec![p as u8 + salt; 4096])
+        .collect();
+    memdiff::write(&st.path(MEMORY_DIFF), 64 * 4096, pages, &data).unwrap();
+    std::fs::write(st.path(DEVICE_STATE), b"device state").unwrap();
+    let mut m = manifest(
+        id,
+        &[("memory_diff", MEMORY_DIFF), ("device_state", DEVICE_STATE)],
+    );
+    m.parent = parent.map(|p| ParentRef {
+        id: p.manifest.id.clone(),
+        manifest_sha256: p.digest.clone(),
+    });
+    store.publish(st, m).unwrap()
+}
+
+#[test]
+fn splicing_a_link_out_keeps_the_next_ones_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let p = publish_diff(&store, "sn-p", None, &[0], 0);
+    let v = publish_diff(&store, "sn-v", Some(&p), &[1, 2, 5], 10);
+    let n = publish_diff(&store, "sn-n", Some(&v), &[2, 3], 20);
+    let above = publish_diff(&store, "sn-a", Some(&n), &[4], 30);
+    let s = store.splice_out("sn-v", "sn-n").unwrap();
+    assert_eq!((s.moved_pages, s.dropped_pages), (2, 1));
+    assert!(store.open_snapshot("sn-v").is_err(), "the victim is gone");
+    let n2 = store.open_snapshot("sn-n").unwrap();
+    assert_eq!(n2.manifest.parent.as_ref().unwrap().id, "sn-p");
+    assert!(
+        n2.answers_to(&n.digest),
+        "the old digest is still answered to"
+    );
+    assert!(!n2.answers_to(&v.digest));
+    store.verify(&n2).unwrap();
+    let d = memdiff::MemDiff::open(&n2.memory_diff_path()).unwrap();
+    assert_eq!(d.pages, [1, 2, 3, 5]);
+    let firsts: Vec<u8> = d.read_data().unwrap().chunks(4096).map(|c| c[0]).collect();
+    // n's own pages win over v's.
+    assert_eq!(firsts, [11, 22, 23, 15]);
+    // The link above still names n by its old digest, and n answers.
+    assert!(n2.answers_to(&above.manifest.parent.as_ref().unwrap().manifest_sha256));
+    // The old file is gone and nothing is left to tidy.
+    assert!(!n2.path(MEMORY_DIFF).exists());
+    assert!(store.tidy_splices().is_empty());
+    // Removing it later removes the file its manifest names.
+    store.remove("sn-a").unwrap();
+    store.remove("sn-n").unwrap();
+    assert!(!dir.path().join("sn-n").exists());
+}
+
+#[test]
+fn a_splice_refuses_links_that_are_not_parent_and_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let p = publish_diff(&store, "sn-p", None, &[0], 0);
+    let _v = publish_diff(&store, "sn-v", Some(&p), &[1], 0);
+    let _w = publish_diff(&store, "sn-w", Some(&p), &[2], 0);
+    assert!(matches!(
+        store.splice_out("sn-v", "sn-w"),
+        Err(StoreError::Corrupt { .. })
+    ));
+    // Nothing changed.
+    assert_eq!(store.ids(), ["sn-p", "sn-v", "sn-w"]);
+    assert!(store.tidy_splices().is_empty());
+}
+
+#[test]
+fn tidy_removes_what_an_interrupted_splice_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let p = publish_diff(&store, "sn-p", None, &[0], 0);
+    std::fs::write(p.dir.join("memory.1.diff"), b"half").unwrap();
+    std::fs::write(p.dir.join("manifest.fvs.splice"), b"half").unwrap();
+    assert_eq!(store.tidy_splices().len(), 2);
+    store.verify(&store.open_snapshot("sn-p").unwrap()).unwrap();
+}

@@ -36,6 +36,7 @@ mod processes;
 mod registry;
 mod sandboxes;
 mod snapshots;
+mod timeline;
 pub mod ui;
 mod volumes;
 
@@ -84,6 +85,10 @@ type AppState = Engine;
         set_network,
         lifetime::pause,
         lifetime::resume,
+        timeline::checkpoint,
+        timeline::get_timeline,
+        timeline::set_retention,
+        timeline::rewind,
         lifetime::metrics,
         images::list_images,
         images::get_image,
@@ -232,6 +237,10 @@ fn handler(op: Op) -> MethodRouter<AppState> {
         Op::SetNetwork => put(set_network),
         Op::Pause => post(lifetime::pause),
         Op::Resume => post(lifetime::resume),
+        Op::Checkpoint => post(timeline::checkpoint),
+        Op::GetTimeline => get(timeline::get_timeline),
+        Op::SetRetention => put(timeline::set_retention),
+        Op::Rewind => post(timeline::rewind),
         Op::Metrics => get(lifetime::metrics),
         Op::StartProcess => post(start_process),
         Op::ListProcesses => get(list_processes),

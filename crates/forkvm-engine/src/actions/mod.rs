@@ -24,6 +24,7 @@ mod host;
 mod images;
 mod sandboxes;
 mod snapshots;
+mod timeline;
 
 // The engine's own types in the actions' arguments and results.
 pub use crate::agent::{AgentStream, ProcEvent, WatchEvent};

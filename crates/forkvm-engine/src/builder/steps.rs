@@ -287,6 +287,7 @@ impl Manager {
                     Some(format!("{CACHE_PREFIX}{}", s.cache_key)),
                     Some(0),
                     crate::snapshot::Save::Stopped,
+                    None,
                 )
                 .await?;
             let snap = self.publish_frozen(f).await?;

@@ -50,11 +50,7 @@ impl Manager {
             let t = Instant::now();
             let (dir, key) = (top.dir.clone(), top.digest.clone());
             let base = c.base.path(forkvm_store::MEMORY);
-            let links: Vec<PathBuf> = c
-                .links
-                .iter()
-                .map(|l| l.path(forkvm_store::MEMORY_DIFF))
-                .collect();
+            let links: Vec<PathBuf> = c.links.iter().map(|l| l.memory_diff_path()).collect();
             let built = tokio::task::spawn_blocking(move || {
                 forkvm_store::head::build(&dir, &key, &base, &links, ram_bytes)
             })

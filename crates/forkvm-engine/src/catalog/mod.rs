@@ -23,6 +23,7 @@ pub const MAX_CHAIN: usize = 64;
 
 /// A diff snapshot's chain: the base holding the memory image, then the diff
 /// links from the one above the base down to the snapshot itself.
+#[derive(Clone)]
 pub struct Chain {
     pub base: StoredSnapshot,
     pub links: Vec<StoredSnapshot>,
@@ -86,6 +87,7 @@ impl Manager {
         };
         let mut links = Vec::new();
         let mut cur = snap.clone();
+        let mut reread = false;
         loop {
             match kind(&cur.manifest) {
                 "shared" => {
@@ -101,13 +103,29 @@ impl Manager {
                     if links.len() > MAX_CHAIN {
                         return Err(corrupt(&id, format!("its chain is over {MAX_CHAIN} links")));
                     }
-                    let p = self.store.open_snapshot(&pref.id).map_err(|e| match e {
-                        StoreError::NotFound(_) => {
-                            corrupt(&id, format!("its parent {} is missing", pref.id))
+                    let p = match self.store.open_snapshot(&pref.id) {
+                        Ok(p) => p,
+                        // Its parent was spliced out of the chain since this
+                        // link was read (crate::checkpoint::prune): read the
+                        // link again, which names its new parent, once.
+                        Err(StoreError::NotFound(_)) if !reread => {
+                            reread = true;
+                            let again = links.pop().expect("just pushed");
+                            cur = self
+                                .store
+                                .open_snapshot(&again.manifest.id)
+                                .map_err(store_err)?;
+                            if cur.manifest.parent.as_ref().map(|p| &p.id) != Some(&pref.id) {
+                                continue;
+                            }
+                            return Err(corrupt(&id, format!("its parent {} is missing", pref.id)));
                         }
-                        other => store_err(other),
-                    })?;
-                    if p.digest != pref.manifest_sha256 {
+                        Err(StoreError::NotFound(_)) => {
+                            return Err(corrupt(&id, format!("its parent {} is missing", pref.id)))
+                        }
+                        Err(other) => return Err(store_err(other)),
+                    };
+                    if !p.answers_to(&pref.manifest_sha256) {
                         return Err(corrupt(
                             &id,
                             format!("its parent {} changed after it was taken", pref.id),

@@ -62,6 +62,13 @@ impl Manager {
                 }
             }
         }
+        // What an interrupted splice of a checkpoint left (forkvm_store::splice).
+        for f in self.store.tidy_splices() {
+            tracing::info!(
+                "removed {}, left by an interrupted checkpoint prune",
+                f.display()
+            );
+        }
         let me = self.clone();
         tokio::spawn(async move { me.tidy_layers(running).await });
     }

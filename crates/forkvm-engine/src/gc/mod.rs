@@ -164,7 +164,11 @@ impl Manager {
                 id: r.id.clone(),
                 parent: r.parent.clone(),
                 created: util::parse_rfc3339(&r.created_at),
-                branch: r.origin == Origin::Branch,
+                // A checkpoint is its timeline's to prune while its
+                // sandbox lives, and collected like a branch point after.
+                branch: r.origin == Origin::Branch
+                    || (r.origin == Origin::Checkpoint
+                        && matches!(self.db.get(&r.source), Ok(None))),
                 tagged: r.tag.is_some(),
                 pinned: r.pinned,
                 in_use: users.contains_key(&r.id)

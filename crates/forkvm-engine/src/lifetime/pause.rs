@@ -82,7 +82,7 @@ impl Manager {
                 "sandbox {id} is already being paused"
             )));
         }
-        let mut frozen = match self.freeze(id, None, None, Some(0), Save::Diff).await {
+        let mut frozen = match self.freeze(id, None, None, Some(0), Save::Diff, None).await {
             Ok(f) => f,
             Err(e) => {
                 // freeze resumed the guest: it runs on as before.
@@ -101,6 +101,22 @@ impl Manager {
                 return Err(e);
             }
         };
+        self.park(&live, &row, &snap, reason, pause_ms).await
+    }
+
+    /// Stop sandbox `id`'s QEMU and leave it paused at `snap`: its
+    /// network torn down but recorded for the resume, its timeout's
+    /// remaining time kept. A pause parks it at the snapshot it just took;
+    /// a rewind (crate::checkpoint::rewind) at the checkpoint it goes to.
+    pub async fn park(
+        &self,
+        live: &crate::manager::Live,
+        row: &crate::db::SandboxRow,
+        snap: &forkvm_api::Snapshot,
+        reason: &str,
+        pause_ms: f64,
+    ) -> Result<Sandbox, EngineError> {
+        let id = row.id.as_str();
         if live.set_phase(Phase::Removing) != Phase::Running {
             // A removal got there first; it takes the sandbox, and this
             // snapshot goes with it (its source is this sandbox).
@@ -108,7 +124,7 @@ impl Manager {
                 "sandbox {id} is being removed"
             )));
         }
-        self.kill_live(&live).await?;
+        self.kill_live(live).await?;
         // Read again: an egress change may have been recorded since `row`
         // (one cannot start once the pause has begun).
         let network = match self.db.get(id) {

@@ -35,7 +35,7 @@ impl Manager {
         let mut v = vec![top.clone()];
         while let Some(p) = v.last().and_then(|s| s.manifest.parent.clone()) {
             let s = self.store.open_snapshot(&p.id).map_err(store_err)?;
-            if s.digest != p.manifest_sha256 {
+            if !s.answers_to(&p.manifest_sha256) {
                 return Err(store_err(forkvm_store::StoreError::Corrupt {
                     id: v.last().map(|s| s.manifest.id.clone()).unwrap_or_default(),
                     why: format!("its parent {} changed after it was taken", p.id),

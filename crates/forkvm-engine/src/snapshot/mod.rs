@@ -141,7 +141,7 @@ impl Manager {
     ) -> Result<forkvm_api::Snapshot, EngineError> {
         let r = async {
             self.check_disk(&format!("snapshot of sandbox {id}"))?;
-            let f = self.freeze(id, tag, template_key, None, how).await?;
+            let f = self.freeze(id, tag, template_key, None, how, None).await?;
             self.publish_frozen(f).await
         }
         .await;

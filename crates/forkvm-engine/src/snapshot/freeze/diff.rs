@@ -127,11 +127,7 @@ pub fn capture(
             },
             base: c.base.path(forkvm_store::MEMORY),
             base_state: c.base.path(forkvm_store::DEVICE_STATE),
-            links: c
-                .links
-                .iter()
-                .map(|l| l.path(forkvm_store::MEMORY_DIFF))
-                .collect(),
+            links: c.links.iter().map(|l| l.memory_diff_path()).collect(),
         }),
         _ => None,
     }

@@ -76,6 +76,7 @@ impl Manager {
         template_key: Option<String>,
         pool_size: Option<u32>,
         how: Save,
+        onto: Option<String>,
     ) -> Result<Frozen, EngineError> {
         self.check_tag(tag.as_deref())?;
         let (live, row) = self.freeze_source(id)?;
@@ -90,7 +91,7 @@ impl Manager {
         // and the host directories at the instant saved (crate::volumes).
         // They resume when `vols` is dropped, on every path out of here.
         let vols = self.hold_volumes(id).await?;
-        let mut plan = self.plan_freeze(&live, &row, how)?;
+        let mut plan = self.plan_freeze(&live, &row, how, onto)?;
         // The previous freeze's stream must end first (a job holds the top
         // node, and the chain this freeze sees is then one layer deep), and
         // the next one waits for this freeze to end.
@@ -109,7 +110,8 @@ impl Manager {
         self.save_volumes(id, vols.as_ref(), &staging, hold).await?;
         let manifest = self.build_manifest(id, tag.clone(), &row, &live, &plan, vols.as_ref())?;
         let diff = steps::pending_diff(id, &mut plan, captured).await;
-        let srow = steps::snapshot_row(id, tag, &row, &manifest, template_key, pool_size);
+        let parent = manifest.parent.as_ref().map(|p| p.id.clone());
+        let srow = steps::snapshot_row(id, tag, &row, parent, &manifest, template_key, pool_size);
         let info = crate::db::SnapshotInfo {
             pause_ms: Some(timings.pause_ms),
             ..Default::default()

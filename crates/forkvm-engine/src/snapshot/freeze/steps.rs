@@ -33,6 +33,13 @@ pub(super) struct Plan {
     live_mode: bool,
     /// The chain a clone's RAM maps; `None` for a sandbox that booted.
     chain: Option<Chain>,
+    /// The snapshot the new one builds on: the one the sandbox started
+    /// from, or (a checkpoint) the sandbox's previous checkpoint.
+    parent: Option<String>,
+    /// The chain the new snapshot's pages are reduced against: the
+    /// parent's. A checkpoint's parent is above `chain`, so the pages the
+    /// links between them store are compared too ([`Plan::between`]).
+    parent_chain: Option<Chain>,
     /// Devices only in the stream, the clone's pages read by the daemon.
     diff_mode: bool,
     /// The sandbox's RAM file is copied into the snapshot (`memory.img`).
@@ -85,6 +92,26 @@ impl Layer {
 }
 
 impl Plan {
+    /// The pages to compare with the parent: those the clone wrote, and
+    /// (a checkpoint) those the links between the chain it maps and its
+    /// parent store. A page can leave the clone's private set (a page the
+    /// guest discarded reads from the mapped file again) while a checkpoint
+    /// above still holds another content for it.
+    fn between(&self, mut written: Vec<u64>) -> Vec<u64> {
+        let (Some(mine), Some(theirs)) = (&self.chain, &self.parent_chain) else {
+            return written;
+        };
+        for l in &theirs.links[mine.links.len().min(theirs.links.len())..] {
+            match forkvm_store::memdiff::MemDiff::open(&l.memory_diff_path()) {
+                Ok(d) => written.extend(d.pages),
+                Err(_) => return written,
+            }
+        }
+        written.sort_unstable();
+        written.dedup();
+        written
+    }
+
     /// The file QEMU writes a stopped save's device state to.
     fn state_file(&self) -> PathBuf {
         self.paths.dir.join(format!("{}.state", self.snap_id))
@@ -122,6 +149,7 @@ impl Manager {
         live: &Live,
         row: &SandboxRow,
         how: Save,
+        onto: Option<String>,
     ) -> Result<Plan, EngineError> {
         let snap_id = self.new_id("sn");
         let live_mode = how == Save::Live;
@@ -144,10 +172,27 @@ impl Manager {
             None => None,
         };
         let live_tmp = live_mode.then(|| live::tmp_path(&paths, &snap_id));
+        // A checkpoint builds on the previous one, which must be a link
+        // above the chain the clone maps (crate::checkpoint).
+        let (parent, parent_chain) = match onto {
+            Some(p) if chain.is_some() && live_mode => {
+                let s = self.store.open_snapshot(&p).map_err(store_err)?;
+                let pc = self.chain(&s)?;
+                (Some(p), Some(pc))
+            }
+            Some(p) => {
+                return Err(EngineError::internal(format!(
+                    "a snapshot onto {p} needs a live save of a clone"
+                )))
+            }
+            None => (row.snapshot.clone(), chain.clone()),
+        };
         Ok(Plan {
             snap_id,
             live_mode,
             chain,
+            parent,
+            parent_chain,
             diff_mode,
             shared,
             paths,
@@ -544,7 +589,7 @@ impl Manager {
         plan: &Plan,
         vols: Option<&VolumeHold>,
     ) -> Result<Manifest, EngineError> {
-        let parent = match &row.snapshot {
+        let parent = match &plan.parent {
             Some(p) => {
                 let ps = self.store.open_snapshot(p).map_err(store_err)?;
                 Some(forkvm_store::ParentRef {
@@ -571,6 +616,7 @@ impl Manager {
             ram_format: plan.live_mode.then(|| "mapped-ram".to_string()),
             state_format: plan.diff_mode.then(|| DEVICES_ONLY.to_string()),
             volumes: vols.map(|h| h.manifest_entries()),
+            supersedes: Vec::new(),
         })
     }
 }
@@ -610,11 +656,12 @@ pub(super) async fn pending_diff(
     // the source; their contents come from the saved file.
     let captured = match (captured, plan.mapping) {
         (None, Some(m)) if plan.live_mode => {
-            Some(diff::Pending::Live(live::written_pages(id, m).await))
+            let written = live::written_pages(id, m).await;
+            Some(diff::Pending::Live(written.map(|w| plan.between(w))))
         }
         (c, _) => c.map(diff::Pending::Read),
     };
-    diff::capture(plan.chain.take(), captured, plan.ram_bytes)
+    diff::capture(plan.parent_chain.take(), captured, plan.ram_bytes)
 }
 
 /// The snapshot's database row.
@@ -622,6 +669,7 @@ pub(super) fn snapshot_row(
     id: &str,
     tag: Option<String>,
     row: &SandboxRow,
+    parent: Option<String>,
     manifest: &Manifest,
     template_key: Option<String>,
     pool_size: Option<u32>,
@@ -629,7 +677,7 @@ pub(super) fn snapshot_row(
     SnapshotRow {
         id: manifest.id.clone(),
         tag,
-        parent: row.snapshot.clone(),
+        parent,
         source: id.to_string(),
         image: row.image.clone(),
         memory_mib: row.memory_mib,

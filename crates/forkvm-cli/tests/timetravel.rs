@@ -1,0 +1,237 @@
+//! End-to-end tests of time travel: checkpoints with retention, the
+//! timeline, and rewind, against a real daemon and real microVMs. Run with
+//! `make test`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// A Python process holding 32 MiB. `/tmp/go` holding N rewrites an 8 MiB
+/// region chosen by N with bytes drawn from N; `/tmp/req` asks it for its
+/// step and the hash of all it holds, now (answered in `/tmp/ans`).
+const HOLDER: &str = r#"
+import hashlib, os, random, time
+buf = bytearray(32 << 20)
+step = 0
+def answer(path):
+    open(path + '.tmp', 'w').write(f"{step} {hashlib.sha256(buf).hexdigest()}")
+    os.rename(path + '.tmp', path)
+while True:
+    if os.path.exists('/tmp/go'):
+        n = int(open('/tmp/go').read())
+        os.remove('/tmp/go')
+        off = (n * (4 << 20)) % (len(buf) - (8 << 20))
+        buf[off:off + (8 << 20)] = random.Random(n).randbytes(8 << 20)
+        step = n
+        answer('/tmp/done')
+    if os.path.exists('/tmp/req'):
+        os.remove('/tmp/req')
+        answer('/tmp/ans')
+    time.sleep(0.05)
+"#;
+
+/// What the holder holds now: its step and the hash of its memory.
+fn memory(d: &Daemon, id: &str) -> String {
+    sh(d, id, "rm -f /tmp/ans; touch /tmp/req");
+    let mut seen = String::new();
+    assert!(
+        wait_until(Duration::from_secs(120), || {
+            seen = try_sh(d, id, "cat /tmp/ans 2>/dev/null");
+            !seen.is_empty()
+        }),
+        "the holder in {id} did not answer: {}",
+        try_sh(d, id, "ps -eo pid,stat,args; ls -l /tmp")
+    );
+    seen
+}
+
+/// The work tree: every file's name and hash.
+fn disk(d: &Daemon, id: &str) -> String {
+    sh(d, id, "cd /root/work && sha256sum $(ls | sort)")
+}
+
+/// One step of the agent: files written, appended and deleted, memory
+/// changed; then the checkpoint.
+struct Step {
+    cp: String,
+    memory: String,
+    disk: String,
+}
+
+fn step(d: &Daemon, id: &str, n: u32, tag: Option<&str>) -> (Step, serde_json::Value) {
+    sh(
+        d,
+        id,
+        &format!(
+            "mkdir -p /root/work && echo step {n} > /root/work/step-{n}.txt && \
+             echo {n} >> /root/work/log && rm -f /root/work/step-{}.txt && \
+             chmod 0{} /root/work/log && printf {n} > /tmp/go",
+            n.saturating_sub(2),
+            if n % 2 == 0 { 600 } else { 644 }
+        ),
+    );
+    let mut done = String::new();
+    assert!(wait_until(Duration::from_secs(120), || {
+        done = try_sh(d, id, "cat /tmp/done 2>/dev/null");
+        done.starts_with(&format!("{n} "))
+    }));
+    let disk = disk(d, id);
+    let mut args = vec!["checkpoint", id];
+    if let Some(t) = tag {
+        args.extend(["--tag", t]);
+    }
+    let v = d.json(&args);
+    assert_eq!(v["seq"], n, "{v}");
+    let s = Step {
+        cp: v["id"].as_str().unwrap().to_string(),
+        memory: done,
+        disk,
+    };
+    (s, v)
+}
+
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn checkpoints_retention_and_rewind() {
+    let d = shared();
+    let sb = d.spawn();
+    let id = sb.id.clone();
+    let started_from = d.json(&["inspect", &id])["snapshot"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    d.ok(&["timeout", &id, "900"]);
+    start_python(d, &id, "/tmp/holder.py", "/dev/null", HOLDER);
+    // Bad input is refused and changes nothing.
+    for bad in [
+        vec!["checkpoint", &id, "--keep-last", "0", "--policy-only"],
+        vec!["checkpoint", "sb-nosuch"],
+        vec!["rewind", &id, "sn-nosuch"],
+    ] {
+        let o = d.run(&bad);
+        assert!(!o.status.success(), "{bad:?} was accepted");
+    }
+    d.ok(&[
+        "checkpoint",
+        &id,
+        "--keep-last",
+        "2",
+        "--keep-every",
+        "3",
+        "--policy-only",
+    ]);
+
+    let mut steps = Vec::new();
+    for n in 1..=6 {
+        let tag = (n == 2).then_some("tt-two");
+        let (s, v) = step(d, &id, n, tag);
+        let pause = v["pause_ms"].as_f64().unwrap();
+        assert!(pause > 0.0, "{v}");
+        eprintln!(
+            "step {n}: checkpoint {} paused {pause:.1} ms, {} bytes",
+            s.cp, v["bytes"]
+        );
+        steps.push(s);
+    }
+    // A tag names one snapshot only.
+    assert!(!d
+        .run(&["checkpoint", &id, "--tag", "tt-two"])
+        .status
+        .success());
+
+    // Retention: the last 2 (5, 6), every 3rd (3, 6) and the tagged (2).
+    let t = d.json(&["timeline", &id]);
+    let seqs: Vec<u64> = t["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        [2, 3, 5, 6],
+        "{t}\n{}",
+        d.log()
+            .lines()
+            .filter(|l| l.contains("checkpoint") || l.contains("retention"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let cp = |n: usize| steps[n - 1].cp.clone();
+    // 1 and 4 were spliced out: each kept checkpoint builds on the kept one
+    // before it, the first on what the sandbox started from.
+    let parents: Vec<String> = t["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["parent"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(parents, [started_from.clone(), cp(2), cp(3), cp(5)], "{t}");
+    for gone in [cp(1), cp(4)] {
+        assert!(!d.run(&["snapshot", "inspect", &gone]).status.success());
+    }
+    // Each checkpoint stores what changed since the one before: an 8 MiB
+    // region (and the guest's own churn), not the 24 MiB and more the
+    // holder changed since the sandbox started.
+    let inspect = |s: &str| d.json(&["snapshot", "inspect", s]);
+    let diff_of = |s: &str| inspect(s)["sizes"]["memory_diff_bytes"].as_u64().unwrap();
+    // A snapshot of the same instant stores what changed since the
+    // sandbox started, over the snapshot it started from.
+    let whole = d.json(&["snapshot", &id])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (one, all) = (diff_of(&cp(6)), diff_of(&whole));
+    eprintln!(
+        "the last checkpoint stores {:.1} MiB of memory, a snapshot of the same state {:.1} MiB; \
+         the one with cp 4 spliced in {:.1} MiB",
+        one as f64 / 1048576.0,
+        all as f64 / 1048576.0,
+        diff_of(&cp(5)) as f64 / 1048576.0
+    );
+    assert!(one * 2 < all, "{}\n{}", inspect(&cp(6)), inspect(&whole));
+    d.ok(&["snapshot", "rm", &whole]);
+
+    // Every kept checkpoint still restores exactly, spliced ones included.
+    for n in [2usize, 3, 5, 6] {
+        let b = d.json(&["spawn", "--snapshot", &cp(n), "--count", "1"]);
+        let kid = b["sandboxes"][0]["id"].as_str().unwrap().to_string();
+        let _g = Sandbox { d, id: kid.clone() };
+        assert_eq!(memory(d, &kid), steps[n - 1].memory, "checkpoint {n}");
+        assert_eq!(disk(d, &kid), steps[n - 1].disk, "checkpoint {n}");
+    }
+
+    // Rewind to step 3, keeping the present.
+    let before = d.json(&["inspect", &id]);
+    let r = d.json(&["rewind", &id, &cp(3), "--checkpoint-first"]);
+    assert_eq!(r["to"], cp(3).as_str(), "{r}");
+    let undo = r["undo"]["id"].as_str().unwrap().to_string();
+    let after = d.json(&["inspect", &id]);
+    assert_eq!(after["state"], "running");
+    assert_eq!(
+        after["network"], before["network"],
+        "the network identity changed"
+    );
+    assert_eq!(after["metadata"], before["metadata"]);
+    assert_eq!(after["lifetime"]["timeout"], 900, "{after}");
+    assert_eq!(memory(d, &id), steps[2].memory);
+    assert_eq!(disk(d, &id), steps[2].disk);
+    // The next checkpoint builds on what it runs from now.
+    let c7 = d.json(&["checkpoint", &id]);
+    assert_eq!(c7["parent"], cp(3).as_str(), "{c7}");
+
+    // The rewind is undone by rewinding to the checkpoint it took first.
+    d.json(&["rewind", &id, &undo]);
+    assert_eq!(memory(d, &id), steps[5].memory);
+    assert_eq!(disk(d, &id), steps[5].disk);
+
+    // A snapshot of another sandbox is not a point to rewind to.
+    let other = d.spawn();
+    let theirs = d.json(&["snapshot", &other.id]);
+    let o = d.run(&["rewind", &id, theirs["id"].as_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("lineage"), "{}", stderr(&o));
+    assert_eq!(d.json(&["inspect", &id])["state"], "running");
+}
