@@ -31,3 +31,23 @@ impl Client {
         self.json(Method::POST, &path, Some(req)).await
     }
 }
+
+impl Client {
+    pub async fn diff(
+        &self,
+        a: &str,
+        req: &crate::DiffRequest,
+    ) -> Result<crate::Diff, ClientError> {
+        let path = format!("/v1/diff/{}", enc(a));
+        self.json(Method::POST, &path, Some(req)).await
+    }
+
+    pub async fn merge(
+        &self,
+        child: &str,
+        req: &crate::MergeRequest,
+    ) -> Result<crate::Merged, ClientError> {
+        let path = format!("/v1/sandboxes/{}/merge", enc(child));
+        self.json(Method::POST, &path, Some(req)).await
+    }
+}

@@ -9,6 +9,7 @@
 //!   operations, watches and archives in a sandbox;
 //! * [`volumes`]: host directories and named volumes in sandboxes;
 //! * [`timeline`]: checkpoints, timelines and rewind;
+//! * [`treediff`]: filesystem diff and merge;
 //! * [`transfer`]: snapshot push and pull to OCI registries;
 //! * [`events`]: the event stream (`GET /v1/events`, Server-Sent Events);
 //! * [`cluster`]: what a cluster gateway adds (`GET /v1/cluster`);
@@ -41,6 +42,7 @@ pub mod processes;
 pub mod routes;
 pub mod timeline;
 pub mod transfer;
+pub mod treediff;
 pub mod types;
 pub mod volumes;
 
@@ -55,6 +57,7 @@ pub use lifecycle::*;
 pub use processes::*;
 pub use timeline::*;
 pub use transfer::*;
+pub use treediff::*;
 pub use types::*;
 pub use volumes::*;
 

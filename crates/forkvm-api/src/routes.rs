@@ -44,6 +44,8 @@ pub enum Op {
     GetTimeline,
     SetRetention,
     Rewind,
+    Diff,
+    Merge,
     Metrics,
     StartProcess,
     ListProcesses,
@@ -119,6 +121,9 @@ pub const ROUTES: &[(Op, &str, &str)] = &[
         "/v1/sandboxes/{id}/timeline/retention",
     ),
     (Op::Rewind, "POST", "/v1/sandboxes/{id}/rewind"),
+    // `{id}` is a sandbox, snapshot or checkpoint (id or tag).
+    (Op::Diff, "POST", "/v1/diff/{id}"),
+    (Op::Merge, "POST", "/v1/sandboxes/{id}/merge"),
     // Where Prometheus looks by default; behind the same auth as the API.
     (Op::Metrics, "GET", "/metrics"),
     // Background processes and PTYs; `{process}` is a pid or a tag.

@@ -4,7 +4,10 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use forkvm_api::{Checkpoint, CheckpointRequest, Client, Retention, RewindRequest, Timeline};
+use forkvm_api::{
+    ChangeKind, Checkpoint, CheckpointRequest, Client, Diff, DiffRequest, MergeRequest,
+    MergeStrategy, Retention, RewindRequest, Timeline,
+};
 
 /// The time-travel commands.
 #[derive(Subcommand)]
@@ -39,6 +42,71 @@ pub enum TimeCmd {
         #[arg(long)]
         checkpoint_first: bool,
     },
+    /// List the filesystem differences between two sandboxes, snapshots or
+    /// checkpoints: `A` added, deleted, modified (`docker diff` letters).
+    Diff {
+        a: String,
+        b: String,
+        /// Only under this absolute directory.
+        #[arg(long, value_name = "PREFIX")]
+        path: Option<String>,
+        /// Also print a unified diff of text files.
+        #[arg(long)]
+        text: bool,
+    },
+    /// Apply CHILD's filesystem changes since its branch point to TARGET
+    /// (a running sandbox), three-way; conflicts refuse it unless a
+    /// strategy settles them. Memory is not merged.
+    Merge {
+        child: String,
+        #[arg(long, value_name = "TARGET")]
+        into: String,
+        #[arg(long, value_name = "PREFIX")]
+        path: Option<String>,
+        /// Conflicts keep the target's version.
+        #[arg(long, conflicts_with_all = ["theirs", "text"])]
+        ours: bool,
+        /// Conflicts take the child's version.
+        #[arg(long, conflicts_with = "text")]
+        theirs: bool,
+        /// Conflicting text files are merged line by line.
+        #[arg(long)]
+        text: bool,
+        /// Plan and list, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+fn letter(k: ChangeKind) -> char {
+    match k {
+        ChangeKind::Added => 'A',
+        ChangeKind::Deleted => 'D',
+        ChangeKind::Modified => 'C',
+        ChangeKind::Mode => 'M',
+        ChangeKind::Type => 'T',
+    }
+}
+
+fn print_diff(d: &Diff) {
+    for c in &d.changes {
+        let side = c.b.as_ref().or(c.a.as_ref());
+        let (size, mode) = side.map_or((0, 0), |s| (s.size, s.mode));
+        println!("{} {:>10} {:04o}  {}", letter(c.change), size, mode, c.path);
+        if let Some(p) = &c.patch {
+            print!("{p}");
+        }
+    }
+    println!(
+        "{} added, {} deleted, {} modified, {} other; {} entries compared, {} files read, {:.0} ms",
+        d.stats.added,
+        d.stats.deleted,
+        d.stats.modified,
+        d.stats.other,
+        d.entries,
+        d.contents_read,
+        d.diff_ms
+    );
 }
 
 fn mib(b: u64) -> String {
@@ -111,6 +179,59 @@ pub async fn run(c: &Client, cmd: TimeCmd, json: bool) -> anyhow::Result<ExitCod
                 out(&cp)?;
             } else {
                 println!("{}", line(&cp));
+            }
+        }
+        TimeCmd::Diff { a, b, path, text } => {
+            let d = c.diff(&a, &DiffRequest { b, path, text }).await?;
+            if json {
+                out(&d)?;
+            } else {
+                print_diff(&d);
+            }
+        }
+        TimeCmd::Merge {
+            child,
+            into,
+            path,
+            ours,
+            theirs,
+            text,
+            dry_run,
+        } => {
+            let strategy = match (ours, theirs, text) {
+                (true, _, _) => Some(MergeStrategy::Ours),
+                (_, true, _) => Some(MergeStrategy::Theirs),
+                (_, _, true) => Some(MergeStrategy::Text),
+                _ => None,
+            };
+            let req = MergeRequest {
+                into,
+                path,
+                strategy,
+                dry_run,
+            };
+            let m = c.merge(&child, &req).await?;
+            if json {
+                out(&m)?;
+            } else {
+                for p in &m.applied {
+                    println!("{} {}", letter(p.change), p.path);
+                }
+                for k in &m.settled {
+                    println!("settled {}: {}", k.path, k.reason);
+                }
+                for k in &m.conflicts {
+                    println!("CONFLICT {}: {}", k.path, k.reason);
+                }
+                println!(
+                    "{} {} path(s) of {} into {} (branch point {}) in {:.0} ms",
+                    if m.dry_run { "would merge" } else { "merged" },
+                    m.applied.len(),
+                    m.child,
+                    m.into,
+                    m.base,
+                    m.merge_ms
+                );
             }
         }
         TimeCmd::Timeline { id } => {

@@ -235,3 +235,188 @@ fn checkpoints_retention_and_rewind() {
     assert!(stderr(&o).contains("lineage"), "{}", stderr(&o));
     assert_eq!(d.json(&["inspect", &id])["state"], "running");
 }
+
+/// The tree of the repository this test is built from (its tracked files
+/// under crates/ and docs/), as a tar.
+fn repository_tar() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::env::temp_dir().join(format!("forkvm-repo-{}.tar", std::process::id()));
+    let st = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["archive", "--format=tar", "-o"])
+        .arg(&out)
+        .args(["HEAD", "crates", "docs"])
+        .status()
+        .expect("git is needed to pack the repository tree (scripts/setup.sh installs it)");
+    assert!(st.success(), "git archive failed");
+    out
+}
+
+fn changes(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["change"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "boots microVMs: run with `make test`"]
+fn diff_and_merge_on_a_repository_tree() {
+    let d = shared();
+    let src = d.spawn();
+    let tar = repository_tar();
+    d.ok(&["fs", "upload", &src.id, "/root/repo", tar.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&tar);
+    sh(
+        d,
+        &src.id,
+        "cd /root/repo && ln -s crates/forkvm-api api-link && mkdir -p olddir/sub && \
+         echo old > olddir/sub/f && find . -type f | wc -l > /root/files",
+    );
+    let b = d.json(&["branch", &src.id, "--count", "3"]);
+    let point = b["snapshot"]["id"].as_str().unwrap().to_string();
+    let kids = ids(&b["children"]);
+    let _guards: Vec<Sandbox> = kids.iter().map(|k| Sandbox { d, id: k.clone() }).collect();
+    let (win, clash) = (&kids[0], &kids[1]);
+    // The winner edits, adds, deletes, chmods, re-points a symlink and
+    // deletes a directory.
+    sh(
+        d,
+        win,
+        "cd /root/repo && echo '// merged from the winner' >> crates/forkvm-api/src/lib.rs && \
+         mkdir -p newdir/deep && echo new > newdir/deep/n.txt && echo top > added.txt && \
+         rm docs/gc.md && chmod 0755 docs/cli.md && ln -sfn crates/forkvm-store api-link && \
+         rm -rf olddir && ln -s added.txt added-link",
+    );
+    // The other edits the same file at its top.
+    sh(
+        d,
+        clash,
+        "cd /root/repo && sed -i '1i // first line from the other child' crates/forkvm-api/src/lib.rs",
+    );
+
+    let v = d.json(&["diff", &src.id, win, "--path", "/root/repo", "--text"]);
+    eprintln!(
+        "diff of {} entries: {} ms, {} files read",
+        v["entries"], v["diff_ms"], v["contents_read"]
+    );
+    let got = changes(&v);
+    let expect = [
+        ("added", "/root/repo/added-link"),
+        ("added", "/root/repo/added.txt"),
+        ("modified", "/root/repo/api-link"),
+        ("mode", "/root/repo/docs/cli.md"),
+        ("deleted", "/root/repo/docs/gc.md"),
+        ("modified", "/root/repo/crates/forkvm-api/src/lib.rs"),
+        ("added", "/root/repo/newdir"),
+        ("added", "/root/repo/newdir/deep"),
+        ("added", "/root/repo/newdir/deep/n.txt"),
+        ("deleted", "/root/repo/olddir"),
+        ("deleted", "/root/repo/olddir/sub"),
+        ("deleted", "/root/repo/olddir/sub/f"),
+    ];
+    for (k, p) in expect {
+        assert!(
+            got.contains(&(k.to_string(), p.to_string())),
+            "{k} {p} missing from {got:?}"
+        );
+    }
+    // Directories whose entries changed are not changes themselves.
+    assert_eq!(got.len(), expect.len(), "{got:?}");
+    let lib = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == "/root/repo/crates/forkvm-api/src/lib.rs")
+        .unwrap();
+    assert!(
+        lib["patch"]
+            .as_str()
+            .unwrap()
+            .contains("+// merged from the winner"),
+        "{lib}"
+    );
+    // The branch point (a snapshot, read through a clone) differs from the
+    // winner the same way.
+    let v2 = d.json(&["diff", &point, win, "--path", "/root/repo"]);
+    assert_eq!(changes(&v2), got);
+    // Bad input.
+    assert!(!d
+        .run(&["diff", &src.id, win, "--path", "rel"])
+        .status
+        .success());
+    assert!(!d.run(&["diff", &src.id, "sb-nosuch"]).status.success());
+
+    // The winner merges into the source: exact bytes, modes, links.
+    let m = d.json(&["merge", win, "--into", &src.id, "--path", "/root/repo"]);
+    eprintln!(
+        "merge of {} paths: {} ms",
+        m["applied"].as_array().unwrap().len(),
+        m["merge_ms"]
+    );
+    assert_eq!(m["base"], point.as_str());
+    let after = d.json(&["diff", &src.id, win, "--path", "/root/repo"]);
+    assert!(changes(&after).is_empty(), "{after}");
+    let sums = "cd /root/repo && sha256sum crates/forkvm-api/src/lib.rs newdir/deep/n.txt && \
+                stat -c '%a %N' docs/cli.md api-link added-link && ls olddir docs/gc.md 2>&1 | wc -l";
+    assert_eq!(sh(d, &src.id, sums), sh(d, win, sums));
+
+    // The other child conflicts on lib.rs: refused, nothing changed.
+    let before = sh(
+        d,
+        &src.id,
+        "sha256sum /root/repo/crates/forkvm-api/src/lib.rs",
+    );
+    let o = d.run(&["merge", clash, "--into", &src.id, "--path", "/root/repo"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("lib.rs"), "{}", stderr(&o));
+    assert_eq!(
+        sh(
+            d,
+            &src.id,
+            "sha256sum /root/repo/crates/forkvm-api/src/lib.rs"
+        ),
+        before
+    );
+    let dry = d.json(&[
+        "merge",
+        clash,
+        "--into",
+        &src.id,
+        "--path",
+        "/root/repo",
+        "--dry-run",
+    ]);
+    assert_eq!(
+        dry["conflicts"][0]["path"], "/root/repo/crates/forkvm-api/src/lib.rs",
+        "{dry}"
+    );
+    // The child's deletions of what the source now has are not its changes:
+    // only lib.rs conflicts. A line merge settles it, keeping both edits.
+    let m = d.json(&[
+        "merge",
+        clash,
+        "--into",
+        &src.id,
+        "--path",
+        "/root/repo",
+        "--text",
+    ]);
+    assert_eq!(m["settled"].as_array().unwrap().len(), 1, "{m}");
+    let lib = sh(d, &src.id, "cat /root/repo/crates/forkvm-api/src/lib.rs");
+    assert!(
+        lib.starts_with("// first line from the other child\n"),
+        "{lib}"
+    );
+    assert!(lib.ends_with("// merged from the winner\n"), "{lib}");
+    // Merging into itself, or from a sandbox without a branch point.
+    assert!(!d.run(&["merge", win, "--into", win]).status.success());
+}

@@ -60,6 +60,7 @@ pub fn route(op: Op) -> Route {
         | Op::GetTimeline
         | Op::SetRetention
         | Op::Rewind
+        | Op::Merge
         | Op::StartProcess
         | Op::ListProcesses
         | Op::AttachProcess
@@ -85,7 +86,9 @@ pub fn route(op: Op) -> Route {
         | Op::FlattenSnapshot
         | Op::PinSnapshot
         | Op::UnpinSnapshot
-        | Op::PushSnapshot => Snapshot,
+        | Op::PushSnapshot
+        // Either side names its node; both must be on it.
+        | Op::Diff => Snapshot,
         Op::DeleteSnapshot => SnapshotEverywhere,
         // Each node collects its own branch points; a named volume is a
         // directory on each node (not shared storage), made or removed on

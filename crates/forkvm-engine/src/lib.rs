@@ -52,6 +52,7 @@ pub mod snapshot;
 pub mod spawn;
 pub mod teardown;
 pub mod template;
+pub mod treediff;
 pub mod usage;
 pub mod user_files;
 pub mod util;

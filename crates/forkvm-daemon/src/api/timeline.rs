@@ -1,11 +1,12 @@
-//! The REST handlers of time travel: checkpoints, timelines, retention and
-//! rewind. Each parses its request and calls one typed action of the
+//! The REST handlers of time travel: checkpoints, timelines, retention,
+//! rewind, diff and merge. Each parses its request and calls one typed action of the
 //! [`Engine`](crate::actions::Engine) (see the parent module).
 
 use axum::extract::{Path, State};
 use axum::Json;
 use forkvm_api::{
-    Checkpoint, CheckpointRequest, ErrorBody, Retention, RewindRequest, Rewound, Timeline,
+    Checkpoint, CheckpointRequest, Diff, DiffRequest, ErrorBody, MergeRequest, Merged, Retention,
+    RewindRequest, Rewound, Timeline,
 };
 
 use crate::actions::Engine;
@@ -92,6 +93,57 @@ pub async fn rewind(
     tokio::spawn(async move { m.rewind(&id, req).await })
         .await
         .map_err(|e| ApiError::internal(format!("rewind task failed: {e}")))?
+        .map(Json)
+        .map_err(ApiError::from)
+}
+
+/// The filesystem differences between `{id}` and `b` (sandboxes, snapshots
+/// or checkpoints): added, deleted, modified paths with kinds, sizes and
+/// modes, and with `text` a unified diff of text files. Read through the
+/// guests; a snapshot is read through a temporary clone.
+#[utoipa::path(post, path = "/v1/diff/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "a sandbox, snapshot or checkpoint (id or tag)")),
+    request_body = DiffRequest,
+    responses((status = 200, body = Diff),
+        (status = 400, body = ErrorBody, description = "a relative path"),
+        (status = 404, body = ErrorBody, description = "no such sandbox or snapshot"),
+        (status = 409, body = ErrorBody, description = "a side cannot be read (starting, failed, paused without memory)"),
+        (status = 502, body = ErrorBody, description = "a guest did not answer"),
+        (status = 503, body = ErrorBody, description = "`capacity_exceeded`: no room for a snapshot's reader")))]
+pub async fn diff(
+    State(m): State<Engine>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<DiffRequest>,
+) -> Result<Json<Diff>, ApiError> {
+    // On its own task: its temporary readers are removed even if the
+    // client goes away.
+    tokio::spawn(async move { m.diff(&id, req).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("diff task failed: {e}")))?
+        .map(Json)
+        .map_err(ApiError::from)
+}
+
+/// Apply sandbox `{id}`'s filesystem changes since its branch point to the
+/// running sandbox `into`, three-way against that branch point. Paths both
+/// changed differently are conflicts: listed, and nothing is applied
+/// unless a strategy settles them. All or nothing. Memory is not merged.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/merge", tag = "sandboxes",
+    params(("id" = String, Path, description = "the child sandbox")),
+    request_body = MergeRequest,
+    responses((status = 200, body = Merged),
+        (status = 400, body = ErrorBody, description = "no branch point, a relative path, or into itself"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "conflicts (listed; nothing changed), or the target is not running"),
+        (status = 502, body = ErrorBody, description = "a guest failed; the merge was undone")))]
+pub async fn merge(
+    State(m): State<Engine>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<MergeRequest>,
+) -> Result<Json<Merged>, ApiError> {
+    tokio::spawn(async move { m.merge(&id, req).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("merge task failed: {e}")))?
         .map(Json)
         .map_err(ApiError::from)
 }

@@ -1,7 +1,11 @@
 //! Actions of time travel: checkpoints, a sandbox's timeline and its
-//! retention, and rewind (crate::checkpoint, docs/timetravel.md).
+//! retention, rewind (crate::checkpoint), and filesystem diff and merge
+//! (crate::treediff); docs/timetravel.md.
 
-use forkvm_api::{Checkpoint, Retention, RewindRequest, Rewound, Timeline};
+use forkvm_api::{
+    Checkpoint, Diff, DiffRequest, MergeRequest, Merged, Retention, RewindRequest, Rewound,
+    Timeline,
+};
 
 use super::Engine;
 use crate::error::EngineError;
@@ -32,5 +36,17 @@ impl Engine {
     /// as the same sandbox (optionally checkpointing the present first).
     pub async fn rewind(&self, id: &str, req: RewindRequest) -> Result<Rewound, EngineError> {
         self.m.rewind(id, req).await
+    }
+
+    /// The filesystem differences between two sandboxes, snapshots or
+    /// checkpoints (read through their guests).
+    pub async fn diff(&self, a: &str, req: DiffRequest) -> Result<Diff, EngineError> {
+        self.m.diff(a, req).await
+    }
+
+    /// Apply a child's filesystem changes since its branch point to a
+    /// running sandbox, three-way; all or nothing.
+    pub async fn merge(&self, child: &str, req: MergeRequest) -> Result<Merged, EngineError> {
+        self.m.merge(child, req).await
     }
 }

@@ -121,6 +121,8 @@ impl Db {
              ON CONFLICT(sandbox) DO UPDATE SET head=?2",
             params![sandbox, head],
         )?;
+        // Clients that show the timeline re-read it on this notice.
+        self.sandbox_changed(sandbox, Action::Updated);
         Ok(())
     }
 

@@ -49,6 +49,8 @@ pub struct Manager {
     pub events: crate::events::bus::Bus,
     /// Sandboxes suspended by disk pressure (crate::pressure).
     pub suspended: crate::pressure::suspended::Suspended,
+    /// Trees of snapshots read by diffs and merges (crate::treediff).
+    pub trees: crate::treediff::cache::TreeCache,
 }
 
 impl Manager {
@@ -85,6 +87,7 @@ impl Manager {
             heads: Default::default(),
             events: Default::default(),
             suspended: Default::default(),
+            trees: Default::default(),
         })
     }
 
