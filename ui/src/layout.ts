@@ -20,6 +20,10 @@ import { hierarchy, tree as tidyTree, type HierarchyPointNode } from 'd3-hierarc
 import type { VisibleNode } from './tree-model'
 
 export const NODE_W = 200
+/** A timeline row is wider: it holds a row of step markers (and has no children). */
+export const TIMELINE_W = 440
+
+export const nodeWidth = (n: VisibleNode['node']) => (n.type === 'timeline' ? TIMELINE_W : NODE_W)
 export const NODE_H = 46
 /** Between a parent's column and its children's (tidy). */
 const RANK_GAP = 36
@@ -65,13 +69,13 @@ export function layoutTree(rows: VisibleNode[], mode: LayoutMode): Layout {
 function layoutOutline(rows: VisibleNode[]): Layout {
   const nodes = new Map<string, Placed>()
   const edges: EdgePath[] = []
-  let maxLevel = 1
+  let right = MARGIN + NODE_W
   rows.forEach((r, i) => {
     const key = r.node.key
     const x = MARGIN + (r.level - 1) * INDENT
     const y = MARGIN + i * (NODE_H + ROW_GAP)
     nodes.set(key, { key, x, y })
-    maxLevel = Math.max(maxLevel, r.level)
+    right = Math.max(right, x + nodeWidth(r.node))
     // Rows come parent first, so the parent is placed already.
     const p = r.node.parent ? nodes.get(r.node.parent) : undefined
     if (p) {
@@ -80,7 +84,7 @@ function layoutOutline(rows: VisibleNode[]): Layout {
     }
   })
   return {
-    width: 2 * MARGIN + (maxLevel - 1) * INDENT + NODE_W,
+    width: right + MARGIN,
     height: 2 * MARGIN + Math.max(1, rows.length) * (NODE_H + ROW_GAP) - ROW_GAP,
     nodes,
     edges,
@@ -106,12 +110,15 @@ function layoutTidy(rows: VisibleNode[]): Layout {
 
   let minX = Infinity
   let maxX = -Infinity
-  let maxDepth = 0
+  // The right edge of the widest-reaching box (a timeline row is wider
+  // than its column).
+  let right = 0
+  const widthOf = new Map(rows.map((r) => [r.node.key, nodeWidth(r.node)]))
   laid.each((n) => {
     if (!n.data.key) return
     minX = Math.min(minX, n.x)
     maxX = Math.max(maxX, n.x)
-    maxDepth = Math.max(maxDepth, n.depth)
+    right = Math.max(right, (n.depth - 1) * (NODE_W + RANK_GAP) + (widthOf.get(n.data.key) ?? NODE_W))
   })
   // d3's x runs across (here: down), its depth along (here: right); the
   // hidden root is depth 0, so real nodes start at depth 1.
@@ -137,7 +144,7 @@ function layoutTidy(rows: VisibleNode[]): Layout {
   })
   const empty = rows.length === 0
   return {
-    width: empty ? NODE_W + 2 * MARGIN : 2 * MARGIN + maxDepth * (NODE_W + RANK_GAP) - RANK_GAP,
+    width: empty ? NODE_W + 2 * MARGIN : 2 * MARGIN + right,
     height: empty ? NODE_H + 2 * MARGIN : 2 * MARGIN + maxX - minX + NODE_H,
     nodes,
     edges,

@@ -1,0 +1,81 @@
+// The inside of a timeline row of the tree: a line saying how many steps the
+// sandbox's timeline has, what they store and what it keeps, then a chain of
+// step markers, oldest left, the head filled. Only the newest SHOWN steps are
+// drawn; older ones fold into a "+N older" marker (the details panel lists
+// them all), except the head, which is always drawn, so a tree with fifty
+// checkpoints still takes one row per sandbox.
+//
+// The markers are not focusable (the row is one tree item); a click selects
+// a step, and the details panel then offers its actions to the keyboard too.
+import { bytes, ms } from './format'
+import type { Store } from './store'
+import { retentionText, stepName, stepsOf, type Step } from './timeline-model'
+
+export const SHOWN = 10
+
+interface Props {
+  store: Store
+  sandbox: string
+  selected: string | null
+  onPick: (key: string) => void
+}
+
+function stepTitle(s: Step): string {
+  return [
+    `step ${s.seq ?? '(new)'}`,
+    s.tag ? `tag ${s.tag}` : null,
+    s.bytes != null ? `stores ${bytes(s.bytes)}` : null,
+    s.pause_ms != null ? `paused ${ms(s.pause_ms)}` : null,
+    s.head ? 'head: the next checkpoint builds on it' : null,
+    s.id,
+  ]
+    .filter(Boolean)
+    .join(' · ')
+}
+
+export function TimelineStrip({ store, sandbox, selected, onPick }: Props) {
+  const t = stepsOf(store, sandbox)
+  const n = t.steps.length
+  const newest = t.steps.slice(Math.max(0, n - SHOWN))
+  const older = t.steps.slice(0, Math.max(0, n - SHOWN))
+  const oldHead = older.find((s) => s.head)
+  const marker = (s: Step) => (
+    <span
+      key={s.id}
+      class={`step${s.head ? ' head' : ''}${s.tag ? ' tagged' : ''}${s.id === selected ? ' picked' : ''}`}
+      title={stepTitle(s)}
+      data-step={s.seq ?? ''}
+      data-id={s.id}
+      onClick={(e) => {
+        e.stopPropagation()
+        onPick(s.id)
+      }}
+    >
+      {stepName(s)}
+      {s.tag && <span class="step-tag">{s.tag}</span>}
+      {s.head && <span class="visually-hidden"> (head)</span>}
+    </span>
+  )
+  return (
+    <>
+      <span class="node-name">
+        <span class="visually-hidden">Timeline of {sandbox}: </span>
+        {n} checkpoint{n === 1 ? '' : 's'}
+        <span class="muted">
+          {' '}
+          · {bytes(t.bytes)} · {retentionText(t.retention)}
+        </span>
+      </span>
+      <span class="steps">
+        {older.length > (oldHead ? 1 : 0) && (
+          <span class="step more" title="Older steps: select the row to list them all">
+            +{older.length - (oldHead ? 1 : 0)} older
+          </span>
+        )}
+        {oldHead && marker(oldHead)}
+        {oldHead && <span class="step-gap" aria-hidden="true">…</span>}
+        {newest.map(marker)}
+      </span>
+    </>
+  )
+}
