@@ -265,7 +265,7 @@ step('6b. pause a child, then branch it while it stays paused', async () => {
   assert.equal(sb.state, 'paused', 'the source stays paused')
 })
 
-step('8. time travel: checkpoint twice, see the timeline, rewind to the first, prune', async () => {
+step('6c. time travel: checkpoint twice, see the timeline, rewind to the first, prune', async () => {
   const sb = state.children[1]
   const sh = async (cmd) => {
     const r = await daemon.api('POST', `/v1/sandboxes/${sb}/exec`, { argv: ['sh', '-c', cmd] })

@@ -1,17 +1,41 @@
 // The inside of a timeline row of the tree: a line saying how many steps the
 // sandbox's timeline has, what they store and what it keeps, then a chain of
-// step markers, oldest left, the head filled. Only the newest SHOWN steps are
-// drawn; older ones fold into a "+N older" marker (the details panel lists
-// them all), except the head, which is always drawn, so a tree with fifty
-// checkpoints still takes one row per sandbox.
+// step markers, oldest left, the head filled. Only the newest steps that fit
+// the row (SHOWN at most) are drawn; older ones fold into a "+N" marker (the
+// details panel lists them all), except the head, which is always drawn, so
+// a tree with fifty checkpoints still takes one row per sandbox.
 //
 // The markers are not focusable (the row is one tree item); a click selects
 // a step, and the details panel then offers its actions to the keyboard too.
 import { bytes, ms } from './format'
+import { TIMELINE_W } from './layout'
 import type { Store } from './store'
 import { retentionText, stepName, stepsOf, type Step } from './timeline-model'
 
 export const SHOWN = 10
+/** Room for markers in a row: its width less padding and borders. */
+const ROOM = TIMELINE_W - 22
+/** A marker's width in pixels, a little over (11 px text, padding, border, gap; a tag shows 6em at most). */
+const markerWidth = (s: Step) => 17 + 6.5 * stepName(s).length + (s.tag ? 4 + Math.min(66, 7 * s.tag.length) : 0)
+const MORE_W = 38
+const GAP_W = 14
+
+/** The newest steps that fit beside the "+N" marker and a folded head (at least one). */
+function fit(steps: Step[]): { newest: Step[]; older: Step[] } {
+  const n = steps.length
+  let k = 0
+  let used = 0
+  while (k < Math.min(n, SHOWN)) {
+    const next = steps[n - 1 - k]
+    const rest = steps.slice(0, n - 1 - k)
+    const head = rest.find((s) => s.head)
+    const extra = (rest.length > (head ? 1 : 0) ? MORE_W : 0) + (head ? markerWidth(head) + GAP_W : 0)
+    if (k > 0 && used + markerWidth(next) + extra > ROOM) break
+    used += markerWidth(next)
+    k++
+  }
+  return { newest: steps.slice(n - k), older: steps.slice(0, n - k) }
+}
 
 interface Props {
   store: Store
@@ -36,8 +60,7 @@ function stepTitle(s: Step): string {
 export function TimelineStrip({ store, sandbox, selected, onPick }: Props) {
   const t = stepsOf(store, sandbox)
   const n = t.steps.length
-  const newest = t.steps.slice(Math.max(0, n - SHOWN))
-  const older = t.steps.slice(0, Math.max(0, n - SHOWN))
+  const { newest, older } = fit(t.steps)
   const oldHead = older.find((s) => s.head)
   const marker = (s: Step) => (
     <span
@@ -68,8 +91,8 @@ export function TimelineStrip({ store, sandbox, selected, onPick }: Props) {
       </span>
       <span class="steps">
         {older.length > (oldHead ? 1 : 0) && (
-          <span class="step more" title="Older steps: select the row to list them all">
-            +{older.length - (oldHead ? 1 : 0)} older
+          <span class="step more" title={`${older.length - (oldHead ? 1 : 0)} older steps: select the row to list them all`}>
+            +{older.length - (oldHead ? 1 : 0)}
           </span>
         )}
         {oldHead && marker(oldHead)}

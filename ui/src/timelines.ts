@@ -53,7 +53,10 @@ const hasTimeline = (id: string) =>
 
 /** After the lists are (re)loaded: every sandbox with checkpoints. */
 export function refreshAllTimelines() {
-  for (const id of store.sandboxes.keys()) if (hasTimeline(id)) void refreshTimeline(id)
+  const ids = new Set<string>()
+  for (const s of store.snapshots.values()) if (s.origin === 'checkpoint') ids.add(s.source)
+  for (const [id, t] of store.timelines) if (t.checkpoints.length > 0) ids.add(id)
+  for (const id of ids) if (store.sandboxes.has(id)) void refreshTimeline(id)
 }
 
 /** Before an event is applied: the checkpoint a `deleted` removes (its source is gone after). */

@@ -137,8 +137,15 @@ export function buildTree(store: Store): Tree {
   // nothing hangs from become its steps.
   const hasKids = new Set<string>()
   for (const n of nodes.values()) if (n.parent) hasKids.add(n.parent)
+  const checkpointsOf = new Map<string, Snapshot[]>()
+  for (const s of store.snapshots.values()) {
+    if (s.origin !== 'checkpoint' || !store.sandboxes.has(s.source)) continue
+    const l = checkpointsOf.get(s.source)
+    if (l) l.push(s)
+    else checkpointsOf.set(s.source, [s])
+  }
   for (const sb of store.sandboxes.values()) {
-    const cps = store.checkpointsOf(sb.id)
+    const cps = checkpointsOf.get(sb.id) ?? []
     if (cps.length === 0 && !store.timelines.get(sb.id)?.checkpoints.length) continue
     const key = timelineKey(sb.id)
     nodes.set(key, { key, type: 'timeline', parent: sb.id, children: [], link: 'timeline', timeline: { sandbox: sb.id }, at: -Infinity })
