@@ -20,10 +20,13 @@ import { hierarchy, tree as tidyTree, type HierarchyPointNode } from 'd3-hierarc
 import type { VisibleNode } from './tree-model'
 
 export const NODE_W = 200
-/** A timeline row is wider: it holds a row of step markers (and has no children). */
+/** A timeline row's width in the outline: it holds a chain of step markers. */
 export const TIMELINE_W = 440
 
-export const nodeWidth = (n: VisibleNode['node']) => (n.type === 'timeline' ? TIMELINE_W : NODE_W)
+/** A box's width. A timeline row (a leaf) is wider in the outline, where a
+ * row holds one box; in the tidy tree it keeps its column's width, since the
+ * next column may hold other boxes level with it. */
+export const nodeWidth = (n: VisibleNode['node'], mode: LayoutMode) => (n.type === 'timeline' && mode === 'outline' ? TIMELINE_W : NODE_W)
 export const NODE_H = 46
 /** Between a parent's column and its children's (tidy). */
 const RANK_GAP = 36
@@ -75,7 +78,7 @@ function layoutOutline(rows: VisibleNode[]): Layout {
     const x = MARGIN + (r.level - 1) * INDENT
     const y = MARGIN + i * (NODE_H + ROW_GAP)
     nodes.set(key, { key, x, y })
-    right = Math.max(right, x + nodeWidth(r.node))
+    right = Math.max(right, x + nodeWidth(r.node, 'outline'))
     // Rows come parent first, so the parent is placed already.
     const p = r.node.parent ? nodes.get(r.node.parent) : undefined
     if (p) {
@@ -110,15 +113,12 @@ function layoutTidy(rows: VisibleNode[]): Layout {
 
   let minX = Infinity
   let maxX = -Infinity
-  // The right edge of the widest-reaching box (a timeline row is wider
-  // than its column).
-  let right = 0
-  const widthOf = new Map(rows.map((r) => [r.node.key, nodeWidth(r.node)]))
+  let maxDepth = 0
   laid.each((n) => {
     if (!n.data.key) return
     minX = Math.min(minX, n.x)
     maxX = Math.max(maxX, n.x)
-    right = Math.max(right, (n.depth - 1) * (NODE_W + RANK_GAP) + (widthOf.get(n.data.key) ?? NODE_W))
+    maxDepth = Math.max(maxDepth, n.depth)
   })
   // d3's x runs across (here: down), its depth along (here: right); the
   // hidden root is depth 0, so real nodes start at depth 1.
@@ -144,7 +144,7 @@ function layoutTidy(rows: VisibleNode[]): Layout {
   })
   const empty = rows.length === 0
   return {
-    width: empty ? NODE_W + 2 * MARGIN : 2 * MARGIN + right,
+    width: empty ? NODE_W + 2 * MARGIN : 2 * MARGIN + maxDepth * (NODE_W + RANK_GAP) - RANK_GAP,
     height: empty ? NODE_H + 2 * MARGIN : 2 * MARGIN + maxX - minX + NODE_H,
     nodes,
     edges,

@@ -8,20 +8,17 @@
 // The markers are not focusable (the row is one tree item); a click selects
 // a step, and the details panel then offers its actions to the keyboard too.
 import { bytes, ms } from './format'
-import { TIMELINE_W } from './layout'
 import type { Store } from './store'
 import { retentionText, stepName, stepsOf, type Step } from './timeline-model'
 
 export const SHOWN = 10
-/** Room for markers in a row: its width less padding and borders. */
-const ROOM = TIMELINE_W - 22
 /** A marker's width in pixels, a little over (11 px text, padding, border, gap; a tag shows 6em at most). */
 const markerWidth = (s: Step) => 17 + 6.5 * stepName(s).length + (s.tag ? 4 + Math.min(66, 7 * s.tag.length) : 0)
 const MORE_W = 38
 const GAP_W = 14
 
 /** The newest steps that fit beside the "+N" marker and a folded head (at least one). */
-function fit(steps: Step[]): { newest: Step[]; older: Step[] } {
+function fit(steps: Step[], room: number): { newest: Step[]; older: Step[] } {
   const n = steps.length
   let k = 0
   let used = 0
@@ -30,7 +27,7 @@ function fit(steps: Step[]): { newest: Step[]; older: Step[] } {
     const rest = steps.slice(0, n - 1 - k)
     const head = rest.find((s) => s.head)
     const extra = (rest.length > (head ? 1 : 0) ? MORE_W : 0) + (head ? markerWidth(head) + GAP_W : 0)
-    if (k > 0 && used + markerWidth(next) + extra > ROOM) break
+    if (k > 0 && used + markerWidth(next) + extra > room) break
     used += markerWidth(next)
     k++
   }
@@ -40,6 +37,8 @@ function fit(steps: Step[]): { newest: Step[]; older: Step[] } {
 interface Props {
   store: Store
   sandbox: string
+  /** The row's width in pixels (layout.ts). */
+  width: number
   selected: string | null
   onPick: (key: string) => void
 }
@@ -57,10 +56,11 @@ function stepTitle(s: Step): string {
     .join(' · ')
 }
 
-export function TimelineStrip({ store, sandbox, selected, onPick }: Props) {
+export function TimelineStrip({ store, sandbox, width, selected, onPick }: Props) {
   const t = stepsOf(store, sandbox)
   const n = t.steps.length
-  const { newest, older } = fit(t.steps)
+  // Room for markers: the row less its padding and borders.
+  const { newest, older } = fit(t.steps, width - 22)
   const oldHead = older.find((s) => s.head)
   const marker = (s: Step) => (
     <span

@@ -155,7 +155,8 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
   }
 
   const shown = rows.length
-  const total = tree.nodes.size
+  // Checkpoints drawn as steps of a timeline row are not counted as boxes.
+  const total = useMemo(() => [...tree.nodes.values()].filter((n) => !n.hidden).length, [tree])
   return (
     <section class="tree-pane" aria-labelledby="tree-title">
       <h1 id="tree-title" class="visually-hidden">Branch tree</h1>
@@ -225,7 +226,7 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
                   data-key={key}
                   data-parent={r.node.parent ?? undefined}
                   class={`${nodeClass(r.node)}${r.match ? ' match' : ''}`}
-                  style={{ left: `${p.x}px`, top: `${p.y}px`, width: `${nodeWidth(r.node)}px`, height: `${NODE_H}px` }}
+                  style={{ left: `${p.x}px`, top: `${p.y}px`, width: `${nodeWidth(r.node, mode)}px`, height: `${NODE_H}px` }}
                   onClick={() => {
                     wantFocus.current = key
                     setFocusKey(key)
@@ -250,6 +251,7 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
                     <TimelineStrip
                       store={store}
                       sandbox={r.node.timeline.sandbox}
+                      width={nodeWidth(r.node, mode)}
                       selected={selected}
                       onPick={(k) => {
                         wantFocus.current = key
