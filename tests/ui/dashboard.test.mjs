@@ -265,6 +265,83 @@ step('6b. pause a child, then branch it while it stays paused', async () => {
   assert.equal(sb.state, 'paused', 'the source stays paused')
 })
 
+step('6c. time travel: checkpoint twice, see the timeline, rewind to the first, prune', async () => {
+  const sb = state.children[1]
+  const sh = async (cmd) => {
+    const r = await daemon.api('POST', `/v1/sandboxes/${sb}/exec`, { argv: ['sh', '-c', cmd] })
+    assert.equal(r.exit_code, 0, `${cmd}: ${r.stderr}`)
+    return r.stdout.trim()
+  }
+  const marker = (id) => page.locator(`[data-key="timeline:${sb}"] .step[data-id="${id}"]`)
+  const headIs = (id) => page.locator(`[data-key="timeline:${sb}"] .step.head[data-id="${id}"]`).waitFor()
+  await page.goto(`${daemon.url}/ui/#/tree/${sb}`)
+  // A fresh marker a reload would wipe: everything below arrives live.
+  await page.evaluate(() => (window.__timeTravel = true))
+  // `seq` keeps the notice of the previous checkpoint from matching.
+  const checkpoint = async (seq, tag) => {
+    await node(sb).click()
+    await page.getByRole('button', { name: 'Checkpoint…' }).click()
+    const dialog = page.getByRole('dialog', { name: `Checkpoint ${sb}` })
+    if (tag) await dialog.getByLabel('Tag (optional)').fill(tag)
+    await dialog.getByRole('button', { name: 'Checkpoint', exact: true }).click()
+    const m = await notice(new RegExp(`Checkpoint (sn-[0-9a-f]+) \\(step ${seq}\\) of ${sb}`), BRANCH_MS)
+    await dialog.waitFor({ state: 'detached' })
+    return { id: m[1], seq }
+  }
+  await sh('echo one > /root/time-travel')
+  const one = await checkpoint(1, 'tt-one')
+  await sh('echo two > /root/time-travel')
+  const two = await checkpoint(2)
+
+  // The timeline row: two step markers under the sandbox, the second the head.
+  const row = node(`timeline:${sb}`)
+  await row.waitFor()
+  assert.equal(await row.getAttribute('data-parent'), sb, 'the timeline hangs from its sandbox')
+  await headIs(two.id)
+  assert.deepEqual(await row.locator('.step[data-id]').evaluateAll((els) => els.map((e) => e.dataset.step)), ['1', '2'])
+  assert.match(await marker(one.id).getAttribute('title'), /step 1 · tag tt-one · stores [0-9.]+ \w+ · paused [0-9.]+ m?s/)
+  assert.equal(await node(one.id).count(), 0, 'a checkpoint is a step of the row, not a box of its own')
+
+  // Rewind to the first, with "checkpoint the present first" (on by default).
+  await marker(one.id).click()
+  await page.getByRole('button', { name: 'Rewind here…' }).click()
+  const dialog = page.getByRole('dialog', { name: new RegExp(`^Rewind ${sb} to step 1`) })
+  assert.equal(await dialog.getByLabel(/Checkpoint the present first/).isChecked(), true, 'checkpoint first is the default')
+  await dialog.getByRole('button', { name: 'Rewind', exact: true }).click()
+  const m = await notice(new RegExp(`Rewound ${sb} to ${one.id} in .*saved as (sn-[0-9a-f]+) \\(step 3\\)`), BRANCH_MS)
+  const undo = m[1]
+  assert.equal(await sh('cat /root/time-travel'), 'one', "the sandbox's state is the first checkpoint's")
+  const t = await daemon.api('GET', `/v1/sandboxes/${sb}/timeline`)
+  assert.equal(t.head, one.id, `the head is the first checkpoint: ${JSON.stringify(t)}`)
+  assert.deepEqual(t.checkpoints.map((c) => c.id), [one.id, two.id, undo])
+  assert.equal((await daemon.api('GET', `/v1/sandboxes/${sb}`)).state, 'running')
+  // The undo checkpoint shows, and the head moved back to step 1.
+  await marker(undo).waitFor()
+  await headIs(one.id)
+  assert.equal(await row.locator('.step.head').count(), 1, 'one head')
+
+  mkdirSync(IMG_DIR, { recursive: true })
+  await row.click({ position: { x: 12, y: 10 } })
+  await page.getByTestId('timeline-table').waitFor()
+  await row.scrollIntoViewIfNeeded()
+  await page.screenshot({ path: join(IMG_DIR, 'dashboard-timeline.png') })
+  const v = await axeScan(page)
+  for (const x of v) console.log(`# axe (timeline): ${x.impact} ${x.id}: ${x.help} ${x.nodes.join(', ')}`)
+  assert.deepEqual(v.filter((x) => x.impact === 'critical'), [])
+
+  // Retention through the page: keep the last 1. Step 1 stays (tagged, and
+  // the sandbox runs from it), step 3 is the newest; step 2 goes, live.
+  await page.getByRole('button', { name: 'Retention…' }).click()
+  const ret = page.getByRole('dialog', { name: `Retention of ${sb}` })
+  await ret.getByLabel('Keep last').fill('1')
+  await ret.getByRole('button', { name: 'Set', exact: true }).click()
+  await notice(new RegExp(`Retention of ${sb}: keeps last 1; 2 checkpoints kept`), BRANCH_MS)
+  await marker(two.id).waitFor({ state: 'detached' })
+  const after = await daemon.api('GET', `/v1/sandboxes/${sb}/timeline`)
+  assert.deepEqual(after.checkpoints.map((c) => c.seq), [1, 3])
+  assert.equal(await page.evaluate(() => window.__timeTravel), true, 'the page was not reloaded')
+})
+
 step('7. a wrong token is refused', async () => {
   const other = await browser.newContext()
   const foreign = recordForeignRequests(other, daemon.url)

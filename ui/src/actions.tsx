@@ -7,6 +7,7 @@ import { api } from './api'
 import { Dialog } from './dialog'
 import { ms } from './format'
 import { store } from './store'
+import { TimeTravelActions } from './time-travel'
 import type { TreeNode } from './tree-model'
 import type { BranchMode } from './types'
 
@@ -170,8 +171,11 @@ export function Actions({ node, onRemoved, onNotice }: Props) {
               Pause
             </button>
           )}
+          <TimeTravelActions sandbox={sb} onNotice={onNotice} />
         </>
       )}
+      {/* A sandbox rewinds to its own checkpoints and snapshots (not a pause's saved state). */}
+      {sn && sn.origin !== 'pause' && store.sandboxes.has(sn.source) && <TimeTravelActions target={sn} onNotice={onNotice} />}
       {sn && sn.kind === 'diff' && (
         <button type="button" onClick={() => show('flatten')}>
           Flatten…

@@ -5,11 +5,15 @@
 import type {
   BranchMode,
   BranchResult,
+  Checkpoint,
   EntryInfo,
   Image,
   Info,
+  Retention,
+  Rewound,
   Sandbox,
   Snapshot,
+  Timeline,
 } from './types'
 
 export const LOGIN_PATH = '/ui/login'
@@ -92,6 +96,17 @@ export const api = {
   setPool: (id: string, size: number | null) => json<unknown>('PUT', `/v1/snapshots/${enc(id)}/pool`, { size }),
   pause: (id: string) => json<Sandbox>('POST', `/v1/sandboxes/${enc(id)}/pause`, {}),
   resume: (id: string) => json<Sandbox>('POST', `/v1/sandboxes/${enc(id)}/resume`, {}),
+  /** Time travel: a checkpoint of a running sandbox, its timeline, retention, rewind. */
+  checkpoint: (id: string, tag?: string) =>
+    json<Checkpoint>('POST', `/v1/sandboxes/${enc(id)}/checkpoints`, tag ? { tag } : {}),
+  timeline: (id: string) => json<Timeline>('GET', `/v1/sandboxes/${enc(id)}/timeline`),
+  setRetention: (id: string, r: Retention) =>
+    json<Timeline>('PUT', `/v1/sandboxes/${enc(id)}/timeline/retention`, {
+      ...(r.keep_last != null ? { keep_last: r.keep_last } : {}),
+      ...(r.keep_every != null ? { keep_every: r.keep_every } : {}),
+    }),
+  rewind: (id: string, to: string, checkpointFirst: boolean) =>
+    json<Rewound>('POST', `/v1/sandboxes/${enc(id)}/rewind`, { to, checkpoint_first: checkpointFirst }),
   removeSandbox: (id: string) => json<void>('DELETE', `/v1/sandboxes/${enc(id)}`),
   removeSnapshot: (id: string) => json<void>('DELETE', `/v1/snapshots/${enc(id)}`),
 

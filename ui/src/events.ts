@@ -10,6 +10,7 @@
 // missing stream is visible rather than papered over.
 import { api, ApiError, toLogin } from './api'
 import { store } from './store'
+import { afterEvent, beforeEvent, refreshAllTimelines } from './timelines'
 import type { DaemonEvent } from './types'
 
 const KINDS = [
@@ -34,13 +35,18 @@ async function loadLists() {
   const [images, snapshots, sandboxes] = await Promise.all([api.images(), api.snapshots(), api.sandboxes()])
   performance.mark('forkvm:lists-loaded')
   store.replaceAll(images, snapshots, sandboxes)
+  refreshAllTimelines()
 }
 
 async function refetch(e: DaemonEvent) {
   try {
-    if (e.kind.startsWith('sandbox.') && e.kind !== 'sandbox.deleted') store.putSandbox(await api.sandbox(e.id))
-    else if (e.kind.startsWith('snapshot.') && e.kind !== 'snapshot.deleted') store.putSnapshot(await api.snapshot(e.id))
-    else store.apply(e)
+    if (e.kind.startsWith('sandbox.') && e.kind !== 'sandbox.deleted') {
+      store.putSandbox(await api.sandbox(e.id))
+      afterEvent(e, undefined)
+    } else if (e.kind.startsWith('snapshot.') && e.kind !== 'snapshot.deleted') {
+      store.putSnapshot(await api.snapshot(e.id))
+      afterEvent(e, undefined)
+    } else applyEvent(e)
   } catch (err) {
     // Gone again since the event: the deletion event follows in the stream.
     if (!(err instanceof ApiError && err.status === 404)) throw err
@@ -71,7 +77,14 @@ function onEvent(msg: MessageEvent) {
     return
   }
   if (loading) loading.push(e)
-  else store.apply(e)
+  else applyEvent(e)
+}
+
+/** Apply one event to the store, and fetch the timeline it may have changed. */
+function applyEvent(e: DaemonEvent) {
+  const removed = beforeEvent(e)
+  store.apply(e)
+  afterEvent(e, removed)
 }
 
 /** Why the stream failed: a 401 goes to the login page; else fall back to polling. */

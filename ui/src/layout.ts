@@ -20,6 +20,13 @@ import { hierarchy, tree as tidyTree, type HierarchyPointNode } from 'd3-hierarc
 import type { VisibleNode } from './tree-model'
 
 export const NODE_W = 200
+/** A timeline row's width in the outline: it holds a chain of step markers. */
+export const TIMELINE_W = 440
+
+/** A box's width. A timeline row (a leaf) is wider in the outline, where a
+ * row holds one box; in the tidy tree it keeps its column's width, since the
+ * next column may hold other boxes level with it. */
+export const nodeWidth = (n: VisibleNode['node'], mode: LayoutMode) => (n.type === 'timeline' && mode === 'outline' ? TIMELINE_W : NODE_W)
 export const NODE_H = 46
 /** Between a parent's column and its children's (tidy). */
 const RANK_GAP = 36
@@ -65,13 +72,13 @@ export function layoutTree(rows: VisibleNode[], mode: LayoutMode): Layout {
 function layoutOutline(rows: VisibleNode[]): Layout {
   const nodes = new Map<string, Placed>()
   const edges: EdgePath[] = []
-  let maxLevel = 1
+  let right = MARGIN + NODE_W
   rows.forEach((r, i) => {
     const key = r.node.key
     const x = MARGIN + (r.level - 1) * INDENT
     const y = MARGIN + i * (NODE_H + ROW_GAP)
     nodes.set(key, { key, x, y })
-    maxLevel = Math.max(maxLevel, r.level)
+    right = Math.max(right, x + nodeWidth(r.node, 'outline'))
     // Rows come parent first, so the parent is placed already.
     const p = r.node.parent ? nodes.get(r.node.parent) : undefined
     if (p) {
@@ -80,7 +87,7 @@ function layoutOutline(rows: VisibleNode[]): Layout {
     }
   })
   return {
-    width: 2 * MARGIN + (maxLevel - 1) * INDENT + NODE_W,
+    width: right + MARGIN,
     height: 2 * MARGIN + Math.max(1, rows.length) * (NODE_H + ROW_GAP) - ROW_GAP,
     nodes,
     edges,

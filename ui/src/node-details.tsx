@@ -4,6 +4,8 @@ import type { ComponentChildren } from 'preact'
 import { Actions } from './actions'
 import { ago, bytes, ms } from './format'
 import type { Store } from './store'
+import { stepsOf } from './timeline-model'
+import { TimelinePanel } from './timeline-panel'
 import type { TreeNode } from './tree-model'
 import { nodeName } from './tree-node'
 
@@ -47,6 +49,9 @@ export function NodeDetails({ node, store, onSelect, onNotice }: Props) {
       </aside>
     )
   }
+  if (node.timeline) {
+    return <TimelinePanel store={store} sandbox={node.timeline.sandbox} onSelect={onSelect} onNotice={onNotice} />
+  }
   let rows: [string, ComponentChildren][] = []
   if (node.type === 'image') {
     const i = node.image
@@ -60,9 +65,12 @@ export function NodeDetails({ node, store, onSelect, onNotice }: Props) {
   } else if (node.snapshot) {
     const s = node.snapshot
     const b = store.branchOf(s.id)
+    const step = s.origin === 'checkpoint' ? stepsOf(store, s.source).steps.find((x) => x.id === s.id) : undefined
     rows = [
       ['Snapshot', <span class="mono">{s.id}</span>],
       ['Tag', s.tag],
+      ['Checkpoint', step ? `step ${step.seq ?? '(new)'}${step.head ? ' (head: the next checkpoint builds on it)' : ''}` : null],
+      ['Stored for it', step?.bytes != null ? bytes(step.bytes) : null],
       ['Kind', s.kind === 'diff' ? `diff (${s.depth ?? '?'} links deep)` : s.kind],
       ['Made by', s.origin + (s.template ? ' (boot template)' : '')],
       ['State', s.failure ? `${s.state}: ${s.failure}` : s.state],

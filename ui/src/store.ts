@@ -3,7 +3,7 @@
 // the page opened). The event stream and the actions write it; views
 // subscribe and re-render once per animation frame however many events came.
 import { useEffect, useState } from 'preact/hooks'
-import type { BranchInfo, BranchMode, DaemonEvent, Image, PoolInfo, Sandbox, Snapshot } from './types'
+import type { BranchInfo, BranchMode, DaemonEvent, Image, PoolInfo, Sandbox, Snapshot, Timeline } from './types'
 
 /** How the page hears about changes. */
 export type Link =
@@ -37,6 +37,8 @@ export class Store {
   pools = new Map<string, PoolInfo>()
   branches = new Map<string, BranchRecord>()
   spawns = new Map<string, SpawnRecord>()
+  /** Sandboxes' timelines (GET /v1/sandboxes/{id}/timeline), kept by timelines.ts. */
+  timelines = new Map<string, Timeline>()
   link: Link = { kind: 'connecting' }
   loaded = false
   /** Bumped on every change; views compare it to know they are stale. */
@@ -77,6 +79,7 @@ export class Store {
     for (const s of snapshots) this.putSnapshot(s)
     this.sandboxes = new Map()
     for (const s of sandboxes) this.putSandbox(s)
+    for (const id of [...this.timelines.keys()]) if (!this.sandboxes.has(id)) this.timelines.delete(id)
     this.loaded = true
     this.changed()
   }
@@ -129,6 +132,19 @@ export class Store {
     this.changed()
   }
 
+  putTimeline(t: Timeline) {
+    if (!this.sandboxes.has(t.sandbox)) return
+    this.timelines.set(t.sandbox, t)
+    this.changed()
+  }
+
+  /** A sandbox's checkpoints as snapshots (origin `checkpoint`, taken of it). */
+  checkpointsOf(sandbox: string): Snapshot[] {
+    const out: Snapshot[] = []
+    for (const s of this.snapshots.values()) if (s.origin === 'checkpoint' && s.source === sandbox) out.push(s)
+    return out
+  }
+
   /** Branch mode and pause of a branch point, from whichever source has them. */
   branchOf(snapshotId: string): BranchRecord | undefined {
     return this.branches.get(snapshotId)
@@ -142,6 +158,7 @@ export class Store {
         break
       case 'sandbox.deleted':
         this.sandboxes.delete(e.id)
+        this.timelines.delete(e.id)
         break
       case 'snapshot.created':
       case 'snapshot.updated':

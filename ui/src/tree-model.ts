@@ -6,16 +6,23 @@
 //   image            -> its boot template and snapshots with nothing above them,
 //                       and sandboxes booted cold (no snapshot)
 //   snapshot         -> the sandboxes spawned from it, and its flattened copies
-//   sandbox          -> the snapshots (branch points) taken of it, and the
-//                       ones its pauses saved (which it then runs from: it
-//                       hangs from the snapshot it came from before them)
+//   sandbox          -> its timeline (one row of step markers, when it has
+//                       checkpoints), the snapshots (branch points) taken
+//                       of it, and the ones its pauses saved
+// A sandbox that runs from a snapshot of its own (its pause's saved state, or
+// a checkpoint it rewound to) hangs from where that snapshot came from, so
+// it never hangs below itself.
+// A checkpoint (origin `checkpoint`) of a sandbox that exists is drawn as a
+// step of that sandbox's timeline row, not as a box of its own, so fifty
+// checkpoints take one row; one that something hangs from (a sandbox spawned
+// from it, a flattened copy) is a box under its sandbox as well.
 // A snapshot whose source sandbox is gone hangs from the snapshot that sandbox
 // came from (its `parent`), else from its image; a flattened snapshot hangs
 // from the diff snapshot it was flattened from while that one exists.
 import type { Store } from './store'
 import type { Image, Sandbox, Snapshot } from './types'
 
-export type NodeType = 'image' | 'snapshot' | 'sandbox'
+export type NodeType = 'image' | 'snapshot' | 'sandbox' | 'timeline'
 
 export interface TreeNode {
   key: string
@@ -23,10 +30,15 @@ export interface TreeNode {
   parent: string | null
   children: string[]
   /** How it hangs from its parent, for the edge's style. */
-  link: 'root' | 'template' | 'spawn' | 'branch' | 'chain' | 'flatten' | 'orphan'
+  link: 'root' | 'template' | 'spawn' | 'branch' | 'chain' | 'flatten' | 'orphan' | 'timeline'
   image?: Image
   snapshot?: Snapshot
   sandbox?: Sandbox
+  /** A timeline row: the sandbox whose checkpoints it draws. */
+  timeline?: { sandbox: string }
+  /** A checkpoint drawn only as a step of its timeline row (its parent);
+   * it is in `nodes` (for details and search) but in no `children`. */
+  hidden?: boolean
   /** Sort key: creation time. */
   at: number
 }
@@ -37,6 +49,7 @@ export interface Tree {
 }
 
 export const imageKey = (name: string) => `image:${name}`
+export const timelineKey = (sandbox: string) => `timeline:${sandbox}`
 
 function ensureImage(nodes: Map<string, TreeNode>, name: string): string {
   const key = imageKey(name)
@@ -87,9 +100,10 @@ export function buildTree(store: Store): Tree {
     } else if (n.sandbox) {
       const sb = n.sandbox
       // A paused (or once paused) sandbox runs from its own pause snapshot,
-      // which hangs from it: it hangs from where that snapshot came from.
+      // and a rewound one from its own checkpoint; those hang from it, so it
+      // hangs from where they came from.
       let from = sb.snapshot ?? null
-      for (let s = from ? nodes.get(from)?.snapshot : undefined; s && s.origin === 'pause' && s.source === sb.id; s = from ? nodes.get(from)?.snapshot : undefined) {
+      for (let s = from ? nodes.get(from)?.snapshot : undefined; s && s.source === sb.id; s = from ? nodes.get(from)?.snapshot : undefined) {
         from = s.parent ?? null
       }
       if (from && nodes.has(from)) {
@@ -119,8 +133,34 @@ export function buildTree(store: Store): Tree {
     }
   }
 
+  // Timelines: a row under each sandbox with checkpoints; the checkpoints
+  // nothing hangs from become its steps.
+  const hasKids = new Set<string>()
+  for (const n of nodes.values()) if (n.parent) hasKids.add(n.parent)
+  const checkpointsOf = new Map<string, Snapshot[]>()
+  for (const s of store.snapshots.values()) {
+    if (s.origin !== 'checkpoint' || !store.sandboxes.has(s.source)) continue
+    const l = checkpointsOf.get(s.source)
+    if (l) l.push(s)
+    else checkpointsOf.set(s.source, [s])
+  }
+  for (const sb of store.sandboxes.values()) {
+    const cps = checkpointsOf.get(sb.id) ?? []
+    if (cps.length === 0 && !store.timelines.get(sb.id)?.checkpoints.length) continue
+    const key = timelineKey(sb.id)
+    nodes.set(key, { key, type: 'timeline', parent: sb.id, children: [], link: 'timeline', timeline: { sandbox: sb.id }, at: -Infinity })
+    for (const c of cps) {
+      const n = nodes.get(c.id)!
+      if (n.parent === sb.id && !hasKids.has(c.id)) {
+        n.parent = key
+        n.hidden = true
+      }
+    }
+  }
+
   const roots: string[] = []
   for (const n of nodes.values()) {
+    if (n.hidden) continue
     if (n.parent) nodes.get(n.parent)!.children.push(n.key)
     else roots.push(n.key)
   }
@@ -142,6 +182,7 @@ export function searchText(n: TreeNode): string {
     const s = n.snapshot
     parts.push(s.tag ?? '', s.kind, s.origin, s.mode ?? '', s.image, s.template ? 'template' : '')
   }
+  if (n.timeline) parts.push('timeline checkpoints', n.timeline.sandbox)
   if (n.sandbox) {
     const s = n.sandbox
     parts.push(s.state, s.image)
@@ -176,7 +217,8 @@ export function visibleNodes(tree: Tree, collapsed: Set<string>, query: string):
     for (const n of tree.nodes.values()) {
       const text = searchText(n)
       if (terms.every((t) => text.includes(t))) {
-        matches.add(n.key)
+        // A checkpoint drawn as a step matches as its timeline row.
+        matches.add(n.hidden && n.parent ? n.parent : n.key)
         for (let k: string | null = n.key; k && !keep.has(k); k = tree.nodes.get(k)?.parent ?? null) keep.add(k)
       }
     }

@@ -17,6 +17,7 @@ export interface Badge {
 }
 
 export function nodeName(n: TreeNode): string {
+  if (n.timeline) return `timeline of ${n.timeline.sandbox}`
   if (n.image) return n.image.name
   if (n.type === 'image') return n.key.slice('image:'.length)
   return n.snapshot?.tag ? `${n.snapshot.tag}` : n.key
@@ -42,6 +43,8 @@ export function badges(n: TreeNode, store: Store): Badge[] {
       out.push({ text: `${mode ?? 'branch'} · ${ms(pause)}`, title: `Branch point: mode ${mode ?? 'unknown'}, the source paused ${ms(pause)}`, cls: 'b-branch' })
     } else if (s.origin === 'pause') {
       out.push({ text: 'paused state', title: 'Holds a paused sandbox' })
+    } else if (s.origin === 'checkpoint') {
+      out.push({ text: 'checkpoint', title: `A step of ${s.source}'s timeline`, cls: 'b-checkpoint' })
     }
     if (s.pool_size > 0) {
       const p = store.pools.get(s.id)
@@ -65,10 +68,11 @@ export function nodeClass(n: TreeNode): string {
   if (n.snapshot?.flattened_from || n.snapshot?.origin === 'flatten') c.push('node-flat')
   if (n.snapshot?.template) c.push('node-template')
   if (n.sandbox) c.push(`state-${n.sandbox.state}`)
+  if (n.timeline) c.push('node-wide')
   return c.join(' ')
 }
 
-const TYPE_WORD = { image: 'Image', snapshot: 'Snapshot', sandbox: 'Sandbox' }
+const TYPE_WORD = { image: 'Image', snapshot: 'Snapshot', sandbox: 'Sandbox', timeline: 'Timeline' }
 
 interface BoxProps {
   node: TreeNode

@@ -7,9 +7,10 @@
 // first/last node, Enter opens a sandbox's page (or opens/closes other nodes),
 // `*` opens all siblings.
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks'
-import { layoutTree, NODE_H, NODE_W, type LayoutMode } from './layout'
+import { layoutTree, NODE_H, nodeWidth, type LayoutMode } from './layout'
 import type { Store } from './store'
 import { badges, nodeClass, nodeName, NodeBox } from './tree-node'
+import { TimelineStrip } from './timeline-strip'
 import { innerNodes, visibleNodes, type Tree, type VisibleNode } from './tree-model'
 
 /** DOM ids from node keys (`image:default` has a colon). */
@@ -50,9 +51,11 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
   }, [rows, mode])
   const index = useMemo(() => new Map(rows.map((r, i) => [r.node.key, i])), [rows])
 
+  // A checkpoint drawn as a step stands for its timeline row.
+  const selRow = selected && tree.nodes.get(selected)?.hidden ? tree.nodes.get(selected)!.parent : selected
   // The focusable node: the focused one if still drawn, else the selection, else the first.
   const current =
-    focusKey && index.has(focusKey) ? focusKey : selected && index.has(selected) ? selected : rows[0]?.node.key ?? null
+    focusKey && index.has(focusKey) ? focusKey : selRow && index.has(selRow) ? selRow : rows[0]?.node.key ?? null
 
   // Mark the moment the drawn tree is in the DOM and laid out (bench/ui reads it).
   useLayoutEffect(() => {
@@ -152,7 +155,8 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
   }
 
   const shown = rows.length
-  const total = tree.nodes.size
+  // Checkpoints drawn as steps of a timeline row are not counted as boxes.
+  const total = useMemo(() => [...tree.nodes.values()].filter((n) => !n.hidden).length, [tree])
   return (
     <section class="tree-pane" aria-labelledby="tree-title">
       <h1 id="tree-title" class="visually-hidden">Branch tree</h1>
@@ -217,12 +221,12 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
                   aria-posinset={r.posinset}
                   aria-setsize={r.setsize}
                   aria-expanded={r.expandable ? r.expanded : undefined}
-                  aria-selected={key === selected}
+                  aria-selected={key === selRow}
                   tabIndex={key === current ? 0 : -1}
                   data-key={key}
                   data-parent={r.node.parent ?? undefined}
                   class={`${nodeClass(r.node)}${r.match ? ' match' : ''}`}
-                  style={{ left: `${p.x}px`, top: `${p.y}px`, width: `${NODE_W}px`, height: `${NODE_H}px` }}
+                  style={{ left: `${p.x}px`, top: `${p.y}px`, width: `${nodeWidth(r.node, mode)}px`, height: `${NODE_H}px` }}
                   onClick={() => {
                     wantFocus.current = key
                     setFocusKey(key)
@@ -243,7 +247,21 @@ export function TreeView({ store, tree, selected, onSelect, onOpen }: Props) {
                       {!r.expanded && <span class="hidden-count">{r.node.children.length}</span>}
                     </span>
                   )}
-                  <NodeBox node={r.node} name={name} badges={badges(r.node, store)} cls={nodeClass(r.node)} />
+                  {r.node.timeline ? (
+                    <TimelineStrip
+                      store={store}
+                      sandbox={r.node.timeline.sandbox}
+                      width={nodeWidth(r.node, mode)}
+                      selected={selected}
+                      onPick={(k) => {
+                        wantFocus.current = key
+                        setFocusKey(key)
+                        onSelect(k)
+                      }}
+                    />
+                  ) : (
+                    <NodeBox node={r.node} name={name} badges={badges(r.node, store)} cls={nodeClass(r.node)} />
+                  )}
                 </div>
               )
             })}

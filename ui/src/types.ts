@@ -175,3 +175,41 @@ export interface EntryInfo {
   modified_ns: number
   symlink_target?: string | null
 }
+
+// Time travel (issue 34): a sandbox's checkpoints and rewind.
+
+/** One step of a sandbox's timeline (a snapshot with origin `checkpoint`). */
+export interface Checkpoint {
+  id: string
+  tag?: string | null
+  sandbox: string
+  seq: number
+  created_at: string
+  parent?: string | null
+  pause_ms?: number | null
+  /** Bytes stored for it alone. */
+  bytes: number
+  head: boolean
+}
+
+export interface Retention {
+  keep_last?: number | null
+  keep_every?: number | null
+}
+
+/** GET /v1/sandboxes/{id}/timeline. */
+export interface Timeline {
+  sandbox: string
+  head?: string | null
+  retention: Retention
+  /** Oldest first. */
+  checkpoints: Checkpoint[]
+  bytes: number
+}
+
+export interface Rewound {
+  sandbox: Sandbox
+  to: string
+  undo?: Checkpoint | null
+  rewind_ms: number
+}
