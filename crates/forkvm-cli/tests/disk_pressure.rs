@@ -219,12 +219,22 @@ fn a_guest_stopped_by_an_io_error_shows_why_and_goes_on_when_space_returns() {
     // Start the writer through the agent (no host disk needed), 200 MB
     // that the qcow2 must allocate. With no free block left, the guest can
     // be stopped by the I/O error of any write, the agent's own included,
-    // before this exec's answer leaves it: the exec is then bounded by its
-    // timeout (and the host's grace) and its outcome is not what is tested;
-    // the suspension below is.
+    // before this exec's answer leaves it. Either way the exec answers
+    // well before its timeout: done, or 507 once the guest is seen stopped.
     let writer = "nohup sh -c 'yes forkvm-io-error-0123456789 | head -c 200000000 > /root/fill; \
                   sync; echo done > /root/fill.done' > /dev/null 2>&1 &";
-    let _ = d.run(&["exec", "--timeout", "20", &id, "--", "sh", "-c", writer]);
+    let a = Instant::now();
+    let o = d.run(&["exec", "--timeout", "30", &id, "--", "sh", "-c", writer]);
+    assert!(
+        o.status.success() || stderr(&o).contains("HTTP 507"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        a.elapsed() < Duration::from_secs(20),
+        "the writer's exec took {:?}: a call in flight when the guest stopped waited for its timeout",
+        a.elapsed()
+    );
     let mut v = serde_json::Value::Null;
     assert!(
         wait_until(Duration::from_secs(300), || {

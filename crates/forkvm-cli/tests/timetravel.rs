@@ -286,7 +286,7 @@ fn diff_and_merge_on_a_repository_tree() {
     let point = b["snapshot"]["id"].as_str().unwrap().to_string();
     let kids = ids(&b["children"]);
     let _guards: Vec<Sandbox> = kids.iter().map(|k| Sandbox { d, id: k.clone() }).collect();
-    let (win, clash) = (&kids[0], &kids[1]);
+    let (win, clash, third) = (&kids[0], &kids[1], &kids[2]);
     // The winner edits, adds, deletes, chmods, re-points a symlink and
     // deletes a directory.
     sh(
@@ -303,6 +303,31 @@ fn diff_and_merge_on_a_repository_tree() {
         clash,
         "cd /root/repo && sed -i '1i // first line from the other child' crates/forkvm-api/src/lib.rs",
     );
+
+    // The third adds, deletes and chmods, and is only compared.
+    sh(
+        d,
+        third,
+        "cd /root/repo && echo third > third.txt && rm -r crates/forkvm-mcp && chmod 0600 docs/api.md",
+    );
+    let v3 = d.json(&["diff", &src.id, third, "--path", "/root/repo"]);
+    let got3 = changes(&v3);
+    assert!(
+        got3.contains(&("added".into(), "/root/repo/third.txt".into())),
+        "{got3:?}"
+    );
+    assert!(
+        got3.contains(&("mode".into(), "/root/repo/docs/api.md".into())),
+        "{got3:?}"
+    );
+    assert!(
+        got3.contains(&(
+            "deleted".into(),
+            "/root/repo/crates/forkvm-mcp/src/lib.rs".into()
+        )),
+        "{got3:?}"
+    );
+    assert_eq!(v3["stats"]["added"], 1, "{v3}");
 
     let v = d.json(&["diff", &src.id, win, "--path", "/root/repo", "--text"]);
     eprintln!(

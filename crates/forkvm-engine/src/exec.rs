@@ -119,10 +119,13 @@ impl Manager {
     pub async fn exec(&self, id: &str, req: ExecRequest) -> Result<ExecResult, EngineError> {
         let encoding = req.encoding.unwrap_or_default();
         let (agent, spec, deadline) = self.prepare_exec(id, req).await?;
-        let out = agent
-            .exec(spec, deadline)
-            .await
-            .map_err(|e| agent_error(id, e))?;
+        // A guest that disk pressure stops meanwhile cannot answer: the
+        // call ends then, with 507, rather than at its timeout. (The
+        // command runs on when the guest resumes; its output is lost.)
+        let out = tokio::select! {
+            r = agent.exec(spec, deadline) => r.map_err(|e| agent_error(id, e))?,
+            reason = self.suspended.wait(id) => return Err(self.suspended_error(id, &reason)),
+        };
         Ok(render_exec(out, encoding))
     }
 

@@ -25,9 +25,19 @@ impl Manager {
         let (tap_tx, mut tap_rx) = mpsc::unbounded_channel();
         let (tx, rx) = mpsc::channel::<ExecEvent>(64);
         let id = id.to_string();
+        // A guest that disk pressure stops meanwhile ends the stream with
+        // 507 at once (crate::pressure), not at the command's timeout.
+        let suspended = self.suspended.clone();
+        let on_suspend = {
+            let e = self.suspended_error(&id, "{reason}");
+            move |reason: &str| {
+                let mut e = e.clone();
+                e.message = e.message.replace("{reason}", reason);
+                e
+            }
+        };
         tokio::spawn(async move {
-            let run = agent.exec_tapped(spec, deadline, Some(tap_tx));
-            tokio::pin!(run);
+            let mut run = Box::pin(agent.exec_tapped(spec, deadline, Some(tap_tx)));
             let chunk = |(s, data): (forkvm_agent_protocol::Stream, Vec<u8>)| {
                 let data = base64::engine::general_purpose::STANDARD.encode(data);
                 match s {
@@ -41,9 +51,12 @@ impl Manager {
                         // A reader that went away ends the stream, not the command.
                         let _ = tx.send(chunk(c)).await;
                     }
-                    r = &mut run => break r,
+                    r = &mut run => break r.map_err(|e| agent_error(&id, e)),
+                    reason = suspended.wait(&id) => break Err(on_suspend(&reason)),
                 }
             };
+            // The tap's sender goes with the call, which ends the drain below.
+            drop(run);
             while let Some(c) = tap_rx.recv().await {
                 let _ = tx.send(chunk(c)).await;
             }
@@ -56,9 +69,7 @@ impl Manager {
                     stdout_bytes: out.stdout_bytes,
                     stderr_bytes: out.stderr_bytes,
                 },
-                Err(e) => ExecEvent::Error {
-                    error: agent_error(&id, e).to_wire(),
-                },
+                Err(e) => ExecEvent::Error { error: e.to_wire() },
             };
             let _ = tx.send(last).await;
         });

@@ -48,7 +48,7 @@ pub struct Manager {
     /// The event stream (crate::events).
     pub events: crate::events::bus::Bus,
     /// Sandboxes suspended by disk pressure (crate::pressure).
-    pub suspended: crate::pressure::suspended::Suspended,
+    pub suspended: Arc<crate::pressure::suspended::Suspended>,
     /// Trees of snapshots read by diffs and merges (crate::treediff).
     pub trees: crate::treediff::cache::TreeCache,
 }
