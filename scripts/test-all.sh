@@ -101,7 +101,7 @@ ALONE=(rust:cli/flood rust:cli/limits)
 declare -A RUST_EST=([cli/chain]=290 [cli/branching]=220 [cli/images]=185 [cli/registry]=126
     [cli/snapshots]=121 [cli/crashpoints]=113 [cli/lifetime]=102 [cli/network]=100 [cli/docker_images]=82
     [cli/node_transfer]=80 [cli/discard]=62 [cli/disk_pressure]=62 [cli/diff_head]=57 [cli/gc]=53
-    [cli/volumes]=50 [cli/timetravel]=50 [cli/jail]=41 [cli/vm]=38 [cli/launcher]=34 [cli/processes]=31 [cli/identity]=29)
+    [cli/volumes]=50 [cli/timetravel]=65 [cli/jail]=41 [cli/vm]=38 [cli/launcher]=34 [cli/processes]=31 [cli/identity]=29)
 
 if [ "${1:-}" = --list ]; then
     printf '%s\n' "${!LANE_CMD[@]}" | sort

@@ -534,8 +534,9 @@ fn httpd_identity(d: &Daemon, id: &str) -> (String, String) {
         "/bin/busybox",
         "sh",
         "-c",
-        "for p in /proc/[0-9]*; do if /bin/busybox grep -q httpd $p/cmdline 2>/dev/null; then \
-         echo ${p#/proc/} $(/bin/busybox cut -d' ' -f22 $p/stat); fi; done",
+        // The guest's own process table (`ps`), not a scan of /proc.
+        "for p in $(/bin/busybox ps -o pid,args | /bin/busybox awk '$3 == \"httpd\" {print $1}'); do \
+         echo $p $(/bin/busybox cut -d' ' -f22 /proc/$p/stat); done",
     ]);
     let mut it = out.split_whitespace();
     (

@@ -56,8 +56,12 @@ fn traces(d: &Daemon, sb: &Sandbox) -> Traces {
     }
 }
 
-/// The launcher's reaper: a child of the daemon started with `--reaper`.
+/// The launcher's reaper: the daemon's child that runs the daemon's own
+/// executable (`forkvm serve --reaper`; the daemon's other children are
+/// QEMUs and helpers of other programs).
 fn reaper_of(daemon: u32) -> Option<u32> {
+    let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let own = exe(daemon)?;
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -68,8 +72,7 @@ fn reaper_of(daemon: u32) -> Option<u32> {
             .nth(1)?
             .parse()
             .ok()?;
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        (ppid == daemon && cmd.split(|b| *b == 0).any(|a| a == b"--reaper")).then_some(pid)
+        (ppid == daemon && exe(pid).as_ref() == Some(&own)).then_some(pid)
     })
 }
 

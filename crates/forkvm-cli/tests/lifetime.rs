@@ -474,7 +474,7 @@ fn filesystem_pause_keeps_the_disk_and_cold_boots() {
             try_sh(
                 d,
                 &id,
-                "grep -l 'counte[r].py' /proc/[0-9]*/cmdline 2>/dev/null"
+                "pgrep -f 'counte[r].py'"
             )
             .is_empty(),
             "{why}: the counter (pid {pid}) survived a cold boot"
