@@ -471,12 +471,7 @@ fn filesystem_pause_keeps_the_disk_and_cold_boots() {
             "{why}: RAM came back"
         );
         assert!(
-            try_sh(
-                d,
-                &id,
-                "pgrep -f 'counte[r].py'"
-            )
-            .is_empty(),
+            try_sh(d, &id, "pgrep -f 'counte[r].py'").is_empty(),
             "{why}: the counter (pid {pid}) survived a cold boot"
         );
         assert_eq!(
