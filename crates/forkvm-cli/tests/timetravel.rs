@@ -228,6 +228,32 @@ fn checkpoints_retention_and_rewind() {
     assert_eq!(memory(d, &id), steps[5].memory);
     assert_eq!(disk(d, &id), steps[5].disk);
 
+    // A step whose changes a pause saved, and a checkpoint after the
+    // resume that writes nothing new: the checkpoint still holds them (the
+    // sandbox now maps its pause's state, not the previous checkpoint's).
+    sh(d, &id, "printf 9 > /tmp/go");
+    let mut done = String::new();
+    assert!(wait_until(Duration::from_secs(120), || {
+        done = try_sh(d, &id, "cat /tmp/done 2>/dev/null");
+        done.starts_with("9 ")
+    }));
+    let disk9 = disk(d, &id);
+    d.json(&["pause", &id]);
+    d.json(&["resume", &id]);
+    let c9 = d.json(&["checkpoint", &id])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = d.json(&["spawn", "--snapshot", &c9, "--count", "1"]);
+    let kid = b["sandboxes"][0]["id"].as_str().unwrap().to_string();
+    let _g = Sandbox { d, id: kid.clone() };
+    assert_eq!(
+        memory(d, &kid),
+        done,
+        "a checkpoint after a pause lost its memory"
+    );
+    assert_eq!(disk(d, &kid), disk9);
+
     // A snapshot of another sandbox is not a point to rewind to.
     let other = d.spawn();
     let theirs = d.json(&["snapshot", &other.id]);

@@ -93,23 +93,37 @@ impl Layer {
 
 impl Plan {
     /// The pages to compare with the parent: those the clone wrote, and
-    /// (a checkpoint) those the links between the chain it maps and its
-    /// parent store. A page can leave the clone's private set (a page the
-    /// guest discarded reads from the mapped file again) while a checkpoint
-    /// above still holds another content for it.
-    fn between(&self, mut written: Vec<u64>) -> Vec<u64> {
+    /// (a checkpoint, whose parent is not the snapshot the clone maps) every
+    /// page on which the two views can differ: those stored by the links of
+    /// either chain above their common part. The clone's RAM equals its own
+    /// view where it wrote nothing, and the parent's view may hold other
+    /// contents there: a checkpoint taken before a pause and resume, or a
+    /// page the guest discarded, which reads from the mapped file again.
+    /// `None` (compare every page) when the two chains share no base.
+    fn between(&self, written: Option<Vec<u64>>) -> Option<Vec<u64>> {
+        let mut written = written?;
         let (Some(mine), Some(theirs)) = (&self.chain, &self.parent_chain) else {
-            return written;
+            return Some(written);
         };
-        for l in &theirs.links[mine.links.len().min(theirs.links.len())..] {
+        if mine.base.manifest.id != theirs.base.manifest.id {
+            return None;
+        }
+        let common = mine
+            .links
+            .iter()
+            .zip(&theirs.links)
+            .take_while(|(a, b)| a.manifest.id == b.manifest.id)
+            .count();
+        for l in mine.links[common..].iter().chain(&theirs.links[common..]) {
             match forkvm_store::memdiff::MemDiff::open(&l.memory_diff_path()) {
                 Ok(d) => written.extend(d.pages),
-                Err(_) => return written,
+                // Unreadable: compare every page (publish fails on it anyway).
+                Err(_) => return None,
             }
         }
         written.sort_unstable();
         written.dedup();
-        written
+        Some(written)
     }
 
     /// The file QEMU writes a stopped save's device state to.
@@ -657,7 +671,7 @@ pub(super) async fn pending_diff(
     let captured = match (captured, plan.mapping) {
         (None, Some(m)) if plan.live_mode => {
             let written = live::written_pages(id, m).await;
-            Some(diff::Pending::Live(written.map(|w| plan.between(w))))
+            Some(diff::Pending::Live(plan.between(written)))
         }
         (c, _) => c.map(diff::Pending::Read),
     };
