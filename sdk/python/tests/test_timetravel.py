@@ -95,3 +95,7 @@ def test_checkpoint_rewind_undo_and_retention(client: Client, traveller: Sandbox
     # What is kept still restores exactly, spliced ones included.
     sb.rewind(sixth)
     assert _state(sb) == sixth_state
+    # No policy: keep everything again.
+    assert sb.set_retention().retention == models.Retention()
+    seventh = sb.checkpoint()
+    assert [c.id for c in sb.timeline().checkpoints] == [cp.id, sixth.id, seventh.id]
