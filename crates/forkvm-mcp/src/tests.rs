@@ -123,6 +123,13 @@ impl Backend for Fake {
         if id != "sb-1" {
             return Err(gone(&id));
         }
+        if req.tag.as_deref() == Some("taken") {
+            return Err(BackendError::new(
+                409,
+                "conflict",
+                "the tag taken names another snapshot",
+            ));
+        }
         let mut cps = self.checkpoints.lock().unwrap();
         let seq = cps.len() as u64 + 1;
         let c = checkpoint(&format!("sn-{seq}"), seq, req.tag);

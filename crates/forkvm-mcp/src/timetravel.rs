@@ -8,14 +8,14 @@
 //! entry a model has to read and choose among.
 
 use forkvm_api::{Checkpoint, CheckpointRequest, Retention, RewindRequest, Rewound, Timeline};
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::ErrorData;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::render::{sandbox_out, SandboxOut};
 use crate::tools::{invalid, names, need_id};
-use crate::{failed, structured, Backend};
+use crate::{error_text, failed, structured, Backend};
 
 // ---------------------------------------------------------------- arguments
 
@@ -261,6 +261,7 @@ pub async fn checkpoint<B: Backend>(
     let (req, retention) = checkpoint_request(&a)?;
     // The policy first, so the new checkpoint is pruned by it like any
     // later one; a refused policy takes no checkpoint.
+    let policy_set = retention.is_some();
     if let Some(r) = retention {
         if let Err(e) = b.set_retention(a.sandbox_id.clone(), r).await {
             return Ok(failed(name, e));
@@ -287,6 +288,11 @@ pub async fn checkpoint<B: Backend>(
             );
             structured(&out, text)
         }
+        // Say what did change, so the model does not set it again.
+        Err(e) if policy_set => CallToolResult::error(vec![ContentBlock::text(format!(
+            "{} The retention policy was set; no checkpoint was taken.",
+            error_text(name, &e)
+        ))]),
         Err(e) => failed(name, e),
     })
 }

@@ -226,6 +226,20 @@ fn bad_calls_are_tool_errors_that_say_what_to_do() {
     .unwrap();
     assert_eq!(r.is_error, Some(true));
     assert!(text(&r).contains("no sandbox sb-9"), "{}", text(&r));
+    // A refused checkpoint after the policy was set says so.
+    let r = call(
+        &s,
+        "checkpoint",
+        json!({"sandbox_id": "sb-1", "tag": "taken", "keep_last": 3}),
+    )
+    .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let t = text(&r);
+    assert!(t.starts_with("checkpoint failed: the tag taken"), "{t}");
+    assert!(
+        t.ends_with("The retention policy was set; no checkpoint was taken."),
+        "{t}"
+    );
     // Bad arguments never reach the backend.
     let r = call(
         &s,
@@ -241,7 +255,12 @@ fn bad_calls_are_tool_errors_that_say_what_to_do() {
     assert!(text(&r).contains("unknown field `x`"), "{}", text(&r));
     assert_eq!(
         *fake.calls.lock().unwrap(),
-        ["rewind sb-1 sn-nosuch false", "retention sb-9 Some(1) None"]
+        [
+            "rewind sb-1 sn-nosuch false",
+            "retention sb-9 Some(1) None",
+            "retention sb-1 Some(3) None",
+            "checkpoint sb-1 Some(\"taken\")"
+        ]
     );
     assert!(fake.checkpoints.lock().unwrap().is_empty());
 }
