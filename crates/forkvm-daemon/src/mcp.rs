@@ -17,8 +17,9 @@ use axum::extract::Request;
 use axum::http::{self};
 use axum::response::IntoResponse;
 use forkvm_api::{
-    BranchRequest, BranchResult, CreateSandbox, CreateSnapshot, EntryList, ExecRequest, ExecResult,
-    FileWritten, Sandbox, Snapshot,
+    BranchRequest, BranchResult, Checkpoint, CheckpointRequest, CreateSandbox, CreateSnapshot,
+    EntryList, ExecRequest, ExecResult, FileWritten, Retention, RewindRequest, Rewound, Sandbox,
+    Snapshot, Timeline,
 };
 use forkvm_mcp::http::Endpoint;
 pub use forkvm_mcp::http::Guard;
@@ -112,6 +113,29 @@ impl Backend for Actions {
     async fn logs(&self, id: String) -> Result<String, BackendError> {
         self.0.get(&id).map_err(err)?;
         Ok(self.0.console_log(&id))
+    }
+
+    async fn checkpoint(
+        &self,
+        id: String,
+        req: CheckpointRequest,
+    ) -> Result<Checkpoint, BackendError> {
+        let m = self.0.clone();
+        detached(async move { m.checkpoint(&id, req.tag).await }).await
+    }
+
+    async fn timeline(&self, id: String) -> Result<Timeline, BackendError> {
+        self.0.timeline(&id).map_err(err)
+    }
+
+    async fn set_retention(&self, id: String, r: Retention) -> Result<Timeline, BackendError> {
+        let m = self.0.clone();
+        detached(async move { m.set_retention(&id, r).await }).await
+    }
+
+    async fn rewind(&self, id: String, req: RewindRequest) -> Result<Rewound, BackendError> {
+        let m = self.0.clone();
+        detached(async move { m.rewind(&id, req).await }).await
     }
 }
 

@@ -26,6 +26,7 @@ pub mod resources;
 pub mod rest;
 pub mod schema;
 mod stdio;
+pub mod timetravel;
 pub mod tools;
 
 pub use stdio::{serve, serve_stdio};
@@ -34,8 +35,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use forkvm_api::{
-    BranchRequest, BranchResult, CreateSandbox, CreateSnapshot, EntryList, ExecRequest, ExecResult,
-    FileWritten, Sandbox, Snapshot,
+    BranchRequest, BranchResult, Checkpoint, CheckpointRequest, CreateSandbox, CreateSnapshot,
+    EntryList, ExecRequest, ExecResult, FileWritten, Retention, RewindRequest, Rewound, Sandbox,
+    Snapshot, Timeline,
 };
 pub use rmcp;
 use rmcp::model::{
@@ -112,6 +114,26 @@ pub trait Backend: Send + Sync + 'static {
     fn remove(&self, id: String) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// The tail of the sandbox's serial console, as `GET /v1/sandboxes/{id}/logs`.
     fn logs(&self, id: String) -> impl Future<Output = Result<String, BackendError>> + Send;
+    /// `POST /v1/sandboxes/{id}/checkpoints`.
+    fn checkpoint(
+        &self,
+        id: String,
+        req: CheckpointRequest,
+    ) -> impl Future<Output = Result<Checkpoint, BackendError>> + Send;
+    /// `GET /v1/sandboxes/{id}/timeline`.
+    fn timeline(&self, id: String) -> impl Future<Output = Result<Timeline, BackendError>> + Send;
+    /// `PUT /v1/sandboxes/{id}/timeline/retention`.
+    fn set_retention(
+        &self,
+        id: String,
+        r: Retention,
+    ) -> impl Future<Output = Result<Timeline, BackendError>> + Send;
+    /// `POST /v1/sandboxes/{id}/rewind`.
+    fn rewind(
+        &self,
+        id: String,
+        req: RewindRequest,
+    ) -> impl Future<Output = Result<Rewound, BackendError>> + Send;
 }
 
 /// The MCP server over a backend.
@@ -132,7 +154,8 @@ pub const INSTRUCTIONS: &str = "forkvm runs sandboxes: Linux microVMs you can ru
      Python in, read and write files in, and fork while they run. Start with create_sandbox \
      (image \"default\" has python3), pass its id as sandbox_id to the other tools, and \
      remove_sandbox when done. branch_sandbox forks a sandbox into children that each continue \
-     from the same instant.";
+     from the same instant; checkpoint saves a sandbox's state as a step of its timeline, and \
+     rewind brings it back to one.";
 
 impl<B: Backend> Server<B> {
     pub fn new(backend: Arc<B>) -> Self {
@@ -306,6 +329,9 @@ impl<B: Backend> Server<B> {
                     Err(e) => failed(name, e),
                 }
             }
+            names::CHECKPOINT => return timetravel::checkpoint(b.as_ref(), args).await,
+            names::TIMELINE => return timetravel::timeline(b.as_ref(), args).await,
+            names::REWIND => return timetravel::rewind(b.as_ref(), args).await,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!(

@@ -5,8 +5,9 @@
 
 use crate::{Backend, BackendError};
 use forkvm_api::{
-    BranchRequest, BranchResult, Client, ClientError, CreateSandbox, CreateSnapshot, EntryList,
-    ExecRequest, ExecResult, FileWritten, Sandbox, Snapshot,
+    BranchRequest, BranchResult, Checkpoint, CheckpointRequest, Client, ClientError, CreateSandbox,
+    CreateSnapshot, EntryList, ExecRequest, ExecResult, FileWritten, Retention, RewindRequest,
+    Rewound, Sandbox, Snapshot, Timeline,
 };
 
 /// The CLI's backend: the REST client.
@@ -90,5 +91,25 @@ impl Backend for Rest {
             .await
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .map_err(err)
+    }
+
+    async fn checkpoint(
+        &self,
+        id: String,
+        req: CheckpointRequest,
+    ) -> Result<Checkpoint, BackendError> {
+        self.0.checkpoint(&id, &req).await.map_err(err)
+    }
+
+    async fn timeline(&self, id: String) -> Result<Timeline, BackendError> {
+        self.0.timeline(&id).await.map_err(err)
+    }
+
+    async fn set_retention(&self, id: String, r: Retention) -> Result<Timeline, BackendError> {
+        self.0.set_retention(&id, &r).await.map_err(err)
+    }
+
+    async fn rewind(&self, id: String, req: RewindRequest) -> Result<Rewound, BackendError> {
+        self.0.rewind(&id, &req).await.map_err(err)
     }
 }

@@ -10,6 +10,8 @@ use super::*;
 #[derive(Default)]
 pub(crate) struct Fake {
     pub(crate) calls: Mutex<Vec<String>>,
+    /// The checkpoints taken of `sb-1`, for the time-travel tools.
+    pub(crate) checkpoints: Mutex<Vec<Checkpoint>>,
 }
 
 fn gone(id: &str) -> BackendError {
@@ -24,9 +26,37 @@ pub(crate) fn sandbox(id: &str) -> Sandbox {
     .unwrap()
 }
 
+pub(crate) fn checkpoint(id: &str, seq: u64, tag: Option<String>) -> Checkpoint {
+    Checkpoint {
+        id: id.into(),
+        tag,
+        sandbox: "sb-1".into(),
+        seq,
+        created_at: "2026-01-01T00:00:00Z".into(),
+        parent: None,
+        pause_ms: Some(31.0),
+        bytes: 3 << 20,
+        head: false,
+    }
+}
+
 impl Fake {
     fn log(&self, s: String) {
         self.calls.lock().unwrap().push(s);
+    }
+
+    fn timeline_of(&self, id: String) -> Result<Timeline, BackendError> {
+        if id != "sb-1" {
+            return Err(gone(&id));
+        }
+        let checkpoints = self.checkpoints.lock().unwrap().clone();
+        Ok(Timeline {
+            sandbox: id,
+            head: checkpoints.last().map(|c| c.id.clone()),
+            retention: Retention::default(),
+            bytes: checkpoints.iter().map(|c| c.bytes).sum(),
+            checkpoints,
+        })
     }
 }
 
@@ -84,6 +114,74 @@ impl Backend for Fake {
         }
         Ok("Linux version 6.x\nforkvm agent ready\n".into())
     }
+    async fn checkpoint(
+        &self,
+        id: String,
+        req: CheckpointRequest,
+    ) -> Result<Checkpoint, BackendError> {
+        self.log(format!("checkpoint {id} {:?}", req.tag));
+        if id != "sb-1" {
+            return Err(gone(&id));
+        }
+        if req.tag.as_deref() == Some("taken") {
+            return Err(BackendError::new(
+                409,
+                "conflict",
+                "the tag taken names another snapshot",
+            ));
+        }
+        let mut cps = self.checkpoints.lock().unwrap();
+        let seq = cps.len() as u64 + 1;
+        let c = checkpoint(&format!("sn-{seq}"), seq, req.tag);
+        cps.push(c.clone());
+        Ok(c)
+    }
+    async fn timeline(&self, id: String) -> Result<Timeline, BackendError> {
+        self.log(format!("timeline {id}"));
+        self.timeline_of(id)
+    }
+    async fn set_retention(&self, id: String, r: Retention) -> Result<Timeline, BackendError> {
+        self.log(format!(
+            "retention {id} {:?} {:?}",
+            r.keep_last, r.keep_every
+        ));
+        let mut t = self.timeline_of(id)?;
+        t.retention = r;
+        Ok(t)
+    }
+    async fn rewind(&self, id: String, req: RewindRequest) -> Result<Rewound, BackendError> {
+        self.log(format!("rewind {id} {} {}", req.to, req.checkpoint_first));
+        if id != "sb-1" {
+            return Err(gone(&id));
+        }
+        let known = self
+            .checkpoints
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| c.id == req.to || c.tag.as_deref() == Some(&req.to));
+        if !known {
+            return Err(BackendError::new(
+                404,
+                "not_found",
+                format!("no snapshot {}", req.to),
+            ));
+        }
+        let undo = if req.checkpoint_first {
+            Some(
+                self.checkpoint(id.clone(), CheckpointRequest::default())
+                    .await?,
+            )
+        } else {
+            None
+        };
+        Ok(Rewound {
+            sandbox: sandbox(&id),
+            to: req.to,
+            undo,
+            rewind_ms: 812.5,
+        })
+    }
     async fn remove(&self, id: String) -> Result<(), BackendError> {
         Err(BackendError::new(
             0,
@@ -93,7 +191,7 @@ impl Backend for Fake {
     }
 }
 
-fn call(
+pub(crate) fn call(
     s: &Server<Fake>,
     name: &str,
     args: serde_json::Value,
@@ -104,7 +202,7 @@ fn call(
     rt.block_on(s.call(name, args.as_object().cloned()))
 }
 
-fn text(r: &CallToolResult) -> String {
+pub(crate) fn text(r: &CallToolResult) -> String {
     serde_json::to_value(&r.content).unwrap()[0]["text"]
         .as_str()
         .unwrap()

@@ -19,6 +19,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::render::*;
+pub use crate::timetravel::{
+    checkpoint_request, rewind_request, CheckpointArgs, CheckpointTakenOut, RewindArgs, RewoundOut,
+    TimelineArgs, TimelineOut,
+};
 
 // ---------------------------------------------------------------- arguments
 
@@ -206,6 +210,9 @@ pub mod names {
     pub const SNAPSHOT: &str = "snapshot_sandbox";
     pub const LIST_SANDBOXES: &str = "list_sandboxes";
     pub const REMOVE: &str = "remove_sandbox";
+    pub const CHECKPOINT: &str = "checkpoint";
+    pub const TIMELINE: &str = "timeline";
+    pub const REWIND: &str = "rewind";
 }
 
 fn tool<A: JsonSchema + 'static, O: JsonSchema + 'static>(
@@ -328,6 +335,32 @@ pub fn catalog() -> Vec<Tool> {
             "Stop a sandbox and delete it with everything in it. Its snapshots stay.",
             rw(true),
         ),
+        tool::<CheckpointArgs, CheckpointTakenOut>(
+            CHECKPOINT,
+            "Checkpoint a sandbox",
+            "Save a running sandbox's whole state (memory, processes, files) as the next step \
+             of its timeline; it keeps running, stopped only briefly. Each checkpoint stores \
+             only what changed since the previous one. Take one before a risky step; go back \
+             with rewind. `keep_last` (and `keep_every`) set how many to keep: older untagged \
+             ones are pruned.",
+            rw(true),
+        ),
+        tool::<TimelineArgs, TimelineOut>(
+            TIMELINE,
+            "List a sandbox's checkpoints",
+            "List a sandbox's kept checkpoints, oldest first: step, id, tag, time and size, \
+             with its retention policy.",
+            ro(),
+        ),
+        tool::<RewindArgs, RewoundOut>(
+            REWIND,
+            "Rewind a sandbox",
+            "Bring a running sandbox back to one of its checkpoints (`to`: id or tag): same \
+             sandbox id, network and ports, with the memory, processes and files of that \
+             checkpoint. What happened since is lost unless `checkpoint_first` saves it first \
+             (the result's `undo` is then the checkpoint to rewind to to undo this).",
+            rw(true),
+        ),
     ]
 }
 
@@ -359,7 +392,7 @@ pub fn parse<A: serde::de::DeserializeOwned>(
     })
 }
 
-fn need_id(tool: &str, id: &str) -> Result<(), ErrorData> {
+pub(crate) fn need_id(tool: &str, id: &str) -> Result<(), ErrorData> {
     if id.trim().is_empty() {
         return Err(invalid(
             tool,

@@ -27,7 +27,10 @@ fn the_catalog_has_every_tool_with_object_schemas() {
             "branch_sandbox",
             "snapshot_sandbox",
             "list_sandboxes",
-            "remove_sandbox"
+            "remove_sandbox",
+            "checkpoint",
+            "timeline",
+            "rewind"
         ]
     );
     for t in &tools {

@@ -11,6 +11,7 @@ mechanical rewrite, checked in so that readers and type checkers see it:
     src/forkvm/_async_proc_streams.py -> src/forkvm/_proc_streams.py (ProcessStream, WatchStream)
     src/forkvm/_async_proc_sandbox.py -> src/forkvm/_proc_sandbox.py (sb.processes, sb.fs)
     src/forkvm/_async_events.py -> src/forkvm/_events.py   (EventStream)
+    src/forkvm/_async_timetravel.py -> src/forkvm/_timetravel.py (Sandbox.checkpoint, .rewind ...)
 
 The rewrite works on Python tokens (names, and the words inside strings and
 comments), so it never touches a substring of a longer identifier:
@@ -49,6 +50,7 @@ FILES = [
     ("_async_proc_streams.py", "_proc_streams.py"),
     ("_async_proc_sandbox.py", "_proc_sandbox.py"),
     ("_async_events.py", "_events.py"),
+    ("_async_timetravel.py", "_timetravel.py"),
 ]
 
 NAMES = {
@@ -71,6 +73,8 @@ NAMES = {
     "_async_proc_streams": "_proc_streams",
     "_async_proc_sandbox": "_proc_sandbox",
     "_async_events": "_events",
+    "AsyncTimeTravel": "TimeTravel",
+    "_async_timetravel": "_timetravel",
     "AsyncOutputCallback": "OutputCallback",
     "AsyncIterator": "Iterator",
     "AsyncHTTPTransport": "HTTPTransport",

@@ -42,6 +42,8 @@ import { errorFrom, errorFromDetail, jsonBody, ndjsonLines, parseJson } from "./
 import type {
   BranchRequest,
   BranchResult,
+  Checkpoint,
+  CheckpointRequest,
   CreateSandbox,
   CreateSnapshot,
   ExecRequest,
@@ -59,6 +61,9 @@ import type {
   PullImage,
   PauseRequest,
   ResumeRequest,
+  Retention,
+  RewindRequest,
+  Rewound,
   Sandbox,
   SandboxBatch,
   SandboxList,
@@ -67,6 +72,7 @@ import type {
   SetTimeout,
   Snapshot,
   SnapshotList,
+  Timeline,
   Volume,
   VolumeList,
 } from "./types.js";
@@ -409,6 +415,41 @@ export class Client extends ProcessOps {
    */
   ports(id: string, opts?: RequestOptions): Promise<PortForward[]> {
     return this.#json({ method: "GET", path: `/v1/sandboxes/${seg(id)}/ports`, signal: opts?.signal });
+  }
+
+  // ---- time travel (docs/timetravel.md) ----------------------------------
+
+  /**
+   * `POST /v1/sandboxes/{id}/checkpoints` (operation `checkpoint`): save a
+   * running sandbox as the next step of its timeline, storing only what
+   * changed since its previous checkpoint; it keeps running. Tagged ones are
+   * never pruned. Its retention policy is applied afterwards.
+   */
+  checkpoint(id: string, req: CheckpointRequest = {}, opts?: RequestOptions): Promise<Checkpoint> {
+    return this.#json({ method: "POST", path: `/v1/sandboxes/${seg(id)}/checkpoints`, ...jsonBody(req), signal: opts?.signal });
+  }
+
+  /** `GET /v1/sandboxes/{id}/timeline` (operation `get_timeline`): its kept checkpoints, oldest first. */
+  getTimeline(id: string, opts?: RequestOptions): Promise<Timeline> {
+    return this.#json({ method: "GET", path: `/v1/sandboxes/${seg(id)}/timeline`, signal: opts?.signal });
+  }
+
+  /**
+   * `PUT /v1/sandboxes/{id}/timeline/retention` (operation `set_retention`):
+   * replace its retention policy and prune by it now; resolves with the timeline.
+   */
+  setRetention(id: string, req: Retention, opts?: RequestOptions): Promise<Timeline> {
+    const path = `/v1/sandboxes/${seg(id)}/timeline/retention`;
+    return this.#json({ method: "PUT", path, ...jsonBody(req), signal: opts?.signal });
+  }
+
+  /**
+   * `POST /v1/sandboxes/{id}/rewind` (operation `rewind`): bring a running
+   * sandbox back to a checkpoint (or a snapshot of its lineage) as the same
+   * sandbox. `checkpoint_first` saves the present first (`undo`).
+   */
+  rewind(id: string, req: RewindRequest, opts?: RequestOptions): Promise<Rewound> {
+    return this.#json({ method: "POST", path: `/v1/sandboxes/${seg(id)}/rewind`, ...jsonBody(req), signal: opts?.signal });
   }
 
   /** `POST /v1/sandboxes/{id}/snapshot` (operation `snapshot_sandbox`); the source keeps running. */

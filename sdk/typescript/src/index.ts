@@ -39,6 +39,7 @@ export {
 } from "./client-procs.js";
 export { MAX_TIMEOUT_S, type Lifetime, type OnTimeout, type PauseInfo } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
+export type { Checkpoint, Retention, Rewound, Timeline } from "./timeline.js";
 export {
   parseVolume,
   volumeMount,

@@ -384,6 +384,58 @@ export class Sandbox implements AsyncDisposable {
     return this;
   }
 
+  // ---- time travel (docs/timetravel.md) ----------------------------------
+
+  /**
+   * Save it now as the next step of its timeline; it keeps running. A
+   * checkpoint stores only what changed since the previous one, and the
+   * guest stops only for the last copy pass (`pause_ms`). `tag` names it
+   * (unique among snapshots); tagged checkpoints are never pruned.
+   */
+  checkpoint(opts: { tag?: string | undefined } & RequestOptions = {}): Promise<api.Checkpoint> {
+    const req: api.CheckpointRequest = opts.tag === undefined ? {} : { tag: opts.tag };
+    return this.client.checkpoint(this.id, req, opts);
+  }
+
+  /** Its kept checkpoints, oldest first, with its retention policy and what they store. */
+  timeline(opts?: RequestOptions): Promise<api.Timeline> {
+    return this.client.getTimeline(this.id, opts);
+  }
+
+  /**
+   * Keep only the last `keepLast` checkpoints and every `keepEvery`th, and
+   * prune now. Tagged checkpoints and the newest are always kept. The policy
+   * replaces the previous one (no `keepLast`: keep all) and applies after
+   * every checkpoint. Resolves with the pruned timeline.
+   */
+  setRetention(
+    opts: { keepLast?: number | undefined; keepEvery?: number | undefined } & RequestOptions = {},
+  ): Promise<api.Timeline> {
+    const req: api.Retention = {};
+    if (opts.keepLast !== undefined) req.keep_last = opts.keepLast;
+    if (opts.keepEvery !== undefined) req.keep_every = opts.keepEvery;
+    return this.client.setRetention(this.id, req, opts);
+  }
+
+  /**
+   * Bring it back to `to`: one of its checkpoints or a snapshot of its
+   * lineage (an id, a tag, a checkpoint or a {@link Snapshot}). It stays the
+   * same sandbox (id, metadata, network, ports) with the memory, processes
+   * and files of `to`; what happened since is lost unless `checkpointFirst`
+   * saves it first, as the result's `undo` (rewind to it to undo this).
+   * Rejects with a `NotFoundError` for a `to` that does not exist.
+   */
+  async rewind(
+    to: string | api.Checkpoint | Snapshot,
+    opts: { checkpointFirst?: boolean | undefined } & RequestOptions = {},
+  ): Promise<api.Rewound> {
+    const req: api.RewindRequest = { to: typeof to === "string" ? to : to.id };
+    if (opts.checkpointFirst) req.checkpoint_first = true;
+    const res = await this.client.rewind(this.id, req, opts);
+    this.info = res.sandbox;
+    return res;
+  }
+
   /** Kill it and delete everything it had. Closing twice, or a sandbox already gone, is fine. */
   async close(opts?: RequestOptions): Promise<void> {
     if (this.#closed) return;

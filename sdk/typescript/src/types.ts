@@ -16,6 +16,7 @@ import type { ErrorHint } from "./error-types.js";
 /** The lifetime schemas live in `lifecycle.ts`, those of resources in `resources.ts`. */
 export type { Lifetime, OnTimeout, PauseInfo, PauseRequest, ResumeRequest, SetTimeout } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
+export type { Checkpoint, CheckpointRequest, Retention, RewindRequest, Rewound, Timeline } from "./timeline.js";
 export type { ErrorHint, HintAction } from "./error-types.js";
 /** The schemas of volumes live in `volumes.ts`. */
 export type { CreateVolume, MountedVolume, Volume, VolumeList, VolumeMode, VolumeMount } from "./volumes.js";

@@ -95,6 +95,10 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   ],
   pause: [(c) => c.pause("ID"), (c) => c.pause("ID", { memory: false })],
   resume: [(c) => c.resume("ID", { timeout: 60 }), (c) => c.resume("ID"), (c) => c.resume("ID", { memory: false })],
+  checkpoint: [(c) => c.checkpoint("ID"), (c) => c.checkpoint("ID", { tag: "t" })],
+  get_timeline: [(c) => c.getTimeline("ID")],
+  set_retention: [(c) => c.setRetention("ID", { keep_last: 3, keep_every: 10 })],
+  rewind: [(c) => c.rewind("ID", { to: "t", checkpoint_first: true }), (c) => c.rewind("ID", { to: "sn-1" })],
   get_sandbox: [(c) => c.getSandbox("ID")],
   delete_sandbox: [(c) => c.deleteSandbox("ID")],
   branch_sandbox: [
@@ -297,6 +301,7 @@ describe("errors", () => {
 const TYPE_MODULES = [
   "src/types.ts",
   "src/lifecycle.ts",
+  "src/timeline.ts",
   "src/resources.ts",
   "src/proc-types.ts",
   "src/volumes.ts",
@@ -365,7 +370,7 @@ function assertProperties(name: string, schema: Schema, node: ts.Node, types?: M
   }
 }
 
-describe("src/types.ts (with src/lifecycle.ts, src/resources.ts, src/proc-types.ts, src/volumes.ts, src/events.ts, src/transfer.ts and src/error-types.ts) covers every schema of docs/openapi.json", () => {
+describe("src/types.ts (with src/lifecycle.ts, src/timeline.ts, src/resources.ts, src/proc-types.ts, src/volumes.ts, src/events.ts, src/transfer.ts and src/error-types.ts) covers every schema of docs/openapi.json", () => {
   const types = declaredTypes();
   for (const [name, schema] of Object.entries(doc.components.schemas)) {
     test(`schema ${name}`, () => {

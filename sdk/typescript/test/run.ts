@@ -28,6 +28,7 @@ const TEST_FILES = [
   "api.test.js",
   "sandbox.test.js",
   "lifecycle.test.js",
+  "timetravel.test.js",
   "events.test.js",
   "stream.test.js",
   "processes.test.js",

@@ -28,6 +28,9 @@ TOOLS = {
     "snapshot_sandbox",
     "list_sandboxes",
     "remove_sandbox",
+    "checkpoint",
+    "timeline",
+    "rewind",
 }
 
 

@@ -10,7 +10,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from conftest import http_client, run, stdio_client
+from conftest import TOOLS, http_client, run, stdio_client
 
 INIT = {
     "jsonrpc": "2.0",
@@ -129,7 +129,7 @@ def test_unix_socket_serves_mcp_without_a_token(daemon, sandbox):
             transport=httpx2.AsyncHTTPTransport(uds=str(daemon.socket)), timeout=300
         )
         async with Client(streamable_http_client("http://localhost/mcp", http_client=http)) as c:
-            assert len((await c.list_tools()).tools) == 10
+            assert len((await c.list_tools()).tools) == len(TOOLS)
             r = await c.call_tool("run_command", {"sandbox_id": sandbox, "command": "echo via-socket"})
             assert r.structured_content["stdout"] == "via-socket\n"
         await http.aclose()
@@ -154,7 +154,7 @@ def test_stdio_without_a_usable_daemon_says_so_in_each_call(daemon, env, words):
             e["FORKVM_URL"] = daemon.url
         params = StdioServerParameters(command=str(daemon.binary), args=["mcp"], env=e)
         async with Client(params, read_timeout_seconds=60) as c:
-            assert len((await c.list_tools()).tools) == 10
+            assert len((await c.list_tools()).tools) == len(TOOLS)
             r = await c.call_tool("list_sandboxes", {})
             assert r.is_error
             assert words in text(r), text(r)

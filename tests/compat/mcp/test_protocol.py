@@ -13,6 +13,8 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
+from conftest import TOOLS
+
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
 INIT = {
@@ -135,7 +137,7 @@ def test_batches_under_2025_03_26_and_not_after(daemon):
     got = {m["id"]: m for m in r.json()}
     assert set(got) == {1, 2, 3}, r.text
     assert got[1]["result"] == {}
-    assert len(got[2]["result"]["tools"]) == 10
+    assert len(got[2]["result"]["tools"]) == len(TOOLS)
     assert got[3]["error"]["code"] == -32602
     r = post(daemon, batch, headers={"MCP-Protocol-Version": "2025-11-25"})
     assert r.status_code == 400, r.text

@@ -198,6 +198,24 @@ def resume(id: str, body: models.ResumeRequest) -> Request:
     return Request("POST", f"/v1/sandboxes/{_seg(id)}/resume", _model(models.Sandbox), json=body.to_dict())
 
 
+def checkpoint(id: str, body: models.CheckpointRequest) -> Request:
+    return Request("POST", f"/v1/sandboxes/{_seg(id)}/checkpoints", _model(models.Checkpoint), json=body.to_dict())
+
+
+def get_timeline(id: str) -> Request:
+    return Request("GET", f"/v1/sandboxes/{_seg(id)}/timeline", _model(models.Timeline))
+
+
+def set_retention(id: str, body: models.Retention) -> Request:
+    return Request(
+        "PUT", f"/v1/sandboxes/{_seg(id)}/timeline/retention", _model(models.Timeline), json=body.to_dict()
+    )
+
+
+def rewind(id: str, body: models.RewindRequest) -> Request:
+    return Request("POST", f"/v1/sandboxes/{_seg(id)}/rewind", _model(models.Rewound), json=body.to_dict())
+
+
 def exec_(id: str, body: models.ExecRequest) -> Request:
     return Request(
         "POST",

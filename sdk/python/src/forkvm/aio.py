@@ -45,6 +45,7 @@ from typing import (  # async-only
 # sync-only: from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _ops, models
+from ._async_timetravel import AsyncTimeTravel
 from ._ops import EgressSpec, LimitsSpec, PortSpec
 from ._transfer import TransferEventCallback
 from ._volume_models import VolumeSpec
@@ -93,7 +94,7 @@ class AsyncSandboxFiles:
         return await self._sandbox.client.write_file(self._sandbox.id, path, data, mode=mode)
 
 
-class AsyncSandbox:
+class AsyncSandbox(AsyncTimeTravel):
     """A running microVM.
 
     ``AsyncSandbox()`` spawns one from the default image and waits until its agent
@@ -124,6 +125,10 @@ class AsyncSandbox:
     Volumes: ``volumes=["/srv/repo:/work:ro", "data:/data"]`` mounts host
     directories and named volumes (strings of the CLI form, mappings or
     :class:`~forkvm.models.VolumeMount`; see :attr:`volumes`).
+
+    Time travel: :meth:`checkpoint` saves it as a step of its timeline and
+    :meth:`rewind` brings it back to one (see :meth:`timeline`,
+    :meth:`set_retention`).
 
     To wrap a sandbox that already exists, use :meth:`AsyncSandbox.get`.
     """

@@ -338,6 +338,43 @@ class Client(_BaseClient, ProcessOps):
         """
         return self._send(_ops.resume(id, models.ResumeRequest(timeout=timeout, memory=memory)))
 
+    # -- time travel (docs/timetravel.md) ----------------------------------
+
+    def checkpoint(self, id: str, *, tag: Optional[str] = None) -> models.Checkpoint:
+        """``POST /v1/sandboxes/{id}/checkpoints``: save a running sandbox as the next step of its timeline.
+
+        It stores only what changed since the previous checkpoint and the
+        guest stops only for the last copy pass; it keeps running. ``tag``
+        names it (unique); tagged checkpoints are never pruned. The
+        sandbox's retention policy is applied afterwards.
+        """
+        return self._send(_ops.checkpoint(id, models.CheckpointRequest(tag=tag)))
+
+    def get_timeline(self, id: str) -> models.Timeline:
+        """``GET /v1/sandboxes/{id}/timeline``: its kept checkpoints, oldest first, and its retention."""
+        return self._send(_ops.get_timeline(id))
+
+    def set_retention(
+        self, id: str, *, keep_last: Optional[int] = None, keep_every: Optional[int] = None
+    ) -> models.Timeline:
+        """``PUT /v1/sandboxes/{id}/timeline/retention``: how many checkpoints to keep; prunes now.
+
+        ``keep_last`` N (``None``: all) and also every ``keep_every``-th by
+        step number; tagged ones and the newest are always kept. The policy
+        replaces the previous one. The answer is the pruned timeline.
+        """
+        return self._send(_ops.set_retention(id, models.Retention(keep_last=keep_last, keep_every=keep_every)))
+
+    def rewind(self, id: str, to: str, *, checkpoint_first: Optional[bool] = None) -> models.Rewound:
+        """``POST /v1/sandboxes/{id}/rewind``: bring a running sandbox back to a checkpoint, as the same sandbox.
+
+        ``to`` is one of its checkpoints or a snapshot of its lineage (id or
+        tag). Same id, metadata, network and ports; the memory, processes
+        and disk of ``to``. ``checkpoint_first=True`` saves the present
+        first (``undo`` in the answer), so the rewind can be undone.
+        """
+        return self._send(_ops.rewind(id, models.RewindRequest(to=to, checkpoint_first=checkpoint_first)))
+
     def branch_sandbox(
         self,
         id: str,

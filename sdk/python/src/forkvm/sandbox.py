@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _ops, models
+from ._timetravel import TimeTravel
 from ._ops import EgressSpec, LimitsSpec, PortSpec
 from ._transfer import TransferEventCallback
 from ._volume_models import VolumeSpec
@@ -74,7 +75,7 @@ class SandboxFiles:
         return self._sandbox.client.write_file(self._sandbox.id, path, data, mode=mode)
 
 
-class Sandbox:
+class Sandbox(TimeTravel):
     """A running microVM.
 
     ``Sandbox()`` spawns one from the default image and waits until its agent
@@ -105,6 +106,10 @@ class Sandbox:
     Volumes: ``volumes=["/srv/repo:/work:ro", "data:/data"]`` mounts host
     directories and named volumes (strings of the CLI form, mappings or
     :class:`~forkvm.models.VolumeMount`; see :attr:`volumes`).
+
+    Time travel: :meth:`checkpoint` saves it as a step of its timeline and
+    :meth:`rewind` brings it back to one (see :meth:`timeline`,
+    :meth:`set_retention`).
 
     To wrap a sandbox that already exists, use :meth:`Sandbox.get`.
     """
