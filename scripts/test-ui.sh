@@ -6,7 +6,8 @@
 # (with a patch) merged into its source, wrong token, keyboard
 # navigation, axe-core, time travel (checkpoint twice, rewind to the first with
 # an undo checkpoint, prune by retention), and
-# no request to any other origin. Saves docs/img/dashboard-{tree,sandbox,timeline}.png.
+# no request to any other origin. Saves
+# docs/img/dashboard-{tree,sandbox,changes,timeline}.png.
 #
 # Usage: scripts/test-ui.sh
 # Environment:

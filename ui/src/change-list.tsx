@@ -84,7 +84,7 @@ export function ChangeTable({ caption, changes, patches, onPatch, open, testid }
         <caption class="visually-hidden">{caption}</caption>
         <thead>
           <tr>
-            <th scope="col" title="A added, D deleted, C changed, M mode, T type">
+            <th scope="col" class="letter" title="A added, D deleted, C changed, M mode, T type">
               Change
             </th>
             <th scope="col">Size</th>

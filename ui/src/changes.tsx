@@ -17,6 +17,8 @@ import type { Diff, Merged, MergeStrategy, PathChange, Sandbox } from './types'
 
 const DEFAULT_PATH = '/root'
 
+const count = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`
+
 interface Props {
   sandbox: Sandbox
   onNotice: (text: string, error?: boolean) => void
@@ -138,8 +140,8 @@ function ChangesDialog({ sandbox, bp, onNotice, onClose }: Props & { bp: BranchP
       const m = await api.merge(child, source.id, diff.path, merge.strategy || null, false)
       if (g !== gen.current) return
       setMerge({ ...merge, done: m })
-      const settled = m.settled.length ? `, ${m.settled.length} conflicts settled (${merge.strategy})` : ''
-      onNotice(`Merged ${m.applied.length} changes of ${child} into ${m.into}${settled} in ${ms(m.merge_ms)}`)
+      const settled = m.settled.length ? `, ${count(m.settled.length, 'conflict')} settled (${merge.strategy})` : ''
+      onNotice(`Merged ${count(m.applied.length, 'change')} of ${child} into ${m.into}${settled} in ${ms(m.merge_ms)}`)
     } catch (err) {
       if (g === gen.current) setError((err as Error).message)
     } finally {
@@ -187,9 +189,9 @@ function ChangesDialog({ sandbox, bp, onNotice, onClose }: Props & { bp: BranchP
         {m && (
           <div data-testid="merge-result">
             <p>
-              {merge.done ? 'Applied' : 'Would apply'} {m.applied.length} changes (base <span class="mono">{m.base}</span>)
-              {m.settled.length ? `, ${m.settled.length} conflicts settled by ${merge.strategy}` : ''}
-              {m.conflicts.length ? `; ${m.conflicts.length} conflicts remain, so the merge would be refused` : ''}
+              {merge.done ? 'Applied' : 'Would apply'} {count(m.applied.length, 'change')} (base <span class="mono">{m.base}</span>)
+              {m.settled.length ? `, ${count(m.settled.length, 'conflict')} settled by ${merge.strategy}` : ''}
+              {m.conflicts.length ? `; ${count(m.conflicts.length, 'conflict')} left, so the merge would be refused` : ''}
               {merge.done ? ` in ${ms(m.merge_ms)}.` : '.'}
             </p>
             {m.base !== bp.point.id && (
@@ -198,15 +200,16 @@ function ChangesDialog({ sandbox, bp, onNotice, onClose }: Props & { bp: BranchP
                 since its branch point {bp.point.id}.
               </p>
             )}
+            {m.conflicts.length > 0 && <h3>Conflicts</h3>}
             <ConflictTable caption="Conflicts that remain" conflicts={m.conflicts} testid="merge-conflicts" />
-            <h3>{merge.done ? 'Applied' : 'To apply'}</h3>
-            <ChangeTable caption={merge.done ? 'Changes applied' : 'Changes to apply'} changes={m.applied} testid="merge-applied" />
             {m.settled.length > 0 && (
               <>
-                <h3>Settled conflicts</h3>
+                <h3>Settled conflicts ({merge.strategy})</h3>
                 <ConflictTable caption="Conflicts settled by the strategy" conflicts={m.settled} testid="merge-settled" />
               </>
             )}
+            <h3>{merge.done ? 'Applied' : 'To apply'}</h3>
+            <ChangeTable caption={merge.done ? 'Changes applied' : 'Changes to apply'} changes={m.applied} testid="merge-applied" />
           </div>
         )}
       </Dialog>
