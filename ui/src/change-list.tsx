@@ -8,6 +8,12 @@ import { useEffect, useState } from 'preact/hooks'
 import { CHANGE_WORD, filterPaths, LETTER, mayHavePatch, modeText, pageOf, sizeText } from './diff-model'
 import type { Conflict, PathChange } from './types'
 
+/** A patch line's colour: added, deleted, or a hunk header. */
+function lineClass(line: string): string {
+  if (line.startsWith('+++') || line.startsWith('---')) return ''
+  return line.startsWith('+') ? 'add' : line.startsWith('-') ? 'del' : line.startsWith('@@') ? 'hunk' : ''
+}
+
 /** The page and filter of one list, and the bar that moves them. */
 function usePaging<T extends { path: string }>(items: T[]) {
   const [page, setPage] = useState(0)
@@ -123,20 +129,22 @@ export function ChangeTable({ caption, changes, patches, onPatch, open, testid }
               rows.push(
                 <tr key={`${c.path}\0patch`} class="patch-row">
                   <td colSpan={cols}>
-                    {patch === 'loading' || patch === undefined ? (
-                      <p class="muted">Loading the patch…</p>
-                    ) : patch === null ? (
-                      <p class="muted">No text patch: not a UTF-8 text file on both sides, or over 1 MiB a side.</p>
-                    ) : (
-                      <pre class="patch" id={rowId} tabIndex={0} aria-label={`Patch of ${c.path}`} data-testid="patch">
-                        {patch.split('\n').map((line) => (
-                          <span class={line.startsWith('+') && !line.startsWith('+++') ? 'add' : line.startsWith('-') && !line.startsWith('---') ? 'del' : line.startsWith('@@') ? 'hunk' : ''}>
-                            {line}
-                            {'\n'}
-                          </span>
-                        ))}
-                      </pre>
-                    )}
+                    <div id={rowId}>
+                      {patch === 'loading' || patch === undefined ? (
+                        <p class="muted">Loading the patch…</p>
+                      ) : patch === null ? (
+                        <p class="muted">No text patch: not a UTF-8 text file on both sides, or over 1 MiB a side.</p>
+                      ) : (
+                        <pre class="patch" tabIndex={0} aria-label={`Patch of ${c.path}`} data-testid="patch">
+                          {patch.split('\n').map((line) => (
+                            <span class={lineClass(line)}>
+                              {line}
+                              {'\n'}
+                            </span>
+                          ))}
+                        </pre>
+                      )}
+                    </div>
                   </td>
                 </tr>,
               )

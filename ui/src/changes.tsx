@@ -185,6 +185,19 @@ function ChangesDialog({ sandbox, bp, onNotice, onClose }: Props & { bp: BranchP
             </fieldset>
           </>
         )}
+        {!merge.done && (
+          <button
+            type="button"
+            onClick={() => {
+              gen.current++
+              setBusy(false)
+              setError(null)
+              setMerge(null)
+            }}
+          >
+            ← Back to the changes
+          </button>
+        )}
         {!m && busy && <p class="muted">Dry run…</p>}
         {m && (
           <div data-testid="merge-result">
