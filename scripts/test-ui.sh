@@ -2,10 +2,12 @@
 # Browser test of the web dashboard (tests/ui/dashboard.test.mjs): starts a
 # real daemon on 127.0.0.1 with a random token, serving this tree's ui/dist,
 # and drives Debian's Chromium through it: login, spawn, branch into 3, live
-# update, terminal, remove, branching a paused child, wrong token, keyboard
+# update, terminal, remove, branching a paused child, a branch child's changes
+# (with a patch) merged into its source, wrong token, keyboard
 # navigation, axe-core, time travel (checkpoint twice, rewind to the first with
 # an undo checkpoint, prune by retention), and
-# no request to any other origin. Saves docs/img/dashboard-{tree,sandbox,timeline}.png.
+# no request to any other origin. Saves
+# docs/img/dashboard-{tree,sandbox,changes,timeline}.png.
 #
 # Usage: scripts/test-ui.sh
 # Environment:

@@ -265,7 +265,66 @@ step('6b. pause a child, then branch it while it stays paused', async () => {
   assert.equal(sb.state, 'paused', 'the source stays paused')
 })
 
-step('6c. time travel: checkpoint twice, see the timeline, rewind to the first, prune', async () => {
+step('6c. a branch child\'s changes with a patch; a dry run, a refused conflict, then the merge into its source', async () => {
+  const child = state.children[1]
+  const src = state.sandbox
+  const sh = async (id, cmd) => {
+    const r = await daemon.api('POST', `/v1/sandboxes/${id}/exec`, { argv: ['sh', '-c', cmd] })
+    assert.equal(r.exit_code, 0, `${id}: ${cmd}: ${r.stderr}`)
+    return r.stdout
+  }
+  // A new file, an edit of one the image has (so the source has it too), and
+  // a file both write differently: a conflict.
+  await sh(child, "printf 'from the child\\n' > /root/ui-merge.txt && echo '# edited by the child' >> /root/.bashrc && echo child > /root/ui-both.txt")
+  await sh(src, 'echo source > /root/ui-both.txt')
+  await page.goto(`${daemon.url}/ui/#/tree/${child}`)
+  await node(child).click()
+  await page.getByRole('button', { name: 'Changes…' }).click()
+  const dialog = page.getByRole('dialog', { name: `Changes of ${child}` })
+  const row = (p) => dialog.getByTestId('changes').locator(`tr[data-path="${p}"]`)
+  await row('/root/ui-merge.txt').waitFor({ timeout: BRANCH_MS })
+  assert.match(await row('/root/ui-merge.txt').textContent(), /^A added/)
+  assert.match(await row('/root/.bashrc').textContent(), /^C changed/)
+  // The patch, asked for from the keyboard.
+  await row('/root/.bashrc').getByRole('button', { name: /^Patch/ }).focus()
+  await page.keyboard.press('Enter')
+  const patch = dialog.getByTestId('patch')
+  await patch.waitFor({ timeout: BRANCH_MS })
+  assert.match(await patch.textContent(), /^\+# edited by the child$/m)
+  mkdirSync(IMG_DIR, { recursive: true })
+  await page.screenshot({ path: join(IMG_DIR, 'dashboard-changes.png') })
+
+  // Merge into source…: a dry run first; without a strategy the conflict
+  // refuses the merge (the 409's message shows); "theirs" settles it.
+  await dialog.getByRole('button', { name: 'Merge into source…' }).click()
+  const merge = page.getByRole('dialog', { name: `Merge ${child} into ${src}?` })
+  const applied = (p) => merge.getByTestId('merge-applied').locator(`tr[data-path="${p}"]`)
+  await applied('/root/ui-merge.txt').waitFor({ timeout: BRANCH_MS })
+  await applied('/root/.bashrc').waitFor()
+  await merge.getByTestId('merge-conflicts').locator('tr[data-path="/root/ui-both.txt"]').waitFor()
+  assert.equal(await sh(src, 'test -e /root/ui-merge.txt || echo absent'), 'absent\n', 'a dry run changes nothing')
+  await merge.getByRole('button', { name: 'Merge', exact: true }).click()
+  const refused = merge.getByRole('alert')
+  await refused.waitFor({ timeout: BRANCH_MS })
+  assert.match(await refused.textContent(), /conflict.*\/root\/ui-both\.txt/, 'the 409 names the conflict')
+  assert.equal(await sh(src, 'cat /root/ui-both.txt'), 'source\n', 'a refused merge changes nothing')
+  await merge.getByRole('radio', { name: /theirs:/ }).check()
+  await merge.getByTestId('merge-settled').locator('tr[data-path="/root/ui-both.txt"]').waitFor({ timeout: BRANCH_MS })
+  await merge.getByRole('button', { name: 'Merge', exact: true }).click()
+  await notice(new RegExp(`Merged \\d+ changes? of ${child} into ${src}, 1 conflict settled \\(theirs\\)`), BRANCH_MS)
+  const done = page.getByRole('dialog', { name: `Merged ${child} into ${src}` })
+  await done.getByTestId('merge-applied').locator('tr[data-path="/root/ui-merge.txt"]').waitFor()
+  const v = await axeScan(page)
+  for (const x of v) console.log(`# axe (merge): ${x.impact} ${x.id}: ${x.help} ${x.nodes.join(', ')}`)
+  assert.deepEqual(v.filter((x) => x.impact === 'critical'), [])
+  await done.getByRole('button', { name: 'Done' }).click()
+  await done.waitFor({ state: 'detached' })
+  for (const f of ['/root/ui-merge.txt', '/root/.bashrc', '/root/ui-both.txt']) {
+    assert.equal(await sh(src, `cat ${f}`), await sh(child, `cat ${f}`), `${src} has ${child}'s ${f}`)
+  }
+})
+
+step('6d. time travel: checkpoint twice, see the timeline, rewind to the first, prune', async () => {
   const sb = state.children[1]
   const sh = async (cmd) => {
     const r = await daemon.api('POST', `/v1/sandboxes/${sb}/exec`, { argv: ['sh', '-c', cmd] })

@@ -1,9 +1,11 @@
 // The buttons that change things: spawn, branch, snapshot, flatten, pool size,
-// pause/resume and remove. Each result is written into the store at once, so
+// pause/resume and remove (time travel in time-travel.tsx, a branch child's
+// changes and merge in changes.tsx). Each result is written into the store at once, so
 // the tree shows it even before the event stream's copy arrives (applying
 // both is harmless: the same object twice). Remove and flatten ask first.
 import { useCallback, useState } from 'preact/hooks'
 import { api } from './api'
+import { ChangesAction } from './changes'
 import { Dialog } from './dialog'
 import { ms } from './format'
 import { store } from './store'
@@ -172,6 +174,7 @@ export function Actions({ node, onRemoved, onNotice }: Props) {
             </button>
           )}
           <TimeTravelActions sandbox={sb} onNotice={onNotice} />
+          <ChangesAction sandbox={sb} onNotice={onNotice} />
         </>
       )}
       {/* A sandbox rewinds to its own checkpoints and snapshots (not a pause's saved state). */}

@@ -6,9 +6,12 @@ import type {
   BranchMode,
   BranchResult,
   Checkpoint,
+  Diff,
   EntryInfo,
   Image,
   Info,
+  Merged,
+  MergeStrategy,
   Retention,
   Rewound,
   Sandbox,
@@ -107,6 +110,17 @@ export const api = {
     }),
   rewind: (id: string, to: string, checkpointFirst: boolean) =>
     json<Rewound>('POST', `/v1/sandboxes/${enc(id)}/rewind`, { to, checkpoint_first: checkpointFirst }),
+  /** Filesystem differences from `a` to `b` (sandboxes, snapshots or checkpoints), under `path`. */
+  diff: (a: string, b: string, path: string, text: boolean) =>
+    json<Diff>('POST', `/v1/diff/${enc(a)}`, { b, path, ...(text ? { text } : {}) }),
+  /** Apply `child`'s changes since its branch point to `into` (or, dry, report what would be). */
+  merge: (child: string, into: string, path: string, strategy: MergeStrategy | null, dryRun: boolean) =>
+    json<Merged>('POST', `/v1/sandboxes/${enc(child)}/merge`, {
+      into,
+      path,
+      ...(strategy ? { strategy } : {}),
+      dry_run: dryRun,
+    }),
   removeSandbox: (id: string) => json<void>('DELETE', `/v1/sandboxes/${enc(id)}`),
   removeSnapshot: (id: string) => json<void>('DELETE', `/v1/snapshots/${enc(id)}`),
 

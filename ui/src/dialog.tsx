@@ -10,6 +10,10 @@ export interface DialogProps {
   confirm: string
   danger?: boolean
   busy?: boolean
+  /** The secondary button's text (default "Cancel"). */
+  cancel?: string
+  /** Wide, for lists (Changes…, Merge…). */
+  wide?: boolean
   error?: string | null
   onConfirm: () => void
   onClose: () => void
@@ -29,7 +33,7 @@ export function Dialog(props: DialogProps) {
     return () => d.removeEventListener('cancel', cancel)
   }, [props.onClose])
   return (
-    <dialog ref={ref} class="dialog" aria-labelledby="dialog-title">
+    <dialog ref={ref} class={props.wide ? 'dialog wide' : 'dialog'} aria-labelledby="dialog-title">
       <form
         method="dialog"
         onSubmit={(e) => {
@@ -46,7 +50,7 @@ export function Dialog(props: DialogProps) {
         )}
         <div class="dialog-buttons">
           <button type="button" onClick={props.onClose} disabled={props.busy}>
-            Cancel
+            {props.cancel ?? 'Cancel'}
           </button>
           <button type="submit" class={props.danger ? 'danger' : 'primary'} disabled={props.busy}>
             {props.busy ? `${props.confirm}…` : props.confirm}

@@ -213,3 +213,60 @@ export interface Rewound {
   undo?: Checkpoint | null
   rewind_ms: number
 }
+
+// Filesystem diff and merge (issue 34; crates/forkvm-api/src/treediff.rs).
+
+export type ChangeKind = 'added' | 'deleted' | 'modified' | 'mode' | 'type'
+
+/** What one side has at a path. */
+export interface PathState {
+  kind: 'file' | 'dir' | 'symlink' | 'other' | string
+  size: number
+  /** Permission bits (mode & 0o7777). */
+  mode: number
+  symlink_target?: string | null
+}
+
+export interface PathChange {
+  path: string
+  change: ChangeKind
+  a?: PathState | null
+  b?: PathState | null
+  /** A unified diff, when asked with `text: true` and the file is text. */
+  patch?: string | null
+}
+
+/** POST /v1/diff/{a}. */
+export interface Diff {
+  a: string
+  b: string
+  path: string
+  /** Sorted by path. */
+  changes: PathChange[]
+  stats: { added: number; deleted: number; modified: number; other: number }
+  entries: number
+  contents_read: number
+  diff_ms: number
+}
+
+export type MergeStrategy = 'ours' | 'theirs' | 'text'
+
+export interface Conflict {
+  path: string
+  base?: PathState | null
+  ours?: PathState | null
+  theirs?: PathState | null
+  reason: string
+}
+
+/** POST /v1/sandboxes/{id}/merge. */
+export interface Merged {
+  child: string
+  into: string
+  base: string
+  applied: PathChange[]
+  settled: Conflict[]
+  conflicts: Conflict[]
+  dry_run: boolean
+  merge_ms: number
+}
