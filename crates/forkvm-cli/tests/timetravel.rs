@@ -400,6 +400,14 @@ fn diff_and_merge_on_a_repository_tree() {
     // winner the same way.
     let v2 = d.json(&["diff", &point, win, "--path", "/root/repo"]);
     assert_eq!(changes(&v2), got);
+    // A file as the path, and a directory only one side has.
+    let one = d.json(&["diff", &src.id, win, "--path", "/root/repo/added.txt"]);
+    assert_eq!(
+        changes(&one),
+        [("added".to_string(), "/root/repo/added.txt".to_string())]
+    );
+    let newdir = d.json(&["diff", &src.id, win, "--path", "/root/repo/newdir"]);
+    assert_eq!(newdir["stats"]["added"], 3, "{newdir}");
     // Bad input.
     assert!(!d
         .run(&["diff", &src.id, win, "--path", "rel"])
@@ -407,7 +415,11 @@ fn diff_and_merge_on_a_repository_tree() {
         .success());
     assert!(!d.run(&["diff", &src.id, "sb-nosuch"]).status.success());
 
-    // The winner merges into the source: exact bytes, modes, links.
+    // The winner merges into the source: exact bytes, modes, links. It was
+    // paused and resumed first, so it runs from a snapshot of its own: the
+    // merge still starts from its branch point.
+    d.json(&["pause", win]);
+    d.json(&["resume", win]);
     let m = d.json(&["merge", win, "--into", &src.id, "--path", "/root/repo"]);
     eprintln!(
         "merge of {} paths: {} ms",

@@ -84,7 +84,7 @@ impl Manager {
             .db
             .get(child)?
             .ok_or_else(|| EngineError::sandbox_not_found(child))?;
-        let base_id = crow.snapshot.clone().ok_or_else(|| {
+        let base_id = self.branch_point_of(&crow).ok_or_else(|| {
             EngineError::invalid(format!(
                 "sandbox {child} was booted, not branched from a snapshot: it has no branch \
                  point to merge from"
@@ -192,6 +192,22 @@ impl Manager {
                 })?;
         }
         Ok((plan.applied, plan.settled, plan.conflicts))
+    }
+
+    /// The snapshot a sandbox was spawned from, its branch point: the one it
+    /// runs from, or (after a pause and resume, or a rewind, which leave it
+    /// running from a snapshot of itself) the first ancestor of that not
+    /// taken of the sandbox.
+    fn branch_point_of(&self, row: &crate::db::SandboxRow) -> Option<String> {
+        let mut cur = row.snapshot.clone()?;
+        for _ in 0..4096 {
+            let s = self.db.snapshot(&cur).ok().flatten()?;
+            if s.source != row.id {
+                return Some(cur);
+            }
+            cur = s.parent?;
+        }
+        None
     }
 
     /// The contents of those of `paths` that are regular files in `tree`.

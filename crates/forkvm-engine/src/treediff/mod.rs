@@ -201,7 +201,26 @@ impl Manager {
             }
             v
         } else {
-            vec![root.to_string()]
+            // A path that is a file is compared alone; one a side lacks is
+            // an empty tree there (all added, or all deleted).
+            match agent.fs_stat(root).await {
+                // The directory itself is an entry too (its mode, or its
+                // absence on the other side).
+                Ok(e) if Node::from_entry(&e).kind == "dir" => {
+                    tree.insert(root.to_string(), Node::from_entry(&e));
+                    vec![root.to_string()]
+                }
+                Ok(e) => {
+                    tree.insert(e.path.clone(), Node::from_entry(&e));
+                    return Ok(tree);
+                }
+                Err(crate::agent::AgentError::Guest { code, .. })
+                    if code == forkvm_agent_protocol::ERR_NOT_FOUND =>
+                {
+                    return Ok(tree)
+                }
+                Err(e) => return Err(agent_error(id, e)),
+            }
         };
         for t in tops {
             match agent.fs_list(&t, DEPTH).await {
