@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import sys
 import time
@@ -229,7 +230,8 @@ def rewind_vs_spawn(d: fb.Daemon, sid: str, args, ctx: dict) -> list[dict]:
         if got != want:
             raise fb.BenchError(f"after rewind to {cp} (step {step}) the sandbox is at {got}")
         rows.append({"op": "rewind", "step": step, "run": i + 1, "wall_ms": wall,
-                     "engine_ms": r["rewind_ms"], "note": cp})
+                     "engine_ms": r["rewind_ms"], "note": cp,
+                     "detail": json.dumps((r.get("sandbox") or {}).get("timings"))})
         t0 = time.perf_counter()
         child = d.api.request("POST", "/v1/sandboxes", {"snapshot": cp, "network": "none"},
                               expect=(201,))
@@ -243,7 +245,7 @@ def rewind_vs_spawn(d: fb.Daemon, sid: str, args, ctx: dict) -> list[dict]:
             raise fb.BenchError(f"a spawn of {cp} (step {step}) is at {got}")
         rows.append({"op": "spawn", "step": step, "run": i + 1, "wall_ms": wall,
                      "engine_ms": (child.get("timings") or {}).get("total_ms"),
-                     "extra_ms": rm, "note": cp})
+                     "extra_ms": rm, "note": cp, "detail": json.dumps(child.get("timings"))})
         print(f"[rewind] {i + 1}/{args.runs}: rewind {rows[-2]['wall_ms']:.0f} ms "
               f"(rewind_ms {rows[-2]['engine_ms']:.0f}), spawn {wall:.0f} ms + rm {rm:.0f} ms",
               flush=True)
@@ -284,6 +286,7 @@ def main() -> int:
     if args.wait_quiet:
         fb.wait_for_quiet_host(args.wait_quiet)
     ctx = {"started": dt.datetime.now().astimezone(), "machine": rp.machine_info(),
+           "build": "release" if "/release/" in args.binary else f"not release: {args.binary}",
            "others": fb.other_qemu_processes()}
     t0 = time.monotonic()
     with fb.Daemon(binary=args.binary, home_parent=args.home_parent) as d:

@@ -4,6 +4,7 @@ timetravel_tree.py)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -15,7 +16,7 @@ STEP_FIELDS = ["step", "checkpoint", "pause_ms", "bytes", "memory_diff_bytes",
                "checkpoint_ms", "work_ms", "step_ms", "loadavg1", "kept"]
 OP_FIELDS = ["op", "step", "run", "wall_ms", "engine_ms", "extra_ms", "bytes",
              "memory_diff_bytes", "on_disk_bytes", "dir_bytes", "count", "entries",
-             "contents_read", "note"]
+             "contents_read", "note", "detail"]
 EDGE = 10  # "first" and "last" steps for flatness
 
 
@@ -49,6 +50,7 @@ def figures(steps, ops, args) -> dict:
     """Every number the report and the terminal give, in one place."""
     later = [r for r in steps if r["step"] > 1]  # step 1 holds all since the template
     f = {"pause": s(r["pause_ms"] for r in steps),
+         "pause_later": s(r["pause_ms"] for r in later),
          "pause_first": s(r["pause_ms"] for r in steps[:EDGE]),
          "pause_last": s(r["pause_ms"] for r in steps[-EDGE:]),
          "pause_slope": slope([r["step"] for r in steps], [r["pause_ms"] for r in steps]),
@@ -149,7 +151,7 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
           *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision(),
                            minutes=True),
           *rp.other_qemu_lines(ctx["others"], 1 if ctx["others"] else 0, 1, "run"),
-          "- One private daemon (jailed, release build), every call through its REST API "
+          f"- One private daemon (jailed, {ctx['build']} build), every call through its REST API "
           "(the CLI commands named below are thin clients of the same routes). "
           f"Guest: {args.memory} MiB, 1 vCPU, spawned from the boot template, `network: none`.",
           "",
@@ -168,6 +170,7 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
           "| figure | n | p50 | p90 | max |", "|---|---:|---:|---:|---:|"]
     for label, st, fmtv in (
             ("checkpoint pause, all steps (ms)", f["pause"], ms),
+            ("checkpoint pause, steps 2– (ms)", f["pause_later"], ms),
             (f"checkpoint pause, steps 1–{EDGE} (ms)", f["pause_first"], ms),
             (f"checkpoint pause, last {EDGE} steps (ms)", f["pause_last"], ms),
             ("checkpoint bytes, steps 2– (MiB)", f["bytes"], mib),
@@ -186,8 +189,9 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
           f"save ÷ checkpoint pause {f['naive_vs_pause']:.0f}×.",
           f"- **Flat over the steps:** last {EDGE} ÷ first {EDGE} pause p50 "
           f"**{f['pause_flat']:.2f}×**, least-squares slope {f['pause_slope']:+.3f} ms per "
-          f"step. Step 1's checkpoint stores {mib(f['bytes_first'])} MiB (all that changed "
-          "since the template), later ones what changed since the previous one.",
+          f"step. Step 1's checkpoint (the first, whose parent is the boot template) paused "
+          f"{ms(steps[0]['pause_ms'])} ms and stores {mib(f['bytes_first'])} MiB (all that "
+          "changed since the template); later ones store what changed since the previous one.",
           f"- Issue 34's target (pause under 5 ms p50 with {args.hold_mib} MiB changed, flat): "
           f"**{'met' if f['pause']['p50'] < 5 and f['pause_flat'] <= 1.2 else 'NOT met'}** "
           f"(p50 {f['pause']['p50']:.2f} ms; flat taken as last ÷ first ≤ 1.2).",
@@ -201,7 +205,7 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
                  f"{rp.ratio(r['engine_ms'], c['pause_ms']):.1f}× | {mib(c['bytes'])} | "
                  f"{mib(r['bytes'])} | {rp.ratio(r['bytes'], c['bytes']):.1f}× |")
     L += retention_lines(ctx, args)
-    L += rewind_lines(f, ctx, args)
+    L += rewind_lines(f, ops, ctx, args)
     L += tree_lines(f, tree, args)
     L += ["", "Raw rows: `steps.csv` (one per agent step), `ops.csv` (snapshots, naive saves, "
           "rewinds, spawns, diffs, git statuses, merges, git applies); plot: `timetravel.png`."]
@@ -239,7 +243,19 @@ def retention_lines(ctx, args) -> list[str]:
     return L
 
 
-def rewind_lines(f, ctx, args) -> list[str]:
+def breakdown(rows) -> str:
+    """p50 of each part of the sandboxes' `timings` the API returned with
+    the rows (JSON in `detail`), largest first."""
+    parts: dict[str, list[float]] = {}
+    for r in rows:
+        for k, v in (json.loads(r.get("detail") or "null") or {}).items():
+            if isinstance(v, (int, float)):
+                parts.setdefault(k, []).append(v)
+    p50 = sorted(((s(v)["p50"], k) for k, v in parts.items()), reverse=True)
+    return ", ".join(f"{k} {ms(v)}" for v, k in p50) or "none given"
+
+
+def rewind_lines(f, ops, ctx, args) -> list[str]:
     t = ctx["rewind_target"]
     return ["", "## 2. Rewind against a fresh spawn of the same checkpoint", "",
             f"The loop's sandbox rewound to its kept checkpoint of step {t['step']} (`forkvm "
@@ -254,7 +270,10 @@ def rewind_lines(f, ctx, args) -> list[str]:
                                 ("spawn, `timings.total_ms` (ms)", f["spawn_engine"]),
                                 ("spawn + remove, wall (ms)", f["spawn_rm"]))],
             "", f"- **Ratio:** spawn ÷ rewind **{f['spawn_vs_rewind']:.2f}×** (p50 walls); "
-            f"spawn + remove ÷ rewind {f['spawn_rm_vs_rewind']:.2f}×."]
+            f"spawn + remove ÷ rewind {f['spawn_rm_vs_rewind']:.2f}×.",
+            "- Where the time went, p50 of the `timings` (ms) the API returned: the rewound "
+            f"sandbox's (its resume): {breakdown(of(ops, 'rewind'))}; the spawn's: "
+            f"{breakdown(of(ops, 'spawn'))}."]
 
 
 def tree_lines(f, tree, args) -> list[str]:
