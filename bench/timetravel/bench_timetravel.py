@@ -48,6 +48,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -291,6 +292,9 @@ def main() -> int:
     t0 = time.monotonic()
     with fb.Daemon(binary=args.binary, home_parent=args.home_parent) as d:
         ctx["info"] = d.api.info()
+        ctx["store_fs"] = subprocess.run(["stat", "-f", "-c", "%T", d.home], text=True,
+                                         capture_output=True).stdout.strip()
+        ctx["home_parent"] = args.home_parent
         sid, steps, ops = agent_loop(d, args, ctx)
         ops += rewind_vs_spawn(d, sid, args, ctx)
         d.delete(sid)

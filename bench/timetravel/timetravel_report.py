@@ -153,7 +153,9 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
           *rp.other_qemu_lines(ctx["others"], 1 if ctx["others"] else 0, 1, "run"),
           f"- One private daemon (jailed, {ctx['build']} build), every call through its REST API "
           "(the CLI commands named below are thin clients of the same routes). "
-          f"Guest: {args.memory} MiB, 1 vCPU, spawned from the boot template, `network: none`.",
+          f"Guest: {args.memory} MiB, 1 vCPU, spawned from the boot template, `network: none`. "
+          f"The daemon's store (home under `{ctx.get('home_parent')}`) is on "
+          f"{ctx.get('store_fs', '?')}.",
           "",
           "## 1. Agent loop: checkpoint per step against a full snapshot", "",
           f"{args.steps} steps. A Python process holds {args.hold_mib} MiB filled from "
