@@ -31,6 +31,10 @@ for i in range(n):
 """
 
 GIT = "git -c user.email=bench@forkvm -c user.name=bench"
+# The repository lives beside the tree, not in it, so that git's own writes
+# (a `git status` refreshes the index) are not differences of the tree that
+# forkvm's diff would rightly list and git's would not.
+GITENV = f"export GIT_DIR={TREE}.git GIT_WORK_TREE={TREE}; "
 
 
 def child_files(i: int, changed: int) -> list[str]:
@@ -50,7 +54,7 @@ def git_status(sh, d, sid) -> tuple[float, float, int]:
     """`git status --porcelain` in the guest: exec wall, the guest's own
     clock around git (ms), and the number of paths it lists."""
     wall, out = timed_sh(sh, d, sid,
-                         f"cd {TREE}; s=$(date +%s%N); git status --porcelain >/tmp/gs; "
+                         f"{GITENV}cd {TREE}; s=$(date +%s%N); git status --porcelain >/tmp/gs; "
                          "e=$(date +%s%N); echo $(( (e - s) / 1000 )) $(wc -l </tmp/gs)")
     us, n = out.split()
     return wall, int(us) / 1000, int(n)
@@ -61,7 +65,7 @@ def tree_ops(d: fb.Daemon, args, ctx: dict, sh) -> list[dict]:
     print(f"[tree] source {src}: {args.files} files, git commit", flush=True)
     make_ms, _ = timed_sh(sh, d, src, f"cat > /tmp/mk.py && python3 /tmp/mk.py {TREE} "
                           f"{args.files} {DIRS}", stdin=MAKE_TREE, timeout_ms=1_800_000)
-    commit_ms, _ = timed_sh(sh, d, src, f"cd {TREE} && git init -q && git add -A && "
+    commit_ms, _ = timed_sh(sh, d, src, f"{GITENV}cd {TREE} && git init -q && git add -A && "
                             f"{GIT} commit -qm base && git status --porcelain | wc -l && sync",
                             timeout_ms=1_800_000)
     ctx["tree"] = {"make_ms": make_ms, "commit_ms": commit_ms,
@@ -87,6 +91,10 @@ def tree_ops(d: fb.Daemon, args, ctx: dict, sh) -> list[dict]:
                     v = d.api.request("POST", f"/v1/diff/{src}", {"b": k, "path": TREE})
                     wall = fb.ms_since(t0)
                     n = len(v["changes"])
+                    if n != args.changed:
+                        raise fb.BenchError(
+                            f"diff of child {k} found {n} changes, not {args.changed}: "
+                            f"{v['stats']}, e.g. {v['changes'][:3]}")
                     rows.append({"op": "diff", "run": run + 1, "wall_ms": wall,
                                  "engine_ms": v["diff_ms"], "count": n,
                                  "entries": v.get("entries"),
@@ -118,15 +126,15 @@ def merges(d: fb.Daemon, src: str, kids: list[str], args, sh) -> list[dict]:
                          "engine_ms": m["merge_ms"], "count": len(m["applied"]), "note": k})
         else:
             t0 = time.perf_counter()
-            patch = sh(d, k, f"cd {TREE} && git diff --binary")
-            sh(d, src, f"cd {TREE} && git apply", stdin=patch)
+            patch = sh(d, k, f"{GITENV}cd {TREE} && git diff --binary")
+            sh(d, src, f"{GITENV}cd {TREE} && git apply", stdin=patch)
             rows.append({"op": "git_apply", "run": i // 2 + 1, "wall_ms": fb.ms_since(t0),
                          "count": patch.count("\ndiff --git ") + patch.startswith("diff --git "),
                          "bytes": len(patch), "note": k})
         sums = f"cd {TREE} && cat {files} | sha256sum"
         if sh(d, src, sums) != sh(d, k, sums):
             raise fb.BenchError(f"after {rows[-1]['op']} of {k} the source's files differ")
-        n = int(sh(d, src, f"cd {TREE} && git status --porcelain | wc -l"))
+        n = int(sh(d, src, f"{GITENV}cd {TREE} && git status --porcelain | wc -l"))
         if n != args.changed * (i + 1) or rows[-1]["count"] != args.changed:
             raise fb.BenchError(f"after {rows[-1]['op']} of {k}: {rows[-1]['count']} paths "
                                 f"applied, git lists {n} changed in the source")
