@@ -44,12 +44,13 @@ def test_children_change_disjoint_files_spread_over_the_directories():
 def test_results_md_from_rows(tmp_path):
     steps = [{"step": n, "checkpoint": f"sn-{n}", "pause_ms": 3.0 + (n == 1) * 20,
               "bytes": (300 if n == 1 else 17) << 20, "kept": n in (10, 50),
+              "memory_diff_bytes": 16 << 20, "disk_bytes": n << 19,
               "dir_bytes": 17 << 20, "checkpoint_ms": 500.0, "work_ms": 900.0,
               "step_ms": 1400.0} for n in range(1, 51)]
     ops = ([{"op": "snapshot", "step": 10, "wall_ms": 900.0, "engine_ms": 210.0,
              "bytes": 300 << 20},
             {"op": "naive_save", "step": 50, "wall_ms": 800.0, "engine_ms": 700.0}]
-           + [{"op": op, "wall_ms": w, "engine_ms": w - 5, "detail": '{"restore_ms": 80.0}'}
+           + [{"op": op, "run": 1, "wall_ms": w, "engine_ms": w - 5, "detail": '{"restore_ms": 80.0}'}
               for op, w in (("rewind", 400.0), ("spawn", 300.0), ("diff", 900.0),
                             ("git_status", 600.0), ("merge", 1000.0), ("git_apply", 500.0))])
     kept = [{"id": "sn-10", "step": 10, "bytes": 300 << 20, "head": False, "sizes": {},
@@ -68,6 +69,8 @@ def test_results_md_from_rows(tmp_path):
     assert "SMOKE" not in text
     assert "checkpoint pause ÷ full snapshot pause **0.014×**" in text
     assert "last 10 ÷ first 10 pause p50 **1.00×**" in text
+    assert "the disk layer 1.0 → 25.0 MiB (slope +0.50 MiB per step)" in text
+    assert "| 1 | 900 | 600 | 1.50× |" in text
     assert "spawn ÷ rewind **0.75×**" in text and "restore_ms 80.0" in text
     assert "diff ÷ git status **1.50×**" in text and "git diff + apply **2.00×**" in text
     tr.plot(steps, ops, tmp_path / "t.png")

@@ -253,6 +253,15 @@ def rewind_vs_spawn(d: fb.Daemon, sid: str, args, ctx: dict) -> list[dict]:
     return rows
 
 
+def others(ctx: dict, d: fb.Daemon) -> None:
+    """Note the QEMU processes this bench did not start, before each part
+    (ours name the daemon's home, its RAM directory or one of its sandboxes)."""
+    mine = [d.home, str(fb.run_dir_for_home(d.home))] + [f"forkvm-{s}," for s in d.sandboxes]
+    seen = fb.other_qemu_processes(mine)
+    ctx["others"].update(seen)
+    ctx["busy_phases"] += bool(seen)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=50, help="agent-loop steps (checkpoints)")
@@ -288,16 +297,19 @@ def main() -> int:
         fb.wait_for_quiet_host(args.wait_quiet)
     ctx = {"started": dt.datetime.now().astimezone(), "machine": rp.machine_info(),
            "build": "release" if "/release/" in args.binary else f"not release: {args.binary}",
-           "others": fb.other_qemu_processes()}
+           "others": {}, "busy_phases": 0}
     t0 = time.monotonic()
     with fb.Daemon(binary=args.binary, home_parent=args.home_parent) as d:
         ctx["info"] = d.api.info()
         ctx["store_fs"] = subprocess.run(["stat", "-f", "-c", "%T", d.home], text=True,
                                          capture_output=True).stdout.strip()
         ctx["home_parent"] = args.home_parent
+        others(ctx, d)
         sid, steps, ops = agent_loop(d, args, ctx)
+        others(ctx, d)
         ops += rewind_vs_spawn(d, sid, args, ctx)
         d.delete(sid)
+        others(ctx, d)
         ops += tt.tree_ops(d, args, ctx, sh)
     ctx["elapsed"] = time.monotonic() - t0
     rp.write_csv(out / "steps.csv", steps, tr.STEP_FIELDS)

@@ -150,7 +150,7 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
     L += ["# Time-travel benchmark (issue 34): checkpoints, rewind, diff, merge", "",
           *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision(),
                            minutes=True),
-          *rp.other_qemu_lines(ctx["others"], 1 if ctx["others"] else 0, 1, "run"),
+          *rp.other_qemu_lines(ctx["others"], ctx.get("busy_phases", 0), 3, "parts"),
           f"- One private daemon (jailed, {ctx['build']} build), every call through its REST API "
           "(the CLI commands named below are thin clients of the same routes). "
           f"Guest: {args.memory} MiB, 1 vCPU, spawned from the boot template, `network: none`. "
@@ -194,6 +194,7 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
           f"step. Step 1's checkpoint (the first, whose parent is the boot template) paused "
           f"{ms(steps[0]['pause_ms'])} ms and stores {mib(f['bytes_first'])} MiB (all that "
           "changed since the template); later ones store what changed since the previous one.",
+          *disk_growth_lines(steps, args),
           f"- Issue 34's target (pause under 5 ms p50 with {args.hold_mib} MiB changed, flat): "
           f"**{'met' if f['pause']['p50'] < 5 and f['pause_flat'] <= 1.2 else 'NOT met'}** "
           f"(p50 {f['pause']['p50']:.2f} ms; flat taken as last ÷ first ≤ 1.2).",
@@ -208,11 +209,31 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
                  f"{mib(r['bytes'])} | {rp.ratio(r['bytes'], c['bytes']):.1f}× |")
     L += retention_lines(ctx, args)
     L += rewind_lines(f, ops, ctx, args)
-    L += tree_lines(f, tree, args)
+    L += tree_lines(f, ops, tree, args)
     L += ["", "Raw rows: `steps.csv` (one per agent step), `ops.csv` (snapshots, naive saves, "
           "rewinds, spawns, diffs, git statuses, merges, git applies); plot: `timetravel.png`."]
     path.write_text("\n".join(L) + "\n")
     return L
+
+
+def disk_growth_lines(steps, args) -> list[str]:
+    """What a checkpoint stores besides memory pages (its disk layer and
+    device state), first against last, and the disk layer's trend: each
+    step writes the same amount to the disk, so it should stay flat."""
+    later = [r for r in steps if r["step"] > 1]
+    if len(later) < 2:
+        return []
+    a, b = later[0], later[-1]
+    other = [((r["bytes"] - (r.get("memory_diff_bytes") or 0)) / MIB) for r in (a, b)]
+    disk_slope = slope([r["step"] for r in later], [(r.get("disk_bytes") or 0) / MIB for r in later])
+    mem = s((r.get("memory_diff_bytes") or 0) / MIB for r in later)
+    return [f"- **What a checkpoint stores, by part:** memory pages (`memory.diff`) p50 "
+            f"{mem['p50']:.1f} MiB (max {mem['max']:.1f}) for the {args.region_mib} MiB the "
+            f"holder rewrote; the rest (disk layer, device state) {other[0]:.1f} MiB at step "
+            f"{a['step']} and {other[1]:.1f} MiB at step {b['step']}, the disk layer "
+            f"{(a['disk_bytes'] or 0) / MIB:.1f} → {(b['disk_bytes'] or 0) / MIB:.1f} MiB "
+            f"(slope {disk_slope:+.2f} MiB per step) while every step writes "
+            f"{args.step_files * 64 / 1024:.2f} MiB of files."]
 
 
 def retention_lines(ctx, args) -> list[str]:
@@ -278,7 +299,19 @@ def rewind_lines(f, ops, ctx, args) -> list[str]:
             f"{breakdown(of(ops, 'spawn'))}."]
 
 
-def tree_lines(f, tree, args) -> list[str]:
+def per_run_lines(ops, args) -> list[str]:
+    """p50 walls of the diffs and git statuses by round: the first round
+    meets every guest's caches cold after the branch, the later ones warm."""
+    L = ["| round | forkvm diff p50 (ms) | git status p50 (ms) | diff ÷ git |",
+         "|---:|---:|---:|---:|"]
+    for run in range(1, args.diff_runs + 1):
+        d = s(r["wall_ms"] for r in of(ops, "diff") if r.get("run") == run)["p50"]
+        g = s(r["wall_ms"] for r in of(ops, "git_status") if r.get("run") == run)["p50"]
+        L.append(f"| {run} | {ms(d)} | {ms(g)} | {rp.ratio(d, g):.2f}× |")
+    return L
+
+
+def tree_lines(f, ops, tree, args) -> list[str]:
     half = args.children // 2
     return ["", "## 3. Diff against `git status`; 4. merge against `git apply`", "",
             f"A sandbox wrote {tree.get('count')} files of ~1 KiB in 100 directories "
@@ -306,6 +339,7 @@ def tree_lines(f, tree, args) -> list[str]:
                                 ("**forkvm merge, wall (ms)**", f["merge"]),
                                 ("forkvm merge, `merge_ms` (ms)", f["merge_engine"]),
                                 ("**git diff + git apply, wall (ms)**", f["git_apply"]))],
+            "", *per_run_lines(ops, args),
             "", f"- **Ratios:** diff ÷ git status **{f['diff_vs_git']:.2f}×**; merge ÷ "
             f"git diff + apply **{f['merge_vs_git']:.2f}×** (p50 walls)."]
 
