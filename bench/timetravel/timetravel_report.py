@@ -316,7 +316,11 @@ def tree_lines(f, ops, tree, args) -> list[str]:
     return ["", "## 3. Diff against `git status`; 4. merge against `git apply`", "",
             f"A sandbox wrote {tree.get('count')} files of ~1 KiB in 100 directories "
             f"({tree.get('make_ms', 0) / 1000:.1f} s), committed them with the guest image's "
-            f"own {tree.get('git')} ({tree.get('commit_ms', 0) / 1000:.1f} s), and branched "
+            f"own {tree.get('git')} ({tree.get('commit_ms', 0) / 1000:.1f} s; the git directory "
+            "beside the tree, `GIT_DIR=/root/tree.git`, so that git's own writes are not "
+            "differences of the tree; automatic gc off, as a detached `git gc --auto` from "
+            "the commit would be copied into every child by the branch and repack in each "
+            "while they are measured), and branched "
             f"into {args.children} children ({tree.get('branch_ms', 0):.0f} ms); each child "
             f"appended a line to {args.changed} files of its own, spread over the directories. "
             f"Per child, {args.diff_runs} × `forkvm diff SOURCE CHILD --path /root/tree` "

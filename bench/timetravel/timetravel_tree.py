@@ -34,6 +34,9 @@ GIT = "git -c user.email=bench@forkvm -c user.name=bench"
 # The repository lives beside the tree, not in it, so that git's own writes
 # (a `git status` refreshes the index) are not differences of the tree that
 # forkvm's diff would rightly list and git's would not.
+# Automatic gc is off: a commit of 10,000 files otherwise starts a detached
+# `git gc --auto`, which the branch copies into every child still running,
+# so each repacks on its own while the diffs and statuses are measured.
 GITENV = f"export GIT_DIR={TREE}.git GIT_WORK_TREE={TREE}; "
 
 
@@ -65,8 +68,8 @@ def tree_ops(d: fb.Daemon, args, ctx: dict, sh) -> list[dict]:
     print(f"[tree] source {src}: {args.files} files, git commit", flush=True)
     make_ms, _ = timed_sh(sh, d, src, f"cat > /tmp/mk.py && python3 /tmp/mk.py {TREE} "
                           f"{args.files} {DIRS}", stdin=MAKE_TREE, timeout_ms=1_800_000)
-    commit_ms, _ = timed_sh(sh, d, src, f"{GITENV}cd {TREE} && git init -q && git add -A && "
-                            f"{GIT} commit -qm base && git status --porcelain | wc -l && sync",
+    commit_ms, _ = timed_sh(sh, d, src, f"{GITENV}cd {TREE} && git init -q && "
+                            f"git config gc.auto 0 && git add -A && {GIT} commit -qm base && git status --porcelain | wc -l && sync",
                             timeout_ms=1_800_000)
     ctx["tree"] = {"make_ms": make_ms, "commit_ms": commit_ms,
                    "git": sh(d, src, "git --version").strip(),
