@@ -88,7 +88,8 @@ def written(kept, args) -> list[dict]:
         n = c["step"] - prev
         mem = args.hold_mib if prev == 0 else min(n, slots) * args.region_mib
         files = n * args.step_files * 64 / 1024
-        out.append({**c, "since": prev, "written_mib": mem + files})
+        out.append({**c, "since": prev, "written_mib": mem + files, "mem_mib": mem,
+                    "files_mib": files})
         prev = c["step"]
     return out
 
@@ -194,6 +195,9 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
           f"step. Step 1's checkpoint (the first, whose parent is the boot template) paused "
           f"{ms(steps[0]['pause_ms'])} ms and stores {mib(f['bytes_first'])} MiB (all that "
           "changed since the template); later ones store what changed since the previous one.",
+          "- Steps whose checkpoint paused over 10 ms: "
+          + (", ".join(f"{r['step']} ({ms(r['pause_ms'])} ms)" for r in steps
+                       if r["pause_ms"] > 10) or "none") + ".",
           *disk_growth_lines(steps, args),
           f"- Issue 34's target (pause under 5 ms p50 with {args.hold_mib} MiB changed, flat): "
           f"**{'met' if f['pause']['p50'] < 5 and f['pause_flat'] <= 1.2 else 'NOT met'}** "
@@ -257,10 +261,17 @@ def retention_lines(ctx, args) -> list[str]:
     tot_b = sum(c["bytes"] for c in kept)
     tot_w = sum(c["written_mib"] for c in kept)
     tot_d = sum(c["dir_bytes"] or 0 for c in kept)
+    tot_m = sum(c["sizes"].get("memory_diff_bytes") or 0 for c in kept)
     L += ["", f"- {len(kept)} kept of {args.steps}; Σ `bytes` {mib(tot_b)} MiB (the timeline "
           f"says {mib(tl['bytes'])} MiB), Σ directories {mib(tot_d)} MiB, against "
           f"{tot_w:,.1f} MiB the agent wrote in those intervals: **{tot_b / MIB / tot_w:.2f}×** "
           f"(directories {tot_d / MIB / tot_w:.2f}×).",
+          f"- By part: Σ memory pages (`memory.diff`) {mib(tot_m)} MiB against the "
+          f"{sum(c['mem_mib'] for c in kept):,.1f} MiB the holder rewrote "
+          f"(**{tot_m / MIB / sum(c['mem_mib'] for c in kept):.2f}×**); Σ the rest (disk "
+          f"layers, device state) {mib(tot_b - tot_m)} MiB against "
+          f"{sum(c['files_mib'] for c in kept):,.1f} MiB of files written "
+          f"(**{(tot_b - tot_m) / MIB / sum(c['files_mib'] for c in kept):.2f}×**).",
           f"- Guest memory at the start (`free -m`: total used free shared buff/cache "
           f"available): {' '.join(ctx.get('guest_free', [])[1:])} MiB."]
     return L
@@ -272,7 +283,8 @@ def breakdown(rows) -> str:
     parts: dict[str, list[float]] = {}
     for r in rows:
         for k, v in (json.loads(r.get("detail") or "null") or {}).items():
-            if isinstance(v, (int, float)):
+            if isinstance(v, (int, float)) and not isinstance(v, bool) \
+                    and not k.endswith("_unix_ms"):
                 parts.setdefault(k, []).append(v)
     p50 = sorted(((s(v)["p50"], k) for k, v in parts.items()), reverse=True)
     return ", ".join(f"{k} {ms(v)}" for v, k in p50) or "none given"
@@ -292,7 +304,10 @@ def rewind_lines(f, ops, ctx, args) -> list[str]:
                                 ("**spawn, wall (ms)**", f["spawn"]),
                                 ("spawn, `timings.total_ms` (ms)", f["spawn_engine"]),
                                 ("spawn + remove, wall (ms)", f["spawn_rm"]))],
-            "", f"- **Ratio:** spawn ÷ rewind **{f['spawn_vs_rewind']:.2f}×** (p50 walls); "
+            "", "- In run order (wall ms): rewinds "
+            f"{', '.join(ms(r['wall_ms']) for r in of(ops, 'rewind'))}; spawns "
+            f"{', '.join(ms(r['wall_ms']) for r in of(ops, 'spawn'))}.",
+            f"- **Ratio:** spawn ÷ rewind **{f['spawn_vs_rewind']:.2f}×** (p50 walls); "
             f"spawn + remove ÷ rewind {f['spawn_rm_vs_rewind']:.2f}×.",
             "- Where the time went, p50 of the `timings` (ms) the API returned: the rewound "
             f"sandbox's (its resume): {breakdown(of(ops, 'rewind'))}; the spawn's: "
