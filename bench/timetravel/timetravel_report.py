@@ -151,7 +151,7 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
     L += ["# Time-travel benchmark (issue 34): checkpoints, rewind, diff, merge", "",
           *rp.header_lines(info, machine, ctx["started"], ctx["elapsed"], rp.git_revision(),
                            minutes=True),
-          *rp.other_qemu_lines(ctx["others"], ctx.get("busy_phases", 0), 3, "parts"),
+          *others_lines(ctx),
           f"- One private daemon (jailed, {ctx['build']} build), every call through its REST API "
           "(the CLI commands named below are thin clients of the same routes). "
           f"Guest: {args.memory} MiB, 1 vCPU, spawned from the boot template, `network: none`. "
@@ -218,6 +218,17 @@ def write_results(path: Path, steps, ops, ctx, args) -> list[str]:
           "rewinds, spawns, diffs, git statuses, merges, git applies); plot: `timetravel.png`."]
     path.write_text("\n".join(L) + "\n")
     return L
+
+
+def others_lines(ctx) -> list[str]:
+    """The QEMU processes this bench did not start, seen before its parts."""
+    if not ctx["others"]:
+        return ["- No other QEMU process was running on the host (checked before each of "
+                "the 3 parts)."]
+    return ([f"- **Host not quiet:** QEMU processes not started by this bench were alive "
+             f"when {ctx.get('busy_phases', 0)} of the 3 parts started (checked before each; "
+             "`loadavg1` in steps.csv is the host's load during the loop):"]
+            + [f"  - pid {p}: `{c[:110]}`" for p, c in sorted(ctx["others"].items())])
 
 
 def disk_growth_lines(steps, args) -> list[str]:
