@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export FORKVM_HOME ?= /var/lib/forkvm
 
-.PHONY: setup build demo test lint bench-registry bench-ui bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail bench-volumes bench-fanout bench-branchpoint bench-cluster
+.PHONY: setup build demo test lint bench-registry bench-ui bench-boot bench-spawn bench-branch bench-load bench-network bench-chain bench-images bench-jail bench-volumes bench-fanout bench-branchpoint bench-cluster bench-timetravel
 
 ## Install everything (QEMU >= 10, kernel, image, toolchains) — idempotent and fast when done.
 setup:
@@ -68,6 +68,9 @@ bench-branchpoint: build
 
 bench-cluster: build
 	bash bench/cluster/run.sh
+
+bench-timetravel: build
+	bash bench/timetravel/run.sh
 
 bench-ui: build
 	bash bench/ui/run.sh

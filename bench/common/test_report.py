@@ -183,7 +183,7 @@ def test_loop_results_pass_only_with_enough_boots_and_no_failure(tmp_path):
 
 @pytest.mark.parametrize("bench", ["boot", "spawn", "branch", "load", "network", "chain", "images",
                                    "jail", "volumes", "fanout", "branchpoint", "registry",
-                                   "cluster"])
+                                   "cluster", "timetravel"])
 def test_every_bench_loads(bench):
     # A change to the shared code must not leave a harness that fails to load.
     import importlib.util
