@@ -132,13 +132,13 @@ pub struct DiffOut {
     /// The first `limit` changes, sorted by path.
     pub changes: Vec<ChangeOut>,
     /// Changes not listed (call again with a narrower path).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub not_listed: u64,
     /// Where the changes not listed are, most first.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_listed_by_dir: Vec<DirCountOut>,
     /// Patches left out or cut to keep the result small.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub patches_cut: u64,
     pub diff_ms: f64,
 }
@@ -165,13 +165,13 @@ pub struct MergedOut {
     /// The first of them.
     pub changes: Vec<ChangeOut>,
     /// Conflicts the strategy settled.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub settled: Vec<ConflictOut>,
     /// With dry_run: the conflicts a merge without a strategy would stop at.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<ConflictOut>,
     /// Entries of `changes`, `settled` and `conflicts` left out.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub not_listed: u64,
     pub merge_ms: f64,
 }

@@ -11,8 +11,31 @@ fn msg(e: ErrorData) -> String {
     e.message.to_string()
 }
 
+/// The structured result, after checking it has every property its tool's
+/// output schema requires (fields left out when empty must not be among them).
 fn structured_of(r: &CallToolResult) -> serde_json::Value {
-    r.structured_content.clone().expect("structured content")
+    let v = r.structured_content.clone().expect("structured content");
+    let tool = if v.get("diff_ms").is_some() {
+        "diff"
+    } else {
+        "merge"
+    };
+    let tools = crate::tools::catalog();
+    let schema = tools
+        .iter()
+        .find(|t| t.name == tool)
+        .unwrap()
+        .output_schema
+        .clone();
+    let required = schema.unwrap()["required"].as_array().unwrap().clone();
+    for key in required {
+        let key = key.as_str().unwrap();
+        assert!(
+            v.get(key).is_some(),
+            "{tool} result lacks required {key}: {v}"
+        );
+    }
+    v
 }
 
 #[test]
