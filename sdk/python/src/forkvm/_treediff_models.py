@@ -106,7 +106,8 @@ class DiffStats(Model):
 class Diff(Model):
     """What a diff found: ``changes`` sorted by path, their ``stats``, the
     ``entries`` compared (both sides) and the ``contents_read`` (files whose
-    metadata alone could not decide)."""
+    metadata alone could not decide). ``len(diff)`` is the number of
+    changes, so an empty diff is false."""
 
     a: str
     b: str
