@@ -18,8 +18,8 @@ use axum::http::{self};
 use axum::response::IntoResponse;
 use forkvm_api::{
     BranchRequest, BranchResult, Checkpoint, CheckpointRequest, CreateSandbox, CreateSnapshot,
-    EntryList, ExecRequest, ExecResult, FileWritten, Retention, RewindRequest, Rewound, Sandbox,
-    Snapshot, Timeline,
+    Diff, DiffRequest, EntryList, ExecRequest, ExecResult, FileWritten, MergeRequest, Merged,
+    Retention, RewindRequest, Rewound, Sandbox, Snapshot, Timeline,
 };
 use forkvm_mcp::http::Endpoint;
 pub use forkvm_mcp::http::Guard;
@@ -136,6 +136,16 @@ impl Backend for Actions {
     async fn rewind(&self, id: String, req: RewindRequest) -> Result<Rewound, BackendError> {
         let m = self.0.clone();
         detached(async move { m.rewind(&id, req).await }).await
+    }
+
+    async fn diff(&self, a: String, req: DiffRequest) -> Result<Diff, BackendError> {
+        let m = self.0.clone();
+        detached(async move { m.diff(&a, req).await }).await
+    }
+
+    async fn merge(&self, child: String, req: MergeRequest) -> Result<Merged, BackendError> {
+        let m = self.0.clone();
+        detached(async move { m.merge(&child, req).await }).await
     }
 }
 

@@ -137,7 +137,7 @@ fn faults_are_json_rpc_errors() {
         // A good call still works.
         let (s, v) = answer(&e, post("localhost", None, Some("2025-11-25"), LIST)).await;
         assert_eq!(s, StatusCode::OK);
-        assert_eq!(v["result"]["tools"].as_array().map(Vec::len), Some(13));
+        assert_eq!(v["result"]["tools"].as_array().map(Vec::len), Some(15));
     });
 }
 
@@ -153,7 +153,7 @@ fn batches_are_answered_under_2025_03_26_only() {
         let a = v.as_array().expect("an array");
         let ids: Vec<_> = a.iter().map(|m| m["id"].clone()).collect();
         assert_eq!(ids, [json!(2), json!(3), json!(4), Value::Null], "{v}");
-        assert_eq!(a[0]["result"]["tools"].as_array().map(Vec::len), Some(13));
+        assert_eq!(a[0]["result"]["tools"].as_array().map(Vec::len), Some(15));
         assert_eq!(a[2]["error"]["code"], -32602);
         assert_eq!(a[3]["error"]["code"], -32600);
         // No header means 2025-03-26, as the transport says.

@@ -28,6 +28,7 @@ pub mod schema;
 mod stdio;
 pub mod timetravel;
 pub mod tools;
+pub mod treediff;
 
 pub use stdio::{serve, serve_stdio};
 
@@ -36,8 +37,8 @@ use std::sync::Arc;
 
 use forkvm_api::{
     BranchRequest, BranchResult, Checkpoint, CheckpointRequest, CreateSandbox, CreateSnapshot,
-    EntryList, ExecRequest, ExecResult, FileWritten, Retention, RewindRequest, Rewound, Sandbox,
-    Snapshot, Timeline,
+    Diff, DiffRequest, EntryList, ExecRequest, ExecResult, FileWritten, MergeRequest, Merged,
+    Retention, RewindRequest, Rewound, Sandbox, Snapshot, Timeline,
 };
 pub use rmcp;
 use rmcp::model::{
@@ -134,6 +135,18 @@ pub trait Backend: Send + Sync + 'static {
         id: String,
         req: RewindRequest,
     ) -> impl Future<Output = Result<Rewound, BackendError>> + Send;
+    /// `POST /v1/diff/{a}`.
+    fn diff(
+        &self,
+        a: String,
+        req: DiffRequest,
+    ) -> impl Future<Output = Result<Diff, BackendError>> + Send;
+    /// `POST /v1/sandboxes/{id}/merge`.
+    fn merge(
+        &self,
+        child: String,
+        req: MergeRequest,
+    ) -> impl Future<Output = Result<Merged, BackendError>> + Send;
 }
 
 /// The MCP server over a backend.
@@ -155,7 +168,8 @@ pub const INSTRUCTIONS: &str = "forkvm runs sandboxes: Linux microVMs you can ru
      (image \"default\" has python3), pass its id as sandbox_id to the other tools, and \
      remove_sandbox when done. branch_sandbox forks a sandbox into children that each continue \
      from the same instant; checkpoint saves a sandbox's state as a step of its timeline, and \
-     rewind brings it back to one.";
+     rewind brings it back to one. diff compares the files of two sandboxes or checkpoints, and \
+     merge applies a branch child's file changes to the sandbox it was branched from.";
 
 impl<B: Backend> Server<B> {
     pub fn new(backend: Arc<B>) -> Self {
@@ -332,6 +346,8 @@ impl<B: Backend> Server<B> {
             names::CHECKPOINT => return timetravel::checkpoint(b.as_ref(), args).await,
             names::TIMELINE => return timetravel::timeline(b.as_ref(), args).await,
             names::REWIND => return timetravel::rewind(b.as_ref(), args).await,
+            names::DIFF => return treediff::diff(b.as_ref(), args).await,
+            names::MERGE => return treediff::merge(b.as_ref(), args).await,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!(

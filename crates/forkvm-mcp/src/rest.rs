@@ -6,8 +6,8 @@
 use crate::{Backend, BackendError};
 use forkvm_api::{
     BranchRequest, BranchResult, Checkpoint, CheckpointRequest, Client, ClientError, CreateSandbox,
-    CreateSnapshot, EntryList, ExecRequest, ExecResult, FileWritten, Retention, RewindRequest,
-    Rewound, Sandbox, Snapshot, Timeline,
+    CreateSnapshot, Diff, DiffRequest, EntryList, ExecRequest, ExecResult, FileWritten,
+    MergeRequest, Merged, Retention, RewindRequest, Rewound, Sandbox, Snapshot, Timeline,
 };
 
 /// The CLI's backend: the REST client.
@@ -111,5 +111,13 @@ impl Backend for Rest {
 
     async fn rewind(&self, id: String, req: RewindRequest) -> Result<Rewound, BackendError> {
         self.0.rewind(&id, &req).await.map_err(err)
+    }
+
+    async fn diff(&self, a: String, req: DiffRequest) -> Result<Diff, BackendError> {
+        self.0.diff(&a, &req).await.map_err(err)
+    }
+
+    async fn merge(&self, child: String, req: MergeRequest) -> Result<Merged, BackendError> {
+        self.0.merge(&child, &req).await.map_err(err)
     }
 }

@@ -40,6 +40,23 @@ pub(crate) fn checkpoint(id: &str, seq: u64, tag: Option<String>) -> Checkpoint 
     }
 }
 
+/// A modified text file, with a 1 KiB patch when `patch`.
+pub(crate) fn fake_change(path: &str, patch: bool) -> forkvm_api::PathChange {
+    let state = |size| forkvm_api::PathState {
+        kind: "file".into(),
+        size,
+        mode: 0o644,
+        symlink_target: None,
+    };
+    forkvm_api::PathChange {
+        path: path.into(),
+        change: forkvm_api::ChangeKind::Modified,
+        a: Some(state(6)),
+        b: Some(state(9)),
+        patch: patch.then(|| format!("@@ -1 +1 @@\n{}", "+line of text\n".repeat(73))),
+    }
+}
+
 impl Fake {
     fn log(&self, s: String) {
         self.calls.lock().unwrap().push(s);
@@ -180,6 +197,67 @@ impl Backend for Fake {
             to: req.to,
             undo,
             rewind_ms: 812.5,
+        })
+    }
+    async fn diff(&self, a: String, req: DiffRequest) -> Result<Diff, BackendError> {
+        self.log(format!("diff {a} {} {:?} {}", req.b, req.path, req.text));
+        if a == "sb-nosuch" || req.b == "sb-nosuch" {
+            return Err(gone("sb-nosuch"));
+        }
+        // `b` "big" has 300 changes in three directories, each with a 1 KiB patch.
+        let n = if req.b == "big" { 300 } else { 3 };
+        let changes = (0..n)
+            .map(|i| fake_change(&format!("/root/d{}/f{i:03}", i % 3), req.text))
+            .collect();
+        Ok(Diff {
+            a,
+            b: req.b,
+            path: req.path.unwrap_or_else(|| "/".into()),
+            changes,
+            stats: forkvm_api::DiffStats {
+                added: 0,
+                deleted: 0,
+                modified: n,
+                other: 0,
+            },
+            entries: 2 * n + 10,
+            contents_read: 1,
+            diff_ms: 12.0,
+        })
+    }
+    async fn merge(&self, child: String, req: MergeRequest) -> Result<Merged, BackendError> {
+        self.log(format!(
+            "merge {child} {} {:?} {:?} {}",
+            req.into, req.path, req.strategy, req.dry_run
+        ));
+        let conflict = forkvm_api::Conflict {
+            path: "/root/d0/f000".into(),
+            base: None,
+            ours: None,
+            theirs: None,
+            reason: "both changed its content".into(),
+        };
+        if req.strategy.is_none() && !req.dry_run {
+            return Err(BackendError::new(
+                409,
+                "conflict",
+                "1 conflict(s), nothing was changed: /root/d0/f000 (both changed its content); \
+                 settle them with a strategy (ours, theirs or text), or list them all with a dry run",
+            ));
+        }
+        Ok(Merged {
+            child,
+            into: req.into,
+            base: "sn-0".into(),
+            applied: vec![fake_change("/root/d1/f001", false)],
+            settled: req.strategy.map(|_| conflict.clone()).into_iter().collect(),
+            conflicts: if req.dry_run && req.strategy.is_none() {
+                vec![conflict]
+            } else {
+                vec![]
+            },
+            dry_run: req.dry_run,
+            merge_ms: 40.0,
         })
     }
     async fn remove(&self, id: String) -> Result<(), BackendError> {

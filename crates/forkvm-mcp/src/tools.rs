@@ -23,6 +23,7 @@ pub use crate::timetravel::{
     checkpoint_request, rewind_request, CheckpointArgs, CheckpointTakenOut, RewindArgs, RewoundOut,
     TimelineArgs, TimelineOut,
 };
+pub use crate::treediff::{diff_request, merge_request, DiffArgs, DiffOut, MergeArgs, MergedOut};
 
 // ---------------------------------------------------------------- arguments
 
@@ -213,6 +214,8 @@ pub mod names {
     pub const CHECKPOINT: &str = "checkpoint";
     pub const TIMELINE: &str = "timeline";
     pub const REWIND: &str = "rewind";
+    pub const DIFF: &str = "diff";
+    pub const MERGE: &str = "merge";
 }
 
 fn tool<A: JsonSchema + 'static, O: JsonSchema + 'static>(
@@ -359,6 +362,26 @@ pub fn catalog() -> Vec<Tool> {
              sandbox id, network and ports, with the memory, processes and files of that \
              checkpoint. What happened since is lost unless `checkpoint_first` saves it first \
              (the result's `undo` is then the checkpoint to rewind to to undo this).",
+            rw(true),
+        ),
+        tool::<DiffArgs, DiffOut>(
+            DIFF,
+            "Diff the files of two sandboxes",
+            "Compare the files of two sandboxes, snapshots or checkpoints (`a` and `b`, e.g. a \
+             sandbox and a branch child of it, or a sandbox and one of its checkpoints): added, \
+             deleted, modified paths and mode changes, with counts. Lists the first `limit` \
+             changes and counts the rest by directory; give `path` to look at one directory. \
+             `patches` adds unified diffs of text files (use it with a narrow path).",
+            ro(),
+        ),
+        tool::<MergeArgs, MergedOut>(
+            MERGE,
+            "Merge a branch child's files",
+            "Apply the file changes a sandbox made since it was branched (`sandbox_id`, a \
+             branch child) to a running sandbox (`into`, usually the one it was branched from). \
+             Three-way: a path both changed differently is a conflict, and then nothing is \
+             changed unless `strategy` settles it (ours, theirs or text). `dry_run` lists what \
+             would be applied and every conflict. Memory is not merged.",
             rw(true),
         ),
     ]

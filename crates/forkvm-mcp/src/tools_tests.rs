@@ -30,7 +30,9 @@ fn the_catalog_has_every_tool_with_object_schemas() {
             "remove_sandbox",
             "checkpoint",
             "timeline",
-            "rewind"
+            "rewind",
+            "diff",
+            "merge"
         ]
     );
     for t in &tools {

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { ProcessOps } from "./client-procs.js";
+import { TimeTravelOps } from "./client-timetravel.js";
 import { ForkvmError, ProtocolError, StreamingUnsupportedError } from "./errors.js";
 import { EventStream, type EventsOptions } from "./events.js";
 import {
@@ -42,8 +42,6 @@ import { errorFrom, errorFromDetail, jsonBody, ndjsonLines, parseJson } from "./
 import type {
   BranchRequest,
   BranchResult,
-  Checkpoint,
-  CheckpointRequest,
   CreateSandbox,
   CreateSnapshot,
   ExecRequest,
@@ -61,9 +59,6 @@ import type {
   PullImage,
   PauseRequest,
   ResumeRequest,
-  Retention,
-  RewindRequest,
-  Rewound,
   Sandbox,
   SandboxBatch,
   SandboxList,
@@ -72,7 +67,6 @@ import type {
   SetTimeout,
   Snapshot,
   SnapshotList,
-  Timeline,
   Volume,
   VolumeList,
 } from "./types.js";
@@ -163,7 +157,7 @@ const seg = (value: string): string => encodeURIComponent(value);
  * (`startProcess`, `attachProcess`, `statFile`, `watchDir`,
  * `downloadArchive`…) are inherited from {@link ProcessOps}.
  */
-export class Client extends ProcessOps {
+export class Client extends TimeTravelOps {
   readonly transport: Transport;
 
   constructor(options: ClientOptions = {}) {
@@ -415,41 +409,6 @@ export class Client extends ProcessOps {
    */
   ports(id: string, opts?: RequestOptions): Promise<PortForward[]> {
     return this.#json({ method: "GET", path: `/v1/sandboxes/${seg(id)}/ports`, signal: opts?.signal });
-  }
-
-  // ---- time travel (docs/timetravel.md) ----------------------------------
-
-  /**
-   * `POST /v1/sandboxes/{id}/checkpoints` (operation `checkpoint`): save a
-   * running sandbox as the next step of its timeline, storing only what
-   * changed since its previous checkpoint; it keeps running. Tagged ones are
-   * never pruned. Its retention policy is applied afterwards.
-   */
-  checkpoint(id: string, req: CheckpointRequest = {}, opts?: RequestOptions): Promise<Checkpoint> {
-    return this.#json({ method: "POST", path: `/v1/sandboxes/${seg(id)}/checkpoints`, ...jsonBody(req), signal: opts?.signal });
-  }
-
-  /** `GET /v1/sandboxes/{id}/timeline` (operation `get_timeline`): its kept checkpoints, oldest first. */
-  getTimeline(id: string, opts?: RequestOptions): Promise<Timeline> {
-    return this.#json({ method: "GET", path: `/v1/sandboxes/${seg(id)}/timeline`, signal: opts?.signal });
-  }
-
-  /**
-   * `PUT /v1/sandboxes/{id}/timeline/retention` (operation `set_retention`):
-   * replace its retention policy and prune by it now; resolves with the timeline.
-   */
-  setRetention(id: string, req: Retention, opts?: RequestOptions): Promise<Timeline> {
-    const path = `/v1/sandboxes/${seg(id)}/timeline/retention`;
-    return this.#json({ method: "PUT", path, ...jsonBody(req), signal: opts?.signal });
-  }
-
-  /**
-   * `POST /v1/sandboxes/{id}/rewind` (operation `rewind`): bring a running
-   * sandbox back to a checkpoint (or a snapshot of its lineage) as the same
-   * sandbox. `checkpoint_first` saves the present first (`undo`).
-   */
-  rewind(id: string, req: RewindRequest, opts?: RequestOptions): Promise<Rewound> {
-    return this.#json({ method: "POST", path: `/v1/sandboxes/${seg(id)}/rewind`, ...jsonBody(req), signal: opts?.signal });
   }
 
   /** `POST /v1/sandboxes/{id}/snapshot` (operation `snapshot_sandbox`); the source keeps running. */
@@ -709,7 +668,7 @@ export class Client extends ProcessOps {
 
   // ---- plumbing -------------------------------------------------------
 
-  /** The transport for the operations of {@link ProcessOps} (processes and files). */
+  /** The transport for the operations of {@link ProcessOps} (processes and files) and {@link TimeTravelOps}. */
   protected override send(req: TransportRequest): Promise<TransportResponse> {
     return this.#send(req);
   }

@@ -37,9 +37,20 @@ export {
   type StartProcessParams,
   type WatchStreamFrame,
 } from "./client-procs.js";
+export { TimeTravelOps } from "./client-timetravel.js";
 export { MAX_TIMEOUT_S, type Lifetime, type OnTimeout, type PauseInfo } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
 export type { Checkpoint, Retention, Rewound, Timeline } from "./timeline.js";
+export type {
+  ChangeKind,
+  Conflict as MergeConflict,
+  Diff,
+  DiffStats,
+  MergeStrategy,
+  Merged,
+  PathChange,
+  PathState,
+} from "./treediff.js";
 export {
   parseVolume,
   volumeMount,

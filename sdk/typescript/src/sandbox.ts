@@ -436,6 +436,50 @@ export class Sandbox implements AsyncDisposable {
     return res;
   }
 
+  /**
+   * The filesystem differences from this sandbox to `other`: a sandbox, a
+   * snapshot or a checkpoint (an object, or an id or tag), usually of its
+   * lineage (a branch child, its branch point, one of its checkpoints).
+   * `change` says what `other` has compared to this one (`added`: only
+   * `other` has it). `path` limits it to an absolute directory; `text` adds
+   * a unified diff of each text file (`patch`).
+   */
+  diff(
+    other: string | { id: string },
+    opts: { path?: string | undefined; text?: boolean | undefined } & RequestOptions = {},
+  ): Promise<api.Diff> {
+    const req: api.DiffRequest = { b: typeof other === "string" ? other : other.id };
+    if (opts.path !== undefined) req.path = opts.path;
+    if (opts.text) req.text = true;
+    return this.client.diff(this.id, req, opts);
+  }
+
+  /**
+   * Apply this sandbox's file changes since its branch point to the running
+   * sandbox `target` (usually the one it was branched from), three-way. A
+   * path `target` changed too, differently, is a conflict: then nothing is
+   * applied and the promise rejects with a `ConflictError` whose message
+   * lists the paths, unless `strategy` settles them (`"ours"` keeps
+   * `target`'s version, `"theirs"` takes this one's, `"text"` merges text
+   * files line by line). `dryRun` changes nothing and resolves with the plan
+   * and its `conflicts`. Only files merge: `target`'s processes keep what
+   * they hold in memory.
+   */
+  mergeInto(
+    target: string | { id: string },
+    opts: {
+      path?: string | undefined;
+      strategy?: api.MergeStrategy | undefined;
+      dryRun?: boolean | undefined;
+    } & RequestOptions = {},
+  ): Promise<api.Merged> {
+    const req: api.MergeRequest = { into: typeof target === "string" ? target : target.id };
+    if (opts.path !== undefined) req.path = opts.path;
+    if (opts.strategy !== undefined) req.strategy = opts.strategy;
+    if (opts.dryRun) req.dry_run = true;
+    return this.client.merge(this.id, req, opts);
+  }
+
   /** Kill it and delete everything it had. Closing twice, or a sandbox already gone, is fine. */
   async close(opts?: RequestOptions): Promise<void> {
     if (this.#closed) return;

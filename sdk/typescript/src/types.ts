@@ -17,6 +17,18 @@ import type { ErrorHint } from "./error-types.js";
 export type { Lifetime, OnTimeout, PauseInfo, PauseRequest, ResumeRequest, SetTimeout } from "./lifecycle.js";
 export type { Capacity, SandboxLimits, Usage } from "./resources.js";
 export type { Checkpoint, CheckpointRequest, Retention, RewindRequest, Rewound, Timeline } from "./timeline.js";
+export type {
+  ChangeKind,
+  Conflict,
+  Diff,
+  DiffRequest,
+  DiffStats,
+  MergeRequest,
+  MergeStrategy,
+  Merged,
+  PathChange,
+  PathState,
+} from "./treediff.js";
 export type { ErrorHint, HintAction } from "./error-types.js";
 /** The schemas of volumes live in `volumes.ts`. */
 export type { CreateVolume, MountedVolume, Volume, VolumeList, VolumeMode, VolumeMount } from "./volumes.js";

@@ -99,6 +99,11 @@ const CALLS: Record<string, ((c: Client) => Promise<unknown>)[]> = {
   get_timeline: [(c) => c.getTimeline("ID")],
   set_retention: [(c) => c.setRetention("ID", { keep_last: 3, keep_every: 10 })],
   rewind: [(c) => c.rewind("ID", { to: "t", checkpoint_first: true }), (c) => c.rewind("ID", { to: "sn-1" })],
+  diff: [(c) => c.diff("ID", { b: "sn-1", path: "/root", text: true }), (c) => c.diff("ID", { b: "ID2" })],
+  merge: [
+    (c) => c.merge("ID", { into: "ID2", path: "/root", strategy: "text", dry_run: true }),
+    (c) => c.merge("ID", { into: "ID2" }),
+  ],
   get_sandbox: [(c) => c.getSandbox("ID")],
   delete_sandbox: [(c) => c.deleteSandbox("ID")],
   branch_sandbox: [
@@ -302,6 +307,7 @@ const TYPE_MODULES = [
   "src/types.ts",
   "src/lifecycle.ts",
   "src/timeline.ts",
+  "src/treediff.ts",
   "src/resources.ts",
   "src/proc-types.ts",
   "src/volumes.ts",
@@ -370,7 +376,7 @@ function assertProperties(name: string, schema: Schema, node: ts.Node, types?: M
   }
 }
 
-describe("src/types.ts (with src/lifecycle.ts, src/timeline.ts, src/resources.ts, src/proc-types.ts, src/volumes.ts, src/events.ts, src/transfer.ts and src/error-types.ts) covers every schema of docs/openapi.json", () => {
+describe("src/types.ts (with src/lifecycle.ts, src/timeline.ts, src/treediff.ts, src/resources.ts, src/proc-types.ts, src/volumes.ts, src/events.ts, src/transfer.ts and src/error-types.ts) covers every schema of docs/openapi.json", () => {
   const types = declaredTypes();
   for (const [name, schema] of Object.entries(doc.components.schemas)) {
     test(`schema ${name}`, () => {

@@ -31,6 +31,8 @@ TOOLS = {
     "checkpoint",
     "timeline",
     "rewind",
+    "diff",
+    "merge",
 }
 
 

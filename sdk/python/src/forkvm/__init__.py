@@ -69,14 +69,20 @@ from .errors import (
     Unauthorized,
     Unprocessable,
 )
+from . import models as _models
 from .models import (
     BranchMode,
+    ChangeKind,
     Checkpoint,
+    Diff,
     EgressRule,
     ExecResult,
+    Merged,
+    MergeStrategy,
     NetworkMode,
     OnTimeout,
     OutputEncoding,
+    PathChange,
     PortForward,
     PullResult,
     PushResult,
@@ -90,6 +96,9 @@ from .models import (
     VolumeMode,
     VolumeMount,
 )
+
+#: A merge conflict (``models.Conflict``); the exception a refused merge raises is :class:`Conflict`.
+MergeConflict = _models.Conflict
 from ._volume_models import parse_volume
 from .processes import ProcessEnd, ProcessOutput, ProcessStart
 from .sandbox import Branch, Sandbox, SandboxFiles, Snapshot
@@ -137,6 +146,12 @@ __all__ = [
     "Timeline",
     "Retention",
     "Rewound",
+    "Diff",
+    "PathChange",
+    "ChangeKind",
+    "Merged",
+    "MergeStrategy",
+    "MergeConflict",
     "VolumeMount",
     "VolumeMode",
     "Volume",

@@ -1,6 +1,6 @@
 """Time travel of an :class:`~forkvm.AsyncSandbox`: checkpoints, its timeline
-and retention, and rewind (``docs/timetravel.md``). Mixed into the sandbox
-class; the blocking twin, ``_timetravel.py``, is written by
+and retention, rewind, and filesystem diff and merge (``docs/timetravel.md``).
+Mixed into the sandbox class; the blocking twin, ``_timetravel.py``, is written by
 ``sdk/python/scripts/unasync.py``.
 
 ::
@@ -12,6 +12,12 @@ class; the blocking twin, ``_timetravel.py``, is written by
         # Back: same id and network; the present is saved as r.undo first.
         r = await sb.rewind(good, checkpoint_first=True)
         print(await sb.files.read_text("/root/plan.txt"))  # step 1
+
+        # Try two ideas side by side, keep the one that worked.
+        a, b = (await sb.branch(count=2)).children
+        ...
+        print((await sb.diff(a, path="/root")).paths())
+        await a.merge_into(sb, path="/root")  # raises forkvm.Conflict on a conflict
 """
 
 from __future__ import annotations
@@ -21,10 +27,17 @@ from typing import TYPE_CHECKING, Optional, Union
 from . import models
 
 if TYPE_CHECKING:
-    from .aio import AsyncSnapshot
+    from .aio import AsyncSandbox, AsyncSnapshot
     from .async_client import AsyncClient
 
 __all__ = ["AsyncTimeTravel"]
+
+#: A side of a diff or the target of a merge: an id or tag, or an object with an ``id``.
+Side = Union[str, models.Checkpoint, "AsyncSandbox", "AsyncSnapshot"]
+
+
+def _ref(side: Side) -> str:
+    return side if isinstance(side, str) else side.id
 
 
 class AsyncTimeTravel:
@@ -78,3 +91,40 @@ class AsyncTimeTravel:
         result = await self.client.rewind(self.id, ref, checkpoint_first=checkpoint_first or None)
         self._info = result.sandbox
         return result
+
+    async def diff(self, other: Side, *, path: Optional[str] = None, text: bool = False) -> models.Diff:
+        """The filesystem differences from this sandbox to ``other``.
+
+        ``other`` is a sandbox, a snapshot or a checkpoint (an object or an
+        id or tag), usually of its lineage: a branch child, its branch
+        point, one of its checkpoints. ``change`` says what ``other`` has
+        compared to this one (``added``: only ``other`` has it). ``path``
+        limits it to an absolute directory; ``text=True`` adds a unified
+        diff of each text file (``patch``).
+        """
+        return await self.client.diff(self.id, b=_ref(other), path=path, text=text or None)
+
+    async def merge_into(
+        self,
+        target: Side,
+        *,
+        path: Optional[str] = None,
+        strategy: Optional[Union[str, models.MergeStrategy]] = None,
+        dry_run: bool = False,
+    ) -> models.Merged:
+        """Apply this sandbox's file changes since its branch point to the running sandbox ``target``.
+
+        This one must have been branched or spawned from a snapshot (its
+        branch point); ``target`` is usually the sandbox it was branched
+        from. Three-way: a path ``target`` changed too, differently, is a
+        conflict, and then nothing is applied and :class:`~forkvm.Conflict`
+        is raised, its message listing the paths, unless ``strategy``
+        settles them: ``"ours"`` keeps ``target``'s version, ``"theirs"``
+        takes this one's, ``"text"`` merges text files line by line.
+        ``dry_run=True`` changes nothing and returns the plan with its
+        ``conflicts``. Only files merge: ``target``'s processes keep what
+        they hold in memory.
+        """
+        return await self.client.merge(
+            self.id, into=_ref(target), path=path, strategy=strategy, dry_run=dry_run or None
+        )

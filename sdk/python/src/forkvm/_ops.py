@@ -216,6 +216,14 @@ def rewind(id: str, body: models.RewindRequest) -> Request:
     return Request("POST", f"/v1/sandboxes/{_seg(id)}/rewind", _model(models.Rewound), json=body.to_dict())
 
 
+def diff(a: str, body: models.DiffRequest) -> Request:
+    return Request("POST", f"/v1/diff/{_seg(a)}", _model(models.Diff), json=body.to_dict())
+
+
+def merge(id: str, body: models.MergeRequest) -> Request:
+    return Request("POST", f"/v1/sandboxes/{_seg(id)}/merge", _model(models.Merged), json=body.to_dict())
+
+
 def exec_(id: str, body: models.ExecRequest) -> Request:
     return Request(
         "POST",

@@ -375,6 +375,44 @@ class AsyncClient(_BaseClient, AsyncProcessOps):
         """
         return await self._send(_ops.rewind(id, models.RewindRequest(to=to, checkpoint_first=checkpoint_first)))
 
+    async def diff(
+        self, id: str, *, b: str, path: Optional[str] = None, text: Optional[bool] = None
+    ) -> models.Diff:
+        """``POST /v1/diff/{id}``: the filesystem differences between ``id`` and ``b``.
+
+        Either side is a sandbox, a snapshot or a checkpoint (id or tag), of
+        one lineage. Added, deleted, modified paths, mode and type changes,
+        sorted by path, under ``path`` (absolute; default ``/`` without
+        /proc, /sys, /dev and /run). ``text=True`` adds a unified diff of
+        each text file (up to 1 MiB a side). Read through the guests: a
+        snapshot through a temporary clone.
+        """
+        return await self._send(_ops.diff(id, models.DiffRequest(b=b, path=path, text=text)))
+
+    async def merge(
+        self,
+        id: str,
+        *,
+        into: str,
+        path: Optional[str] = None,
+        strategy: Optional[Union[str, models.MergeStrategy]] = None,
+        dry_run: Optional[bool] = None,
+    ) -> models.Merged:
+        """``POST /v1/sandboxes/{id}/merge``: apply sandbox ``id``'s file changes since its branch point to ``into``.
+
+        Three-way against the branch point: a path both changed differently
+        is a conflict, and a merge with any is refused whole with
+        :class:`~forkvm.Conflict` (its message lists them) unless
+        ``strategy`` (``"ours"``, ``"theirs"`` or ``"text"``) settles them.
+        ``dry_run=True`` changes nothing and lists the conflicts in the
+        answer. Memory is not merged: processes of ``into`` keep what they
+        had read.
+        """
+        req = models.MergeRequest(
+            into=into, path=path, strategy=models.MergeStrategy(strategy) if strategy else None, dry_run=dry_run
+        )
+        return await self._send(_ops.merge(id, req))
+
     async def branch_sandbox(
         self,
         id: str,

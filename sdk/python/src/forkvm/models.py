@@ -777,11 +777,10 @@ class BranchResult(Model):
 
 
 # --------------------------------------------------------------------------
-# Snapshot upkeep, images, lifetimes, resources, volumes, processes, events and snapshot transfer: in modules of
-# their own (re-exported here), after the base classes they use. Of processes and filesystem
-# operations (docs/processes.md), volumes (docs/volumes.md), events (docs/events.md) and snapshot
-# push and pull: every name of their module.
-from . import _event_models, _proc_models, _timeline_models, _transfer_models, _volume_models  # noqa: E402
+# Snapshot upkeep, images, lifetimes, resources, volumes, processes, events, snapshot transfer, time travel and
+# diff/merge: in modules of their own (re-exported here), after the base classes they use. Of processes and
+# filesystem operations (docs/processes.md), volumes, events, snapshot push and pull, and diff/merge: every name.
+from . import _event_models, _proc_models, _timeline_models, _transfer_models, _treediff_models, _volume_models  # noqa
 from ._event_models import *  # noqa: E402, F401, F403
 from ._image_models import BuildQuery, Image, ImageConfig, ImageEvent, ImageList, ImportQuery  # noqa: E402
 from ._image_models import PullImage, StartCommand  # noqa: E402
@@ -794,7 +793,8 @@ from ._snapshot_admin_models import PruneRequest, PruneResult  # noqa: E402
 from ._timeline_models import Checkpoint, CheckpointRequest, Retention, RewindRequest, Rewound  # noqa: E402
 from ._timeline_models import Timeline  # noqa: E402
 from ._transfer_models import *  # noqa: E402, F401, F403
+from ._treediff_models import *  # noqa: E402, F401, F403
 from ._volume_models import *  # noqa: E402, F401, F403
 
 __all__ += _event_models.__all__ + _proc_models.__all__ + _volume_models.__all__ + _transfer_models.__all__
-__all__ += _timeline_models.__all__
+__all__ += _timeline_models.__all__ + _treediff_models.__all__
