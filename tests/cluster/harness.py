@@ -53,11 +53,32 @@ def node_of(sandbox_id: str) -> str:
     return parts[1]
 
 
-def _cmdline(pid: int) -> str:
-    """A process's command line: how this harness tells the Ray and gateway
-    processes it started from a reused pid (they keep no record of theirs)."""
+def _started(pid: int) -> str:
+    """A process's start time (clock ticks since boot, field 22 of
+    ``/proc/PID/stat``; "" when it is gone, a zombie included): with the
+    pid, what tells a process this harness saw from a later one that reuses
+    its pid. A zombie has ended and waits only for its parent to reap it
+    (a Ray node this harness started and killed is one until it is waited
+    for), so it counts as gone."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        return "" if fields[0] == "Z" else fields[19]
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
+def _name(pid: int) -> str:
+    """A process's name (``comm``), for messages."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _cwd_of(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return ""
 
@@ -135,7 +156,7 @@ class Cluster:
     cluster_token: str
     started: Dict[int, str] = field(default_factory=dict)  # extra Ray nodes the test started: pid -> name
     up_seconds: float = 0.0
-    everything: Dict[int, str] = field(default_factory=dict)  # every process seen: pid -> cmdline
+    everything: Dict[int, str] = field(default_factory=dict)  # every process seen: pid -> start time
     ids: List[str] = field(default_factory=list)  # every sandbox the test made
 
     @classmethod
@@ -213,20 +234,25 @@ class Cluster:
             p = todo.pop()
             if p in out:
                 continue
-            c = _cmdline(p)
-            if c:
-                out[p] = c
+            t = _started(p)
+            if t:
+                out[p] = t
                 todo.extend(kids.get(p, []))
+        # Whatever else works in the cluster's directory: its standard error
+        # goes to a log there (daemons, QEMUs, the gateway), or it runs there.
+        inside = str(self.dir) + "/"
         for pid in _pids():
-            c = _cmdline(pid)
-            if str(self.dir) in c:
-                out[pid] = c
+            if _stderr_of(pid).startswith(inside) or (_cwd_of(pid) + "/").startswith(inside):
+                t = _started(pid)
+                if t:
+                    out[pid] = t
         return out
 
     def gateway_pid(self) -> int:
+        # The supervisor starts the gateway writing to DIR/gateway.log.
+        log = str(self.dir / "gateway.log")
         for pid in _pids():
-            c = _cmdline(pid)
-            if " cluster gateway " in c and str(self.dir) in c:
+            if _stderr_of(pid) == log:
                 return pid
         raise AssertionError("no gateway process for this cluster")
 
@@ -247,7 +273,7 @@ class Cluster:
     def kill_node(self, name: str) -> float:
         """SIGKILL node ``name``'s raylet and its daemon; the time it was done."""
         ray_node = next(n for n in self._up_state()["ray_nodes"] if n["name"] == name)
-        tree = [p for p, c in self._tree_now().items() if c.split(" ")[0].endswith("/raylet")]
+        tree = [p for p in self._tree_now() if _name(p) == "raylet"]
         raylets = [p for p in tree if _is_descendant(p, ray_node["pid"])]
         assert len(raylets) == 1, f"raylets of node {name}: {raylets}"
         serve = self._serve_pid(name)
@@ -295,7 +321,7 @@ class Cluster:
             except ProcessLookupError:
                 pass
         stop_by = time.monotonic() + 30
-        while time.monotonic() < stop_by and any(_cmdline(p) for p in self.started):
+        while time.monotonic() < stop_by and any(_started(p) for p in self.started):
             time.sleep(0.5)
         for pid in self.started:
             try:
@@ -303,9 +329,9 @@ class Cluster:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(_cmdline(p) == c for p, c in self.everything.items()):
+        while time.monotonic() < deadline and any(_started(p) == t for p, t in self.everything.items()):
             time.sleep(0.5)
-        left = {p: c for p, c in self.everything.items() if _cmdline(p) == c}
+        left = {p: _name(p) for p, t in self.everything.items() if _started(p) == t}
         home_left = self.dir.exists()
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         shutil.rmtree(self.dir.parent, ignore_errors=True)
