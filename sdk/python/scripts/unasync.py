@@ -5,7 +5,8 @@ The async code is the only one written by hand; each sync module is its
 mechanical rewrite, checked in so that readers and type checkers see it:
 
     src/forkvm/async_client.py  ->  src/forkvm/client.py    (Client)
-    src/forkvm/aio.py           ->  src/forkvm/sandbox.py   (Sandbox, Snapshot, Branch)
+    src/forkvm/aio.py           ->  src/forkvm/sandbox.py   (Sandbox, SandboxFiles)
+    src/forkvm/_async_snapshot.py -> src/forkvm/_snapshot.py (Snapshot, Branch; sandbox.py re-exports them)
     src/forkvm/_async_stream.py ->  src/forkvm/_stream.py   (ExecStream)
     src/forkvm/_async_proc_client.py  -> src/forkvm/_proc_client.py  (ProcessOps, inherited by Client)
     src/forkvm/_async_proc_streams.py -> src/forkvm/_proc_streams.py (ProcessStream, WatchStream)
@@ -45,6 +46,7 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "forkvm"
 FILES = [
     ("async_client.py", "client.py"),
     ("aio.py", "sandbox.py"),
+    ("_async_snapshot.py", "_snapshot.py"),
     ("_async_stream.py", "_stream.py"),
     ("_async_proc_client.py", "_proc_client.py"),
     ("_async_proc_streams.py", "_proc_streams.py"),
@@ -75,6 +77,7 @@ NAMES = {
     "_async_events": "_events",
     "AsyncTimeTravel": "TimeTravel",
     "_async_timetravel": "_timetravel",
+    "_async_snapshot": "_snapshot",
     "AsyncOutputCallback": "OutputCallback",
     "AsyncIterator": "Iterator",
     "AsyncHTTPTransport": "HTTPTransport",
