@@ -68,9 +68,11 @@ def _tree(roots) -> Dict[int, int]:
     return out
 
 
-def _cmd(pid: int) -> str:
+def _name(pid: int) -> str:
+    """A process's name (``comm``, at most 15 characters: Ray names an
+    actor's worker ``ray::<Class>``)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "?"
 
@@ -157,7 +159,7 @@ def test_two_node_cluster_on_loopback():
         assert n20["restarts"] == 1 and n20["capacity"] is not None, n20
         # The node service's worker dies: Ray restarts the actor, which adopts the running daemon.
         service = n20["service_pid"]
-        assert "NodeService" in _cmd(service), _cmd(service)
+        assert _name(service).startswith("ray::NodeServ"), _name(service)
         os.kill(service, signal.SIGKILL)
         assert _procs.wait_gone(service, None, 10)
         time.sleep(1)
@@ -181,8 +183,8 @@ def test_two_node_cluster_on_loopback():
 
         # Kill n21's raylet by PID: within 30 s nodes.json says it is dead, and why.
         n21 = next(n for n in state["ray_nodes"] if n["name"] == "n21")
-        raylets = [pid for pid in _tree([n21["pid"]]) if _cmd(pid).split(" ")[0].endswith("/raylet")]
-        assert len(raylets) == 1, [_cmd(p) for p in _tree([n21["pid"]])]
+        raylets = [pid for pid in _tree([n21["pid"]]) if _name(pid) == "raylet"]
+        assert len(raylets) == 1, [_name(p) for p in _tree([n21["pid"]])]
         everything = _tree([n["pid"] for n in state["ray_nodes"]] + [n["pid"] for n in nodes.values()])
         os.kill(raylets[0], signal.SIGKILL)
         t_kill = time.monotonic()
@@ -223,7 +225,7 @@ def test_two_node_cluster_on_loopback():
     assert "removed 1 sandboxes" in down.stderr, down.stderr
 
     # Nothing left: no process of the cluster's trees (Ray, daemons, their QEMUs), no home, no Ray temp dir.
-    left = {pid: _cmd(pid) for pid, started in everything.items() if _procs.is_running(pid, started or None)}
+    left = {pid: _name(pid) for pid, started in everything.items() if _procs.is_running(pid, started or None)}
     assert not left, left
     assert not home_left
     assert state.get("ray_tmp") and not Path(state["ray_tmp"]).exists()
