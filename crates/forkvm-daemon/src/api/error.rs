@@ -95,6 +95,24 @@ pub fn http_failure(
     (status, axum::Json(body)).into_response()
 }
 
+/// Run an operation on a task of its own and wait for it: a client that
+/// goes away (which drops the handler) then does not cut the operation
+/// short, so a spawn, snapshot or merge completes or cleans up. `what`
+/// names it if the task itself fails.
+pub async fn detached<T, E>(
+    what: &str,
+    work: impl std::future::Future<Output = Result<T, E>> + Send + 'static,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    E: Into<ApiError> + Send + 'static,
+{
+    tokio::spawn(work)
+        .await
+        .map_err(|e| ApiError::internal(format!("{what} task failed: {e}")))?
+        .map_err(Into::into)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

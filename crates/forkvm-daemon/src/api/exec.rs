@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::body::{body_error, JsonBody};
 use super::AppState;
-use crate::api::error::ApiError;
+use crate::api::error::{detached, ApiError};
 
 /// Stop a sandbox and delete everything it had.
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
@@ -20,9 +20,7 @@ pub(crate) async fn delete_sandbox(
     State(m): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    tokio::spawn(async move { m.remove(&id).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
+    detached("remove", async move { m.remove(&id).await }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -8,7 +8,7 @@ use forkvm_api::{ErrorBody, PruneRequest, PruneResult, Snapshot};
 
 use crate::actions::Engine;
 use crate::api::body::OptJsonBody;
-use crate::api::error::ApiError;
+use crate::api::error::{detached, ApiError};
 
 /// Pin a snapshot: garbage collection never removes it, nor any snapshot
 /// it builds on.
@@ -51,9 +51,7 @@ pub async fn prune_snapshots(
 ) -> Result<Json<PruneResult>, ApiError> {
     // On its own task: a client that hangs up does not stop a removal
     // half-way.
-    tokio::spawn(async move { m.prune(req).await })
+    detached("prune", async move { m.prune(req).await })
         .await
-        .map_err(|e| ApiError::internal(format!("prune task failed: {e}")))?
         .map(Json)
-        .map_err(ApiError::from)
 }

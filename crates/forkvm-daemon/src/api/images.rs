@@ -11,7 +11,7 @@ use forkvm_api::{BuildQuery, ErrorBody, Image, ImageEvent, ImageList, ImportQuer
 
 use crate::actions::Engine;
 use crate::api::body::JsonBody;
-use crate::api::error::ApiError;
+use crate::api::error::{detached, ApiError};
 
 type Q<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
@@ -49,9 +49,7 @@ pub async fn delete_image(
     State(m): State<Engine>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    tokio::spawn(async move { m.remove_image(&name).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
+    detached("remove", async move { m.remove_image(&name).await }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -78,9 +76,7 @@ pub async fn pull_image(
         }));
     }
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let image = tokio::spawn(async move { m.pull_image(plan, tx).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("pull task failed: {e}")))??;
+    let image = detached("pull", async move { m.pull_image(plan, tx).await }).await?;
     Ok((StatusCode::CREATED, Json(image)).into_response())
 }
 

@@ -8,7 +8,7 @@ use forkvm_api::{ErrorBody, PauseRequest, ResumeRequest, Sandbox, SetTimeout};
 
 use crate::actions::Engine;
 use crate::api::body::{JsonBody, OptJsonBody};
-use crate::api::error::ApiError;
+use crate::api::error::{detached, ApiError};
 
 /// Prometheus metrics: spawns, branches, pauses, resumes, timeouts, errors
 /// by code, sandboxes by state, per-sandbox memory and CPU, warm pools and
@@ -65,11 +65,12 @@ pub async fn pause(
     OptJsonBody(req): OptJsonBody<PauseRequest>,
 ) -> Result<Json<Sandbox>, ApiError> {
     let memory = req.memory != Some(false);
-    tokio::spawn(async move { m.pause(&id, "request", memory).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("pause task failed: {e}")))?
-        .map(Json)
-        .map_err(ApiError::from)
+    detached(
+        "pause",
+        async move { m.pause(&id, "request", memory).await },
+    )
+    .await
+    .map(Json)
 }
 
 /// Bring a paused sandbox back with the same id, memory, disk, network and
@@ -91,9 +92,7 @@ pub async fn resume(
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<ResumeRequest>,
 ) -> Result<Json<Sandbox>, ApiError> {
-    tokio::spawn(async move { m.resume(&id, req).await })
+    detached("resume", async move { m.resume(&id, req).await })
         .await
-        .map_err(|e| ApiError::internal(format!("resume task failed: {e}")))?
         .map(Json)
-        .map_err(ApiError::from)
 }

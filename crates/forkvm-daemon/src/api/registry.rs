@@ -24,9 +24,7 @@ where
         return Ok(ndjson(work));
     }
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let ev = tokio::spawn(work(tx))
-        .await
-        .map_err(|e| ApiError::internal(format!("transfer task failed: {e}")))??;
+    let ev = crate::api::error::detached("transfer", work(tx)).await?;
     Ok(match ev {
         TransferEvent::Pushed { result } => (StatusCode::OK, Json(result)).into_response(),
         TransferEvent::Pulled { result } => (StatusCode::CREATED, Json(*result)).into_response(),

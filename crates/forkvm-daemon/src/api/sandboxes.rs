@@ -9,7 +9,7 @@ use forkvm_api::*;
 use super::body::JsonBody;
 use super::AppState;
 use crate::actions::Created;
-use crate::api::error::ApiError;
+use crate::api::error::{detached, ApiError};
 
 /// Start a sandbox: from a snapshot, from the image's boot template, or by a
 /// cold boot. Returns once every guest agent answers. With `count`, the
@@ -36,9 +36,7 @@ pub(crate) async fn create_sandbox(
 ) -> Result<Response, ApiError> {
     // Run the spawn on its own task: if the client disconnects, the spawn
     // still completes or cleans up, instead of being dropped half-way.
-    let created = tokio::spawn(async move { m.create(req).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("spawn task failed: {e}")))??;
+    let created = detached("spawn", async move { m.create(req).await }).await?;
     Ok(match created {
         Created::One(sb) => (StatusCode::CREATED, Json(*sb)).into_response(),
         Created::Batch(b) => (StatusCode::CREATED, Json(b)).into_response(),
@@ -137,9 +135,9 @@ pub(crate) async fn set_network(
 ) -> Result<Json<NetworkInfo>, ApiError> {
     // On its own task, so that a client going away cannot stop it between
     // the namespace's rules and the host's.
-    tokio::spawn(async move { m.set_network(&id, req.egress, req.allow_host).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("network task failed: {e}")))?
-        .map(Json)
-        .map_err(ApiError::from)
+    detached("network", async move {
+        m.set_network(&id, req.egress, req.allow_host).await
+    })
+    .await
+    .map(Json)
 }

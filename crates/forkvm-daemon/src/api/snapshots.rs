@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::body::{JsonBody, OptJsonBody};
 use super::AppState;
-use crate::api::error::ApiError;
+use crate::api::error::{detached, ApiError};
 
 /// Snapshot a running sandbox; it keeps running.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/snapshot", tag = "snapshots",
@@ -24,9 +24,7 @@ pub(crate) async fn snapshot_sandbox(
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<CreateSnapshot>,
 ) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
-    let s = tokio::spawn(async move { m.snapshot(&id, req.tag).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("snapshot task failed: {e}")))??;
+    let s = detached("snapshot", async move { m.snapshot(&id, req.tag).await }).await?;
     Ok((StatusCode::CREATED, Json(s)))
 }
 
@@ -47,9 +45,7 @@ pub(crate) async fn branch_sandbox(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<BranchRequest>,
 ) -> Result<(StatusCode, Json<BranchResult>), ApiError> {
-    let r = tokio::spawn(async move { m.branch(&id, req).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("branch task failed: {e}")))??;
+    let r = detached("branch", async move { m.branch(&id, req).await }).await?;
     Ok((StatusCode::CREATED, Json(r)))
 }
 
@@ -93,9 +89,11 @@ pub(crate) async fn delete_snapshot(
     q: Result<Query<DeleteSnapshotQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Query(q) = q.map_err(|e| ApiError::invalid(format!("bad query: {}", e.body_text())))?;
-    tokio::spawn(async move { m.remove_snapshot(&id, q.force).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
+    detached(
+        "remove",
+        async move { m.remove_snapshot(&id, q.force).await },
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -129,8 +127,6 @@ pub(crate) async fn flatten_snapshot(
     Path(id): Path<String>,
     OptJsonBody(req): OptJsonBody<FlattenRequest>,
 ) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
-    let s = tokio::spawn(async move { m.flatten(&id, req.tag).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("flatten task failed: {e}")))??;
+    let s = detached("flatten", async move { m.flatten(&id, req.tag).await }).await?;
     Ok((StatusCode::CREATED, Json(s)))
 }

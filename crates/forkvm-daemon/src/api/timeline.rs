@@ -11,7 +11,7 @@ use forkvm_api::{
 
 use crate::actions::Engine;
 use crate::api::body::{JsonBody, OptJsonBody};
-use crate::api::error::ApiError;
+use crate::api::error::{detached, ApiError};
 
 /// Checkpoint a running sandbox: a live save whose parent is its previous
 /// checkpoint, so it stores only what changed since then. The guest stops
@@ -31,11 +31,12 @@ pub async fn checkpoint(
     OptJsonBody(req): OptJsonBody<CheckpointRequest>,
 ) -> Result<Json<Checkpoint>, ApiError> {
     // On its own task: a client that goes away does not cut a save short.
-    tokio::spawn(async move { m.checkpoint(&id, req.tag).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("checkpoint task failed: {e}")))?
-        .map(Json)
-        .map_err(ApiError::from)
+    detached(
+        "checkpoint",
+        async move { m.checkpoint(&id, req.tag).await },
+    )
+    .await
+    .map(Json)
 }
 
 /// A sandbox's checkpoints, oldest first, with its retention policy and
@@ -62,11 +63,9 @@ pub async fn set_retention(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<Retention>,
 ) -> Result<Json<Timeline>, ApiError> {
-    tokio::spawn(async move { m.set_retention(&id, req).await })
+    detached("retention", async move { m.set_retention(&id, req).await })
         .await
-        .map_err(|e| ApiError::internal(format!("retention task failed: {e}")))?
         .map(Json)
-        .map_err(ApiError::from)
 }
 
 /// Bring a running sandbox back to one of its checkpoints or snapshots as
@@ -90,11 +89,9 @@ pub async fn rewind(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<RewindRequest>,
 ) -> Result<Json<Rewound>, ApiError> {
-    tokio::spawn(async move { m.rewind(&id, req).await })
+    detached("rewind", async move { m.rewind(&id, req).await })
         .await
-        .map_err(|e| ApiError::internal(format!("rewind task failed: {e}")))?
         .map(Json)
-        .map_err(ApiError::from)
 }
 
 /// The filesystem differences between `{id}` and `b` (sandboxes, snapshots
@@ -117,11 +114,9 @@ pub async fn diff(
 ) -> Result<Json<Diff>, ApiError> {
     // On its own task: its temporary readers are removed even if the
     // client goes away.
-    tokio::spawn(async move { m.diff(&id, req).await })
+    detached("diff", async move { m.diff(&id, req).await })
         .await
-        .map_err(|e| ApiError::internal(format!("diff task failed: {e}")))?
         .map(Json)
-        .map_err(ApiError::from)
 }
 
 /// Apply sandbox `{id}`'s filesystem changes since its branch point to the
@@ -141,9 +136,7 @@ pub async fn merge(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<MergeRequest>,
 ) -> Result<Json<Merged>, ApiError> {
-    tokio::spawn(async move { m.merge(&id, req).await })
+    detached("merge", async move { m.merge(&id, req).await })
         .await
-        .map_err(|e| ApiError::internal(format!("merge task failed: {e}")))?
         .map(Json)
-        .map_err(ApiError::from)
 }

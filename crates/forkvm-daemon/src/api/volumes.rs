@@ -8,7 +8,7 @@ use forkvm_api::{CreateVolume, ErrorBody, Volume, VolumeList};
 
 use crate::actions::Engine;
 use crate::api::body::JsonBody;
-use crate::api::error::ApiError;
+use crate::api::error::{detached, ApiError};
 
 /// Named volumes.
 #[utoipa::path(get, path = "/v1/volumes", tag = "volumes",
@@ -41,8 +41,6 @@ pub async fn delete_volume(
     State(m): State<Engine>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    tokio::spawn(async move { m.remove_volume(&name).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("remove task failed: {e}")))??;
+    detached("remove", async move { m.remove_volume(&name).await }).await?;
     Ok(StatusCode::NO_CONTENT)
 }

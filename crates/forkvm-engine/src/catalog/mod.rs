@@ -165,6 +165,24 @@ impl Manager {
         self.chain(&s).ok()
     }
 
+    /// The index rows of the snapshot a sandbox runs from and of its
+    /// parents, nearest first (by the index, without opening the store).
+    pub fn ancestry(&self, row: &SandboxRow) -> Vec<crate::db::SnapshotRow> {
+        let mut out: Vec<crate::db::SnapshotRow> = Vec::new();
+        let mut cur = row.snapshot.clone();
+        while let Some(id) = cur {
+            if out.len() > 4096 || out.iter().any(|s| s.id == id) {
+                break;
+            }
+            let Ok(Some(s)) = self.db.snapshot(&id) else {
+                break;
+            };
+            cur = s.parent.clone();
+            out.push(s);
+        }
+        out
+    }
+
     /// A new snapshot's tag must be valid and unused.
     pub fn check_tag(&self, tag: Option<&str>) -> Result<(), EngineError> {
         if let Some(t) = tag {

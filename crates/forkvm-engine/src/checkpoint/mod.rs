@@ -69,21 +69,19 @@ impl Manager {
         }
         let tl = self.db.timeline(id)?;
         // The head is the previous checkpoint, while it exists.
-        let onto = tl.head.filter(|h| self.store.open_snapshot(h).is_ok());
+        let head = tl
+            .head
+            .as_deref()
+            .and_then(|h| self.store.open_snapshot(h).ok());
+        let onto = head.as_ref().map(|s| s.manifest.id.clone());
         // The lease keeps the collector off the head until its child is
         // indexed (a checkpoint of a removed sandbox may be collected).
         let _lease = match &onto {
             Some(h) => Some(self.gc_lease(h)?),
             None => None,
         };
-        let depth = match &onto {
-            Some(h) => {
-                let s = self
-                    .store
-                    .open_snapshot(h)
-                    .map_err(crate::catalog::store_err)?;
-                self.chain(&s)?.links.len()
-            }
+        let depth = match &head {
+            Some(s) => self.chain(s)?.links.len(),
             None => self.clone_chain(&row).map_or(0, |c| c.links.len()),
         };
         if depth + 1 > MAX_CHAIN {

@@ -139,7 +139,7 @@ impl Manager {
             )));
         }
         let own = target.source == *id;
-        let ancestor = !own && self.lineage_of(row).iter().any(|s| s == &target.id);
+        let ancestor = !own && self.ancestry(row).iter().any(|s| s.id == target.id);
         if !own && !ancestor {
             return Err(EngineError::invalid(format!(
                 "snapshot {} is not of sandbox {id}'s lineage (it was taken of {}); rewind \
@@ -156,20 +156,5 @@ impl Manager {
             )));
         }
         Ok(())
-    }
-
-    /// The snapshots a sandbox's state descends from: the one it runs
-    /// from, its parents, and theirs.
-    fn lineage_of(&self, row: &crate::db::SandboxRow) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut cur = row.snapshot.clone();
-        while let Some(s) = cur {
-            if out.contains(&s) || out.len() > 4096 {
-                break;
-            }
-            cur = self.db.snapshot(&s).ok().flatten().and_then(|r| r.parent);
-            out.push(s);
-        }
-        out
     }
 }

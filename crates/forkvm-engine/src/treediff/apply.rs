@@ -199,15 +199,10 @@ impl Manager {
     /// running from a snapshot of itself) the first ancestor of that not
     /// taken of the sandbox.
     fn branch_point_of(&self, row: &crate::db::SandboxRow) -> Option<String> {
-        let mut cur = row.snapshot.clone()?;
-        for _ in 0..4096 {
-            let s = self.db.snapshot(&cur).ok().flatten()?;
-            if s.source != row.id {
-                return Some(cur);
-            }
-            cur = s.parent?;
-        }
-        None
+        self.ancestry(row)
+            .into_iter()
+            .find(|s| s.source != row.id)
+            .map(|s| s.id)
     }
 
     /// The contents of those of `paths` that are regular files in `tree`.
