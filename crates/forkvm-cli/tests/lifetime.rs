@@ -454,10 +454,18 @@ fn filesystem_pause_keeps_the_disk_and_cold_boots() {
     );
     let (pid, _) = start_counter(d, &id);
     let boot_id = sh(d, &id, "cat /proc/sys/kernel/random/boot_id");
-    let snapshots = d.json(&["snapshot", "ls"])["snapshots"]
-        .as_array()
-        .unwrap()
-        .len();
+    // Other tests share this daemon and make and remove snapshots of their
+    // own meanwhile: count only this sandbox's.
+    let own_snapshots = |d: &Daemon| {
+        d.json(&["snapshot", "ls"])["snapshots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["source"] == id.as_str())
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let snapshots = own_snapshots(d);
     let qemu = sb.pid();
 
     let cold = |v: &serde_json::Value, why: &str| {
@@ -502,10 +510,7 @@ fn filesystem_pause_keeps_the_disk_and_cold_boots() {
         "QEMU runs on"
     );
     assert_eq!(
-        d.json(&["snapshot", "ls"])["snapshots"]
-            .as_array()
-            .unwrap()
-            .len(),
+        own_snapshots(d),
         snapshots,
         "a filesystem-only pause makes no snapshot"
     );
