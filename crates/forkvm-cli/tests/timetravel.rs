@@ -192,6 +192,27 @@ fn checkpoints_retention_and_rewind() {
         diff_of(&cp(5)) as f64 / 1048576.0
     );
     assert!(one * 2 < all, "{}\n{}", inspect(&cp(6)), inspect(&whole));
+    // So does its disk layer: the blocks written since checkpoint 5 (the
+    // stream folds everything since the start into the running top, which
+    // a snapshot freezes whole).
+    let disk_of = |s: &str| inspect(s)["sizes"]["disk_bytes"].as_u64().unwrap();
+    let (one, all) = (disk_of(&cp(6)), disk_of(&whole));
+    eprintln!(
+        "the last checkpoint's disk layer holds {} KiB, a snapshot's of the same state {} KiB",
+        one >> 10,
+        all >> 10
+    );
+    assert!(
+        one * 2 < all,
+        "{}\n{}\n{}",
+        inspect(&cp(6)),
+        inspect(&whole),
+        d.log()
+            .lines()
+            .filter(|l| l.contains("disk layer") || l.contains("write record"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     d.ok(&["snapshot", "rm", &whole]);
 
     // Every kept checkpoint still restores exactly, spliced ones included.

@@ -136,6 +136,7 @@ impl Manager {
             streaming: std::sync::atomic::AtomicBool::new(false),
             stream_lock: tokio::sync::Mutex::new(()),
             keep_stopped: std::sync::atomic::AtomicBool::new(false),
+            tracked_since: Mutex::new(None),
         });
         self.live_map().insert(id.to_string(), live.clone());
         let me = self.clone();

@@ -20,6 +20,7 @@ pub mod blockjob;
 pub mod disk;
 pub mod fds;
 pub mod features;
+pub mod incremental;
 pub mod jail;
 pub mod legacy;
 pub mod mapped_ram;

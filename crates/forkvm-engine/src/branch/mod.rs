@@ -108,7 +108,14 @@ impl Manager {
         // A branch point's children are all spawned now: a pool of the
         // daemon's default size would only hold QEMUs nobody claims.
         let mut frozen = self
-            .freeze(id, req.tag, None, Some(0), save_mode(mode), None)
+            .freeze(
+                id,
+                req.tag,
+                None,
+                Some(0),
+                save_mode(mode),
+                crate::snapshot::Onto::Origin,
+            )
             .await?;
         // A branch point: garbage collection takes it once nothing needs it
         // (see crate::gc), but not before its children run.

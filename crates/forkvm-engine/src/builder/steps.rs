@@ -287,7 +287,7 @@ impl Manager {
                     Some(format!("{CACHE_PREFIX}{}", s.cache_key)),
                     Some(0),
                     crate::snapshot::Save::Stopped,
-                    None,
+                    crate::snapshot::Onto::Origin,
                 )
                 .await?;
             let snap = self.publish_frozen(f).await?;

@@ -30,7 +30,7 @@ use crate::catalog::MAX_CHAIN;
 use crate::db::{CheckpointRow, Origin};
 use crate::error::{EngineError, HintAction};
 use crate::manager::Manager;
-use crate::snapshot::Save;
+use crate::snapshot::{Onto, Save};
 
 impl Manager {
     /// Take a checkpoint of running sandbox `id` onto its timeline's head,
@@ -93,7 +93,7 @@ impl Manager {
             .hint(HintAction::ListSnapshots));
         }
         let mut f = self
-            .freeze(id, tag, None, Some(0), Save::Live, onto)
+            .freeze(id, tag, None, Some(0), Save::Live, Onto::Checkpoint(onto))
             .await?;
         f.srow.origin = Origin::Checkpoint;
         let pause_ms = f.timings.pause_ms;

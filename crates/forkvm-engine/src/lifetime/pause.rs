@@ -32,7 +32,7 @@ use crate::config::SandboxPaths;
 use crate::db::Origin;
 use crate::error::EngineError;
 use crate::manager::{Manager, Phase};
-use crate::snapshot::Save;
+use crate::snapshot::{Onto, Save};
 
 impl Manager {
     /// `POST /v1/sandboxes/{id}/pause` (E2B's too), and a timeout with
@@ -82,7 +82,7 @@ impl Manager {
                 "sandbox {id} is already being paused"
             )));
         }
-        let mut frozen = match self.freeze(id, None, None, Some(0), Save::Diff, None).await {
+        let mut frozen = match self.freeze(id, None, None, Some(0), Save::Diff, Onto::Origin).await {
             Ok(f) => f,
             Err(e) => {
                 // freeze resumed the guest: it runs on as before.

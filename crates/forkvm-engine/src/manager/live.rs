@@ -38,6 +38,11 @@ pub struct Live {
     pub stream_lock: tokio::sync::Mutex<()>,
     /// A pause is saving it: the snapshot leaves the guest stopped.
     pub keep_stopped: std::sync::atomic::AtomicBool,
+    /// The checkpoint since which the dirty bitmap on its top disk layer
+    /// records the guest's writes (forkvm_qemu::incremental); `None` while
+    /// it keeps no such record (it started since, or a freeze could not
+    /// carry the bitmap).
+    pub tracked_since: Mutex<Option<String>>,
 }
 
 impl Live {

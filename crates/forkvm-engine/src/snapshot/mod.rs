@@ -63,6 +63,18 @@ pub enum Save {
     Diff,
 }
 
+/// What a freeze's snapshot builds on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Onto {
+    /// The snapshot the sandbox started from (none if it booted).
+    Origin,
+    /// A checkpoint ([`crate::checkpoint`]): the sandbox's previous
+    /// checkpoint, when it has one. Its disk layer then stores only what
+    /// the guest wrote since that one, when the sandbox kept a record
+    /// (forkvm_qemu::incremental).
+    Checkpoint(Option<String>),
+}
+
 /// The `state_format` of device-only streams.
 pub const DEVICES_ONLY: &str = "devices-only";
 pub fn qemu_err(what: &str, e: impl std::fmt::Display) -> EngineError {
@@ -141,7 +153,9 @@ impl Manager {
     ) -> Result<forkvm_api::Snapshot, EngineError> {
         let r = async {
             self.check_disk(&format!("snapshot of sandbox {id}"))?;
-            let f = self.freeze(id, tag, template_key, None, how, None).await?;
+            let f = self
+                .freeze(id, tag, template_key, None, how, Onto::Origin)
+                .await?;
             self.publish_frozen(f).await
         }
         .await;

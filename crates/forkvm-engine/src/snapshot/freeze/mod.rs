@@ -25,12 +25,13 @@ use forkvm_store::Manifest;
 use crate::db::SnapshotRow;
 use crate::error::EngineError;
 use crate::manager::Manager;
-use crate::snapshot::Save;
+use crate::snapshot::{Onto, Save};
 
 pub mod diff;
 pub mod full;
 pub mod live;
 mod steps;
+mod thin;
 
 /// A snapshot whose source has resumed but whose files are not published yet.
 pub struct Frozen {
@@ -76,7 +77,7 @@ impl Manager {
         template_key: Option<String>,
         pool_size: Option<u32>,
         how: Save,
-        onto: Option<String>,
+        onto: Onto,
     ) -> Result<Frozen, EngineError> {
         self.check_tag(tag.as_deref())?;
         let (live, row) = self.freeze_source(id)?;
@@ -101,11 +102,18 @@ impl Manager {
         let paused = self
             .pause_and_save(id, &qmp, &live, &plan, &layer, staging)
             .await?;
+        // A checkpoint's layer keeps only what changed since the previous
+        // one, copied while the guest runs (and before the stream, which
+        // waits for `_stream`, takes the frozen top out of the chain).
+        if paused.incremental && !paused.hold {
+            self.thin_layer(id, &qmp, &plan, &layer).await;
+        }
         let steps::Paused {
             captured,
             staging,
             hold,
             timings,
+            ..
         } = paused;
         self.save_volumes(id, vols.as_ref(), &staging, hold).await?;
         let manifest = self.build_manifest(id, tag.clone(), &row, &live, &plan, vols.as_ref())?;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use forkvm_api::SnapshotTimings;
 use forkvm_qemu::ram::RamMapping;
+use forkvm_qemu::incremental::{self, Track};
 use forkvm_qemu::{migrate, Qmp, QmpEvent};
 use forkvm_store::{crash, Manifest, Staging};
 use tokio::sync::broadcast;
@@ -22,29 +23,34 @@ use crate::config::SandboxPaths;
 use crate::db::{Origin, SandboxRow, SnapshotRow};
 use crate::error::EngineError;
 use crate::manager::{Live, Manager};
-use crate::snapshot::{pause_from_events, qemu_err, resume, store_err, Chain, Save, DEVICES_ONLY};
+use crate::snapshot::{
+    pause_from_events, qemu_err, resume, store_err, Chain, Onto, Save, DEVICES_ONLY,
+};
 use crate::util::{self, ms};
 use crate::volumes::VolumeHold;
 
 /// What a freeze decided before it touches QEMU: the kind of save and
 /// where its files go.
 pub(super) struct Plan {
-    snap_id: String,
+    pub(super) snap_id: String,
     live_mode: bool,
     /// The chain a clone's RAM maps; `None` for a sandbox that booted.
     chain: Option<Chain>,
     /// The snapshot the new one builds on: the one the sandbox started
     /// from, or (a checkpoint) the sandbox's previous checkpoint.
-    parent: Option<String>,
+    pub(super) parent: Option<String>,
     /// The chain the new snapshot's pages are reduced against: the
     /// parent's. A checkpoint's parent is above `chain`, so the pages the
     /// links between them store are compared too ([`Plan::between`]).
     parent_chain: Option<Chain>,
+    /// A checkpoint: the new top starts a record of the guest's writes
+    /// (forkvm_qemu::incremental).
+    checkpoint: bool,
     /// Devices only in the stream, the clone's pages read by the daemon.
     diff_mode: bool,
     /// The sandbox's RAM file is copied into the snapshot (`memory.img`).
     shared: bool,
-    paths: SandboxPaths,
+    pub(super) paths: SandboxPaths,
     ram_bytes: u64,
     /// Where the clone's QEMU maps its RAM (a clone only).
     mapping: Option<RamMapping>,
@@ -56,8 +62,10 @@ pub(super) struct Plan {
 /// running top it freezes.
 pub(super) struct Layer {
     /// The frozen layer's final path in the store (reserved).
-    final_disk: PathBuf,
-    top_node: String,
+    pub(super) final_disk: PathBuf,
+    pub(super) top_node: String,
+    /// The disk's virtual size.
+    pub(super) vsize: u64,
     new_top: PathBuf,
     new_node: String,
 }
@@ -77,6 +85,9 @@ pub(super) struct Paused {
     /// The source is kept stopped (crate::lifetime::pause).
     pub hold: bool,
     pub timings: SnapshotTimings,
+    /// A checkpoint whose frozen top records the writes since the previous
+    /// checkpoint: its layer can be thinned ([`Manager::thin_layer`]).
+    pub incremental: bool,
 }
 
 impl Layer {
@@ -163,7 +174,7 @@ impl Manager {
         live: &Live,
         row: &SandboxRow,
         how: Save,
-        onto: Option<String>,
+        onto: Onto,
     ) -> Result<Plan, EngineError> {
         let snap_id = self.new_id("sn");
         let live_mode = how == Save::Live;
@@ -188,18 +199,19 @@ impl Manager {
         let live_tmp = live_mode.then(|| live::tmp_path(&paths, &snap_id));
         // A checkpoint builds on the previous one, which must be a link
         // above the chain the clone maps (crate::checkpoint).
+        let checkpoint = matches!(onto, Onto::Checkpoint(_));
         let (parent, parent_chain) = match onto {
-            Some(p) if chain.is_some() && live_mode => {
+            Onto::Checkpoint(Some(p)) if chain.is_some() && live_mode => {
                 let s = self.store.open_snapshot(&p).map_err(store_err)?;
                 let pc = self.chain(&s)?;
                 (Some(p), Some(pc))
             }
-            Some(p) => {
+            Onto::Checkpoint(Some(p)) => {
                 return Err(EngineError::internal(format!(
                     "a snapshot onto {p} needs a live save of a clone"
                 )))
             }
-            None => (row.snapshot.clone(), chain.clone()),
+            _ => (row.snapshot.clone(), chain.clone()),
         };
         Ok(Plan {
             snap_id,
@@ -207,6 +219,7 @@ impl Manager {
             chain,
             parent,
             parent_chain,
+            checkpoint,
             diff_mode,
             shared,
             paths,
@@ -276,6 +289,7 @@ impl Manager {
         let layer = Layer {
             final_disk,
             top_node,
+            vsize,
             new_top: plan.paths.dir.join(format!("disk-{layer_n}.qcow2")),
             new_node: format!("root-{layer_n}"),
         };
@@ -343,17 +357,18 @@ async fn stop_source(
 /// Everything done while the source is stopped: save its state, freeze the
 /// disk onto the new layer, finish reading a diff's pages and copy a
 /// shared RAM file. `frozen` says whether the disk was frozen, also when
-/// a later part fails. Answers a diff's pages, read in the pause.
+/// a later part fails, and `track` what became of the write record.
+/// Answers a diff's pages, read in the pause.
 async fn save_paused(
     qmp: &Qmp,
     plan: &Plan,
     layer: &Layer,
     staging: &Staging,
     timings: &mut SnapshotTimings,
-    frozen: &mut bool,
+    (frozen, track): (&mut bool, &mut Track),
 ) -> Result<Option<diff::Captured>, EngineError> {
     let capture = save_state(qmp, plan, staging, timings).await?;
-    freeze_disk(qmp, layer, timings, frozen).await?;
+    freeze_disk(qmp, layer, timings, frozen, track).await?;
     let mut captured = None;
     if let Some(c) = capture {
         captured = Some(diff::finish_capture(c, timings).await?);
@@ -414,19 +429,30 @@ async fn save_state(
 }
 
 /// Attach the new layer over the running top, so the guest writes to it
-/// from now on, and make the frozen layer read-only.
+/// from now on, with the write record `track` asks for, and make the
+/// frozen layer read-only. A record QEMU refuses is dropped (`track` is
+/// then [`Track::Off`]): it only saves space.
 async fn freeze_disk(
     qmp: &Qmp,
     layer: &Layer,
     timings: &mut SnapshotTimings,
     frozen: &mut bool,
+    track: &mut Track,
 ) -> Result<(), EngineError> {
     let t = Instant::now();
     // The frozen layer is at its final path already (stage_layer reserved it),
     // so the source's chain is whole from this instant on.
-    migrate::attach_overlay(qmp, &layer.top_node, &layer.new_node)
-        .await
-        .map_err(|e| qemu_err("freezing the disk failed", e))?;
+    let (top, new) = (&layer.top_node, &layer.new_node);
+    if let Err(e) = incremental::attach_overlay(qmp, top, new, *track).await {
+        if *track == Track::Off {
+            return Err(qemu_err("freezing the disk failed", e));
+        }
+        tracing::warn!("QEMU refused the disk's write record ({e}); the next checkpoint stores its whole layer");
+        *track = Track::Off;
+        migrate::attach_overlay(qmp, top, new)
+            .await
+            .map_err(|e| qemu_err("freezing the disk failed", e))?;
+    }
     *frozen = true;
     // Read-only from now on, for everyone: a child's jailed QEMU
     // reads it whether or not the snapshot is ever published (a
@@ -463,7 +489,33 @@ impl Manager {
         // final copy; it is still stopped when the save completes, so the
         // disk can be frozen at exactly the instant the memory was.)
         let mut frozen = false;
-        let paused = save_paused(qmp, plan, layer, &staging, &mut timings, &mut frozen).await;
+        // The record of writes since the last checkpoint: started anew by
+        // a checkpoint, carried over by any other freeze.
+        let since = live.tracked_since.lock().ok().and_then(|s| s.clone());
+        let mut track = match (plan.checkpoint, &since) {
+            (true, _) => Track::Start,
+            (false, Some(_)) => Track::Carry,
+            (false, None) => Track::Off,
+        };
+        let incremental = plan.checkpoint && since.is_some() && since == plan.parent;
+        let paused = save_paused(
+            qmp,
+            plan,
+            layer,
+            &staging,
+            &mut timings,
+            (&mut frozen, &mut track),
+        )
+        .await;
+        if frozen {
+            if let Ok(mut s) = live.tracked_since.lock() {
+                match track {
+                    Track::Start => *s = Some(plan.snap_id.clone()),
+                    Track::Carry => {}
+                    Track::Off => *s = None,
+                }
+            }
+        }
         let paused = match paused {
             Ok(captured) => Ok((captured, staging)),
             Err(e) => {
@@ -487,6 +539,7 @@ impl Manager {
                 staging,
                 hold,
                 timings,
+                incremental,
             }),
             Err(e) => {
                 self.undo_failed_pause(id, qmp, plan, layer, frozen).await;
