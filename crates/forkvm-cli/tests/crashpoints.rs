@@ -26,6 +26,7 @@ fn diff_points() -> Vec<&'static str> {
         "freeze.volumes_saved",
         "publish.live_copied",
         "splice.pages_written",
+        "splice.disk_merged",
         "splice.committed",
     ];
     forkvm_store::crash::POINTS
@@ -230,11 +231,26 @@ fn a_daemon_killed_while_copying_memory_leaves_the_snapshot_whole_or_absent() {
 #[ignore = "boots microVMs: run with `make test`"]
 fn a_daemon_killed_while_pruning_a_checkpoint_keeps_the_timeline_whole() {
     let mut d = Daemon::start();
-    for point in ["splice.pages_written", "splice.committed"] {
+    for point in [
+        "splice.pages_written",
+        "splice.disk_merged",
+        "splice.committed",
+    ] {
         let src = d.ok(&["spawn"]).trim().to_string();
         let mut cps = Vec::new();
         for n in 1..=2 {
-            sh(&d, &src, &format!("echo {point}-{n} > /root/mark"));
+            // Synced: the first checkpoint's disk layer holds `first`, the
+            // second's (thin) only what changed since.
+            let first = if n == 1 {
+                "echo first > /root/first; "
+            } else {
+                ""
+            };
+            sh(
+                &d,
+                &src,
+                &format!("{first}echo {point}-{n} > /root/mark; sync"),
+            );
             cps.push(
                 d.json(&["checkpoint", &src])["id"]
                     .as_str()
@@ -267,11 +283,26 @@ fn a_daemon_killed_while_pruning_a_checkpoint_keeps_the_timeline_whole() {
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| {
-                n.ends_with(".splice") || (n.starts_with("memory.") && n.ends_with(".diff"))
+                n.ends_with(".splice")
+                    || n == forkvm_store::splice_disk::DISK_SPLICE
+                    || (n.starts_with("memory.") && n.ends_with(".diff"))
             })
             .collect();
         let named = d.json(&["snapshot", "inspect", &cps[1]]);
         assert_eq!(left.len(), 1, "{point}: {left:?} in {}: {named}", cps[1]);
+        // The kept checkpoint reads the first one's blocks from its own disk
+        // chain (the page cache dropped), whether or not they were merged.
+        let kid = d.ok(&["spawn", "--snapshot", &cps[1]]).trim().to_string();
+        assert_eq!(
+            sh(
+                &d,
+                &kid,
+                "echo 3 > /proc/sys/vm/drop_caches; cat /root/first /root/mark"
+            ),
+            format!("first\n{point}-2\n"),
+            "{point}"
+        );
+        d.ok(&["rm", &kid]);
         // The timeline goes on: the next checkpoint spawns.
         sh(&d, &src, &format!("echo {point}-3 > /root/mark"));
         let next = d.json(&["checkpoint", &src])["id"]

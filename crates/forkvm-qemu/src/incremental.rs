@@ -10,7 +10,8 @@
 //! A checkpoint wants the latter. QEMU tracks guest writes per format node
 //! in a dirty bitmap, so at each freeze the new top gets a bitmap named
 //! [`BITMAP`], in the same `transaction` as the overlay (no write can fall
-//! between the two):
+//! between the two), and a restored sandbox gets one on its first layer
+//! before its guest runs ([`start_record`]):
 //!
 //! * [`Track::Start`], at a checkpoint: the new bitmap starts empty, and
 //!   the frozen top's bitmap says what the guest wrote since the previous
@@ -33,8 +34,10 @@
 //! opened without its backing chain: the jail shows QEMU only the files
 //! its disk had when it started, and a backup never reads its target. The
 //! bitmaps live only
-//! in this QEMU: a sandbox that restarts (a resume, a rewind) has none, and
-//! its next checkpoint stores its whole layer again.
+//! in this QEMU. A restored sandbox's record starts at the snapshot it
+//! restored, so its first checkpoint onto that snapshot (the first of a
+//! clone, or the next after a rewind) is thin too; one onto any other
+//! checkpoint (the next after a pause and resume) stores its whole layer.
 
 use std::path::Path;
 
@@ -135,6 +138,16 @@ pub fn backup_args(job: &str, source: &str, target: &str) -> Value {
         "bitmap": BITMAP,
         "auto-dismiss": false,
     })
+}
+
+/// Start the record on `node`, the top of a sandbox that has not run yet.
+pub async fn start_record(qmp: &Qmp, node: &str) -> Result<(), QmpError> {
+    qmp.execute(
+        "block-dirty-bitmap-add",
+        Some(json!({"node": node, "name": BITMAP})),
+    )
+    .await
+    .map(drop)
 }
 
 /// Drop `node`'s bitmap (a frozen top's, once its checkpoint layer is

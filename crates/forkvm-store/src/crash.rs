@@ -43,6 +43,7 @@ pub const POINTS: &[&str] = &[
     "publish.info_indexed",
     "publish.indexed",
     "splice.pages_written",
+    "splice.disk_merged",
     "splice.committed",
 ];
 

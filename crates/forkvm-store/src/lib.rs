@@ -51,6 +51,7 @@ pub mod head;
 pub mod manifest;
 pub mod memdiff;
 pub mod splice;
+pub mod splice_disk;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;

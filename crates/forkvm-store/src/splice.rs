@@ -31,16 +31,18 @@
 //! A crash before 2 leaves `N` and `V` as they were plus a file no manifest
 //! names; after 2, `V` is an ordinary snapshot nothing builds on, and `N`'s
 //! directory may hold its old memory file. [`Store::tidy_splices`] removes
-//! such files at start. Disk layers are not merged: a qcow2 layer is named
-//! by path in the headers above it (see the crate docs), so `V`'s layer
-//! stays until layer collection finds no chain through it.
+//! such files at start. A thin disk layer of `N` (one backed by `V`'s) is
+//! merged too, between steps 1 and 2, and renamed in after 2
+//! ([`crate::splice_disk`]). Otherwise `V`'s layer stays until layer
+//! collection finds no chain through it: a qcow2 layer is named by path in
+//! the headers above it (see the crate docs).
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use crate::memdiff::{self, MemDiff};
-use crate::{crash, fsync_dir, hash_file, io, Snapshot, Store, StoreError, MANIFEST};
+use crate::{crash, fsync_dir, hash_file, io, splice_disk, Snapshot, Store, StoreError, MANIFEST};
 
 /// The temporary name of a manifest being replaced.
 const MANIFEST_SPLICE: &str = "manifest.fvs.splice";
@@ -143,6 +145,15 @@ impl Store {
         let sha = hash_file(&out)?;
         self.remember(&out, &sha);
         crash::point("splice.pages_written");
+        // 1b. A thin disk layer over V's takes V's clusters (splice_disk).
+        let disk = if splice_disk::builds_on(&n, &v)? {
+            let d = splice_disk::merge(&n, &v)?;
+            self.remember(&d.path, &d.sha256);
+            crash::point("splice.disk_merged");
+            Some(d)
+        } else {
+            None
+        };
 
         // 2. The new manifest, renamed over the old one: the commit.
         let mut m = n.manifest.clone();
@@ -154,6 +165,9 @@ impl Store {
                 a.size = std::os::unix::fs::MetadataExt::size(&meta);
                 a.allocated = std::os::unix::fs::MetadataExt::blocks(&meta) * 512;
                 a.sha256 = sha.clone();
+            }
+            if let (Some(d), "disk") = (&disk, a.kind.as_str()) {
+                (a.size, a.allocated, a.sha256) = (d.size, d.allocated, d.sha256.clone());
             }
         }
         let bytes = m.encode();
@@ -169,7 +183,11 @@ impl Store {
         fsync_dir(&n.dir)?;
         crash::point("splice.committed");
 
-        // 3. What nothing names any more.
+        // 3. The merged disk layer takes its name; what nothing names
+        // any more goes.
+        if disk.is_some() {
+            splice_disk::rename_in(&n.dir)?;
+        }
         let _ = std::fs::remove_file(n.path(&na.file));
         self.remove(victim)?;
         Ok(Spliced {
@@ -198,6 +216,7 @@ impl Store {
                 .iter()
                 .map(|a| a.file.as_str())
                 .collect();
+            gone.extend(splice_disk::tidy(&s));
             for e in std::fs::read_dir(&s.dir).into_iter().flatten().flatten() {
                 let f = e.file_name().to_string_lossy().into_owned();
                 let stray_diff = f.starts_with("memory.") && f.ends_with(".diff");

@@ -134,6 +134,9 @@ impl Manager {
             dropped_pages = spliced.dropped_pages,
             "pruned checkpoint {v} of sandbox {id}: spliced into {next}"
         );
+        // Its disk layer goes too once nothing reads through it (a thin
+        // layer above it was merged; a clone may still run on it).
+        self.collect_layers().await;
         Ok(())
     }
 }

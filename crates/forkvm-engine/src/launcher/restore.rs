@@ -296,7 +296,7 @@ impl Manager {
             .await
             .map_err(|e| EngineError::new(ErrorKind::Guest, e.to_string()))?;
         let network_ms = self.connect_network(&r.id, &live, r.ready_net, net).await?;
-        let resumed = load_and_resume(r.qmp, snap).await?;
+        let resumed = load_and_resume(r.qmp, snap, &live).await?;
         let identity_ms = give_identity(&r.id, &live, &conn, fresh_identity).await?;
         let network_ready_ms = if net.wait && network_ms.is_some() {
             crate::net::Net::probe_guest(&conn).await?;
@@ -438,16 +438,29 @@ struct Resumed {
     restore_ms: f64,
 }
 
-/// Load the snapshot's device state into the waiting QEMU and let the
-/// guest run. The QMP connection is closed after: nothing else needs it.
+/// Load the snapshot's device state into the waiting QEMU, start the
+/// record of the guest's disk writes, and let the guest run. The QMP
+/// connection is closed after: nothing else needs it.
 async fn load_and_resume(
     qmp: Arc<forkvm_qemu::Qmp>,
     snap: &StoredSnapshot,
+    live: &Live,
 ) -> Result<Resumed, EngineError> {
     let t2 = Instant::now();
     migrate::load_state(&qmp, &snap.path(forkvm_store::DEVICE_STATE))
         .await
         .map_err(|e| qemu_err("loading the snapshot failed", e))?;
+    // Before the guest writes anything: a checkpoint onto this snapshot
+    // (the sandbox's first, or after a rewind to it) then stores only what
+    // changed since (forkvm_qemu::incremental). Without it, the whole layer.
+    match forkvm_qemu::incremental::start_record(&qmp, "root").await {
+        Ok(()) => {
+            if let Ok(mut s) = live.tracked_since.lock() {
+                *s = Some(snap.manifest.id.clone());
+            }
+        }
+        Err(e) => tracing::debug!(sandbox = %live.id, "no record of disk writes: {e}"),
+    }
     qmp.execute("cont", None)
         .await
         .map_err(|e| qemu_err("cannot resume the clone", e))?;

@@ -82,7 +82,10 @@ impl Manager {
                 "sandbox {id} is already being paused"
             )));
         }
-        let mut frozen = match self.freeze(id, None, None, Some(0), Save::Diff, Onto::Origin).await {
+        let mut frozen = match self
+            .freeze(id, None, None, Some(0), Save::Diff, Onto::Origin)
+            .await
+        {
             Ok(f) => f,
             Err(e) => {
                 // freeze resumed the guest: it runs on as before.

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use forkvm_api::SnapshotTimings;
-use forkvm_qemu::ram::RamMapping;
 use forkvm_qemu::incremental::{self, Track};
+use forkvm_qemu::ram::RamMapping;
 use forkvm_qemu::{migrate, Qmp, QmpEvent};
 use forkvm_store::{crash, Manifest, Staging};
 use tokio::sync::broadcast;
