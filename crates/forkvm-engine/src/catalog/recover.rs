@@ -14,6 +14,9 @@
 //!   link: every layer frozen by this version is also linked in the store
 //!   from before its freeze (a layer an older daemon lost that link of is
 //!   still on QEMU's chain, and kept);
+//! * a checkpoint's thin disk layer whose copy a crash interrupted
+//!   (`thin-*.qcow2`, see crate::snapshot::freeze::thin): the checkpoint
+//!   was never published;
 //! * a device state file not yet moved into the staging directory;
 //! * the record of the top layer, if the crash came between the freeze and
 //!   its update (GET and the pre-freeze flush read it);
@@ -126,6 +129,15 @@ impl Manager {
                 .flatten()
             {
                 let n = e.file_name().to_string_lossy().into_owned();
+                // A checkpoint's thin layer is renamed into the store or
+                // removed before the checkpoint returns: one left here is
+                // from a copy a crash interrupted (snapshot::freeze::thin).
+                if let Some(node) = n.strip_suffix(".qcow2").filter(|n| n.starts_with("thin-")) {
+                    let _ = blockjob::delete_node(&qmp, node).await;
+                    tracing::info!(sandbox = %id, "removing {n} of sandbox {id}: an interrupted checkpoint was writing it");
+                    let _ = std::fs::remove_file(e.path());
+                    continue;
+                }
                 let Some(layer) = n
                     .strip_prefix("disk-l-")
                     .and_then(|l| l.strip_suffix(".qcow2"))
