@@ -255,6 +255,8 @@ fn checkpoints_retention_and_rewind() {
     let r = d.json(&["rewind", &id, &cp(3), "--checkpoint-first"]);
     assert_eq!(r["to"], cp(3).as_str(), "{r}");
     let undo = r["undo"]["id"].as_str().unwrap().to_string();
+    // The snapshot taken since checkpoint 6 carried the record over.
+    thin(&undo);
     eprintln!("rewind with a checkpoint first: {} ms", r["rewind_ms"]);
     let after = d.json(&["inspect", &id]);
     assert_eq!(after["state"], "running");

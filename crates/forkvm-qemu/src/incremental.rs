@@ -8,16 +8,17 @@
 //! ([`crate::blockjob`]), so a later frozen top holds everything written
 //! since the base image, not only what changed since the previous freeze.
 //! A checkpoint wants the latter. QEMU tracks guest writes per format node
-//! in a dirty bitmap, so at each freeze the new top gets a bitmap named
-//! [`BITMAP`], in the same `transaction` as the overlay (no write can fall
-//! between the two), and a restored sandbox gets one on its first layer
-//! before its guest runs ([`start_record`]):
+//! in a dirty bitmap, so every new top gets a bitmap named [`BITMAP`]
+//! before it is attached (nothing writes to it until then, and the guest's
+//! pause does not pay for it), and a restored sandbox gets one on its
+//! first layer before its guest runs ([`start_record`]). At a freeze:
 //!
-//! * [`Track::Start`], at a checkpoint: the new bitmap starts empty, and
-//!   the frozen top's bitmap says what the guest wrote since the previous
+//! * [`Track::Start`], a checkpoint: the new top's bitmap stays empty, and
+//!   the frozen top's says what the guest wrote since the previous
 //!   checkpoint;
-//! * [`Track::Carry`], at any other freeze: the frozen top's bitmap is
-//!   merged into the new one, so the record still reaches back to the last
+//! * [`Track::Carry`], any other freeze: after the guest resumes, the
+//!   frozen top's bitmap (final by then) is merged into the new one
+//!   ([`carry_record`]), so the record still reaches back to the last
 //!   checkpoint.
 //!
 //! Writes by the stream job do not mark a bitmap (QEMU's copy-on-read
@@ -59,41 +60,35 @@ pub enum Track {
     Carry,
 }
 
-/// The `transaction` actions that put `overlay` over `top` and set up its
-/// bitmap; `None` for [`Track::Off`], which is a plain `blockdev-snapshot`.
-pub fn freeze_actions(top: &str, overlay: &str, track: Track) -> Option<Value> {
-    let snap = json!({"type": "blockdev-snapshot", "data": {"node": top, "overlay": overlay}});
-    let add = json!({"type": "block-dirty-bitmap-add", "data": {"node": overlay, "name": BITMAP}});
-    match track {
-        Track::Off => None,
-        Track::Start => Some(json!([snap, add])),
-        Track::Carry => Some(json!([
-            snap,
-            add,
-            {"type": "block-dirty-bitmap-merge", "data": {
-                "node": overlay,
-                "target": BITMAP,
-                "bitmaps": [{"node": top, "name": BITMAP}],
-            }},
-        ])),
-    }
+/// `block-dirty-bitmap-add`'s arguments for [`start_record`].
+pub fn record_args(node: &str) -> Value {
+    json!({"node": node, "name": BITMAP})
 }
 
-/// Freeze `top` under `overlay` (opened by [`crate::migrate::add_overlay`])
-/// and set up the overlay's bitmap as `track` says, atomically.
-pub async fn attach_overlay(
-    qmp: &Qmp,
-    top: &str,
-    overlay: &str,
-    track: Track,
-) -> Result<(), QmpError> {
-    match freeze_actions(top, overlay, track) {
-        None => crate::migrate::attach_overlay(qmp, top, overlay).await,
-        Some(actions) => qmp
-            .execute("transaction", Some(json!({ "actions": actions })))
-            .await
-            .map(drop),
-    }
+/// Start the record on `node`: a new top layer before it is attached
+/// (nothing writes to it yet), or the top of a sandbox whose guest has not
+/// run yet.
+pub async fn start_record(qmp: &Qmp, node: &str) -> Result<(), QmpError> {
+    qmp.execute("block-dirty-bitmap-add", Some(record_args(node)))
+        .await
+        .map(drop)
+}
+
+/// `block-dirty-bitmap-merge`'s arguments for [`carry_record`].
+pub fn carry_args(from: &str, to: &str) -> Value {
+    json!({
+        "node": to,
+        "target": BITMAP,
+        "bitmaps": [{"node": from, "name": BITMAP}],
+    })
+}
+
+/// Add `from`'s record (a frozen top's: final, nothing writes to it any
+/// more) to `to`'s, the top that replaced it.
+pub async fn carry_record(qmp: &Qmp, from: &str, to: &str) -> Result<(), QmpError> {
+    qmp.execute("block-dirty-bitmap-merge", Some(carry_args(from, to)))
+        .await
+        .map(drop)
 }
 
 /// Open `file`, a qcow2 image, as node `node` for a backup to write,
@@ -140,16 +135,6 @@ pub fn backup_args(job: &str, source: &str, target: &str) -> Value {
     })
 }
 
-/// Start the record on `node`, the top of a sandbox that has not run yet.
-pub async fn start_record(qmp: &Qmp, node: &str) -> Result<(), QmpError> {
-    qmp.execute(
-        "block-dirty-bitmap-add",
-        Some(json!({"node": node, "name": BITMAP})),
-    )
-    .await
-    .map(drop)
-}
-
 /// Drop `node`'s bitmap (a frozen top's, once its checkpoint layer is
 /// written).
 pub async fn remove_bitmap(qmp: &Qmp, node: &str) -> Result<(), QmpError> {
@@ -166,29 +151,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn off_is_a_plain_snapshot() {
-        assert_eq!(freeze_actions("root", "root-l1", Track::Off), None);
-    }
-
-    #[test]
-    fn start_adds_an_empty_bitmap_on_the_overlay_in_the_same_transaction() {
-        let a = freeze_actions("root", "root-l1", Track::Start).unwrap();
-        let a = a.as_array().unwrap();
-        assert_eq!(a.len(), 2);
-        assert_eq!(a[0]["type"], "blockdev-snapshot");
-        assert_eq!(a[0]["data"], json!({"node": "root", "overlay": "root-l1"}));
-        assert_eq!(a[1]["type"], "block-dirty-bitmap-add");
-        assert_eq!(a[1]["data"], json!({"node": "root-l1", "name": BITMAP}));
-    }
-
-    #[test]
-    fn carry_merges_the_frozen_tops_bitmap_into_the_new_one() {
-        let a = freeze_actions("root-l1", "root-l2", Track::Carry).unwrap();
-        let a = a.as_array().unwrap();
-        assert_eq!(a.len(), 3);
-        assert_eq!(a[2]["type"], "block-dirty-bitmap-merge");
+    fn a_record_is_one_named_bitmap_per_node() {
         assert_eq!(
-            a[2]["data"],
+            record_args("root-l1"),
+            json!({"node": "root-l1", "name": BITMAP})
+        );
+    }
+
+    #[test]
+    fn carrying_merges_the_frozen_tops_record_into_the_new_ones() {
+        assert_eq!(
+            carry_args("root-l1", "root-l2"),
             json!({"node": "root-l2", "target": BITMAP,
                    "bitmaps": [{"node": "root-l1", "name": BITMAP}]})
         );

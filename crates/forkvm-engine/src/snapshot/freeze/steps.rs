@@ -357,18 +357,17 @@ async fn stop_source(
 /// Everything done while the source is stopped: save its state, freeze the
 /// disk onto the new layer, finish reading a diff's pages and copy a
 /// shared RAM file. `frozen` says whether the disk was frozen, also when
-/// a later part fails, and `track` what became of the write record.
-/// Answers a diff's pages, read in the pause.
+/// a later part fails. Answers a diff's pages, read in the pause.
 async fn save_paused(
     qmp: &Qmp,
     plan: &Plan,
     layer: &Layer,
     staging: &Staging,
     timings: &mut SnapshotTimings,
-    (frozen, track): (&mut bool, &mut Track),
+    frozen: &mut bool,
 ) -> Result<Option<diff::Captured>, EngineError> {
     let capture = save_state(qmp, plan, staging, timings).await?;
-    freeze_disk(qmp, layer, timings, frozen, track).await?;
+    freeze_disk(qmp, layer, timings, frozen).await?;
     let mut captured = None;
     if let Some(c) = capture {
         captured = Some(diff::finish_capture(c, timings).await?);
@@ -429,30 +428,19 @@ async fn save_state(
 }
 
 /// Attach the new layer over the running top, so the guest writes to it
-/// from now on, with the write record `track` asks for, and make the
-/// frozen layer read-only. A record QEMU refuses is dropped (`track` is
-/// then [`Track::Off`]): it only saves space.
+/// from now on, and make the frozen layer read-only.
 async fn freeze_disk(
     qmp: &Qmp,
     layer: &Layer,
     timings: &mut SnapshotTimings,
     frozen: &mut bool,
-    track: &mut Track,
 ) -> Result<(), EngineError> {
     let t = Instant::now();
     // The frozen layer is at its final path already (stage_layer reserved it),
     // so the source's chain is whole from this instant on.
-    let (top, new) = (&layer.top_node, &layer.new_node);
-    if let Err(e) = incremental::attach_overlay(qmp, top, new, *track).await {
-        if *track == Track::Off {
-            return Err(qemu_err("freezing the disk failed", e));
-        }
-        tracing::warn!("QEMU refused the disk's write record ({e}); the next checkpoint stores its whole layer");
-        *track = Track::Off;
-        migrate::attach_overlay(qmp, top, new)
-            .await
-            .map_err(|e| qemu_err("freezing the disk failed", e))?;
-    }
+    migrate::attach_overlay(qmp, &layer.top_node, &layer.new_node)
+        .await
+        .map_err(|e| qemu_err("freezing the disk failed", e))?;
     *frozen = true;
     // Read-only from now on, for everyone: a child's jailed QEMU
     // reads it whether or not the snapshot is ever published (a
@@ -483,14 +471,10 @@ impl Manager {
         let t_stop = Instant::now();
         // Subscribe before `stop`, so the STOP and RESUME events are ours.
         let mut events = qmp.events();
-        stop_source(qmp, plan, layer, &mut staging).await?;
-        // From here on the source must be resumed whatever happens. (A live
-        // save runs while the guest does, and QEMU itself stops it for the
-        // final copy; it is still stopped when the save completes, so the
-        // disk can be frozen at exactly the instant the memory was.)
-        let mut frozen = false;
         // The record of writes since the last checkpoint: started anew by
-        // a checkpoint, carried over by any other freeze.
+        // a checkpoint, carried over by any other freeze. The new top's
+        // bitmap is made now, outside the pause: nothing writes to the
+        // layer before it is attached.
         let since = live.tracked_since.lock().ok().and_then(|s| s.clone());
         let mut track = match (plan.checkpoint, &since) {
             (true, _) => Track::Start,
@@ -498,24 +482,19 @@ impl Manager {
             (false, None) => Track::Off,
         };
         let incremental = plan.checkpoint && since.is_some() && since == plan.parent;
-        let paused = save_paused(
-            qmp,
-            plan,
-            layer,
-            &staging,
-            &mut timings,
-            (&mut frozen, &mut track),
-        )
-        .await;
-        if frozen {
-            if let Ok(mut s) = live.tracked_since.lock() {
-                match track {
-                    Track::Start => *s = Some(plan.snap_id.clone()),
-                    Track::Carry => {}
-                    Track::Off => *s = None,
-                }
+        if track != Track::Off {
+            if let Err(e) = incremental::start_record(qmp, &layer.new_node).await {
+                tracing::warn!(sandbox = %id, "no record of sandbox {id}'s disk writes on its new layer ({e}): its next checkpoint stores its whole disk layer");
+                track = Track::Off;
             }
         }
+        stop_source(qmp, plan, layer, &mut staging).await?;
+        // From here on the source must be resumed whatever happens. (A live
+        // save runs while the guest does, and QEMU itself stops it for the
+        // final copy; it is still stopped when the save completes, so the
+        // disk can be frozen at exactly the instant the memory was.)
+        let mut frozen = false;
+        let paused = save_paused(qmp, plan, layer, &staging, &mut timings, &mut frozen).await;
         let paused = match paused {
             Ok(captured) => Ok((captured, staging)),
             Err(e) => {
@@ -530,6 +509,9 @@ impl Manager {
         let hold = self
             .resume_source(id, qmp, live, pause, &mut events, &mut timings)
             .await;
+        if frozen {
+            self.keep_record(id, qmp, live, plan, layer, track).await;
+        }
         if frozen && !hold {
             self.record_top(id, plan, layer);
         }
@@ -544,6 +526,33 @@ impl Manager {
             Err(e) => {
                 self.undo_failed_pause(id, qmp, plan, layer, frozen).await;
                 Err(e)
+            }
+        }
+    }
+
+    /// After a freeze, with the guest running again: carry the frozen top's
+    /// record of writes over to the new top (it is final now), and note
+    /// since which checkpoint the new top's record runs, if it has one.
+    async fn keep_record(
+        &self,
+        id: &str,
+        qmp: &Qmp,
+        live: &Live,
+        plan: &Plan,
+        layer: &Layer,
+        mut track: Track,
+    ) {
+        if track == Track::Carry {
+            if let Err(e) = incremental::carry_record(qmp, &layer.top_node, &layer.new_node).await {
+                tracing::warn!(sandbox = %id, "cannot carry sandbox {id}'s record of disk writes over ({e}): its next checkpoint stores its whole disk layer");
+                track = Track::Off;
+            }
+        }
+        if let Ok(mut s) = live.tracked_since.lock() {
+            match track {
+                Track::Start => *s = Some(plan.snap_id.clone()),
+                Track::Carry => {}
+                Track::Off => *s = None,
             }
         }
     }
