@@ -89,13 +89,33 @@ pub fn layers(paths: &SandboxPaths) -> Option<u32> {
         .and_then(|n| u32::try_from(n).ok())
 }
 
-/// `fdatasync` the sandbox's top layer from the host. The page cache is the
-/// file's, not QEMU's, so this writes back what QEMU wrote through it; QEMU's
-/// own flush at the next stop then finds little left. Failures only cost
-/// pause time, so they are logged, not returned.
+/// `fdatasync` the sandbox's top layer from the host, then drop its pages
+/// from the host's page cache. The page cache is the file's, not QEMU's, so
+/// the sync writes back what QEMU wrote through it; QEMU's own flush at the
+/// next stop then finds little left.
+///
+/// The drop is for the same pause: when a migration ends, QEMU inactivates
+/// the disk's nodes, and `cont` activates them again; activating a file
+/// node flushes it and drops the *whole* file from the page cache
+/// (`POSIX_FADV_DONTNEED`, so that it reads what another host may have
+/// written). That takes time in proportion to the cached pages, and the
+/// stream leaves every cluster the guest ever wrote cached in the top: 300
+/// MiB written made each checkpoint pause 21 ms instead of 3 here. Dropped
+/// now, while the guest runs, the pause only meets what was cached since.
+/// Failures only cost pause time, so they are logged, not returned.
 async fn flush_top(paths: &SandboxPaths) {
     let top = top_layer(paths);
-    let r = tokio::task::spawn_blocking(move || std::fs::File::open(&top)?.sync_data()).await;
+    let r = tokio::task::spawn_blocking(move || {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(&top)?;
+        f.sync_data()?;
+        // SAFETY: a plain advice call on a descriptor this function owns.
+        match unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) } {
+            0 => Ok(()),
+            e => Err(std::io::Error::from_raw_os_error(e)),
+        }
+    })
+    .await;
     if let Ok(Err(e)) = r {
         tracing::debug!("cannot flush {}: {e}", paths.dir.display());
     }
