@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "timetravel"))
 
 import timetravel_report as tr  # noqa: E402
@@ -68,10 +70,22 @@ def test_results_md_from_rows(tmp_path):
     text = "\n".join(L)
     assert "SMOKE" not in text
     assert "checkpoint pause ÷ full snapshot pause **0.014×**" in text
-    assert "last 10 ÷ first 10 pause p50 **1.00×**" in text
+    assert "last 10 ÷ first 10 pause p50 1.00×" in text
+    # Step 1's outlier does not drag the trend (it would drag least squares).
+    assert "**+0.000 ms per step**, so **+0.00 ms over the loop, +0 % of the p50 pause**" in text
+    assert "target (pause under 5 ms p50 with 256 MiB changed, flat): **met**" in text
     assert "the disk layer 1.0 → 25.0 MiB (slope +0.50 MiB per step)" in text
     assert "| 1 | 900 | 600 | 1.50× |" in text
     assert "spawn ÷ rewind **0.75×**" in text and "restore_ms 80.0" in text
     assert "diff ÷ git status **1.50×**" in text and "git diff + apply **2.00×**" in text
     tr.plot(steps, ops, tmp_path / "t.png")
     assert (tmp_path / "t.png").stat().st_size > 0
+
+
+def test_a_rising_pause_is_not_flat():
+    xs = list(range(1, 51))
+    assert tr.theil_sen(xs, [3.0 + 0.1 * x for x in xs]) == pytest.approx(0.1)
+    # A few host hiccups do not make a trend.
+    noisy = [3.0 + (40.0 if x in (7, 30, 50) else 0.0) for x in xs]
+    assert tr.theil_sen(xs, noisy) == 0.0
+    assert tr.slope(xs, noisy) > 0.03  # least squares leans up on them
