@@ -24,6 +24,8 @@
 #   TEST_JOBS=3          lanes at once (fewer when /tmp has under 2 GB free per lane)
 #   TEST_LOG_DIR=target/test-logs   where the lane logs go (emptied first)
 #   CARGO=cargo
+#   TEST_LANE_LIMIT=900  seconds a lane may run, at least (8x its estimate if
+#                        more), before it is stopped and fails as timed out
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -159,7 +161,24 @@ mapfile -t ORDER < <(for l in "${!LANE_CMD[@]}"; do wanted "$l" && ! alone "$l" 
 mapfile -t FIRST < <(for l in "${ALONE[@]}"; do [ -n "${LANE_CMD[$l]:-}" ] && wanted "$l" && echo "$l"; done)
 [ $((${#ORDER[@]} + ${#FIRST[@]})) -gt 0 ] || { say "no lane matches: ${WANT[*]} (see --list)"; exit 2; }
 say "${#FIRST[@]} lanes side by side alone, then ${#ORDER[@]} lanes, $JOBS at a time; logs in $LOGS"
-declare -A PID_LANE=() LANE_T0=()
+declare -A PID_LANE=() LANE_T0=() TIMED_OUT=()
+LIMIT_MIN=${TEST_LANE_LIMIT:-900}
+# A hung lane (a guest that stopped answering, say) fails on its own after
+# its limit, with the others' results intact, rather than holding the whole
+# run until CI gives up on it.
+lane_limit() { local e=$((LANE_EST[$1] * 8)); echo $((e > LIMIT_MIN ? e : LIMIT_MIN)); }
+stop_overdue() {
+    local p l
+    for p in "${!PID_LANE[@]}"; do
+        l=${PID_LANE[$p]}
+        if [ -z "${TIMED_OUT[$l]:-}" ] && [ $((SECONDS - LANE_T0[$l])) -gt "$(lane_limit "$l")" ]; then
+            TIMED_OUT[$l]=1
+            say "TIMEOUT $l: still running after $(lane_limit "$l") s; stopping it"
+            kill -TERM -- "-$p" 2>/dev/null
+            (sleep 10; kill -KILL -- "-$p" 2>/dev/null) &
+        fi
+    done
+}
 C0=$(cpu_now)
 L0=$SECONDS
 start_lane() {
@@ -178,6 +197,7 @@ finish_lane() {
     read -r _ u s <"$LOGS/$f.time" 2>/dev/null || { u=0 s=0; }
     cpu=$(awk -v u="${u:-0}" -v s="${s:-0}" 'BEGIN{printf "%d", u+s}')
     SUMMARY+=("$(printf '%-28s %-4s %5d s  cpu %5d s' "$l" "$([ "$rc" = 0 ] && echo ok || echo FAIL)" $((SECONDS - LANE_T0[$l])) "$cpu")")
+    [ -n "${TIMED_OUT[$l]:-}" ] && rc="timed out"
     if [ "$rc" = 0 ]; then say "ok    $l ($((SECONDS - LANE_T0[$l])) s)"; else FAILED+=("$l"); say "FAIL  $l ($((SECONDS - LANE_T0[$l])) s, exit $rc)"; fi
 }
 # Interrupted: stop the running lanes (their daemons end with them) and say so.
@@ -202,7 +222,10 @@ while [ $next -lt ${#ORDER[@]} ] || [ ${#PID_LANE[@]} -gt 0 ]; do
         start_lane "${ORDER[$next]}"
         next=$((next + 1))
     done
-    wait -n "${!PID_LANE[@]}" 2>/dev/null
+    # Wake at least every 5 s to check the lanes' limits.
+    sleep 5 &
+    wait -n "${!PID_LANE[@]}" $! 2>/dev/null
+    stop_overdue
     # wait -n reports one pid; collect every lane that has ended.
     for p in "${!PID_LANE[@]}"; do
         if ! kill -0 "$p" 2>/dev/null; then
