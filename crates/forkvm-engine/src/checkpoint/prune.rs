@@ -68,10 +68,17 @@ impl Manager {
             });
         }
         let victims = select(&cands, tl.keep_last, tl.keep_every, tl.head.as_deref());
+        let pruned = !victims.is_empty();
         for v in victims {
             if let Err(e) = self.prune_checkpoint(id, &v, &rows).await {
                 tracing::warn!(sandbox = %id, checkpoint = %v, "checkpoint {v} of sandbox {id} is kept: {}", e.message);
             }
+        }
+        // The pruned checkpoints' disk layers go once nothing reads through
+        // them (a thin layer above was merged; a clone may still run on
+        // one): one collection for all of them.
+        if pruned {
+            self.collect_layers().await;
         }
         Ok(())
     }
@@ -134,9 +141,6 @@ impl Manager {
             dropped_pages = spliced.dropped_pages,
             "pruned checkpoint {v} of sandbox {id}: spliced into {next}"
         );
-        // Its disk layer goes too once nothing reads through it (a thin
-        // layer above it was merged; a clone may still run on it).
-        self.collect_layers().await;
         Ok(())
     }
 }
